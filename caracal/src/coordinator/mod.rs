@@ -1,0 +1,312 @@
+//! The coordinator: where distributed policy state lives, and the process-wide installation.
+//!
+//! A [`Coordinator`] is either the embedded in-memory backend (everything in this process) or a
+//! Redis backend (standalone or cluster) shared by every process that uses the same server and
+//! namespace. Policies talk to it through the narrow operations below and never learn which
+//! backend answers.
+
+mod background;
+mod builder;
+mod memory;
+mod redis;
+mod wakeups;
+
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use uuid::Uuid;
+
+pub use self::builder::RedisBuilder;
+use self::background::Background;
+use self::memory::MemoryBackend;
+use self::redis::RedisBackend;
+use self::wakeups::Wakeups;
+use crate::Error;
+use crate::identity::KeyBase;
+
+/// Where distributed policies keep their shared state.
+///
+/// Build one at start-up and [`install`] it. Cloning is cheap and every clone is the same
+/// coordinator.
+///
+/// ```
+/// # async fn start() -> Result<(), caracal::Error> {
+/// // In-memory: no server needed; policies coordinate within this process.
+/// caracal::install(caracal::Coordinator::in_memory())?;
+///
+/// // Redis: every process using the same URL and namespace shares each budget.
+/// # if false {
+/// let redis = caracal::Coordinator::redis("redis://127.0.0.1:6379")
+///     .namespace("svc:prod")
+///     .command_timeout(std::time::Duration::from_millis(250))
+///     .connect()
+///     .await?;
+/// # }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Coordinator {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    namespace: String,
+    backend: Backend,
+    background: Background,
+    wakeups: Wakeups,
+}
+
+enum Backend {
+    Memory(MemoryBackend),
+    Redis(RedisBackend),
+}
+
+impl fmt::Debug for Coordinator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Coordinator")
+            .field("backend", &self.backend_name())
+            .field("namespace", &self.inner.namespace)
+            .finish()
+    }
+}
+
+/// What a lease command asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LeaseAction {
+    /// Take a new lease if fewer than `limit` are live.
+    Acquire,
+    /// Push an existing lease's deadline to now + ttl; fails if it is gone.
+    Renew,
+}
+
+impl LeaseAction {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            LeaseAction::Acquire => "acquire",
+            LeaseAction::Renew => "renew",
+        }
+    }
+}
+
+/// One lease command: `action` on `token`'s lease in the lease set of `key`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LeaseCommand<'a> {
+    pub(crate) key: &'a KeyBase,
+    pub(crate) action: LeaseAction,
+    pub(crate) token: Uuid,
+    pub(crate) ttl: Duration,
+    pub(crate) limit: u32,
+}
+
+/// The answer to a [`LeaseCommand`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LeaseReply {
+    /// Whether the lease is now held (acquired, already held, or renewed).
+    pub(crate) allowed: bool,
+    /// Live leases after the command.
+    pub(crate) occupancy: u32,
+}
+
+impl Coordinator {
+    /// The embedded coordinator: policy state lives in this process, on tokio's clock.
+    ///
+    /// Distributed policies behave exactly as they do against Redis (leases, renewals,
+    /// expiry), just without other processes. The namespace is `"default"`.
+    ///
+    /// ```
+    /// let coordinator = caracal::Coordinator::in_memory();
+    /// assert_eq!(coordinator.namespace(), "default");
+    /// ```
+    pub fn in_memory() -> Self {
+        Self::new(
+            builder::DEFAULT_NAMESPACE.to_owned(),
+            Backend::Memory(MemoryBackend::default()),
+        )
+    }
+
+    /// A builder for a coordinator on a standalone Redis server (`redis://` or `rediss://`).
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), caracal::Error> {
+    /// let c = caracal::Coordinator::redis("redis://127.0.0.1:6379").connect().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn redis(url: impl Into<String>) -> RedisBuilder {
+        RedisBuilder::new(vec![url.into()], false)
+    }
+
+    /// A builder for a coordinator on a Redis Cluster, given one or more seed nodes.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), caracal::Error> {
+    /// let c = caracal::Coordinator::redis_cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])
+    ///     .namespace("svc:prod")
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn redis_cluster<I, S>(seeds: I) -> RedisBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        RedisBuilder::new(seeds.into_iter().map(Into::into).collect(), true)
+    }
+
+    /// A coordinator configured from the environment.
+    ///
+    /// `CARACAL_REDIS_URL` selects Redis (a comma-separated list means cluster seeds);
+    /// `CARACAL_NAMESPACE` sets the namespace; `CARACAL_COMMAND_TIMEOUT` (e.g. `"250ms"`) the
+    /// command timeout. With `CARACAL_REDIS_URL` unset or empty it is [`in_memory`](Self::in_memory).
+    ///
+    /// ```
+    /// # async fn f() -> Result<(), caracal::Error> {
+    /// let coordinator = caracal::Coordinator::from_env().await?;
+    /// caracal::install(coordinator)?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn from_env() -> Result<Self, Error> {
+        builder::from_env().await
+    }
+
+    fn new(namespace: String, backend: Backend) -> Self {
+        Coordinator {
+            inner: Arc::new(Inner {
+                namespace,
+                backend,
+                background: Background::default(),
+                wakeups: Wakeups::default(),
+            }),
+        }
+    }
+
+    /// The namespace every identity of this coordinator lives in.
+    pub fn namespace(&self) -> &str {
+        &self.inner.namespace
+    }
+
+    /// `"memory"`, `"redis"` or `"redis-cluster"`.
+    pub fn backend_name(&self) -> &'static str {
+        match &self.inner.backend {
+            Backend::Memory(_) => "memory",
+            Backend::Redis(redis) if redis.is_cluster() => "redis-cluster",
+            Backend::Redis(_) => "redis",
+        }
+    }
+
+    /// Flushes what is still in flight in the background (lease releases), then refuses further
+    /// commands: later distributed calls fail with [`Error::CoordinatorUnavailable`].
+    ///
+    /// Waits at most the command timeout for the flush.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let coordinator = caracal::Coordinator::in_memory();
+    /// coordinator.shutdown().await;
+    /// # }
+    /// ```
+    pub async fn shutdown(&self) {
+        let limit = match &self.inner.backend {
+            Backend::Memory(_) => Duration::ZERO,
+            Backend::Redis(redis) => redis.command_timeout(),
+        };
+        self.inner.background.flush(limit).await;
+        match &self.inner.backend {
+            Backend::Memory(memory) => memory.close(),
+            Backend::Redis(redis) => redis.close(),
+        }
+    }
+
+    /// Runs `future` with this coordinator in place of the installed one.
+    ///
+    /// Guarded calls made while `future` runs (on its task, not in tasks it spawns) use this
+    /// coordinator. Useful in tests, and to keep several isolated coordinators in one process.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let coordinator = caracal::Coordinator::in_memory();
+    /// let answer = coordinator.scoped(async { 42 }).await;
+    /// assert_eq!(answer, 42);
+    /// # }
+    /// ```
+    pub fn scoped<F: Future>(&self, future: F) -> impl Future<Output = F::Output> {
+        SCOPED.scope(self.clone(), future)
+    }
+
+    /// Runs one lease command.
+    pub(crate) async fn lease(&self, command: LeaseCommand<'_>) -> Result<LeaseReply, Error> {
+        match &self.inner.backend {
+            Backend::Memory(memory) => memory.lease(command),
+            Backend::Redis(redis) => redis.lease(command).await,
+        }
+    }
+
+    /// Releases `token`'s lease without waiting for the answer. The release is queued on the
+    /// connection before this returns, so a later command from the same task cannot overtake it.
+    /// `on_done` receives whether a live lease was removed, or the failure.
+    pub(crate) fn release(
+        &self,
+        key: &KeyBase,
+        token: Uuid,
+        on_done: impl FnOnce(Result<bool, Error>) + Send + 'static,
+    ) {
+        match &self.inner.backend {
+            Backend::Memory(memory) => on_done(memory.release(key, token)),
+            Backend::Redis(redis) => {
+                let release = redis.release(key, token);
+                self.inner.background.start(async move {
+                    on_done(release.await);
+                });
+            }
+        }
+    }
+}
+
+impl Coordinator {
+    /// Completes when [`wake`](Self::wake) is next called for `key`; registered from the start.
+    pub(crate) fn released(&self, key: &KeyBase) -> wakeups::Released<'_> {
+        self.inner.wakeups.released(key)
+    }
+
+    /// Wakes the tasks of this process waiting for a lease of `key` to be released.
+    pub(crate) fn wake(&self, key: &KeyBase) {
+        self.inner.wakeups.wake(key);
+    }
+}
+
+static INSTALLED: OnceLock<Coordinator> = OnceLock::new();
+
+tokio::task_local! {
+    static SCOPED: Coordinator;
+}
+
+/// Installs the process-wide coordinator that distributed policies use.
+///
+/// Call it once at start-up; a second call returns [`Error::AlreadyInstalled`] and leaves the
+/// first coordinator in place.
+///
+/// ```
+/// caracal::install(caracal::Coordinator::in_memory()).unwrap();
+/// assert!(matches!(
+///     caracal::install(caracal::Coordinator::in_memory()),
+///     Err(caracal::Error::AlreadyInstalled)
+/// ));
+/// ```
+pub fn install(coordinator: Coordinator) -> Result<(), Error> {
+    INSTALLED
+        .set(coordinator)
+        .map_err(|_| Error::AlreadyInstalled)
+}
+
+/// The coordinator in force for the current task: a [`Coordinator::scoped`] one, else the
+/// installed one.
+pub(crate) fn current() -> Result<Coordinator, Error> {
+    SCOPED
+        .try_with(Coordinator::clone)
+        .ok()
+        .or_else(|| INSTALLED.get().cloned())
+        .ok_or(Error::NotInstalled)
+}

@@ -1,0 +1,120 @@
+//! The Redis backend: policy state in Redis, changed only by atomic Lua scripts.
+
+mod pool;
+mod reply;
+mod scripts;
+
+use std::future::Future;
+use std::time::Duration;
+
+use redis::{ToRedisArgs, Value};
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use self::pool::Pool;
+pub(crate) use self::pool::Topology;
+use self::scripts::Script;
+use super::{LeaseCommand, LeaseReply};
+use crate::Error;
+use crate::identity::KeyBase;
+
+pub(super) struct RedisBackend {
+    pool: Pool,
+    cluster: bool,
+}
+
+impl RedisBackend {
+    pub(super) async fn connect(
+        topology: Topology,
+        timeout: Duration,
+        pool_size: usize,
+    ) -> Result<Self, Error> {
+        let cluster = matches!(topology, Topology::Cluster(_));
+        Ok(RedisBackend {
+            pool: Pool::connect(&topology, timeout, pool_size).await?,
+            cluster,
+        })
+    }
+
+    pub(super) fn is_cluster(&self) -> bool {
+        self.cluster
+    }
+
+    pub(super) fn command_timeout(&self) -> Duration {
+        self.pool.timeout()
+    }
+
+    pub(super) fn close(&self) {
+        self.pool.close();
+    }
+
+    /// Runs `script` with `EVALSHA`, falling back once to `EVAL` when the server does not have
+    /// it (restart, `SCRIPT FLUSH`, eviction) — safe, as the server ran nothing. Both share one
+    /// deadline.
+    async fn eval(&self, script: &Script, keys: &[&str], args: impl ToRedisArgs) -> Result<Value, Error> {
+        let deadline = Instant::now() + self.pool.timeout();
+        let mut conn = self.pool.checkout()?;
+        let call = |verb: &str, target: &str| {
+            let mut cmd = redis::cmd(verb);
+            cmd.arg(target).arg(keys.len()).arg(keys).arg(&args);
+            cmd
+        };
+        match conn.send(&call("EVALSHA", &script.sha), deadline).await {
+            Err(failure) if failure.is_noscript() => conn
+                .send(&call("EVAL", script.body), deadline)
+                .await
+                .map_err(pool::RedisFailure::into_error),
+            result => result.map_err(pool::RedisFailure::into_error),
+        }
+    }
+
+    pub(super) async fn lease(&self, command: LeaseCommand<'_>) -> Result<LeaseReply, Error> {
+        let script = &*scripts::BULKHEAD_LEASE;
+        let key = command.key.key("leases");
+        let ttl = u64::try_from(command.ttl.as_millis()).unwrap_or(u64::MAX);
+        let reply = self
+            .eval(
+                script,
+                &[&key],
+                (
+                    command.action.as_str(),
+                    token_text(command.token),
+                    ttl,
+                    command.limit,
+                ),
+            )
+            .await?;
+        let [allowed, occupancy] = reply::integers::<2>(script.name, reply)?;
+        Ok(LeaseReply {
+            allowed: reply::flag(script.name, allowed)?,
+            occupancy: reply::to_u32(script.name, occupancy)?,
+        })
+    }
+
+    /// A release of `token`'s lease (a bare `ZREM`: the member is the token, so only the holder
+    /// can free its own slot). The returned future owns everything it needs; the request is
+    /// queued on the connection at its first poll.
+    pub(super) fn release(
+        &self,
+        key: &KeyBase,
+        token: Uuid,
+    ) -> impl Future<Output = Result<bool, Error>> + Send + 'static {
+        let checkout = self.pool.checkout();
+        let deadline = Instant::now() + self.pool.timeout();
+        let mut cmd = redis::cmd("ZREM");
+        cmd.arg(key.key("leases")).arg(token_text(token));
+        async move {
+            let value = checkout?
+                .send(&cmd, deadline)
+                .await
+                .map_err(pool::RedisFailure::into_error)?;
+            reply::integer_in("ZREM", value, 0..=1).map(|n| n == 1)
+        }
+    }
+}
+
+/// A token as @gkoos/caracal writes it: a hyphenated lowercase UUID.
+fn token_text(token: Uuid) -> String {
+    token.hyphenated().to_string()
+}
+

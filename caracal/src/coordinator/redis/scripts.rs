@@ -1,0 +1,56 @@
+//! The script registry: every `lua/*.lua` embedded at compile time, its SHA-1 computed once.
+
+use std::sync::LazyLock;
+
+/// One Lua script: its text and the SHA-1 `EVALSHA` addresses it by.
+#[derive(Debug)]
+pub(crate) struct Script {
+    pub(crate) name: &'static str,
+    pub(crate) body: &'static str,
+    pub(crate) sha: String,
+}
+
+impl Script {
+    fn new(name: &'static str, body: &'static str) -> Self {
+        Script {
+            name,
+            body,
+            sha: redis::Script::new(body).get_hash().to_owned(),
+        }
+    }
+}
+
+macro_rules! scripts {
+    ($($static:ident => $file:literal),* $(,)?) => {
+        $(
+            pub(crate) static $static: LazyLock<Script> = LazyLock::new(|| {
+                Script::new($file, include_str!(concat!("../../../../lua/", $file, ".lua")))
+            });
+        )*
+
+        /// Every script, for preloading and tests.
+        #[cfg(test)]
+        pub(crate) fn all() -> Vec<&'static Script> {
+            vec![$(&*$static),*]
+        }
+    };
+}
+
+scripts! {
+    BULKHEAD_LEASE => "bulkhead_lease",
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_script_opens_with_its_header() {
+        for script in super::all() {
+            let header: Vec<_> = script.body.lines().take_while(|l| l.starts_with("--")).collect();
+            let header = header.join("\n");
+            for field in ["KEYS", "ARGV", "Reply", "TTL", "Cost"] {
+                assert!(header.contains(field), "{} header lacks {field}", script.name);
+            }
+            assert_eq!(script.sha.len(), 40);
+        }
+    }
+}

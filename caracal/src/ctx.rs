@@ -1,0 +1,83 @@
+//! Per-call state shared by the layers of one guarded call.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use crate::Error;
+
+/// Which caracal rejection, if any, produced the current attempt's `Err`.
+///
+/// A guarded function's error type is the user's `E`, so once a rejection is converted with
+/// `E::from` an outer layer can no longer tell it apart from the body's own errors. The layer
+/// that rejects records it here; the retry layer clears it before each attempt, so an outer
+/// layer reading it after the call sees the rejection that ended the last attempt, if any.
+#[derive(Debug, Default)]
+pub struct CallCtx {
+    rejection: AtomicU8,
+}
+
+/// The rejections an outer layer distinguishes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rejection {
+    /// Not admitted by a bulkhead or rate limit: the call never started.
+    Admission,
+    /// Admitted, then cut short by caracal (lease lost, timeout).
+    Cut,
+    /// The coordinator failed (the admission or the call's fate is unknown).
+    Coordinator,
+    /// Refused before anything was attempted (open circuit, usage errors).
+    Refused,
+}
+
+impl Rejection {
+    fn of(error: &Error) -> Self {
+        match error {
+            Error::BulkheadFull { .. } | Error::RateLimited { .. } => Rejection::Admission,
+            Error::LeaseLost { .. } | Error::Timeout { .. } => Rejection::Cut,
+            Error::CoordinatorUnavailable { .. } => Rejection::Coordinator,
+            _ => Rejection::Refused,
+        }
+    }
+
+    fn code(self) -> u8 {
+        match self {
+            Rejection::Admission => 1,
+            Rejection::Cut => 2,
+            Rejection::Coordinator => 3,
+            Rejection::Refused => 4,
+        }
+    }
+
+    fn from_code(code: u8) -> Option<Self> {
+        match code {
+            1 => Some(Rejection::Admission),
+            2 => Some(Rejection::Cut),
+            3 => Some(Rejection::Coordinator),
+            4 => Some(Rejection::Refused),
+            _ => None,
+        }
+    }
+}
+
+impl CallCtx {
+    /// A fresh context for one call.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records `error` as the rejection that ends this attempt and converts it for the caller.
+    pub(crate) fn reject<E: From<Error>>(&self, error: Error) -> E {
+        self.rejection
+            .store(Rejection::of(&error).code(), Ordering::Relaxed);
+        E::from(error)
+    }
+
+    /// The rejection that ended the last attempt, if caracal produced its `Err`.
+    pub(crate) fn rejection(&self) -> Option<Rejection> {
+        Rejection::from_code(self.rejection.load(Ordering::Relaxed))
+    }
+
+    /// Forgets the previous attempt's rejection (a new attempt starts).
+    pub(crate) fn clear(&self) {
+        self.rejection.store(0, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,193 @@
+//! Coordination identities and the Redis keys derived from them.
+//!
+//! An identity is (namespace, policy kind, name, operation, scope). Every part is validated where
+//! it is built — the namespace in the coordinator builder, name and operation by the macro at
+//! compile time, the scope by [`Scope::new`] once per call — so a backend never sees an invalid
+//! one and a validation error can never be mistaken for a coordinator failure.
+//!
+//! The key layout is `caracal:v1:{<sha256 hex of the JSON array [namespace, "<kind>:<name>",
+//! operation, scope]>}:<suffix>`, byte-compatible with @gkoos/caracal so Rust and TypeScript
+//! replicas can share one budget. The `{…}` hash tag keeps every key of one identity in one
+//! cluster slot.
+
+use std::borrow::Cow;
+use std::fmt::{self, Write as _};
+
+use sha2::{Digest, Sha256};
+
+use crate::Error;
+
+/// The longest identity part, in UTF-8 bytes.
+pub(crate) const MAX_PART_BYTES: usize = 1024;
+
+/// Checks one identity part: non-blank and at most [`MAX_PART_BYTES`].
+pub(crate) fn check_part(value: &str) -> Result<(), &'static str> {
+    if value.trim().is_empty() {
+        Err("must not be blank")
+    } else if value.len() > MAX_PART_BYTES {
+        Err("must be at most 1024 bytes")
+    } else {
+        Ok(())
+    }
+}
+
+/// A validated scope: the per-call part of an identity.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Scope(Cow<'static, str>);
+
+impl Scope {
+    /// The scope used when none is given.
+    pub const GLOBAL: Scope = Scope(Cow::Borrowed("global"));
+
+    /// A scope the macro already validated at compile time.
+    pub(crate) const fn from_static(value: &'static str) -> Self {
+        Scope(Cow::Borrowed(value))
+    }
+
+    /// Validates a scope value.
+    pub(crate) fn new(value: impl Into<Cow<'static, str>>) -> Result<Self, Error> {
+        let value = value.into();
+        check_part(&value).map_err(|reason| Error::InvalidScope { reason })?;
+        Ok(Scope(value))
+    }
+
+    /// The scope as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The policy kinds that own distributed state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Kind {
+    Bulkhead,
+    Breaker,
+    RateLimit,
+}
+
+impl Kind {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Kind::Bulkhead => "bulkhead",
+            Kind::Breaker => "breaker",
+            Kind::RateLimit => "ratelimit",
+        }
+    }
+}
+
+/// The hash tag of one identity: `caracal:v1:{<hex>}:`, to which a suffix is appended.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct KeyBase(String);
+
+impl KeyBase {
+    /// Derives the key base of an identity. The parts must already be validated.
+    pub(crate) fn derive(
+        namespace: &str,
+        kind: Kind,
+        name: &str,
+        operation: &str,
+        scope: &Scope,
+    ) -> Self {
+        let mut json = String::with_capacity(
+            namespace.len() + name.len() + operation.len() + scope.as_str().len() + 32,
+        );
+        json.push('[');
+        push_js_string(&mut json, namespace);
+        json.push(',');
+        push_js_string(&mut json, &format!("{}:{name}", kind.as_str()));
+        json.push(',');
+        push_js_string(&mut json, operation);
+        json.push(',');
+        push_js_string(&mut json, scope.as_str());
+        json.push(']');
+        let digest = Sha256::digest(json.as_bytes());
+        let mut base = String::with_capacity(11 + 64 + 3);
+        base.push_str("caracal:v1:{");
+        for byte in digest {
+            // Writing to a String cannot fail.
+            let _ = write!(base, "{byte:02x}");
+        }
+        base.push_str("}:");
+        KeyBase(base)
+    }
+
+    /// The full key for `suffix`.
+    pub(crate) fn key(&self, suffix: &str) -> String {
+        let mut key = String::with_capacity(self.0.len() + suffix.len());
+        key.push_str(&self.0);
+        key.push_str(suffix);
+        key
+    }
+
+}
+
+/// Appends `value` as a JSON string exactly as JavaScript's `JSON.stringify` writes it, so keys
+/// match the ones @gkoos/caracal derives. (Rust strings cannot hold the lone surrogates that
+/// `JSON.stringify` would also escape.)
+fn push_js_string(out: &mut String, value: &str) {
+    out.push('"');
+    for ch in value.chars() {
+        match ch {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{08}' => out.push_str("\\b"),
+            '\u{0c}' => out.push_str("\\f"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scope_validation() {
+        assert!(Scope::new("tenant:1").is_ok());
+        assert!(matches!(
+            Scope::new("  \t"),
+            Err(Error::InvalidScope { .. })
+        ));
+        assert!(Scope::new("x".repeat(1024)).is_ok());
+        assert!(matches!(
+            Scope::new("x".repeat(1025)),
+            Err(Error::InvalidScope { .. })
+        ));
+    }
+
+    #[test]
+    fn json_escaping_matches_javascript() {
+        let mut out = String::new();
+        push_js_string(&mut out, "a\"b\\c\u{1}\u{1f}\n\t\u{7f}é😀\u{2028}");
+        assert_eq!(out, "\"a\\\"b\\\\c\\u0001\\u001f\\n\\t\u{7f}é😀\u{2028}\"");
+    }
+
+    #[test]
+    fn every_suffix_shares_the_hash_tag() {
+        let base = KeyBase::derive("ns", Kind::Breaker, "p", "op", &Scope::GLOBAL);
+        let a = base.key("breaker");
+        let b = base.key("probes");
+        assert_eq!(a[..a.len() - 7], b[..b.len() - 6]);
+        assert!(a.starts_with("caracal:v1:{") && a.ends_with("}:breaker"));
+    }
+
+    #[test]
+    fn delimiters_cannot_collide() {
+        let a = KeyBase::derive("a:b", Kind::Bulkhead, "c", "d", &Scope::GLOBAL);
+        let b = KeyBase::derive("a", Kind::Bulkhead, "b:c", "d", &Scope::GLOBAL);
+        assert_ne!(a, b);
+    }
+}

@@ -1,0 +1,7 @@
+//! The policies: what each attribute does to a call.
+
+pub(crate) mod breaker;
+pub(crate) mod bulkhead;
+pub(crate) mod rate_limit;
+pub(crate) mod retry;
+pub(crate) mod timeout;
