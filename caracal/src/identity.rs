@@ -184,6 +184,31 @@ mod tests {
         assert!(a.starts_with("caracal:v1:{") && a.ends_with("}:breaker"));
     }
 
+    /// Keys @gkoos/caracal derives, escaping edge cases included: a Rust replica must land on
+    /// the very same keys to share a budget with TypeScript ones.
+    #[test]
+    fn keys_match_the_typescript_vectors() {
+        let vectors = include_str!("../tests/data/key-vectors.jsonl");
+        let mut checked = 0;
+        for line in vectors.lines().filter(|l| !l.trim().is_empty()) {
+            let v: serde_json::Value = serde_json::from_str(line).expect("vector is JSON");
+            let text = |field: &str| v[field].as_str().expect("string field").to_owned();
+            let policy = text("policy");
+            let (kind, name) = policy.split_once(':').expect("kind:name");
+            let kind = match kind {
+                "bulkhead" => Kind::Bulkhead,
+                "breaker" => Kind::Breaker,
+                "ratelimit" => Kind::RateLimit,
+                other => panic!("unknown policy kind {other}"),
+            };
+            let scope = Scope::new(text("scope")).expect("vector scope is valid");
+            let base = KeyBase::derive(&text("namespace"), kind, name, &text("operation"), &scope);
+            assert_eq!(base.key(&text("suffix")), text("key"), "vector {line}");
+            checked += 1;
+        }
+        assert!(checked >= 10);
+    }
+
     #[test]
     fn delimiters_cannot_collide() {
         let a = KeyBase::derive("a:b", Kind::Bulkhead, "c", "d", &Scope::GLOBAL);

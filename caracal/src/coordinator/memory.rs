@@ -82,3 +82,83 @@ impl MemoryBackend {
         Ok(removed)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::identity::{Kind, Scope};
+
+    fn key() -> KeyBase {
+        KeyBase::derive("ns", Kind::Bulkhead, "p", "op", &Scope::GLOBAL)
+    }
+
+    fn command(key: &KeyBase, action: LeaseAction, token: Uuid, ttl_ms: u64) -> LeaseCommand<'_> {
+        LeaseCommand {
+            key,
+            action,
+            token,
+            ttl: Duration::from_millis(ttl_ms),
+            limit: 2,
+        }
+    }
+
+    fn reply(allowed: bool, occupancy: u32) -> LeaseReply {
+        LeaseReply { allowed, occupancy }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn admits_up_to_the_limit_and_is_idempotent_per_token() {
+        let memory = MemoryBackend::default();
+        let key = key();
+        let (a, b, c) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+        let acquire = |t| memory.lease(command(&key, LeaseAction::Acquire, t, 1000));
+        assert_eq!(acquire(a).ok(), Some(reply(true, 1)));
+        assert_eq!(acquire(b).ok(), Some(reply(true, 2)));
+        assert_eq!(acquire(c).ok(), Some(reply(false, 2)));
+        assert_eq!(acquire(a).ok(), Some(reply(true, 2)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn renewal_extends_and_expiry_prunes() {
+        let memory = MemoryBackend::default();
+        let key = key();
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        memory.lease(command(&key, LeaseAction::Acquire, a, 1000)).expect("acquire");
+        memory.lease(command(&key, LeaseAction::Acquire, b, 1000)).expect("acquire");
+        tokio::time::advance(Duration::from_millis(600)).await;
+        let renewed = memory.lease(command(&key, LeaseAction::Renew, a, 1000));
+        assert_eq!(renewed.ok(), Some(reply(true, 2)));
+        // b's deadline (1000 ms) passes, a's (1600 ms) does not: exactly at a deadline the
+        // lease counts as expired.
+        tokio::time::advance(Duration::from_millis(400)).await;
+        let c = Uuid::new_v4();
+        let taken = memory.lease(command(&key, LeaseAction::Acquire, c, 1000));
+        assert_eq!(taken.ok(), Some(reply(true, 2)));
+        let renew_b = memory.lease(command(&key, LeaseAction::Renew, b, 1000));
+        assert_eq!(renew_b.ok(), Some(reply(false, 2)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn release_frees_only_its_own_token() {
+        let memory = MemoryBackend::default();
+        let key = key();
+        let a = Uuid::new_v4();
+        memory.lease(command(&key, LeaseAction::Acquire, a, 1000)).expect("acquire");
+        assert_eq!(memory.release(&key, Uuid::new_v4()).ok(), Some(false));
+        assert_eq!(memory.release(&key, a).ok(), Some(true));
+        assert_eq!(memory.release(&key, a).ok(), Some(false));
+        assert!(lock(&memory.leases).is_empty(), "an empty lease set is dropped");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_closed_backend_refuses_commands() {
+        let memory = MemoryBackend::default();
+        memory.close();
+        let err = memory
+            .lease(command(&key(), LeaseAction::Acquire, Uuid::new_v4(), 1000))
+            .expect_err("closed");
+        assert_eq!(err.failure_kind(), Some(FailureKind::ShutDown));
+    }
+}

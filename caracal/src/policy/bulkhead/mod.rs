@@ -92,3 +92,6 @@ where
         distributed::run(site, ctx, scope, body).await
     }
 }
+
+#[cfg(test)]
+mod tests;
