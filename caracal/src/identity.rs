@@ -117,6 +117,17 @@ impl KeyBase {
         KeyBase(base)
     }
 
+    /// The 64 hex digits inside the hash tag: what names the identity in pub/sub messages.
+    pub(crate) fn tag(&self) -> &str {
+        &self.0[12..76]
+    }
+
+    /// The key base of the identity whose tag is `tag` (as [`tag`](Self::tag) returns it).
+    pub(crate) fn from_tag(tag: &str) -> Option<Self> {
+        (tag.len() == 64 && tag.bytes().all(|b| b.is_ascii_hexdigit()))
+            .then(|| KeyBase(format!("caracal:v1:{{{tag}}}:")))
+    }
+
     /// The full key for `suffix`.
     pub(crate) fn key(&self, suffix: &str) -> String {
         let mut key = String::with_capacity(self.0.len() + suffix.len());
@@ -182,6 +193,8 @@ mod tests {
         let b = base.key("probes");
         assert_eq!(a[..a.len() - 7], b[..b.len() - 6]);
         assert!(a.starts_with("caracal:v1:{") && a.ends_with("}:breaker"));
+        assert_eq!(KeyBase::from_tag(base.tag()), Some(base));
+        assert_eq!(KeyBase::from_tag("not hex"), None);
     }
 
     /// Keys @gkoos/caracal derives, escaping edge cases included: a Rust replica must land on

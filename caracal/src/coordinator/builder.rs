@@ -90,7 +90,9 @@ impl RedisBuilder {
         } else {
             return Err(Error::config("a standalone coordinator takes exactly one URL"));
         };
-        let backend = RedisBackend::connect(topology, self.command_timeout, self.pool_size).await?;
+        let backend =
+            RedisBackend::connect(topology, self.command_timeout, self.pool_size, &self.namespace)
+                .await?;
         Ok(Coordinator::new(self.namespace, Backend::Redis(backend)))
     }
 }

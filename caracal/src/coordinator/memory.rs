@@ -3,23 +3,46 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::{LeaseAction, LeaseCommand, LeaseReply};
+use super::{BreakerTarget, LeaseAction, LeaseCommand, LeaseReply};
+use crate::policy::breaker::kernel::{
+    AdmitReply, ObserveReply, ProbeOutcome, Seen, SettleReply, Store,
+};
 use crate::error::FailureKind;
 use crate::Error;
 use crate::identity::KeyBase;
 use crate::sync::lock;
 
-#[derive(Debug, Default)]
+/// Sweep breakers that can no longer matter once every this many breaker commands.
+const SWEEP_EVERY: u32 = 1024;
+
+#[derive(Debug)]
 pub(super) struct MemoryBackend {
     /// Live leases per lease set: token and deadline. A set is removed once empty, as the Redis
     /// key expires at its latest deadline.
     leases: Mutex<HashMap<KeyBase, Vec<(Uuid, Instant)>>>,
+    /// Breaker stores, with the time (ms) after which nothing in each can matter any more.
+    breakers: Mutex<HashMap<KeyBase, (Store, u64)>>,
+    commands: AtomicU32,
+    /// The breaker clock's zero: breaker times are milliseconds since this instant, plus one.
+    origin: Instant,
     closed: AtomicBool,
+}
+
+impl Default for MemoryBackend {
+    fn default() -> Self {
+        MemoryBackend {
+            leases: Mutex::default(),
+            breakers: Mutex::default(),
+            commands: AtomicU32::new(0),
+            origin: Instant::now(),
+            closed: AtomicBool::new(false),
+        }
+    }
 }
 
 impl MemoryBackend {
@@ -62,6 +85,54 @@ impl MemoryBackend {
             sets.remove(command.key);
         }
         Ok(reply)
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX) + 1
+    }
+
+    /// Runs one kernel step on `target`'s store.
+    fn breaker<R>(&self, target: &BreakerTarget, step: impl FnOnce(&mut Store, u64) -> R) -> Result<R, Error> {
+        self.check_open()?;
+        let now = self.now_ms();
+        let mut breakers = lock(&self.breakers);
+        if self.commands.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == 0 {
+            breakers.retain(|_, (_, matters_until)| *matters_until > now);
+        }
+        let (store, matters_until) = breakers.entry(target.key.clone()).or_default();
+        let reply = step(store, now);
+        *matters_until = store.matters_until(&target.settings);
+        Ok(reply)
+    }
+
+    pub(super) fn breaker_admit(&self, target: &BreakerTarget, token: Uuid) -> Result<AdmitReply, Error> {
+        self.breaker(target, |store, now| {
+            store.admit(now, token.as_u128(), &target.settings, &mut Seen::default())
+        })
+    }
+
+    pub(super) fn breaker_observe(
+        &self,
+        target: &BreakerTarget,
+        generation: u64,
+        failures: &[bool],
+        mint: u64,
+    ) -> Result<ObserveReply, Error> {
+        self.breaker(target, |store, now| {
+            store.observe(now, generation, failures, mint, &target.settings, &mut Seen::default())
+        })
+    }
+
+    pub(super) fn breaker_settle(
+        &self,
+        target: &BreakerTarget,
+        token: Uuid,
+        outcome: ProbeOutcome,
+        generation: u64,
+    ) -> Result<SettleReply, Error> {
+        self.breaker(target, |store, now| {
+            store.settle(now, token.as_u128(), outcome, generation, &target.settings, &mut Seen::default())
+        })
     }
 
     /// Removes `token`'s lease; `true` if it was live.

@@ -25,6 +25,7 @@ use self::redis::RedisBackend;
 use self::wakeups::Wakeups;
 use crate::Error;
 use crate::identity::KeyBase;
+use crate::policy::breaker::kernel::{AdmitReply, ObserveReply, ProbeOutcome, Settings, SettleReply};
 
 /// Where distributed policies keep their shared state.
 ///
@@ -108,6 +109,13 @@ pub(crate) struct LeaseReply {
     pub(crate) allowed: bool,
     /// Live leases after the command.
     pub(crate) occupancy: u32,
+}
+
+/// A breaker identity and the settings its commands carry.
+#[derive(Debug, Clone)]
+pub(crate) struct BreakerTarget {
+    pub(crate) key: KeyBase,
+    pub(crate) settings: Settings,
 }
 
 impl Coordinator {
@@ -266,6 +274,57 @@ impl Coordinator {
 }
 
 impl Coordinator {
+    /// Asks whether a call may run through `target`'s breaker; `token` names the probe slot
+    /// it takes if it becomes a probe.
+    pub(crate) async fn breaker_admit(&self, target: &BreakerTarget, token: Uuid) -> Result<AdmitReply, Error> {
+        match &self.inner.backend {
+            Backend::Memory(memory) => memory.breaker_admit(target, token),
+            Backend::Redis(redis) => redis.breaker_admit(target, token).await,
+        }
+    }
+
+    /// Records closed-state outcomes (`true` = failure) admitted under `generation`. The
+    /// request is sent at the first poll; the future owns everything it needs.
+    pub(crate) fn breaker_observe(
+        &self,
+        target: BreakerTarget,
+        generation: u64,
+        failures: Vec<bool>,
+    ) -> impl Future<Output = Result<ObserveReply, Error>> + Send + 'static {
+        let coordinator = self.clone();
+        let mint = mint_generation();
+        async move {
+            match &coordinator.inner.backend {
+                Backend::Memory(memory) => memory.breaker_observe(&target, generation, &failures, mint),
+                Backend::Redis(redis) => redis.breaker_observe(&target, generation, &failures, mint).await,
+            }
+        }
+    }
+
+    /// Settles the probe `token` admitted under `generation`. The request is sent at the first
+    /// poll; the future owns everything it needs.
+    pub(crate) fn breaker_settle(
+        &self,
+        target: BreakerTarget,
+        token: Uuid,
+        outcome: ProbeOutcome,
+        generation: u64,
+    ) -> impl Future<Output = Result<SettleReply, Error>> + Send + 'static {
+        let coordinator = self.clone();
+        async move {
+            match &coordinator.inner.backend {
+                Backend::Memory(memory) => memory.breaker_settle(&target, token, outcome, generation),
+                Backend::Redis(redis) => redis.breaker_settle(&target, token, outcome, generation).await,
+            }
+        }
+    }
+
+    /// Runs `work` in the background, tracked so [`shutdown`](Self::shutdown) can flush it.
+    /// It is polled once before this returns (see [`Background::start`]).
+    pub(crate) fn in_background(&self, work: impl Future<Output = ()> + Send + 'static) {
+        self.inner.background.start(work);
+    }
+
     /// Completes when [`wake`](Self::wake) is next called for `key`; registered from the start.
     pub(crate) fn released(&self, key: &KeyBase) -> wakeups::Released<'_> {
         self.inner.wakeups.released(key)
@@ -275,6 +334,13 @@ impl Coordinator {
     pub(crate) fn wake(&self, key: &KeyBase) {
         self.inner.wakeups.wake(key);
     }
+}
+
+/// A generation for an epoch started after its state was lost: random, non-zero, and below
+/// 2^44 so it survives Lua's double-precision numbers exactly.
+fn mint_generation() -> u64 {
+    let random = (Uuid::new_v4().as_u128() >> 64) as u64;
+    (random & ((1 << 44) - 1)).max(1)
 }
 
 static INSTALLED: OnceLock<Coordinator> = OnceLock::new();

@@ -3,5 +3,6 @@
 pub(crate) mod breaker;
 pub(crate) mod bulkhead;
 pub(crate) mod rate_limit;
+mod registry;
 pub(crate) mod retry;
 pub(crate) mod timeout;

@@ -1,5 +1,6 @@
 //! The Redis backend: policy state in Redis, changed only by atomic Lua scripts.
 
+mod breaker;
 mod pool;
 mod reply;
 mod scripts;
@@ -21,6 +22,8 @@ use crate::identity::KeyBase;
 pub(super) struct RedisBackend {
     pool: Pool,
     cluster: bool,
+    /// Where breaker scripts publish transitions, one channel per namespace.
+    channel: String,
 }
 
 impl RedisBackend {
@@ -28,12 +31,18 @@ impl RedisBackend {
         topology: Topology,
         timeout: Duration,
         pool_size: usize,
+        namespace: &str,
     ) -> Result<Self, Error> {
         let cluster = matches!(topology, Topology::Cluster(_));
         Ok(RedisBackend {
             pool: Pool::connect(&topology, timeout, pool_size).await?,
             cluster,
+            channel: transitions_channel(namespace),
         })
+    }
+
+    fn channel(&self) -> &str {
+        &self.channel
     }
 
     pub(super) fn is_cluster(&self) -> bool {
@@ -51,7 +60,7 @@ impl RedisBackend {
     /// Runs `script` with `EVALSHA`, falling back once to `EVAL` when the server does not have
     /// it (restart, `SCRIPT FLUSH`, eviction) — safe, as the server ran nothing. Both share one
     /// deadline.
-    async fn eval(&self, script: &Script, keys: &[&str], args: impl ToRedisArgs) -> Result<Value, Error> {
+    async fn eval(&self, script: &Script, keys: &[String], args: impl ToRedisArgs) -> Result<Value, Error> {
         let deadline = Instant::now() + self.pool.timeout();
         let mut conn = self.pool.checkout()?;
         let call = |verb: &str, target: &str| {
@@ -75,7 +84,7 @@ impl RedisBackend {
         let reply = self
             .eval(
                 script,
-                &[&key],
+                &[key],
                 (
                     command.action.as_str(),
                     token_text(command.token),
@@ -118,3 +127,11 @@ fn token_text(token: Uuid) -> String {
     token.hyphenated().to_string()
 }
 
+
+/// The pub/sub channel of a namespace's breaker transitions.
+fn transitions_channel(namespace: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(namespace.as_bytes());
+    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    format!("caracal:v1:breaker-transitions:{hex}")
+}

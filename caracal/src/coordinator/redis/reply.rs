@@ -6,7 +6,8 @@ use redis::Value;
 use crate::Error;
 use crate::error::FailureKind;
 
-fn malformed(script: &str, detail: impl std::fmt::Display) -> Error {
+/// A reply that does not have the shape `script` promises.
+pub(crate) fn malformed(script: &str, detail: impl std::fmt::Display) -> Error {
     Error::unavailable(
         FailureKind::MalformedReply,
         format!("{script} replied {detail}"),

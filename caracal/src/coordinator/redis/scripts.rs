@@ -38,6 +38,9 @@ macro_rules! scripts {
 
 scripts! {
     BULKHEAD_LEASE => "bulkhead_lease",
+    BREAKER_ADMIT => "breaker_admit",
+    BREAKER_OBSERVE => "breaker_observe",
+    BREAKER_SETTLE => "breaker_settle",
 }
 
 #[cfg(test)]

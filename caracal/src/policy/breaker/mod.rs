@@ -1,5 +1,7 @@
 //! `#[circuit_breaker]`: one shared failure window per identity.
 
+pub(crate) mod kernel;
+
 use std::future::Future;
 use std::time::Duration;
 

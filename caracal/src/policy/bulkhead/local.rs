@@ -3,9 +3,8 @@
 //! `tokio::sync::Semaphore` hands a freed permit straight to the longest waiter, so waiting
 //! callers are served in arrival order and a newcomer can never barge past them.
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, LazyLock, Mutex, OnceLock};
+use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
@@ -13,13 +12,13 @@ use tokio::time::Instant;
 use super::BulkheadSite;
 use crate::ctx::CallCtx;
 use crate::events::{self, BulkheadRejection};
-use crate::identity::Scope;
-use crate::sync::lock;
 use crate::Error;
+use crate::identity::Scope;
+use crate::policy::registry::{self, Registry};
 
 /// One identity's budget.
 #[derive(Debug)]
-struct Budget {
+pub(super) struct Budget {
     semaphore: Arc<Semaphore>,
     limit: u32,
 }
@@ -31,42 +30,13 @@ impl Budget {
     }
 }
 
-type Key = (&'static str, &'static str, Scope);
+/// Every local budget of the process. A budget is idle when no slot is taken.
+static BUDGETS: Registry<Budget> = Registry::new(|budget| budget.occupancy() == 0);
 
-/// Every local budget of the process, by (name, operation, scope). An entry for a per-call
-/// scope is removed when its last holder leaves, so arbitrary scopes cannot grow it forever.
-static BUDGETS: LazyLock<Mutex<HashMap<Key, Arc<Budget>>>> = LazyLock::new(Mutex::default);
+/// A call site's handle on its default-scope budget.
+pub(super) type SiteCache = registry::SiteCache<Budget>;
 
-/// A call site's handle on its default-scope budget, so the common case skips the registry.
-#[derive(Debug)]
-pub(super) struct SiteCache(OnceLock<Arc<Budget>>);
-
-impl SiteCache {
-    pub(super) const fn new() -> Self {
-        SiteCache(OnceLock::new())
-    }
-}
-
-fn budget(site: &BulkheadSite, scope: &Scope) -> Arc<Budget> {
-    let lookup = || {
-        let key = (site.config.name, site.config.operation, scope.clone());
-        let mut budgets = lock(&BUDGETS);
-        Arc::clone(budgets.entry(key).or_insert_with(|| {
-            Arc::new(Budget {
-                semaphore: Arc::new(Semaphore::new(site.config.limit as usize)),
-                limit: site.config.limit,
-            })
-        }))
-    };
-    if *scope == Scope::GLOBAL {
-        Arc::clone(site.local.0.get_or_init(lookup))
-    } else {
-        lookup()
-    }
-}
-
-/// A held local slot; dropping it frees the slot and, when nobody else uses the budget, the
-/// registry entry.
+/// A held local slot; dropping it frees the slot.
 struct Slot {
     permit: Option<OwnedSemaphorePermit>,
     budget: Arc<Budget>,
@@ -83,14 +53,8 @@ impl Drop for Slot {
             Some(self.budget.occupancy()),
             self.since.elapsed(),
         );
-        // Holders and waiters clone the entry under the registry lock, so under that lock a
-        // count of 2 (the registry and this slot) means nobody else can reach it.
-        if self.scope != Scope::GLOBAL && Arc::strong_count(&self.budget) == 2 {
-            let mut budgets = lock(&BUDGETS);
-            if Arc::strong_count(&self.budget) == 2 {
-                budgets.remove(&(self.site.config.name, self.site.config.operation, self.scope.clone()));
-            }
-        }
+        let config = &self.site.config;
+        BUDGETS.release((config.name, config.operation, &self.scope), &self.budget);
     }
 }
 
@@ -105,7 +69,10 @@ where
     F: Future<Output = Result<T, E>>,
 {
     let config = &site.config;
-    let budget = budget(site, scope);
+    let budget = BUDGETS.get(&site.local, (config.name, config.operation, scope), || Budget {
+        semaphore: Arc::new(Semaphore::new(config.limit as usize)),
+        limit: config.limit,
+    });
     let permit = match Arc::clone(&budget.semaphore).try_acquire_owned() {
         Ok(permit) => permit,
         Err(_) => {

@@ -1,0 +1,135 @@
+//! Process-local policy state, one value per identity (name, operation, scope), shared by every
+//! call site with that identity — the local counterpart of a Redis key.
+//!
+//! A call site caches its default-scope value, so the common case skips the map entirely.
+//! Values for per-call scopes are dropped once idle, so arbitrary scopes cannot grow the map
+//! without bound: when their last user lets go (if the value says it is idle), and in a sweep
+//! every [`SWEEP_EVERY`] lookups (for values that become idle with time).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use crate::identity::Scope;
+use crate::sync::lock;
+
+const SWEEP_EVERY: u32 = 4096;
+
+type Key = (&'static str, &'static str, Scope);
+
+/// Values of one policy kind.
+pub(crate) struct Registry<V> {
+    values: OnceLock<Mutex<HashMap<Key, Arc<V>>>>,
+    lookups: AtomicU32,
+    /// Whether a value nobody holds can be forgotten without losing anything.
+    idle: fn(&V) -> bool,
+}
+
+/// A call site's handle on its default-scope value.
+pub(crate) struct SiteCache<V>(OnceLock<Arc<V>>);
+
+impl<V> std::fmt::Debug for SiteCache<V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SiteCache")
+    }
+}
+
+impl<V> SiteCache<V> {
+    pub(crate) const fn new() -> Self {
+        SiteCache(OnceLock::new())
+    }
+}
+
+impl<V> Registry<V> {
+    pub(crate) const fn new(idle: fn(&V) -> bool) -> Self {
+        Registry {
+            values: OnceLock::new(),
+            lookups: AtomicU32::new(0),
+            idle,
+        }
+    }
+
+    fn map(&self) -> &Mutex<HashMap<Key, Arc<V>>> {
+        self.values.get_or_init(Mutex::default)
+    }
+
+    /// The value of (name, operation, scope), made by `make` if there is none yet.
+    pub(crate) fn get(
+        &self,
+        site: &SiteCache<V>,
+        (name, operation, scope): (&'static str, &'static str, &Scope),
+        make: impl FnOnce() -> V,
+    ) -> Arc<V> {
+        let lookup = || {
+            let mut values = lock(self.map());
+            if self.lookups.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == 0 {
+                // Entries only the map holds, and that say they are idle.
+                values.retain(|_, value| Arc::strong_count(value) > 1 || !(self.idle)(value));
+            }
+            Arc::clone(
+                values
+                    .entry((name, operation, scope.clone()))
+                    .or_insert_with(|| Arc::new(make())),
+            )
+        };
+        if *scope == Scope::GLOBAL {
+            Arc::clone(site.0.get_or_init(lookup))
+        } else {
+            lookup()
+        }
+    }
+
+    /// Called by a user of `value` when it is done: forgets the entry if nobody else holds it
+    /// and it is idle.
+    pub(crate) fn release(
+        &self,
+        (name, operation, scope): (&'static str, &'static str, &Scope),
+        value: &Arc<V>,
+    ) {
+        // Users clone an entry only under the map lock, so under that lock a count of 2 (the
+        // map and the caller) means nobody else can reach it.
+        if *scope == Scope::GLOBAL || Arc::strong_count(value) != 2 || !(self.idle)(value) {
+            return;
+        }
+        let mut values = lock(self.map());
+        if Arc::strong_count(value) == 2 && (self.idle)(value) {
+            values.remove(&(name, operation, scope.clone()));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use super::*;
+
+    static REGISTRY: Registry<AtomicBool> = Registry::new(|busy| !busy.load(Ordering::SeqCst));
+
+    fn scope(s: &str) -> Scope {
+        Scope::new(s.to_owned()).expect("valid scope")
+    }
+
+    #[test]
+    fn one_value_per_identity_and_idle_ones_are_forgotten() {
+        let site = SiteCache::new();
+        let a = REGISTRY.get(&site, ("n", "o", &scope("a")), || AtomicBool::new(true));
+        let again = REGISTRY.get(&site, ("n", "o", &scope("a")), || AtomicBool::new(false));
+        assert!(Arc::ptr_eq(&a, &again));
+        drop(again);
+        REGISTRY.release(("n", "o", &scope("a")), &a);
+        assert!(lock(REGISTRY.map()).contains_key(&("n", "o", scope("a"))), "busy: kept");
+        a.store(false, Ordering::SeqCst);
+        REGISTRY.release(("n", "o", &scope("a")), &a);
+        assert!(!lock(REGISTRY.map()).contains_key(&("n", "o", scope("a"))), "idle: forgotten");
+    }
+
+    #[test]
+    fn the_default_scope_is_cached_by_the_site() {
+        let site = SiteCache::new();
+        let first = REGISTRY.get(&site, ("g", "o", &Scope::GLOBAL), || AtomicBool::new(false));
+        let second = REGISTRY.get(&site, ("g", "o", &Scope::GLOBAL), || AtomicBool::new(true));
+        assert!(Arc::ptr_eq(&first, &second));
+        assert!(!second.load(Ordering::SeqCst));
+    }
+}
