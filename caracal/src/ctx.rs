@@ -15,9 +15,10 @@ pub struct CallCtx {
     rejection: AtomicU8,
 }
 
-/// The rejections an outer layer distinguishes.
+/// The rejections an outer layer distinguishes (part of the macro contract, not a public API).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Rejection {
+#[doc(hidden)]
+pub enum Rejection {
     /// Not admitted by a bulkhead or rate limit: the call never started.
     Admission,
     /// Admitted, then cut short by caracal (lease lost, timeout).

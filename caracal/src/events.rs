@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use crate::Error;
+use crate::policy::breaker::kernel::{ObserveReply, Phase, SettleReply};
 
 /// Which policy instance an event is about.
 #[derive(Debug, Clone, Copy)]
@@ -106,6 +107,117 @@ pub(crate) fn bulkhead_degraded(at: &At<'_>, reason: Degraded, error: &Error) {
     };
     let failure = error.failure_kind().map(|k| k.as_str());
     policy_event!(WARN, "bulkhead.degraded", at, reason, error = error.code(), failure);
+}
+
+pub(crate) fn breaker_state_changed(
+    at: &At<'_>,
+    from: Phase,
+    to: Phase,
+    generation: u64,
+    window: Option<(u32, u32)>,
+) {
+    let (window_total, window_failures) = window.unzip();
+    policy_event!(
+        WARN,
+        "circuit_breaker.state_changed",
+        at,
+        from = from.as_str(),
+        to = to.as_str(),
+        generation,
+        window_total,
+        window_failures
+    );
+}
+
+/// A recorded batch of outcomes (one call, locally) and the window it left.
+pub(crate) fn breaker_observation(at: &At<'_>, generation: u64, window_total: u32, window_failures: u32) {
+    policy_event!(
+        DEBUG,
+        "circuit_breaker.observation",
+        at,
+        generation,
+        window_total,
+        window_failures
+    );
+}
+
+/// A result admitted under an older generation was dropped.
+pub(crate) fn breaker_observation_stale(at: &At<'_>, attempt_generation: u64, current_generation: u64) {
+    policy_event!(
+        DEBUG,
+        "circuit_breaker.observation_stale",
+        at,
+        attempt_generation,
+        current_generation
+    );
+}
+
+pub(crate) fn breaker_rejected(at: &At<'_>, state: Phase, generation: Option<u64>, retry_after: Option<Duration>) {
+    policy_event!(
+        INFO,
+        "circuit_breaker.rejected",
+        at,
+        state = state.as_str(),
+        generation,
+        retry_after_ms = retry_after.map(millis)
+    );
+}
+
+pub(crate) fn breaker_probe_started(at: &At<'_>, generation: u64) {
+    policy_event!(INFO, "circuit_breaker.probe_started", at, generation);
+}
+
+/// The coordinator could not answer: `behaviour` is `"fail_open"` or `"fail_closed"`.
+pub(crate) fn breaker_degraded(at: &At<'_>, behaviour: &'static str, last_known: Option<Phase>) {
+    policy_event!(
+        WARN,
+        "circuit_breaker.degraded",
+        at,
+        reason = "coordinator_unavailable",
+        behaviour,
+        last_known = last_known.map(Phase::as_str)
+    );
+}
+
+/// A breaker command failed: `operation` is `"admit"`, `"observe"` or `"settle"`.
+pub(crate) fn breaker_coordinator_error(at: &At<'_>, operation: &'static str, error: &Error) {
+    let failure = error.failure_kind().map(|k| k.as_str());
+    policy_event!(
+        WARN,
+        "circuit_breaker.coordinator_error",
+        at,
+        operation,
+        error = error.code(),
+        failure
+    );
+}
+
+/// The events an observation's reply calls for (shared by the local and distributed breakers).
+pub(crate) fn breaker_observed(at: &At<'_>, attempted: u64, reply: &ObserveReply) {
+    match *reply {
+        ObserveReply::Recorded { generation, total, failures } => {
+            breaker_observation(at, generation, total, failures);
+        }
+        ObserveReply::Opened { generation, total, failures } => {
+            breaker_observation(at, generation, total, failures);
+            breaker_state_changed(at, Phase::Closed, Phase::Open, generation, Some((total, failures)));
+        }
+        ObserveReply::Stale { generation, .. } => breaker_observation_stale(at, attempted, generation),
+    }
+}
+
+/// The events a probe settlement's reply calls for.
+pub(crate) fn breaker_settled(at: &At<'_>, attempted: u64, reply: &SettleReply) {
+    match *reply {
+        SettleReply::Closed { generation } => {
+            breaker_state_changed(at, Phase::HalfOpen, Phase::Closed, generation, None);
+        }
+        SettleReply::Reopened { generation } => {
+            breaker_state_changed(at, Phase::HalfOpen, Phase::Open, generation, None);
+        }
+        SettleReply::Stale { generation, .. } => breaker_observation_stale(at, attempted, generation),
+        SettleReply::Counted { .. } | SettleReply::Released { .. } => {}
+    }
 }
 
 pub(crate) fn timeout(function: &'static str, after: Duration) {

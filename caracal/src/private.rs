@@ -2,7 +2,7 @@
 
 use std::fmt::Display;
 
-pub use crate::ctx::CallCtx;
+pub use crate::ctx::{CallCtx, Rejection};
 pub use crate::identity::Scope;
 pub use crate::policy::breaker::{
     BreakerConfig, BreakerSite, Classify, ClassifyByResult, OnCoordinatorError, circuit_breaker,

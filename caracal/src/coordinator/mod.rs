@@ -6,6 +6,7 @@
 //! backend answers.
 
 mod background;
+mod breakers;
 mod builder;
 mod memory;
 mod redis;
@@ -20,11 +21,14 @@ use uuid::Uuid;
 
 pub use self::builder::RedisBuilder;
 use self::background::Background;
+pub(crate) use self::breakers::Admission;
+use self::breakers::Breakers;
 use self::memory::MemoryBackend;
 use self::redis::RedisBackend;
 use self::wakeups::Wakeups;
 use crate::Error;
-use crate::identity::KeyBase;
+use crate::events::At;
+use crate::identity::{KeyBase, Scope};
 use crate::policy::breaker::kernel::{AdmitReply, ObserveReply, ProbeOutcome, Settings, SettleReply};
 
 /// Where distributed policies keep their shared state.
@@ -58,6 +62,9 @@ struct Inner {
     backend: Backend,
     background: Background,
     wakeups: Wakeups,
+    breakers: Breakers,
+    /// Whether this coordinator's transition feed (pub/sub subscription) was started.
+    feed: std::sync::Once,
 }
 
 enum Backend {
@@ -111,11 +118,26 @@ pub(crate) struct LeaseReply {
     pub(crate) occupancy: u32,
 }
 
-/// A breaker identity and the settings its commands carry.
+/// A breaker identity, the settings its commands carry, and the names its events carry.
 #[derive(Debug, Clone)]
 pub(crate) struct BreakerTarget {
     pub(crate) key: KeyBase,
     pub(crate) settings: Settings,
+    pub(crate) name: &'static str,
+    pub(crate) operation: &'static str,
+    pub(crate) scope: Scope,
+}
+
+impl BreakerTarget {
+    pub(crate) fn at(&self) -> At<'_> {
+        At {
+            policy: "circuit_breaker",
+            name: self.name,
+            operation: self.operation,
+            scope: self.scope.as_str(),
+            coordination: "distributed",
+        }
+    }
 }
 
 impl Coordinator {
@@ -187,6 +209,8 @@ impl Coordinator {
                 backend,
                 background: Background::default(),
                 wakeups: Wakeups::default(),
+                breakers: Breakers::default(),
+                feed: std::sync::Once::new(),
             }),
         }
     }
@@ -217,10 +241,12 @@ impl Coordinator {
     /// # }
     /// ```
     pub async fn shutdown(&self) {
-        let limit = match &self.inner.backend {
-            Backend::Memory(_) => Duration::ZERO,
-            Backend::Redis(redis) => redis.command_timeout(),
-        };
+        // Pending observation batches wait up to BATCH_DELAY before they are sent.
+        let limit = breakers::BATCH_DELAY
+            + match &self.inner.backend {
+                Backend::Memory(_) => Duration::ZERO,
+                Backend::Redis(redis) => redis.command_timeout(),
+            };
         self.inner.background.flush(limit).await;
         match &self.inner.backend {
             Backend::Memory(memory) => memory.close(),
@@ -317,6 +343,24 @@ impl Coordinator {
                 Backend::Redis(redis) => redis.breaker_settle(&target, token, outcome, generation).await,
             }
         }
+    }
+
+    /// Starts listening for breaker transitions published by other processes (once).
+    fn ensure_transition_feed(&self) {
+        self.inner.feed.call_once(|| {
+            if let Backend::Redis(redis) = &self.inner.backend {
+                let weak = Arc::downgrade(&self.inner);
+                redis.subscribe_transitions(move |message| match weak.upgrade() {
+                    Some(inner) => {
+                        if let Some(message) = message {
+                            inner.breakers.on_message(message);
+                        }
+                        true
+                    }
+                    None => false,
+                });
+            }
+        });
     }
 
     /// Runs `work` in the background, tracked so [`shutdown`](Self::shutdown) can flush it.

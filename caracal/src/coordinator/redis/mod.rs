@@ -57,6 +57,53 @@ impl RedisBackend {
         self.pool.close();
     }
 
+    /// Listens on the namespace's transition channel until the pool closes or `deliver`
+    /// returns `false`. `deliver(None)` is a periodic liveness check; `deliver(Some(message))`
+    /// hands over a message. Reconnects with bounded backoff.
+    pub(super) fn subscribe_transitions(&self, deliver: impl Fn(Option<&str>) -> bool + Send + Sync + 'static) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let connector = self.pool.connector();
+        let closed = self.pool.closed_flag();
+        let channel = self.channel.clone();
+        let timeout = self.pool.timeout();
+        runtime.spawn(async move {
+            use futures_util::StreamExt;
+            use std::sync::atomic::Ordering;
+            let mut failures = 0u32;
+            while !closed.load(Ordering::Acquire) && deliver(None) {
+                if let Ok(mut pubsub) = connector.pubsub(timeout).await {
+                    let subscribed = tokio::time::timeout(timeout, pubsub.subscribe(&channel)).await;
+                    if matches!(subscribed, Ok(Ok(()))) {
+                        failures = 0;
+                        let mut messages = pubsub.on_message();
+                        let mut liveness = tokio::time::interval(Duration::from_secs(1));
+                        loop {
+                            tokio::select! {
+                                message = messages.next() => {
+                                    let Some(message) = message else { break };
+                                    if let Ok(text) = message.get_payload::<String>()
+                                        && !deliver(Some(&text))
+                                    {
+                                        return;
+                                    }
+                                }
+                                _ = liveness.tick() => {
+                                    if closed.load(Ordering::Acquire) || !deliver(None) {
+                                        return;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                failures += 1;
+                tokio::time::sleep(Duration::from_millis(50 * u64::from(failures.min(10)))).await;
+            }
+        });
+    }
+
     /// Runs `script` with `EVALSHA`, falling back once to `EVAL` when the server does not have
     /// it (restart, `SCRIPT FLUSH`, eviction) — safe, as the server ran nothing. Both share one
     /// deadline.

@@ -36,9 +36,9 @@ const TIMEOUTS_BEFORE_RECONNECT: u32 = 2;
 /// The longest pause between two reconnection attempts.
 const MAX_RECONNECT_BACKOFF: Duration = Duration::from_millis(500);
 
-enum Connector {
+pub(crate) enum Connector {
     Standalone(redis::Client),
-    Cluster(redis::cluster::ClusterClient),
+    Cluster(redis::cluster::ClusterClient, Vec<String>),
 }
 
 impl Connector {
@@ -69,9 +69,33 @@ impl Connector {
                 .tcp_settings(tcp)
                 .build()
                 .map_err(invalid)?;
-                Ok(Connector::Cluster(client))
+                Ok(Connector::Cluster(client, seeds.clone()))
             }
         }
+    }
+
+    /// A dedicated pub/sub connection (for cluster: to the first seed that answers; classic
+    /// pub/sub messages reach every node).
+    pub(crate) async fn pubsub(&self, timeout: Duration) -> Result<redis::aio::PubSub, Error> {
+        let attempt = async {
+            match self {
+                Connector::Standalone(client) => client.get_async_pubsub().await.map_err(|e| failure(&e)),
+                Connector::Cluster(_, seeds) => {
+                    let mut last = Error::unavailable(FailureKind::Disconnected, "no seed answered");
+                    for seed in seeds {
+                        let conn = redis::Client::open(seed.as_str()).map_err(|e| failure(&e))?;
+                        match conn.get_async_pubsub().await {
+                            Ok(pubsub) => return Ok(pubsub),
+                            Err(e) => last = failure(&e),
+                        }
+                    }
+                    Err(last)
+                }
+            }
+        };
+        tokio::time::timeout(timeout, attempt).await.unwrap_or_else(|_| {
+            Err(Error::unavailable(FailureKind::Timeout, "pub/sub connection timed out"))
+        })
     }
 
     async fn connect(&self, slot: Weak<Slot>, generation: u64, timeout: Duration) -> Result<Conn, Error> {
@@ -97,7 +121,7 @@ impl Connector {
                         .await
                         .map(Conn::Single)
                 }
-                Connector::Cluster(client) => client.get_async_connection().await.map(Conn::Cluster),
+                Connector::Cluster(client, _) => client.get_async_connection().await.map(Conn::Cluster),
             }
         };
         match tokio::time::timeout(timeout, attempt).await {
@@ -130,7 +154,7 @@ impl Conn {
 pub(crate) struct Slot {
     state: Mutex<SlotState>,
     timeouts: AtomicU32,
-    closed: AtomicBool,
+    closed: Arc<AtomicBool>,
     connector: Arc<Connector>,
     timeout: Duration,
 }
@@ -220,12 +244,15 @@ impl Slot {
 /// release can never be overtaken by its own next acquire.
 pub(crate) struct Pool {
     slots: Box<[Arc<Slot>]>,
+    connector: Arc<Connector>,
+    closed: Arc<AtomicBool>,
     timeout: Duration,
 }
 
 impl Pool {
     pub(crate) async fn connect(topology: &Topology, timeout: Duration, size: usize) -> Result<Self, Error> {
         let connector = Arc::new(Connector::new(topology, timeout)?);
+        let closed = Arc::new(AtomicBool::new(false));
         let slots: Box<[Arc<Slot>]> = (0..size)
             .map(|_| {
                 Arc::new(Slot {
@@ -235,7 +262,7 @@ impl Pool {
                         reconnecting: false,
                     }),
                     timeouts: AtomicU32::new(0),
-                    closed: AtomicBool::new(false),
+                    closed: Arc::clone(&closed),
                     connector: Arc::clone(&connector),
                     timeout,
                 })
@@ -248,7 +275,12 @@ impl Pool {
         for (slot, conn) in slots.iter().zip(conns) {
             slot.up(conn?);
         }
-        Ok(Pool { slots, timeout })
+        Ok(Pool {
+            slots,
+            connector,
+            closed,
+            timeout,
+        })
     }
 
     pub(crate) fn timeout(&self) -> Duration {
@@ -256,10 +288,18 @@ impl Pool {
     }
 
     pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
         for slot in self.slots.iter() {
-            slot.closed.store(true, Ordering::Release);
             lock(&slot.state).conn = None;
         }
+    }
+
+    pub(crate) fn connector(&self) -> Arc<Connector> {
+        Arc::clone(&self.connector)
+    }
+
+    pub(crate) fn closed_flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.closed)
     }
 
     /// A connection for the current task: its own slot if that is up, else any slot that is.

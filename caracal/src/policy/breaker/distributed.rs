@@ -1,0 +1,99 @@
+//! The distributed breaker: one shared window and state per identity, in the coordinator.
+//!
+//! Admission comes from this process's view when it is fresh (no round trip), else from one
+//! admission script call. Closed-path outcomes are recorded in batches without the caller
+//! waiting; a probe's outcome settles its slot in the background.
+//!
+//! When the coordinator cannot answer: a scope this process last saw open or half-open is
+//! rejected (`CircuitOpen`); otherwise `on_coordinator_error` decides — run the body unrecorded
+//! (`fail_open`) or return `CoordinatorUnavailable` (`fail_closed`).
+
+use std::future::Future;
+
+use super::kernel::Phase;
+use super::{BreakerSite, Classify, OnCoordinatorError, ProbeSlot, run_admitted};
+use crate::coordinator::{self, Admission, BreakerTarget};
+use crate::ctx::CallCtx;
+use crate::identity::{KeyBase, Kind, Scope};
+use crate::{Error, Outcome, events};
+
+pub(super) async fn run<T, E, C, F>(
+    site: &'static BreakerSite,
+    ctx: &CallCtx,
+    scope: &Scope,
+    classify: C,
+    body: F,
+) -> Result<T, E>
+where
+    E: From<Error>,
+    C: Classify<T, E>,
+    F: Future<Output = Result<T, E>>,
+{
+    let config = &site.config;
+    let coordinator = match coordinator::current() {
+        Ok(coordinator) => coordinator,
+        Err(error) => return Err(ctx.reject(error)),
+    };
+    let target = BreakerTarget {
+        key: KeyBase::derive(
+            coordinator.namespace(),
+            Kind::Breaker,
+            config.name,
+            config.operation,
+            scope,
+        ),
+        settings: site.settings(),
+        name: config.name,
+        operation: config.operation,
+        scope: scope.clone(),
+    };
+    let at = site.at(scope);
+    let admission = match coordinator.breaker_admission(&target).await {
+        Ok(admission) => admission,
+        Err(error) => {
+            events::breaker_coordinator_error(&at, "admit", &error);
+            let last_known = coordinator.breaker_last_known(&target);
+            let last_seen_open = matches!(last_known, Some(Phase::Open | Phase::HalfOpen));
+            if last_seen_open || config.on_coordinator_error == OnCoordinatorError::FailClosed {
+                events::breaker_degraded(&at, "fail_closed", last_known);
+                let error = if last_seen_open {
+                    site.open_error(scope, None)
+                } else {
+                    error
+                };
+                return Err(ctx.reject(error));
+            }
+            events::breaker_degraded(&at, "fail_open", last_known);
+            // Run unrecorded: the coordinator that would count the outcome is unreachable.
+            return body.await;
+        }
+    };
+    match admission {
+        Admission::Closed { generation } => {
+            run_admitted(ctx, &classify, body, |outcome| match outcome {
+                Outcome::Success => coordinator.breaker_record(&target, generation, false),
+                Outcome::Failure => coordinator.breaker_record(&target, generation, true),
+                Outcome::Ignored => {}
+            })
+            .await
+        }
+        Admission::Probe { generation, token } => {
+            events::breaker_probe_started(&at, generation);
+            let slot = ProbeSlot(Some(|outcome| {
+                coordinator.breaker_settle_later(&target, token, outcome, generation);
+            }));
+            run_admitted(ctx, &classify, body, |outcome| slot.settle(outcome)).await
+        }
+        Admission::Open {
+            generation,
+            retry_after,
+        } => {
+            events::breaker_rejected(&at, Phase::Open, Some(generation), retry_after);
+            Err(ctx.reject(site.open_error(scope, retry_after)))
+        }
+        Admission::ProbeLimit { generation } => {
+            events::breaker_rejected(&at, Phase::HalfOpen, Some(generation), None);
+            Err(ctx.reject(site.open_error(scope, None)))
+        }
+    }
+}
