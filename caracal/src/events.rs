@@ -220,6 +220,39 @@ pub(crate) fn breaker_settled(at: &At<'_>, attempted: u64, reply: &SettleReply) 
     }
 }
 
+pub(crate) fn rate_limit_admitted(at: &At<'_>) {
+    policy_event!(DEBUG, "rate_limit.admitted", at);
+}
+
+/// `retry_after` is `None` when the rejection is a coordinator failure (fail closed).
+pub(crate) fn rate_limit_rejected(at: &At<'_>, retry_after: Option<Duration>) {
+    let reason = if retry_after.is_some() {
+        "rate_exceeded"
+    } else {
+        "coordinator_unavailable"
+    };
+    policy_event!(
+        INFO,
+        "rate_limit.rejected",
+        at,
+        reason,
+        retry_after_ms = retry_after.map(millis),
+        retry_after_us = retry_after.map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+    );
+}
+
+pub(crate) fn rate_limit_degraded(at: &At<'_>, error: &Error) {
+    let failure = error.failure_kind().map(|k| k.as_str());
+    policy_event!(
+        WARN,
+        "rate_limit.degraded",
+        at,
+        reason = "admission_unknown",
+        error = error.code(),
+        failure
+    );
+}
+
 pub(crate) fn timeout(function: &'static str, after: Duration) {
     tracing::event!(
         target: "caracal",

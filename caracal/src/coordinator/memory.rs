@@ -4,11 +4,13 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::Duration;
 
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::{BreakerTarget, LeaseAction, LeaseCommand, LeaseReply};
+use super::{BreakerTarget, LeaseAction, LeaseCommand, LeaseReply, RateCommand};
+use crate::policy::rate_limit::gcra_admit;
 use crate::policy::breaker::kernel::{
     AdmitReply, ObserveReply, ProbeOutcome, Seen, SettleReply, Store,
 };
@@ -17,7 +19,7 @@ use crate::Error;
 use crate::identity::KeyBase;
 use crate::sync::lock;
 
-/// Sweep breakers that can no longer matter once every this many breaker commands.
+/// Sweep breakers and rate cells that can no longer matter once every this many commands.
 const SWEEP_EVERY: u32 = 1024;
 
 #[derive(Debug)]
@@ -25,6 +27,8 @@ pub(super) struct MemoryBackend {
     /// Live leases per lease set: token and deadline. A set is removed once empty, as the Redis
     /// key expires at its latest deadline.
     leases: Mutex<HashMap<KeyBase, Vec<(Uuid, Instant)>>>,
+    /// Rate-limit cells: the theoretical arrival time of each.
+    rates: Mutex<HashMap<KeyBase, Instant>>,
     /// Breaker stores, with the time (ms) after which nothing in each can matter any more.
     breakers: Mutex<HashMap<KeyBase, (Store, u64)>>,
     commands: AtomicU32,
@@ -37,6 +41,7 @@ impl Default for MemoryBackend {
     fn default() -> Self {
         MemoryBackend {
             leases: Mutex::default(),
+            rates: Mutex::default(),
             breakers: Mutex::default(),
             commands: AtomicU32::new(0),
             origin: Instant::now(),
@@ -85,6 +90,19 @@ impl MemoryBackend {
             sets.remove(command.key);
         }
         Ok(reply)
+    }
+
+    pub(super) fn rate_limit(&self, command: RateCommand<'_>) -> Result<Result<(), Duration>, Error> {
+        self.check_open()?;
+        let now = Instant::now();
+        let mut rates = lock(&self.rates);
+        if self.commands.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == 0 {
+            rates.retain(|_, tat| *tat > now);
+        }
+        let tat = rates.get(command.key).copied();
+        Ok(gcra_admit(tat, now, command.interval, command.burst).map(|next| {
+            rates.insert(command.key.clone(), next);
+        }))
     }
 
     fn now_ms(&self) -> u64 {

@@ -118,6 +118,14 @@ pub(crate) struct LeaseReply {
     pub(crate) occupancy: u32,
 }
 
+/// One rate-limit arrival at `key`'s cell.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RateCommand<'a> {
+    pub(crate) key: &'a KeyBase,
+    pub(crate) interval: Duration,
+    pub(crate) burst: u32,
+}
+
 /// A breaker identity, the settings its commands carry, and the names its events carry.
 #[derive(Debug, Clone)]
 pub(crate) struct BreakerTarget {
@@ -275,6 +283,15 @@ impl Coordinator {
         match &self.inner.backend {
             Backend::Memory(memory) => memory.lease(command),
             Backend::Redis(redis) => redis.lease(command).await,
+        }
+    }
+
+    /// Decides one rate-limit arrival: `Ok(Ok(()))` admitted (and charged), `Ok(Err(wait))`
+    /// rejected with the wait until an admission is possible.
+    pub(crate) async fn rate_limit(&self, command: RateCommand<'_>) -> Result<Result<(), Duration>, Error> {
+        match &self.inner.backend {
+            Backend::Memory(memory) => memory.rate_limit(command),
+            Backend::Redis(redis) => redis.rate_limit(command).await,
         }
     }
 

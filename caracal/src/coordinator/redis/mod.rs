@@ -15,7 +15,7 @@ use uuid::Uuid;
 use self::pool::Pool;
 pub(crate) use self::pool::Topology;
 use self::scripts::Script;
-use super::{LeaseCommand, LeaseReply};
+use super::{LeaseCommand, LeaseReply, RateCommand};
 use crate::Error;
 use crate::identity::KeyBase;
 
@@ -145,6 +145,20 @@ impl RedisBackend {
             allowed: reply::flag(script.name, allowed)?,
             occupancy: reply::to_u32(script.name, occupancy)?,
         })
+    }
+
+    pub(super) async fn rate_limit(&self, command: RateCommand<'_>) -> Result<Result<(), Duration>, Error> {
+        let script = &*scripts::RATE_LIMIT;
+        let interval = u64::try_from(command.interval.as_nanos()).unwrap_or(u64::MAX);
+        let value = self
+            .eval(script, &[command.key.key("rate:ns")], (interval, command.burst))
+            .await?;
+        let [allowed, wait] = reply::integers::<2>(script.name, value)?;
+        match (reply::flag(script.name, allowed)?, u64::try_from(wait)) {
+            (true, Ok(0)) => Ok(Ok(())),
+            (false, Ok(wait)) if wait > 0 => Ok(Err(Duration::from_nanos(wait))),
+            _ => Err(reply::malformed(script.name, format_args!("{{{allowed}, {wait}}}"))),
+        }
     }
 
     /// A release of `token`'s lease (a bare `ZREM`: the member is the token, so only the holder

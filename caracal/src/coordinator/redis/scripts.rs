@@ -41,6 +41,7 @@ scripts! {
     BREAKER_ADMIT => "breaker_admit",
     BREAKER_OBSERVE => "breaker_observe",
     BREAKER_SETTLE => "breaker_settle",
+    RATE_LIMIT => "rate_limit",
 }
 
 #[cfg(test)]

@@ -1,0 +1,39 @@
+-- rate_limit: GCRA admission. One admission per `interval` on average, up to `burst` at once
+-- after idle time. Same decision as `gcra::admit` in the Rust crate.
+--
+-- KEYS[1]  `caracal:v1:{<identity>}:rate:ns`: the theoretical arrival time (TAT) as
+--          "<seconds>:<nanoseconds>" of server time. Time is kept as a (seconds, nanoseconds)
+--          pair so every sum stays an exact integer in Lua's doubles; the interval is whole
+--          nanoseconds, rounded up from 1/rate, so rounding never admits more than asked
+--          (@gkoos/caracal rounds to whole milliseconds: 700/s becomes 1000/s).
+-- ARGV[1]  emission interval in nanoseconds (integer >= 1)
+-- ARGV[2]  burst (integer >= 1)
+-- Reply    {allowed, retry_after_ns}: 1, 0 when admitted (the TAT moves one interval on);
+--          0 and the wait until the next admission is possible (> 0) when rejected.
+-- TTL      PXAT at the new TAT: past it the key cannot change any decision.
+-- Cost     O(1).
+local clock = redis.call('TIME')
+local now_s, now_ns = tonumber(clock[1]), tonumber(clock[2]) * 1000
+local interval = tonumber(ARGV[1])
+local burst_delay = interval * (tonumber(ARGV[2]) - 1)
+
+local tat_s, tat_ns = now_s, now_ns
+local stored = redis.call('GET', KEYS[1])
+if stored then
+  local sep = string.find(stored, ':', 1, true)
+  local s, ns = tonumber(string.sub(stored, 1, sep - 1)), tonumber(string.sub(stored, sep + 1))
+  if s > now_s or (s == now_s and ns > now_ns) then
+    tat_s, tat_ns = s, ns
+  end
+end
+
+local ahead = (tat_s - now_s) * 1000000000 + (tat_ns - now_ns)
+if ahead > burst_delay then
+  return {0, ahead - burst_delay}
+end
+local total = tat_ns + interval
+local next_ns = total % 1000000000
+local next_s = tat_s + (total - next_ns) / 1000000000
+redis.call('SET', KEYS[1], string.format('%d:%d', next_s, next_ns),
+  'PXAT', next_s * 1000 + math.ceil(next_ns / 1000000))
+return {1, 0}
