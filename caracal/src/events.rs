@@ -71,7 +71,13 @@ pub(crate) fn bulkhead_rejected(
 }
 
 pub(crate) fn bulkhead_released(at: &At<'_>, occupancy: Option<u32>, held: Duration) {
-    policy_event!(DEBUG, "bulkhead.released", at, occupancy, held_ms = millis(held));
+    policy_event!(
+        DEBUG,
+        "bulkhead.released",
+        at,
+        occupancy,
+        held_ms = millis(held)
+    );
 }
 
 /// A distributed release found no live lease: it had expired (or was released) already.
@@ -106,7 +112,14 @@ pub(crate) fn bulkhead_degraded(at: &At<'_>, reason: Degraded, error: &Error) {
         Degraded::ReleaseUnknown => "release_unknown",
     };
     let failure = error.failure_kind().map(|k| k.as_str());
-    policy_event!(WARN, "bulkhead.degraded", at, reason, error = error.code(), failure);
+    policy_event!(
+        WARN,
+        "bulkhead.degraded",
+        at,
+        reason,
+        error = error.code(),
+        failure
+    );
 }
 
 pub(crate) fn breaker_state_changed(
@@ -130,7 +143,12 @@ pub(crate) fn breaker_state_changed(
 }
 
 /// A recorded batch of outcomes (one call, locally) and the window it left.
-pub(crate) fn breaker_observation(at: &At<'_>, generation: u64, window_total: u32, window_failures: u32) {
+pub(crate) fn breaker_observation(
+    at: &At<'_>,
+    generation: u64,
+    window_total: u32,
+    window_failures: u32,
+) {
     policy_event!(
         DEBUG,
         "circuit_breaker.observation",
@@ -142,7 +160,11 @@ pub(crate) fn breaker_observation(at: &At<'_>, generation: u64, window_total: u3
 }
 
 /// A result admitted under an older generation was dropped.
-pub(crate) fn breaker_observation_stale(at: &At<'_>, attempt_generation: u64, current_generation: u64) {
+pub(crate) fn breaker_observation_stale(
+    at: &At<'_>,
+    attempt_generation: u64,
+    current_generation: u64,
+) {
     policy_event!(
         DEBUG,
         "circuit_breaker.observation_stale",
@@ -152,7 +174,12 @@ pub(crate) fn breaker_observation_stale(at: &At<'_>, attempt_generation: u64, cu
     );
 }
 
-pub(crate) fn breaker_rejected(at: &At<'_>, state: Phase, generation: Option<u64>, retry_after: Option<Duration>) {
+pub(crate) fn breaker_rejected(
+    at: &At<'_>,
+    state: Phase,
+    generation: Option<u64>,
+    retry_after: Option<Duration>,
+) {
     policy_event!(
         INFO,
         "circuit_breaker.rejected",
@@ -195,14 +222,30 @@ pub(crate) fn breaker_coordinator_error(at: &At<'_>, operation: &'static str, er
 /// The events an observation's reply calls for (shared by the local and distributed breakers).
 pub(crate) fn breaker_observed(at: &At<'_>, attempted: u64, reply: &ObserveReply) {
     match *reply {
-        ObserveReply::Recorded { generation, total, failures } => {
+        ObserveReply::Recorded {
+            generation,
+            total,
+            failures,
+        } => {
             breaker_observation(at, generation, total, failures);
         }
-        ObserveReply::Opened { generation, total, failures } => {
+        ObserveReply::Opened {
+            generation,
+            total,
+            failures,
+        } => {
             breaker_observation(at, generation, total, failures);
-            breaker_state_changed(at, Phase::Closed, Phase::Open, generation, Some((total, failures)));
+            breaker_state_changed(
+                at,
+                Phase::Closed,
+                Phase::Open,
+                generation,
+                Some((total, failures)),
+            );
         }
-        ObserveReply::Stale { generation, .. } => breaker_observation_stale(at, attempted, generation),
+        ObserveReply::Stale { generation, .. } => {
+            breaker_observation_stale(at, attempted, generation)
+        }
     }
 }
 
@@ -215,7 +258,9 @@ pub(crate) fn breaker_settled(at: &At<'_>, attempted: u64, reply: &SettleReply) 
         SettleReply::Reopened { generation } => {
             breaker_state_changed(at, Phase::HalfOpen, Phase::Open, generation, None);
         }
-        SettleReply::Stale { generation, .. } => breaker_observation_stale(at, attempted, generation),
+        SettleReply::Stale { generation, .. } => {
+            breaker_observation_stale(at, attempted, generation)
+        }
         SettleReply::Counted { .. } | SettleReply::Released { .. } => {}
     }
 }

@@ -135,7 +135,6 @@ impl KeyBase {
         key.push_str(suffix);
         key
     }
-
 }
 
 /// Appends `value` as a JSON string exactly as JavaScript's `JSON.stringify` writes it, so keys

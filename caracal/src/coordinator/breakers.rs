@@ -63,7 +63,10 @@ pub(crate) enum Admission {
     /// Run as a probe holding the slot `token`.
     Probe { generation: u64, token: Uuid },
     /// Rejected: open, with the time until a probe may be admitted when known.
-    Open { generation: u64, retry_after: Option<Duration> },
+    Open {
+        generation: u64,
+        retry_after: Option<Duration>,
+    },
     /// Rejected: half-open with every probe slot taken.
     ProbeLimit { generation: u64 },
 }
@@ -78,7 +81,14 @@ impl Breakers {
     /// older generation while it is fresh (replies and messages can cross on the wire); a
     /// generation can only go down when a lost state restarted the epoch, which a stale view
     /// then accepts.
-    fn learn(&self, key: &KeyBase, phase: Phase, generation: u64, probe_due: Option<Instant>, now: Instant) {
+    fn learn(
+        &self,
+        key: &KeyBase,
+        phase: Phase,
+        generation: u64,
+        probe_due: Option<Instant>,
+        now: Instant,
+    ) {
         let mut views = lock(&self.views);
         if let Some(view) = views.get_mut(key) {
             let fresh = now.duration_since(view.confirmed) < VIEW_MAX_AGE;
@@ -164,7 +174,10 @@ impl Breakers {
 impl Coordinator {
     /// Decides how a call passes `target`'s breaker: from this process's view when it can, else
     /// with one round trip.
-    pub(crate) async fn breaker_admission(&self, target: &BreakerTarget) -> Result<Admission, Error> {
+    pub(crate) async fn breaker_admission(
+        &self,
+        target: &BreakerTarget,
+    ) -> Result<Admission, Error> {
         let breakers = &self.inner.breakers;
         self.ensure_transition_feed();
         if let Some(admission) = breakers.decide_locally(&target.key, Instant::now()) {
@@ -191,7 +204,13 @@ impl Coordinator {
                 retry_after_ms,
             } => {
                 let retry_after = Duration::from_millis(retry_after_ms);
-                breakers.learn(&target.key, Phase::Open, generation, Some(now + retry_after), now);
+                breakers.learn(
+                    &target.key,
+                    Phase::Open,
+                    generation,
+                    Some(now + retry_after),
+                    now,
+                );
                 Admission::Open {
                     generation,
                     retry_after: Some(retry_after),
@@ -207,7 +226,13 @@ impl Coordinator {
             } => {
                 breakers.learn(&target.key, Phase::HalfOpen, generation, None, now);
                 if transitioned {
-                    events::breaker_state_changed(&target.at(), Phase::Open, Phase::HalfOpen, generation, None);
+                    events::breaker_state_changed(
+                        &target.at(),
+                        Phase::Open,
+                        Phase::HalfOpen,
+                        generation,
+                        None,
+                    );
                 }
                 Admission::Probe { generation, token }
             }
@@ -267,10 +292,14 @@ impl Coordinator {
     fn flush_batch(&self, target: &BreakerTarget, generation: u64) {
         let pending = {
             let mut views = lock(&self.inner.breakers.views);
-            views.get_mut(&target.key).and_then(|view| match &view.batch {
-                Some((batch_generation, _)) if *batch_generation == generation => view.batch.take(),
-                _ => None,
-            })
+            views
+                .get_mut(&target.key)
+                .and_then(|view| match &view.batch {
+                    Some((batch_generation, _)) if *batch_generation == generation => {
+                        view.batch.take()
+                    }
+                    _ => None,
+                })
         };
         if let Some((generation, outcomes)) = pending {
             self.send_batch(target, generation, outcomes);
@@ -289,7 +318,12 @@ impl Coordinator {
         });
     }
 
-    fn on_observed(&self, target: &BreakerTarget, attempted: u64, reply: Result<ObserveReply, Error>) {
+    fn on_observed(
+        &self,
+        target: &BreakerTarget,
+        attempted: u64,
+        reply: Result<ObserveReply, Error>,
+    ) {
         let now = Instant::now();
         let breakers = &self.inner.breakers;
         match reply {
@@ -322,7 +356,9 @@ impl Coordinator {
         let target = target.clone();
         self.in_background(async move {
             let reply = settle.await;
-            let Some(coordinator) = upgrade(&weak) else { return };
+            let Some(coordinator) = upgrade(&weak) else {
+                return;
+            };
             let now = Instant::now();
             let breakers = &coordinator.inner.breakers;
             match reply {
@@ -334,7 +370,8 @@ impl Coordinator {
                             let due = now + Duration::from_millis(target.settings.open_ms);
                             (Phase::Open, generation, Some(due))
                         }
-                        SettleReply::Counted { generation, .. } | SettleReply::Released { generation } => {
+                        SettleReply::Counted { generation, .. }
+                        | SettleReply::Released { generation } => {
                             (Phase::HalfOpen, generation, None)
                         }
                         SettleReply::Stale { phase, generation } => (phase, generation, None),

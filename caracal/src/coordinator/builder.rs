@@ -88,11 +88,17 @@ impl RedisBuilder {
         } else if let [url] = &self.urls[..] {
             Topology::Standalone(url.clone())
         } else {
-            return Err(Error::config("a standalone coordinator takes exactly one URL"));
+            return Err(Error::config(
+                "a standalone coordinator takes exactly one URL",
+            ));
         };
-        let backend =
-            RedisBackend::connect(topology, self.command_timeout, self.pool_size, &self.namespace)
-                .await?;
+        let backend = RedisBackend::connect(
+            topology,
+            self.command_timeout,
+            self.pool_size,
+            &self.namespace,
+        )
+        .await?;
         Ok(Coordinator::new(self.namespace, Backend::Redis(backend)))
     }
 }

@@ -10,13 +10,13 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::{BreakerTarget, LeaseAction, LeaseCommand, LeaseReply, RateCommand};
-use crate::policy::rate_limit::gcra_admit;
+use crate::Error;
+use crate::error::FailureKind;
+use crate::identity::KeyBase;
 use crate::policy::breaker::kernel::{
     AdmitReply, ObserveReply, ProbeOutcome, Seen, SettleReply, Store,
 };
-use crate::error::FailureKind;
-use crate::Error;
-use crate::identity::KeyBase;
+use crate::policy::rate_limit::gcra_admit;
 use crate::sync::lock;
 
 /// Sweep breakers and rate cells that can no longer matter once every this many commands.
@@ -53,7 +53,10 @@ impl Default for MemoryBackend {
 impl MemoryBackend {
     fn check_open(&self) -> Result<(), Error> {
         if self.closed.load(Ordering::Acquire) {
-            Err(Error::unavailable(FailureKind::ShutDown, "coordinator shut down"))
+            Err(Error::unavailable(
+                FailureKind::ShutDown,
+                "coordinator shut down",
+            ))
         } else {
             Ok(())
         }
@@ -74,16 +77,29 @@ impl MemoryBackend {
         let reply = match (command.action, held) {
             (LeaseAction::Renew, Some(index)) => {
                 set[index].1 = now + command.ttl;
-                LeaseReply { allowed: true, occupancy: occupancy(set) }
+                LeaseReply {
+                    allowed: true,
+                    occupancy: occupancy(set),
+                }
             }
-            (LeaseAction::Acquire, Some(_)) => LeaseReply { allowed: true, occupancy: occupancy(set) },
-            (LeaseAction::Renew, None) => LeaseReply { allowed: false, occupancy: occupancy(set) },
-            (LeaseAction::Acquire, None) if occupancy(set) >= command.limit => {
-                LeaseReply { allowed: false, occupancy: occupancy(set) }
-            }
+            (LeaseAction::Acquire, Some(_)) => LeaseReply {
+                allowed: true,
+                occupancy: occupancy(set),
+            },
+            (LeaseAction::Renew, None) => LeaseReply {
+                allowed: false,
+                occupancy: occupancy(set),
+            },
+            (LeaseAction::Acquire, None) if occupancy(set) >= command.limit => LeaseReply {
+                allowed: false,
+                occupancy: occupancy(set),
+            },
             (LeaseAction::Acquire, None) => {
                 set.push((command.token, now + command.ttl));
-                LeaseReply { allowed: true, occupancy: occupancy(set) }
+                LeaseReply {
+                    allowed: true,
+                    occupancy: occupancy(set),
+                }
             }
         };
         if set.is_empty() {
@@ -92,7 +108,10 @@ impl MemoryBackend {
         Ok(reply)
     }
 
-    pub(super) fn rate_limit(&self, command: RateCommand<'_>) -> Result<Result<(), Duration>, Error> {
+    pub(super) fn rate_limit(
+        &self,
+        command: RateCommand<'_>,
+    ) -> Result<Result<(), Duration>, Error> {
         self.check_open()?;
         let now = Instant::now();
         let mut rates = lock(&self.rates);
@@ -100,9 +119,11 @@ impl MemoryBackend {
             rates.retain(|_, tat| *tat > now);
         }
         let tat = rates.get(command.key).copied();
-        Ok(gcra_admit(tat, now, command.interval, command.burst).map(|next| {
-            rates.insert(command.key.clone(), next);
-        }))
+        Ok(
+            gcra_admit(tat, now, command.interval, command.burst).map(|next| {
+                rates.insert(command.key.clone(), next);
+            }),
+        )
     }
 
     fn now_ms(&self) -> u64 {
@@ -110,7 +131,11 @@ impl MemoryBackend {
     }
 
     /// Runs one kernel step on `target`'s store.
-    fn breaker<R>(&self, target: &BreakerTarget, step: impl FnOnce(&mut Store, u64) -> R) -> Result<R, Error> {
+    fn breaker<R>(
+        &self,
+        target: &BreakerTarget,
+        step: impl FnOnce(&mut Store, u64) -> R,
+    ) -> Result<R, Error> {
         self.check_open()?;
         let now = self.now_ms();
         let mut breakers = lock(&self.breakers);
@@ -123,7 +148,11 @@ impl MemoryBackend {
         Ok(reply)
     }
 
-    pub(super) fn breaker_admit(&self, target: &BreakerTarget, token: Uuid) -> Result<AdmitReply, Error> {
+    pub(super) fn breaker_admit(
+        &self,
+        target: &BreakerTarget,
+        token: Uuid,
+    ) -> Result<AdmitReply, Error> {
         self.breaker(target, |store, now| {
             store.admit(now, token.as_u128(), &target.settings, &mut Seen::default())
         })
@@ -137,7 +166,14 @@ impl MemoryBackend {
         mint: u64,
     ) -> Result<ObserveReply, Error> {
         self.breaker(target, |store, now| {
-            store.observe(now, generation, failures, mint, &target.settings, &mut Seen::default())
+            store.observe(
+                now,
+                generation,
+                failures,
+                mint,
+                &target.settings,
+                &mut Seen::default(),
+            )
         })
     }
 
@@ -149,7 +185,14 @@ impl MemoryBackend {
         generation: u64,
     ) -> Result<SettleReply, Error> {
         self.breaker(target, |store, now| {
-            store.settle(now, token.as_u128(), outcome, generation, &target.settings, &mut Seen::default())
+            store.settle(
+                now,
+                token.as_u128(),
+                outcome,
+                generation,
+                &target.settings,
+                &mut Seen::default(),
+            )
         })
     }
 
@@ -214,8 +257,12 @@ mod tests {
         let memory = MemoryBackend::default();
         let key = key();
         let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
-        memory.lease(command(&key, LeaseAction::Acquire, a, 1000)).expect("acquire");
-        memory.lease(command(&key, LeaseAction::Acquire, b, 1000)).expect("acquire");
+        memory
+            .lease(command(&key, LeaseAction::Acquire, a, 1000))
+            .expect("acquire");
+        memory
+            .lease(command(&key, LeaseAction::Acquire, b, 1000))
+            .expect("acquire");
         tokio::time::advance(Duration::from_millis(600)).await;
         let renewed = memory.lease(command(&key, LeaseAction::Renew, a, 1000));
         assert_eq!(renewed.ok(), Some(reply(true, 2)));
@@ -234,11 +281,16 @@ mod tests {
         let memory = MemoryBackend::default();
         let key = key();
         let a = Uuid::new_v4();
-        memory.lease(command(&key, LeaseAction::Acquire, a, 1000)).expect("acquire");
+        memory
+            .lease(command(&key, LeaseAction::Acquire, a, 1000))
+            .expect("acquire");
         assert_eq!(memory.release(&key, Uuid::new_v4()).ok(), Some(false));
         assert_eq!(memory.release(&key, a).ok(), Some(true));
         assert_eq!(memory.release(&key, a).ok(), Some(false));
-        assert!(lock(&memory.leases).is_empty(), "an empty lease set is dropped");
+        assert!(
+            lock(&memory.leases).is_empty(),
+            "an empty lease set is dropped"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -19,17 +19,19 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-pub use self::builder::RedisBuilder;
 use self::background::Background;
 pub(crate) use self::breakers::Admission;
 use self::breakers::Breakers;
+pub use self::builder::RedisBuilder;
 use self::memory::MemoryBackend;
 use self::redis::RedisBackend;
 use self::wakeups::Wakeups;
 use crate::Error;
 use crate::events::At;
 use crate::identity::{KeyBase, Scope};
-use crate::policy::breaker::kernel::{AdmitReply, ObserveReply, ProbeOutcome, Settings, SettleReply};
+use crate::policy::breaker::kernel::{
+    AdmitReply, ObserveReply, ProbeOutcome, Settings, SettleReply,
+};
 
 /// Where distributed policies keep their shared state.
 ///
@@ -288,7 +290,10 @@ impl Coordinator {
 
     /// Decides one rate-limit arrival: `Ok(Ok(()))` admitted (and charged), `Ok(Err(wait))`
     /// rejected with the wait until an admission is possible.
-    pub(crate) async fn rate_limit(&self, command: RateCommand<'_>) -> Result<Result<(), Duration>, Error> {
+    pub(crate) async fn rate_limit(
+        &self,
+        command: RateCommand<'_>,
+    ) -> Result<Result<(), Duration>, Error> {
         match &self.inner.backend {
             Backend::Memory(memory) => memory.rate_limit(command),
             Backend::Redis(redis) => redis.rate_limit(command).await,
@@ -319,7 +324,11 @@ impl Coordinator {
 impl Coordinator {
     /// Asks whether a call may run through `target`'s breaker; `token` names the probe slot
     /// it takes if it becomes a probe.
-    pub(crate) async fn breaker_admit(&self, target: &BreakerTarget, token: Uuid) -> Result<AdmitReply, Error> {
+    pub(crate) async fn breaker_admit(
+        &self,
+        target: &BreakerTarget,
+        token: Uuid,
+    ) -> Result<AdmitReply, Error> {
         match &self.inner.backend {
             Backend::Memory(memory) => memory.breaker_admit(target, token),
             Backend::Redis(redis) => redis.breaker_admit(target, token).await,
@@ -338,8 +347,14 @@ impl Coordinator {
         let mint = mint_generation();
         async move {
             match &coordinator.inner.backend {
-                Backend::Memory(memory) => memory.breaker_observe(&target, generation, &failures, mint),
-                Backend::Redis(redis) => redis.breaker_observe(&target, generation, &failures, mint).await,
+                Backend::Memory(memory) => {
+                    memory.breaker_observe(&target, generation, &failures, mint)
+                }
+                Backend::Redis(redis) => {
+                    redis
+                        .breaker_observe(&target, generation, &failures, mint)
+                        .await
+                }
             }
         }
     }
@@ -356,8 +371,14 @@ impl Coordinator {
         let coordinator = self.clone();
         async move {
             match &coordinator.inner.backend {
-                Backend::Memory(memory) => memory.breaker_settle(&target, token, outcome, generation),
-                Backend::Redis(redis) => redis.breaker_settle(&target, token, outcome, generation).await,
+                Backend::Memory(memory) => {
+                    memory.breaker_settle(&target, token, outcome, generation)
+                }
+                Backend::Redis(redis) => {
+                    redis
+                        .breaker_settle(&target, token, outcome, generation)
+                        .await
+                }
             }
         }
     }

@@ -118,10 +118,16 @@ mod tests {
         assert!(Arc::ptr_eq(&a, &again));
         drop(again);
         REGISTRY.release(("n", "o", &scope("a")), &a);
-        assert!(lock(REGISTRY.map()).contains_key(&("n", "o", scope("a"))), "busy: kept");
+        assert!(
+            lock(REGISTRY.map()).contains_key(&("n", "o", scope("a"))),
+            "busy: kept"
+        );
         a.store(false, Ordering::SeqCst);
         REGISTRY.release(("n", "o", &scope("a")), &a);
-        assert!(!lock(REGISTRY.map()).contains_key(&("n", "o", scope("a"))), "idle: forgotten");
+        assert!(
+            !lock(REGISTRY.map()).contains_key(&("n", "o", scope("a"))),
+            "idle: forgotten"
+        );
     }
 
     #[test]

@@ -19,7 +19,11 @@ pub struct TimeoutConfig {
 /// Runs `body`, dropping it and returning [`Error::Timeout`] once `config.after` elapses.
 /// Dropping the body releases whatever it holds (leases, probe slots) through their guards.
 #[doc(hidden)]
-pub async fn timeout<T, E, F>(config: &'static TimeoutConfig, ctx: &CallCtx, body: F) -> Result<T, E>
+pub async fn timeout<T, E, F>(
+    config: &'static TimeoutConfig,
+    ctx: &CallCtx,
+    body: F,
+) -> Result<T, E>
 where
     E: From<Error>,
     F: Future<Output = Result<T, E>>,

@@ -51,7 +51,10 @@ fn generation(script: &str, n: i64) -> Result<u64, Error> {
 
 /// Outcomes as the window stores them: one `s` or `f` per observation.
 pub(crate) fn outcome_text(failures: &[bool]) -> String {
-    failures.iter().map(|&failed| if failed { 'f' } else { 's' }).collect()
+    failures
+        .iter()
+        .map(|&failed| if failed { 'f' } else { 's' })
+        .collect()
 }
 
 pub(crate) fn probe_outcome_text(outcome: ProbeOutcome) -> &'static str {
@@ -78,7 +81,12 @@ pub(crate) fn decode_admit(value: redis::Value) -> Result<AdmitReply, Error> {
             generation,
             transitioned: reply::flag(name, transitioned)?,
         },
-        other => return Err(reply::malformed(name, format_args!("admission kind {other}"))),
+        other => {
+            return Err(reply::malformed(
+                name,
+                format_args!("admission kind {other}"),
+            ));
+        }
     })
 }
 
@@ -102,7 +110,12 @@ pub(crate) fn decode_observe(value: redis::Value) -> Result<ObserveReply, Error>
             total,
             failures,
         },
-        other => return Err(reply::malformed(name, format_args!("observation kind {other}"))),
+        other => {
+            return Err(reply::malformed(
+                name,
+                format_args!("observation kind {other}"),
+            ));
+        }
     })
 }
 

@@ -1,6 +1,8 @@
 //! The Redis backend: policy state in Redis, changed only by atomic Lua scripts.
 
 mod breaker;
+#[cfg(test)]
+mod differential;
 mod pool;
 mod reply;
 mod scripts;
@@ -60,7 +62,10 @@ impl RedisBackend {
     /// Listens on the namespace's transition channel until the pool closes or `deliver`
     /// returns `false`. `deliver(None)` is a periodic liveness check; `deliver(Some(message))`
     /// hands over a message. Reconnects with bounded backoff.
-    pub(super) fn subscribe_transitions(&self, deliver: impl Fn(Option<&str>) -> bool + Send + Sync + 'static) {
+    pub(super) fn subscribe_transitions(
+        &self,
+        deliver: impl Fn(Option<&str>) -> bool + Send + Sync + 'static,
+    ) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -74,7 +79,8 @@ impl RedisBackend {
             let mut failures = 0u32;
             while !closed.load(Ordering::Acquire) && deliver(None) {
                 if let Ok(mut pubsub) = connector.pubsub(timeout).await {
-                    let subscribed = tokio::time::timeout(timeout, pubsub.subscribe(&channel)).await;
+                    let subscribed =
+                        tokio::time::timeout(timeout, pubsub.subscribe(&channel)).await;
                     if matches!(subscribed, Ok(Ok(()))) {
                         failures = 0;
                         let mut messages = pubsub.on_message();
@@ -107,7 +113,12 @@ impl RedisBackend {
     /// Runs `script` with `EVALSHA`, falling back once to `EVAL` when the server does not have
     /// it (restart, `SCRIPT FLUSH`, eviction) — safe, as the server ran nothing. Both share one
     /// deadline.
-    async fn eval(&self, script: &Script, keys: &[String], args: impl ToRedisArgs) -> Result<Value, Error> {
+    async fn eval(
+        &self,
+        script: &Script,
+        keys: &[String],
+        args: impl ToRedisArgs,
+    ) -> Result<Value, Error> {
         let deadline = Instant::now() + self.pool.timeout();
         let mut conn = self.pool.checkout()?;
         let call = |verb: &str, target: &str| {
@@ -147,17 +158,27 @@ impl RedisBackend {
         })
     }
 
-    pub(super) async fn rate_limit(&self, command: RateCommand<'_>) -> Result<Result<(), Duration>, Error> {
+    pub(super) async fn rate_limit(
+        &self,
+        command: RateCommand<'_>,
+    ) -> Result<Result<(), Duration>, Error> {
         let script = &*scripts::RATE_LIMIT;
         let interval = u64::try_from(command.interval.as_nanos()).unwrap_or(u64::MAX);
         let value = self
-            .eval(script, &[command.key.key("rate:ns")], (interval, command.burst))
+            .eval(
+                script,
+                &[command.key.key("rate:ns")],
+                (interval, command.burst),
+            )
             .await?;
         let [allowed, wait] = reply::integers::<2>(script.name, value)?;
         match (reply::flag(script.name, allowed)?, u64::try_from(wait)) {
             (true, Ok(0)) => Ok(Ok(())),
             (false, Ok(wait)) if wait > 0 => Ok(Err(Duration::from_nanos(wait))),
-            _ => Err(reply::malformed(script.name, format_args!("{{{allowed}, {wait}}}"))),
+            _ => Err(reply::malformed(
+                script.name,
+                format_args!("{{{allowed}, {wait}}}"),
+            )),
         }
     }
 
@@ -187,7 +208,6 @@ impl RedisBackend {
 fn token_text(token: Uuid) -> String {
     token.hyphenated().to_string()
 }
-
 
 /// The pub/sub channel of a namespace's breaker transitions.
 fn transitions_channel(namespace: &str) -> String {

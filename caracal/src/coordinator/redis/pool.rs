@@ -58,17 +58,16 @@ impl Connector {
                 ))
             }
             Topology::Cluster(seeds) => {
-                let client = redis::cluster::ClusterClientBuilder::new(
-                    seeds.iter().map(String::as_str),
-                )
-                // Retries would replay commands whose outcome is unknown; redirections are
-                // followed on the next call, once the slot map is refreshed.
-                .retries(0)
-                .connection_timeout(timeout)
-                .response_timeout(timeout)
-                .tcp_settings(tcp)
-                .build()
-                .map_err(invalid)?;
+                let client =
+                    redis::cluster::ClusterClientBuilder::new(seeds.iter().map(String::as_str))
+                        // Retries would replay commands whose outcome is unknown; redirections are
+                        // followed on the next call, once the slot map is refreshed.
+                        .retries(0)
+                        .connection_timeout(timeout)
+                        .response_timeout(timeout)
+                        .tcp_settings(tcp)
+                        .build()
+                        .map_err(invalid)?;
                 Ok(Connector::Cluster(client, seeds.clone()))
             }
         }
@@ -79,9 +78,12 @@ impl Connector {
     pub(crate) async fn pubsub(&self, timeout: Duration) -> Result<redis::aio::PubSub, Error> {
         let attempt = async {
             match self {
-                Connector::Standalone(client) => client.get_async_pubsub().await.map_err(|e| failure(&e)),
+                Connector::Standalone(client) => {
+                    client.get_async_pubsub().await.map_err(|e| failure(&e))
+                }
                 Connector::Cluster(_, seeds) => {
-                    let mut last = Error::unavailable(FailureKind::Disconnected, "no seed answered");
+                    let mut last =
+                        Error::unavailable(FailureKind::Disconnected, "no seed answered");
                     for seed in seeds {
                         let conn = redis::Client::open(seed.as_str()).map_err(|e| failure(&e))?;
                         match conn.get_async_pubsub().await {
@@ -93,12 +95,22 @@ impl Connector {
                 }
             }
         };
-        tokio::time::timeout(timeout, attempt).await.unwrap_or_else(|_| {
-            Err(Error::unavailable(FailureKind::Timeout, "pub/sub connection timed out"))
-        })
+        tokio::time::timeout(timeout, attempt)
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::unavailable(
+                    FailureKind::Timeout,
+                    "pub/sub connection timed out",
+                ))
+            })
     }
 
-    async fn connect(&self, slot: Weak<Slot>, generation: u64, timeout: Duration) -> Result<Conn, Error> {
+    async fn connect(
+        &self,
+        slot: Weak<Slot>,
+        generation: u64,
+        timeout: Duration,
+    ) -> Result<Conn, Error> {
         let attempt = async {
             match self {
                 Connector::Standalone(client) => {
@@ -121,7 +133,9 @@ impl Connector {
                         .await
                         .map(Conn::Single)
                 }
-                Connector::Cluster(client, _) => client.get_async_connection().await.map(Conn::Cluster),
+                Connector::Cluster(client, _) => {
+                    client.get_async_connection().await.map(Conn::Cluster)
+                }
             }
         };
         match tokio::time::timeout(timeout, attempt).await {
@@ -219,7 +233,8 @@ impl Slot {
                     Err(_) => failures += 1,
                 }
                 drop(slot);
-                tokio::time::sleep(MAX_RECONNECT_BACKOFF.min(Duration::from_millis(50) * failures)).await;
+                tokio::time::sleep(MAX_RECONNECT_BACKOFF.min(Duration::from_millis(50) * failures))
+                    .await;
             }
         });
     }
@@ -250,7 +265,11 @@ pub(crate) struct Pool {
 }
 
 impl Pool {
-    pub(crate) async fn connect(topology: &Topology, timeout: Duration, size: usize) -> Result<Self, Error> {
+    pub(crate) async fn connect(
+        topology: &Topology,
+        timeout: Duration,
+        size: usize,
+    ) -> Result<Self, Error> {
         let connector = Arc::new(Connector::new(topology, timeout)?);
         let closed = Arc::new(AtomicBool::new(false));
         let slots: Box<[Arc<Slot>]> = (0..size)
@@ -269,7 +288,9 @@ impl Pool {
             })
             .collect();
         let conns = futures_util::future::join_all(
-            slots.iter().map(|slot| connector.connect(Arc::downgrade(slot), 0, timeout)),
+            slots
+                .iter()
+                .map(|slot| connector.connect(Arc::downgrade(slot), 0, timeout)),
         )
         .await;
         for (slot, conn) in slots.iter().zip(conns) {
@@ -312,7 +333,10 @@ impl Pool {
         for offset in 0..n {
             let slot = &self.slots[(start + offset) % n];
             if slot.closed.load(Ordering::Acquire) {
-                return Err(Error::unavailable(FailureKind::ShutDown, "coordinator shut down"));
+                return Err(Error::unavailable(
+                    FailureKind::ShutDown,
+                    "coordinator shut down",
+                ));
             }
             if let Some((conn, generation)) = slot.checkout() {
                 return Ok(Checkout {
@@ -339,7 +363,11 @@ pub(crate) struct Checkout {
 impl Checkout {
     /// Sends `cmd`, giving up at `deadline`. Failures are classified and, when they say the
     /// connection is no good, the slot is replaced.
-    pub(crate) async fn send(&mut self, cmd: &Cmd, deadline: Instant) -> Result<Value, RedisFailure> {
+    pub(crate) async fn send(
+        &mut self,
+        cmd: &Cmd,
+        deadline: Instant,
+    ) -> Result<Value, RedisFailure> {
         match tokio::time::timeout_at(deadline, self.conn.send(cmd)).await {
             Ok(Ok(value)) => {
                 self.slot.timeouts.store(0, Ordering::Relaxed);
@@ -349,12 +377,15 @@ impl Checkout {
                 if error.is_unrecoverable_error() || error.is_connection_dropped() {
                     self.slot.mark_down(self.generation, "connection broken");
                 } else if error.kind() == redis::ErrorKind::Server(ServerErrorKind::ReadOnly) {
-                    self.slot.mark_down(self.generation, "server is a read-only replica");
+                    self.slot
+                        .mark_down(self.generation, "server is a read-only replica");
                 }
                 Err(RedisFailure::Redis(error))
             }
             Err(_) => {
-                if self.slot.timeouts.fetch_add(1, Ordering::Relaxed) + 1 >= TIMEOUTS_BEFORE_RECONNECT {
+                if self.slot.timeouts.fetch_add(1, Ordering::Relaxed) + 1
+                    >= TIMEOUTS_BEFORE_RECONNECT
+                {
                     self.slot.mark_down(self.generation, "repeated timeouts");
                 }
                 Err(RedisFailure::Timeout)

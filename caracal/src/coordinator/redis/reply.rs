@@ -17,7 +17,10 @@ pub(crate) fn malformed(script: &str, detail: impl std::fmt::Display) -> Error {
 /// Decodes an array of exactly `N` integers.
 pub(crate) fn integers<const N: usize>(script: &str, value: Value) -> Result<[i64; N], Error> {
     let Value::Array(items) = value else {
-        return Err(malformed(script, format_args!("{} instead of an array", kind(&value))));
+        return Err(malformed(
+            script,
+            format_args!("{} instead of an array", kind(&value)),
+        ));
     };
     if items.len() != N {
         return Err(malformed(
@@ -49,7 +52,10 @@ pub(crate) fn integer_in(
     match value {
         Value::Int(n) if range.contains(&n) => Ok(n),
         Value::Int(n) => Err(malformed(script, format_args!("{n}, outside {range:?}"))),
-        other => Err(malformed(script, format_args!("{} instead of an integer", kind(&other)))),
+        other => Err(malformed(
+            script,
+            format_args!("{} instead of an integer", kind(&other)),
+        )),
     }
 }
 

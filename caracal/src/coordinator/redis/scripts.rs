@@ -49,10 +49,18 @@ mod tests {
     #[test]
     fn every_script_opens_with_its_header() {
         for script in super::all() {
-            let header: Vec<_> = script.body.lines().take_while(|l| l.starts_with("--")).collect();
+            let header: Vec<_> = script
+                .body
+                .lines()
+                .take_while(|l| l.starts_with("--"))
+                .collect();
             let header = header.join("\n");
             for field in ["KEYS", "ARGV", "Reply", "TTL", "Cost"] {
-                assert!(header.contains(field), "{} header lacks {field}", script.name);
+                assert!(
+                    header.contains(field),
+                    "{} header lacks {field}",
+                    script.name
+                );
             }
             assert_eq!(script.sha.len(), 40);
         }

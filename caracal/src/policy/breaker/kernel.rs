@@ -125,19 +125,64 @@ use Trigger as T;
 
 /// The transition table; `None` in the state column means "any state".
 pub(crate) const TRANSITIONS: [(Option<Phase>, Trigger, Option<Phase>, Action); 14] = [
-    (Some(Closed), T::AdmissionRequested, Some(Closed), A::AdmitClosed),
-    (Some(Closed), T::ObservationRecorded, Some(Closed), A::Record),
+    (
+        Some(Closed),
+        T::AdmissionRequested,
+        Some(Closed),
+        A::AdmitClosed,
+    ),
+    (
+        Some(Closed),
+        T::ObservationRecorded,
+        Some(Closed),
+        A::Record,
+    ),
     (Some(Closed), T::ThresholdReached, Some(Open), A::Open),
     (Some(Closed), T::StateLost, Some(Closed), A::StartEpoch),
     (Some(Open), T::AdmissionRequested, Some(Open), A::RejectOpen),
-    (Some(Open), T::OpenTimeElapsed, Some(HalfOpen), A::StartProbing),
-    (Some(HalfOpen), T::ProbeAdmitted, Some(HalfOpen), A::TakeProbeSlot),
-    (Some(HalfOpen), T::ProbeLimitReached, Some(HalfOpen), A::RejectProbe),
-    (Some(HalfOpen), T::ProbeSuccess, Some(HalfOpen), A::CountSuccess),
-    (Some(HalfOpen), T::ProbeSuccessesReached, Some(Closed), A::Close),
+    (
+        Some(Open),
+        T::OpenTimeElapsed,
+        Some(HalfOpen),
+        A::StartProbing,
+    ),
+    (
+        Some(HalfOpen),
+        T::ProbeAdmitted,
+        Some(HalfOpen),
+        A::TakeProbeSlot,
+    ),
+    (
+        Some(HalfOpen),
+        T::ProbeLimitReached,
+        Some(HalfOpen),
+        A::RejectProbe,
+    ),
+    (
+        Some(HalfOpen),
+        T::ProbeSuccess,
+        Some(HalfOpen),
+        A::CountSuccess,
+    ),
+    (
+        Some(HalfOpen),
+        T::ProbeSuccessesReached,
+        Some(Closed),
+        A::Close,
+    ),
     (Some(HalfOpen), T::ProbeFailure, Some(Open), A::Reopen),
-    (Some(HalfOpen), T::ProbeIgnored, Some(HalfOpen), A::FreeProbeSlot),
-    (Some(HalfOpen), T::ProbeLeaseExpired, Some(HalfOpen), A::ExpireProbe),
+    (
+        Some(HalfOpen),
+        T::ProbeIgnored,
+        Some(HalfOpen),
+        A::FreeProbeSlot,
+    ),
+    (
+        Some(HalfOpen),
+        T::ProbeLeaseExpired,
+        Some(HalfOpen),
+        A::ExpireProbe,
+    ),
     (None, T::StaleGeneration, None, A::DropStale),
 ];
 
@@ -248,7 +293,10 @@ pub(crate) enum AdmitReply {
     /// Closed: run the call as an ordinary observation under `generation`.
     Closed { generation: u64 },
     /// Open: reject; the next probe is possible in `retry_after_ms`.
-    Open { generation: u64, retry_after_ms: u64 },
+    Open {
+        generation: u64,
+        retry_after_ms: u64,
+    },
     /// Half-open with every probe slot taken: reject.
     ProbeLimit { generation: u64 },
     /// Admitted as a probe holding a slot under the given token.
@@ -258,9 +306,20 @@ pub(crate) enum AdmitReply {
 /// The answer to recording a batch of observations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ObserveReply {
-    Recorded { generation: u64, total: u32, failures: u32 },
-    Opened { generation: u64, total: u32, failures: u32 },
-    Stale { phase: Phase, generation: u64 },
+    Recorded {
+        generation: u64,
+        total: u32,
+        failures: u32,
+    },
+    Opened {
+        generation: u64,
+        total: u32,
+        failures: u32,
+    },
+    Stale {
+        phase: Phase,
+        generation: u64,
+    },
 }
 
 /// The answer to settling a probe.
@@ -318,7 +377,9 @@ impl Store {
     }
 
     fn state_mut(&mut self) -> &mut State {
-        self.state.as_mut().unwrap_or_else(|| unreachable!("state checked present"))
+        self.state
+            .as_mut()
+            .unwrap_or_else(|| unreachable!("state checked present"))
     }
 
     /// When nothing in this store can matter any more (what Redis key TTLs achieve): a closed
@@ -334,7 +395,12 @@ impl Store {
             .window
             .back()
             .map_or(0, |entry| entry.at.saturating_add(settings.window_ms));
-        let probes = self.probes.iter().map(|&(_, deadline)| deadline).max().unwrap_or(0);
+        let probes = self
+            .probes
+            .iter()
+            .map(|&(_, deadline)| deadline)
+            .max()
+            .unwrap_or(0);
         state.max(window).max(probes)
     }
 
@@ -468,7 +534,9 @@ impl Store {
         let state = self.state.as_mut().unwrap_or_else(|| unreachable!());
         while state.total > window_size {
             let excess = (state.total - window_size) as usize;
-            let Some(front) = self.window.front_mut() else { break };
+            let Some(front) = self.window.front_mut() else {
+                break;
+            };
             let take = excess.min(front.failures.len());
             let removed: Vec<bool> = front.failures.drain(..take).collect();
             state.total -= len(&removed);
@@ -578,30 +646,67 @@ mod tests {
 
     fn observe(store: &mut Store, now: u64, generation: u64, outcomes: &str) -> ObserveReply {
         let failures: Vec<bool> = outcomes.chars().map(|c| c == 'f').collect();
-        store.observe(now, generation, &failures, 77, &SETTINGS, &mut Seen::default())
+        store.observe(
+            now,
+            generation,
+            &failures,
+            77,
+            &SETTINGS,
+            &mut Seen::default(),
+        )
     }
 
     fn admit(store: &mut Store, now: u64, token: Token) -> AdmitReply {
         store.admit(now, token, &SETTINGS, &mut Seen::default())
     }
 
-    fn settle(store: &mut Store, now: u64, token: Token, outcome: ProbeOutcome, generation: u64) -> SettleReply {
-        store.settle(now, token, outcome, generation, &SETTINGS, &mut Seen::default())
+    fn settle(
+        store: &mut Store,
+        now: u64,
+        token: Token,
+        outcome: ProbeOutcome,
+        generation: u64,
+    ) -> SettleReply {
+        store.settle(
+            now,
+            token,
+            outcome,
+            generation,
+            &SETTINGS,
+            &mut Seen::default(),
+        )
     }
 
     #[test]
     fn opens_exactly_at_the_threshold_once_throughput_is_reached() {
         let mut store = Store::default();
-        assert_eq!(admit(&mut store, 0, 1), AdmitReply::Closed { generation: 0 });
+        assert_eq!(
+            admit(&mut store, 0, 1),
+            AdmitReply::Closed { generation: 0 }
+        );
         assert_eq!(
             observe(&mut store, 1, 0, "fff"),
-            ObserveReply::Recorded { generation: 0, total: 3, failures: 3 }
+            ObserveReply::Recorded {
+                generation: 0,
+                total: 3,
+                failures: 3
+            }
         );
         assert_eq!(
             observe(&mut store, 2, 0, "s"),
-            ObserveReply::Opened { generation: 1, total: 4, failures: 3 }
+            ObserveReply::Opened {
+                generation: 1,
+                total: 4,
+                failures: 3
+            }
         );
-        assert_eq!(admit(&mut store, 50, 1), AdmitReply::Open { generation: 1, retry_after_ms: 52 });
+        assert_eq!(
+            admit(&mut store, 50, 1),
+            AdmitReply::Open {
+                generation: 1,
+                retry_after_ms: 52
+            }
+        );
     }
 
     #[test]
@@ -612,13 +717,21 @@ mod tests {
         // 3 more push out the 3 oldest, trimming inside the second entry.
         assert_eq!(
             observe(&mut store, 20, 0, "ssf"),
-            ObserveReply::Recorded { generation: 0, total: 10, failures: 1 }
+            ObserveReply::Recorded {
+                generation: 0,
+                total: 10,
+                failures: 1
+            }
         );
         assert_eq!(store.window.len(), 2);
         // Past the window, only the newest batch remains.
         assert_eq!(
             observe(&mut store, 1_015, 0, "s"),
-            ObserveReply::Recorded { generation: 0, total: 4, failures: 1 }
+            ObserveReply::Recorded {
+                generation: 0,
+                total: 4,
+                failures: 1
+            }
         );
     }
 
@@ -626,15 +739,39 @@ mod tests {
     fn probes_are_bounded_then_close_the_breaker() {
         let mut store = Store::default();
         observe(&mut store, 0, 0, "ffff");
-        assert_eq!(admit(&mut store, 100, 1), AdmitReply::Probe { generation: 1, transitioned: true });
-        assert_eq!(admit(&mut store, 101, 2), AdmitReply::Probe { generation: 1, transitioned: false });
-        assert_eq!(admit(&mut store, 102, 3), AdmitReply::ProbeLimit { generation: 1 });
+        assert_eq!(
+            admit(&mut store, 100, 1),
+            AdmitReply::Probe {
+                generation: 1,
+                transitioned: true
+            }
+        );
+        assert_eq!(
+            admit(&mut store, 101, 2),
+            AdmitReply::Probe {
+                generation: 1,
+                transitioned: false
+            }
+        );
+        assert_eq!(
+            admit(&mut store, 102, 3),
+            AdmitReply::ProbeLimit { generation: 1 }
+        );
         assert_eq!(
             settle(&mut store, 103, 1, ProbeOutcome::Success, 1),
-            SettleReply::Counted { generation: 1, successes: 1 }
+            SettleReply::Counted {
+                generation: 1,
+                successes: 1
+            }
         );
-        assert_eq!(settle(&mut store, 104, 2, ProbeOutcome::Success, 1), SettleReply::Closed { generation: 2 });
-        assert_eq!(admit(&mut store, 105, 4), AdmitReply::Closed { generation: 2 });
+        assert_eq!(
+            settle(&mut store, 104, 2, ProbeOutcome::Success, 1),
+            SettleReply::Closed { generation: 2 }
+        );
+        assert_eq!(
+            admit(&mut store, 105, 4),
+            AdmitReply::Closed { generation: 2 }
+        );
     }
 
     #[test]
@@ -643,10 +780,16 @@ mod tests {
         observe(&mut store, 0, 0, "ffff");
         admit(&mut store, 100, 1);
         admit(&mut store, 100, 2);
-        assert_eq!(settle(&mut store, 110, 1, ProbeOutcome::Failure, 1), SettleReply::Reopened { generation: 2 });
+        assert_eq!(
+            settle(&mut store, 110, 1, ProbeOutcome::Failure, 1),
+            SettleReply::Reopened { generation: 2 }
+        );
         assert_eq!(
             settle(&mut store, 111, 2, ProbeOutcome::Success, 1),
-            SettleReply::Stale { phase: Phase::Open, generation: 2 }
+            SettleReply::Stale {
+                phase: Phase::Open,
+                generation: 2
+            }
         );
     }
 
@@ -656,10 +799,19 @@ mod tests {
         observe(&mut store, 0, 0, "ffff");
         admit(&mut store, 100, 1);
         admit(&mut store, 100, 2);
-        assert_eq!(admit(&mut store, 150, 3), AdmitReply::Probe { generation: 1, transitioned: false });
+        assert_eq!(
+            admit(&mut store, 150, 3),
+            AdmitReply::Probe {
+                generation: 1,
+                transitioned: false
+            }
+        );
         assert_eq!(
             settle(&mut store, 151, 1, ProbeOutcome::Success, 1),
-            SettleReply::Stale { phase: Phase::HalfOpen, generation: 1 }
+            SettleReply::Stale {
+                phase: Phase::HalfOpen,
+                generation: 1
+            }
         );
     }
 
@@ -668,7 +820,10 @@ mod tests {
         let mut store = Store::default();
         observe(&mut store, 0, 0, "ffff");
         admit(&mut store, 100, 1);
-        assert_eq!(settle(&mut store, 101, 1, ProbeOutcome::Ignored, 1), SettleReply::Released { generation: 1 });
+        assert_eq!(
+            settle(&mut store, 101, 1, ProbeOutcome::Ignored, 1),
+            SettleReply::Released { generation: 1 }
+        );
         assert_eq!(store.state.as_ref().map(|s| s.probe_successes), Some(0));
         assert!(store.probes.is_empty());
     }
@@ -680,7 +835,10 @@ mod tests {
         let before = store.clone();
         assert_eq!(
             observe(&mut store, 1, 0, "ffff"),
-            ObserveReply::Stale { phase: Phase::Open, generation: 1 }
+            ObserveReply::Stale {
+                phase: Phase::Open,
+                generation: 1
+            }
         );
         assert_eq!(store, before);
     }
@@ -694,12 +852,19 @@ mod tests {
         // result admitted before the loss (generation 0) is stale.
         assert_eq!(
             observe(&mut store, 1, 0, "f"),
-            ObserveReply::Stale { phase: Phase::Closed, generation: 77 }
+            ObserveReply::Stale {
+                phase: Phase::Closed,
+                generation: 77
+            }
         );
         assert!(store.window.is_empty());
         assert_eq!(
             observe(&mut store, 2, 77, "f"),
-            ObserveReply::Recorded { generation: 77, total: 1, failures: 1 }
+            ObserveReply::Recorded {
+                generation: 77,
+                total: 1,
+                failures: 1
+            }
         );
     }
 
@@ -710,7 +875,10 @@ mod tests {
         let until = store.state.as_ref().map(|s| s.closed_until);
         assert_eq!(until, Some(SETTINGS.closed_ttl_ms()));
         assert!(SETTINGS.closed_ttl_ms() >= SETTINGS.window_ms);
-        assert_eq!(admit(&mut store, SETTINGS.closed_ttl_ms() - 1, 1), AdmitReply::Closed { generation: 0 });
+        assert_eq!(
+            admit(&mut store, SETTINGS.closed_ttl_ms() - 1, 1),
+            AdmitReply::Closed { generation: 0 }
+        );
         assert!(store.live_state(SETTINGS.closed_ttl_ms()).is_none());
     }
 

@@ -104,7 +104,10 @@ where
             })
             .await
         }
-        AdmitReply::Probe { generation, transitioned } => {
+        AdmitReply::Probe {
+            generation,
+            transitioned,
+        } => {
             if transitioned {
                 events::breaker_state_changed(&at, Phase::Open, Phase::HalfOpen, generation, None);
             }
@@ -122,7 +125,10 @@ where
             }));
             run_admitted(ctx, classify, body, |outcome| slot.settle(outcome)).await
         }
-        AdmitReply::Open { generation, retry_after_ms } => {
+        AdmitReply::Open {
+            generation,
+            retry_after_ms,
+        } => {
             let retry_after = std::time::Duration::from_millis(retry_after_ms);
             events::breaker_rejected(&at, Phase::Open, Some(generation), Some(retry_after));
             Err(ctx.reject(site.open_error(scope, Some(retry_after))))

@@ -100,7 +100,11 @@ impl BreakerSite {
             name: self.config.name,
             operation: self.config.operation,
             scope: scope.as_str(),
-            coordination: if self.config.local { "local" } else { "distributed" },
+            coordination: if self.config.local {
+                "local"
+            } else {
+                "distributed"
+            },
         }
     }
 

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use super::*;
-use crate::Coordinator;
 use crate::__private::global_scope;
+use crate::Coordinator;
 
 const OPEN: Duration = Duration::from_secs(10);
 
@@ -32,13 +32,19 @@ static PANICS: BreakerSite = BreakerSite::new(config("unit-panics", true));
 static DROPS: BreakerSite = BreakerSite::new(config("unit-drops", false));
 
 async fn call(site: &'static BreakerSite, fail: bool) -> Result<(), Error> {
-    circuit_breaker(site, &CallCtx::new(), &global_scope(), ClassifyByResult, async move {
-        if fail {
-            Err(Error::config("downstream failed"))
-        } else {
-            Ok(())
-        }
-    })
+    circuit_breaker(
+        site,
+        &CallCtx::new(),
+        &global_scope(),
+        ClassifyByResult,
+        async move {
+            if fail {
+                Err(Error::config("downstream failed"))
+            } else {
+                Ok(())
+            }
+        },
+    )
     .await
 }
 
@@ -93,7 +99,10 @@ async fn a_panic_counts_as_a_failure_and_still_reaches_the_caller() {
         });
         assert!(task.await.expect_err("the panic propagates").is_panic());
     }
-    assert!(matches!(call(&PANICS, false).await, Err(Error::CircuitOpen { .. })));
+    assert!(matches!(
+        call(&PANICS, false).await,
+        Err(Error::CircuitOpen { .. })
+    ));
 }
 
 #[tokio::test(start_paused = true)]
@@ -112,7 +121,11 @@ async fn a_dropped_probe_frees_its_slot() {
             let hung = circuit_breaker(&DROPS, &ctx, &scope, ClassifyByResult, async {
                 std::future::pending::<Result<(), Error>>().await
             });
-            assert!(tokio::time::timeout(Duration::from_millis(10), hung).await.is_err());
+            assert!(
+                tokio::time::timeout(Duration::from_millis(10), hung)
+                    .await
+                    .is_err()
+            );
             settle_background().await;
             assert!(call(&DROPS, false).await.is_ok());
         })
@@ -122,20 +135,30 @@ async fn a_dropped_probe_frees_its_slot() {
 #[test]
 fn inner_admission_rejections_are_not_failures() {
     let result: Result<(), Error> = Err(Error::config("x"));
-    let classify = |rejection| Classify::<(), Error>::classify(&ClassifyByResult, &result, rejection);
+    let classify =
+        |rejection| Classify::<(), Error>::classify(&ClassifyByResult, &result, rejection);
     assert_eq!(classify(None), Outcome::Failure);
     assert_eq!(classify(Some(Rejection::Cut)), Outcome::Failure);
     assert_eq!(classify(Some(Rejection::Admission)), Outcome::Ignored);
     assert_eq!(classify(Some(Rejection::Coordinator)), Outcome::Ignored);
-    assert_eq!(Classify::<(), Error>::classify(&ClassifyByResult, &Ok(()), None), Outcome::Success);
+    assert_eq!(
+        Classify::<(), Error>::classify(&ClassifyByResult, &Ok(()), None),
+        Outcome::Success
+    );
 }
 
 #[test]
 fn thresholds_resolve_to_thousandths() {
     let mut site_config = config("t", true);
     site_config.failure_threshold = 0.5004;
-    assert_eq!(BreakerSite::new(site_config).settings().threshold_permille, 500);
+    assert_eq!(
+        BreakerSite::new(site_config).settings().threshold_permille,
+        500
+    );
     let mut site_config = config("t", true);
     site_config.failure_threshold = 0.001;
-    assert_eq!(BreakerSite::new(site_config).settings().threshold_permille, 1);
+    assert_eq!(
+        BreakerSite::new(site_config).settings().threshold_permille,
+        1
+    );
 }

@@ -25,11 +25,11 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::BulkheadSite;
+use crate::Error;
 use crate::coordinator::{self, Coordinator, LeaseAction, LeaseCommand};
 use crate::ctx::CallCtx;
 use crate::events::{self, BulkheadRejection, Degraded};
 use crate::identity::{KeyBase, Kind, Scope};
-use crate::Error;
 
 const FIRST_WAIT_PAUSE: Duration = Duration::from_millis(2);
 const MAX_WAIT_PAUSE: Duration = Duration::from_millis(50);
@@ -224,15 +224,20 @@ impl Drop for Lease {
         let scope = self.scope.clone();
         let coordinator = self.coordinator.clone();
         let key = self.key.clone();
-        self.coordinator.release(&self.key, self.token, move |result| {
-            match result {
-                Ok(true) => {}
-                Ok(false) => events::bulkhead_release_found_nothing(&site.at(&scope)),
-                Err(error) => {
-                    events::bulkhead_degraded(&site.at(&scope), Degraded::ReleaseUnknown, &error);
+        self.coordinator
+            .release(&self.key, self.token, move |result| {
+                match result {
+                    Ok(true) => {}
+                    Ok(false) => events::bulkhead_release_found_nothing(&site.at(&scope)),
+                    Err(error) => {
+                        events::bulkhead_degraded(
+                            &site.at(&scope),
+                            Degraded::ReleaseUnknown,
+                            &error,
+                        );
+                    }
                 }
-            }
-            coordinator.wake(&key);
-        });
+                coordinator.wake(&key);
+            });
     }
 }

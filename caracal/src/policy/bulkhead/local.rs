@@ -10,9 +10,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::BulkheadSite;
+use crate::Error;
 use crate::ctx::CallCtx;
 use crate::events::{self, BulkheadRejection};
-use crate::Error;
 use crate::identity::Scope;
 use crate::policy::registry::{self, Registry};
 
@@ -69,9 +69,11 @@ where
     F: Future<Output = Result<T, E>>,
 {
     let config = &site.config;
-    let budget = BUDGETS.get(&site.local, (config.name, config.operation, scope), || Budget {
-        semaphore: Arc::new(Semaphore::new(config.limit as usize)),
-        limit: config.limit,
+    let budget = BUDGETS.get(&site.local, (config.name, config.operation, scope), || {
+        Budget {
+            semaphore: Arc::new(Semaphore::new(config.limit as usize)),
+            limit: config.limit,
+        }
     });
     let permit = match Arc::clone(&budget.semaphore).try_acquire_owned() {
         Ok(permit) => permit,

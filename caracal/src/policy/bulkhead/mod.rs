@@ -11,10 +11,10 @@ mod local;
 use std::future::Future;
 use std::time::Duration;
 
+use crate::Error;
 use crate::ctx::CallCtx;
 use crate::events::At;
 use crate::identity::Scope;
-use crate::Error;
 
 /// The settings of one `#[bulkhead]` call site.
 #[doc(hidden)]
@@ -57,7 +57,11 @@ impl BulkheadSite {
             name: self.config.name,
             operation: self.config.operation,
             scope: scope.as_str(),
-            coordination: if self.config.local { "local" } else { "distributed" },
+            coordination: if self.config.local {
+                "local"
+            } else {
+                "distributed"
+            },
         }
     }
 

@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::*;
-use crate::Coordinator;
 use crate::__private::{global_scope, static_scope};
+use crate::Coordinator;
 
 const LEASE: Duration = Duration::from_secs(3);
 
@@ -91,7 +91,10 @@ async fn a_lease_that_cannot_be_renewed_cancels_the_body() {
     assert!(dropped.load(Ordering::SeqCst), "the body was dropped");
     // Lost at the deadline (renewals were retried until then), not at the first failure.
     let elapsed = started.elapsed();
-    assert!(elapsed >= LEASE && elapsed < LEASE + Duration::from_millis(100), "{elapsed:?}");
+    assert!(
+        elapsed >= LEASE && elapsed < LEASE + Duration::from_millis(100),
+        "{elapsed:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -114,7 +117,8 @@ async fn a_waiter_is_admitted_as_soon_as_the_holder_releases() {
                 let _ = release.send(());
             };
             let (held_until, admitted_at, ()) = tokio::join!(holder, waiter, releaser);
-            let (held_until, admitted_at) = (held_until.expect("holder"), admitted_at.expect("waiter"));
+            let (held_until, admitted_at) =
+                (held_until.expect("holder"), admitted_at.expect("waiter"));
             assert!(admitted_at >= held_until);
             assert!(admitted_at - held_until < Duration::from_millis(5));
         })
@@ -167,14 +171,19 @@ async fn a_rejection_names_the_policy_and_scope() {
             });
             let rejected = async {
                 tokio::task::yield_now().await;
-                let result = bulkhead(&DISTRIBUTED, &CallCtx::new(), &scope, async { Ok(()) }).await;
+                let result =
+                    bulkhead(&DISTRIBUTED, &CallCtx::new(), &scope, async { Ok(()) }).await;
                 let _ = release.send(());
                 result
             };
             let (held, rejected) = tokio::join!(holder, rejected);
             assert!(held.is_ok());
             match rejected {
-                Err(Error::BulkheadFull { policy, scope, limit }) => {
+                Err(Error::BulkheadFull {
+                    policy,
+                    scope,
+                    limit,
+                }) => {
                     assert_eq!((policy, scope.as_str(), limit), ("unit", "tenant-7", 1));
                 }
                 other => panic!("expected BulkheadFull, got {other:?}"),

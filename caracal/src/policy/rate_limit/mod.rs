@@ -13,13 +13,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::Error;
 use crate::coordinator::{self, RateCommand};
 use crate::ctx::CallCtx;
 use crate::events::{self, At};
 use crate::identity::{KeyBase, Kind, Scope};
 use crate::policy::registry::{self, Registry};
 use crate::sync::lock;
-use crate::Error;
 
 pub(crate) use gcra::admit as gcra_admit;
 
@@ -44,7 +44,8 @@ pub struct RateLimitConfig {
 pub(crate) struct Cell(Mutex<Option<Instant>>);
 
 /// Every local cell of the process; a cell whose TAT has passed no longer matters.
-static CELLS: Registry<Cell> = Registry::new(|cell| lock(&cell.0).is_none_or(|tat| tat <= Instant::now()));
+static CELLS: Registry<Cell> =
+    Registry::new(|cell| lock(&cell.0).is_none_or(|tat| tat <= Instant::now()));
 
 /// One `#[rate_limit]` call site: its settings and its cached process-local cell.
 #[doc(hidden)]
@@ -69,7 +70,11 @@ impl RateLimitSite {
             name: self.config.name,
             operation: self.config.operation,
             scope: scope.as_str(),
-            coordination: if self.config.local { "local" } else { "distributed" },
+            coordination: if self.config.local {
+                "local"
+            } else {
+                "distributed"
+            },
         }
     }
 
@@ -82,13 +87,20 @@ impl RateLimitSite {
             let cell = CELLS.get(&self.local, identity, Cell::default);
             let decision = {
                 let mut tat = lock(&cell.0);
-                gcra::admit(*tat, Instant::now(), interval, config.burst).map(|next| *tat = Some(next))
+                gcra::admit(*tat, Instant::now(), interval, config.burst)
+                    .map(|next| *tat = Some(next))
             };
             CELLS.release(identity, &cell);
             return Ok(decision);
         }
         let coordinator = coordinator::current()?;
-        let key = KeyBase::derive(coordinator.namespace(), Kind::RateLimit, config.name, config.operation, scope);
+        let key = KeyBase::derive(
+            coordinator.namespace(),
+            Kind::RateLimit,
+            config.name,
+            config.operation,
+            scope,
+        );
         coordinator
             .rate_limit(RateCommand {
                 key: &key,

@@ -1,0 +1,437 @@
+//! The differential test: generated sequences of breaker commands (observe, admit a probe,
+//! settle a probe, advance time, jump past every expiry, delete the state out of band) are
+//! replayed against the Rust kernel (what the in-memory coordinator runs) and against the Lua
+//! scripts in a real `redis-server`. Every reply and the final stored state must be identical,
+//! and the runs together must reach every row of the transition table.
+//!
+//! Both run on one explicit clock: the scripts' clock lines are replaced by "now is the last
+//! argument". The clock starts an hour ahead of the server's so key TTLs (real time) can never
+//! expire anything before the scripts' own logical expiry decides.
+//!
+//! Replay a failure with `CARACAL_TEST_SEED=<seed printed on failure>`; set
+//! `CARACAL_TEST_CASES` for a deeper run.
+
+use std::collections::VecDeque;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
+use uuid::Uuid;
+
+use super::breaker::{
+    decode_admit, decode_observe, decode_settle, outcome_text, probe_outcome_text,
+};
+use super::scripts::{self, Script};
+use crate::policy::breaker::kernel::{
+    AdmitReply, Entry, ObserveReply, Phase, ProbeOutcome, Seen, Settings, SettleReply, State, Store,
+};
+
+const CLOCK: &str = "local clock = redis.call('TIME')\n\
+                     local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)\n";
+const FIXED_CLOCK: &str = "local now = tonumber(ARGV[#ARGV])\n";
+const MINT: u64 = 0xABCDE;
+
+/// `script` with its clock replaced by the last argument.
+fn with_fixed_clock(script: &Script) -> redis::Script {
+    assert_eq!(
+        script.body.matches(CLOCK).count(),
+        1,
+        "{} reads the clock once",
+        script.name
+    );
+    redis::Script::new(&script.body.replace(CLOCK, FIXED_CLOCK))
+}
+
+#[derive(Debug, Clone)]
+enum Generation {
+    Current,
+    Previous,
+    Zero,
+    Minted,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Boundary {
+    Open,
+    ProbeLease,
+    Window,
+}
+
+#[derive(Debug, Clone)]
+enum Command {
+    Observe {
+        generation: Generation,
+        failures: Vec<bool>,
+    },
+    Admit,
+    Settle {
+        probe: usize,
+        outcome: ProbeOutcome,
+        generation: Generation,
+    },
+    Advance {
+        ms: u64,
+    },
+    /// Moves the clock to just before, exactly at, or just after the boundary a setting sets
+    /// (`offset` -1, 0 or 1 ms), where off-by-one mistakes live.
+    AdvanceTo {
+        boundary: Boundary,
+        offset: i8,
+    },
+    ExpireAll,
+    DeleteState,
+}
+
+fn settings() -> impl Strategy<Value = Settings> {
+    // Thresholds that totals of a few observations can meet exactly, besides any other.
+    let threshold = prop_oneof![
+        Just(500u32),
+        Just(250),
+        Just(750),
+        Just(1),
+        Just(999),
+        1u32..1000
+    ];
+    (
+        1u32..5,
+        threshold,
+        1u32..8,
+        50u64..2_000,
+        10u64..400,
+        1u32..4,
+        1u32..4,
+        10u64..400,
+    )
+        .prop_map(
+            |(
+                minimum_throughput,
+                threshold_permille,
+                window_size,
+                window_ms,
+                open_ms,
+                probes,
+                successes,
+                lease,
+            )| {
+                Settings {
+                    minimum_throughput: minimum_throughput.min(window_size),
+                    threshold_permille,
+                    window_size,
+                    window_ms,
+                    open_ms,
+                    half_open_probes: probes,
+                    half_open_successes: successes,
+                    probe_lease_ms: lease,
+                }
+            },
+        )
+}
+
+fn generation() -> impl Strategy<Value = Generation> {
+    prop_oneof![
+        6 => Just(Generation::Current),
+        1 => Just(Generation::Previous),
+        1 => Just(Generation::Zero),
+        1 => Just(Generation::Minted),
+    ]
+}
+
+fn command() -> impl Strategy<Value = Command> {
+    let outcome = prop_oneof![
+        3 => Just(ProbeOutcome::Success),
+        2 => Just(ProbeOutcome::Failure),
+        1 => Just(ProbeOutcome::Ignored),
+    ];
+    prop_oneof![
+        8 => (generation(), prop::collection::vec(prop::bool::weighted(0.6), 1..4))
+            .prop_map(|(generation, failures)| Command::Observe { generation, failures }),
+        4 => Just(Command::Admit),
+        4 => (0usize..6, outcome, generation())
+            .prop_map(|(probe, outcome, generation)| Command::Settle { probe, outcome, generation }),
+        3 => (0u64..600).prop_map(|ms| Command::Advance { ms }),
+        3 => (
+            prop_oneof![Just(Boundary::Open), Just(Boundary::ProbeLease), Just(Boundary::Window)],
+            -1i8..=1
+        )
+            .prop_map(|(boundary, offset)| Command::AdvanceTo { boundary, offset }),
+        1 => Just(Command::ExpireAll),
+        1 => Just(Command::DeleteState),
+    ]
+}
+
+/// One case: the stored state on both sides, the shared clock, and what the test knows.
+struct Case<'a> {
+    conn: &'a mut redis::Connection,
+    keys: [String; 3],
+    tag: String,
+    settings: Settings,
+    store: Store,
+    seen: Seen,
+    now: u64,
+    current: u64,
+    probes: Vec<u128>,
+}
+
+impl Case<'_> {
+    fn pick(&self, generation: &Generation) -> u64 {
+        match generation {
+            Generation::Current => self.current,
+            Generation::Previous => self.current.saturating_sub(1),
+            Generation::Zero => 0,
+            Generation::Minted => MINT,
+        }
+    }
+
+    fn eval(
+        &mut self,
+        script: &Script,
+        args: impl redis::ToRedisArgs,
+    ) -> Result<redis::Value, TestCaseError> {
+        let s = &self.settings;
+        let mut invocation = with_fixed_clock(script);
+        let mut invocation = invocation.prepare_invoke();
+        for key in &self.keys {
+            invocation.key(key);
+        }
+        invocation
+            .arg("")
+            .arg(&self.tag)
+            .arg(s.minimum_throughput)
+            .arg(s.threshold_permille)
+            .arg(s.window_size)
+            .arg(s.window_ms)
+            .arg(s.open_ms)
+            .arg(s.half_open_probes)
+            .arg(s.half_open_successes)
+            .arg(s.probe_lease_ms)
+            .arg(args)
+            .arg(self.now);
+        invocation
+            .invoke(self.conn)
+            .map_err(|e| TestCaseError::fail(format!("{} failed: {e}", script.name)))
+    }
+
+    fn run(&mut self, command: &Command) -> Result<(), TestCaseError> {
+        match command {
+            Command::Observe {
+                generation,
+                failures,
+            } => {
+                let expected = self.pick(generation);
+                let model = self.store.observe(
+                    self.now,
+                    expected,
+                    failures,
+                    MINT,
+                    &self.settings,
+                    &mut self.seen,
+                );
+                let value = self.eval(
+                    &scripts::BREAKER_OBSERVE,
+                    (expected, outcome_text(failures), MINT),
+                )?;
+                let lua = decode_observe(value).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                prop_assert_eq!(model, lua, "observe {:?} under {}", failures, expected);
+                self.current = match model {
+                    ObserveReply::Recorded { generation, .. }
+                    | ObserveReply::Opened { generation, .. }
+                    | ObserveReply::Stale { generation, .. } => generation,
+                };
+            }
+            Command::Admit => {
+                let token = Uuid::new_v4().as_u128();
+                let model = self
+                    .store
+                    .admit(self.now, token, &self.settings, &mut self.seen);
+                let value = self.eval(
+                    &scripts::BREAKER_ADMIT,
+                    Uuid::from_u128(token).hyphenated().to_string(),
+                )?;
+                let lua = decode_admit(value).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                prop_assert_eq!(model, lua, "admit");
+                if let AdmitReply::Probe { .. } = model {
+                    self.probes.push(token);
+                }
+                self.current = match model {
+                    AdmitReply::Closed { generation }
+                    | AdmitReply::Open { generation, .. }
+                    | AdmitReply::ProbeLimit { generation }
+                    | AdmitReply::Probe { generation, .. } => generation,
+                };
+            }
+            Command::Settle {
+                probe,
+                outcome,
+                generation,
+            } => {
+                let token = self
+                    .probes
+                    .get(*probe)
+                    .copied()
+                    .unwrap_or(u128::from(*probe as u64));
+                let expected = self.pick(generation);
+                let model = self.store.settle(
+                    self.now,
+                    token,
+                    *outcome,
+                    expected,
+                    &self.settings,
+                    &mut self.seen,
+                );
+                let token_text = Uuid::from_u128(token).hyphenated().to_string();
+                let value = self.eval(
+                    &scripts::BREAKER_SETTLE,
+                    (token_text, probe_outcome_text(*outcome), expected),
+                )?;
+                let lua = decode_settle(value).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                prop_assert_eq!(model, lua, "settle {:?} under {}", outcome, expected);
+            }
+            Command::Advance { ms } => self.now += ms,
+            Command::AdvanceTo { boundary, offset } => {
+                let span = match boundary {
+                    Boundary::Open => self.settings.open_ms,
+                    Boundary::ProbeLease => self.settings.probe_lease_ms,
+                    Boundary::Window => self.settings.window_ms,
+                };
+                self.now += span.saturating_add_signed(i64::from(*offset));
+            }
+            Command::ExpireAll => {
+                self.now += self.settings.closed_ttl_ms() + self.settings.probe_lease_ms + 1
+            }
+            Command::DeleteState => {
+                self.store.state = None;
+                redis::cmd("DEL")
+                    .arg(&self.keys[0])
+                    .query::<()>(self.conn)
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// What Redis holds, in the kernel's terms.
+    fn stored(&mut self) -> Result<Store, TestCaseError> {
+        let fail = |e: redis::RedisError| TestCaseError::fail(e.to_string());
+        let fields: std::collections::HashMap<String, u64> = redis::cmd("HGETALL")
+            .arg(&self.keys[0])
+            .query(self.conn)
+            .map_err(fail)?;
+        let field = |name: &str| fields.get(name).copied().unwrap_or(u64::MAX);
+        let state = (!fields.is_empty()).then(|| State {
+            phase: Phase::from_code(field("phase") as i64).unwrap_or(Phase::Closed),
+            generation: field("generation"),
+            opened_at: field("opened_at"),
+            probe_successes: field("successes") as u32,
+            total: field("total") as u32,
+            failures: field("failures") as u32,
+            closed_until: field("closed_until"),
+        });
+        let entries: Vec<String> = redis::cmd("LRANGE")
+            .arg(&self.keys[1])
+            .arg(0)
+            .arg(-1)
+            .query(self.conn)
+            .map_err(fail)?;
+        let window: VecDeque<Entry> = entries
+            .iter()
+            .map(|entry| {
+                let (at, outcomes) = entry.split_once(':').unwrap_or(("0", ""));
+                Entry {
+                    at: at.parse().unwrap_or(0),
+                    failures: outcomes.chars().map(|c| c == 'f').collect(),
+                }
+            })
+            .collect();
+        let members: Vec<(String, f64)> = redis::cmd("ZRANGE")
+            .arg(&self.keys[2])
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query(self.conn)
+            .map_err(fail)?;
+        let mut probes: Vec<(u128, u64)> = members
+            .iter()
+            .map(|(token, deadline)| {
+                (
+                    Uuid::parse_str(token).map_or(0, |t| t.as_u128()),
+                    *deadline as u64,
+                )
+            })
+            .collect();
+        probes.sort_unstable();
+        Ok(Store {
+            state,
+            window,
+            probes,
+        })
+    }
+}
+
+fn server_now_ms(conn: &mut redis::Connection) -> u64 {
+    let (seconds, micros): (u64, u64) = redis::cmd("TIME").query(conn).expect("TIME");
+    seconds * 1000 + micros / 1000
+}
+
+#[test]
+fn lua_and_kernel_agree_on_every_reply_and_state() {
+    let server = caracal_tests::RedisServer::start();
+    let conn = std::cell::RefCell::new(server.connection());
+    let seed: u64 = std::env::var("CARACAL_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| (Uuid::new_v4().as_u128() >> 64) as u64);
+    let cases: u32 = std::env::var("CARACAL_TEST_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200);
+    let mut seed_bytes = [0u8; 32];
+    seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    let mut runner = TestRunner::new_with_rng(
+        Config {
+            cases,
+            failure_persistence: None,
+            ..Config::default()
+        },
+        TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes),
+    );
+    let coverage = std::cell::RefCell::new(Seen::default());
+    let case_number = std::cell::Cell::new(0u64);
+    let start = server_now_ms(&mut conn.borrow_mut()) + 3_600_000;
+    let result = runner.run(
+        &(settings(), prop::collection::vec(command(), 1..60)),
+        |(settings, commands)| {
+            case_number.set(case_number.get() + 1);
+            let tag = format!("differential-{seed}-{}", case_number.get());
+            let keys = ["brk:state", "brk:window", "brk:probes"]
+                .map(|s| format!("caracal:v1:{{{tag}}}:{s}"));
+            let mut conn = conn.borrow_mut();
+            let mut case = Case {
+                conn: &mut conn,
+                keys,
+                tag,
+                settings,
+                store: Store::default(),
+                seen: Seen::default(),
+                now: start,
+                current: 0,
+                probes: Vec::new(),
+            };
+            for command in &commands {
+                case.run(command)?;
+            }
+            let mut expected = case.store.clone();
+            expected.probes.sort_unstable();
+            let stored = case.stored()?;
+            prop_assert_eq!(expected, stored, "final state");
+            coverage.borrow_mut().merge(&case.seen);
+            Ok(())
+        },
+    );
+    if let Err(failure) = result {
+        panic!("differential test failed (replay with CARACAL_TEST_SEED={seed}): {failure}");
+    }
+    let missing = coverage.borrow().missing();
+    assert!(
+        missing.is_empty(),
+        "transitions never reached in {cases} cases (seed {seed}): {missing:?}"
+    );
+}
