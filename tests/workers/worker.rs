@@ -169,6 +169,8 @@ async fn main() {
                 async move { bulkhead_load(&scope, &witness, Duration::from_millis(3)).await }
             })
             .await;
+            // Flush the releases still in flight before the process exits.
+            coordinator.shutdown().await;
             tally.report("");
         }
         "bulkhead-hold" => {

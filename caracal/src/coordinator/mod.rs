@@ -276,7 +276,7 @@ impl Coordinator {
     /// assert_eq!(answer, 42);
     /// # }
     /// ```
-    pub fn scoped<F: Future>(&self, future: F) -> impl Future<Output = F::Output> {
+    pub fn scoped<F: Future>(&self, future: F) -> impl Future<Output = F::Output> + use<F> {
         SCOPED.scope(self.clone(), future)
     }
 

@@ -35,6 +35,9 @@ pub(crate) enum Topology {
 const TIMEOUTS_BEFORE_RECONNECT: u32 = 2;
 /// The longest pause between two reconnection attempts.
 const MAX_RECONNECT_BACKOFF: Duration = Duration::from_millis(500);
+/// The shortest: while calls are waiting on a down connection, the backoff shrinks to this,
+/// so service resumes within this long of the server's return without a connect storm.
+const MIN_RECONNECT_INTERVAL: Duration = Duration::from_millis(50);
 
 pub(crate) enum Connector {
     Standalone(redis::Client),
@@ -167,6 +170,8 @@ impl Conn {
 /// One pooled connection and its reconnection state.
 pub(crate) struct Slot {
     state: Mutex<SlotState>,
+    /// Nudged by calls that found the connection down: the reconnect loop stops backing off.
+    demand: tokio::sync::Notify,
     timeouts: AtomicU32,
     closed: Arc<AtomicBool>,
     connector: Arc<Connector>,
@@ -248,6 +253,8 @@ impl Slot {
                     state.reconnecting = true;
                     drop(state);
                     self.reconnect();
+                } else {
+                    self.demand.notify_one();
                 }
                 None
             }
@@ -280,6 +287,7 @@ impl Pool {
                         generation: 0,
                         reconnecting: false,
                     }),
+                    demand: tokio::sync::Notify::new(),
                     timeouts: AtomicU32::new(0),
                     closed: Arc::clone(&closed),
                     connector: Arc::clone(&connector),
@@ -368,7 +376,12 @@ impl Checkout {
         cmd: &Cmd,
         deadline: Instant,
     ) -> Result<Value, RedisFailure> {
-        match tokio::time::timeout_at(deadline, self.conn.send(cmd)).await {
+        // Server errors can come back as an `Ok` holding an error value; either way they are
+        // errors here.
+        match tokio::time::timeout_at(deadline, self.conn.send(cmd))
+            .await
+            .map(|reply| reply.and_then(Value::extract_error))
+        {
             Ok(Ok(value)) => {
                 self.slot.timeouts.store(0, Ordering::Relaxed);
                 Ok(value)
@@ -377,8 +390,7 @@ impl Checkout {
                 if error.is_unrecoverable_error() || error.is_connection_dropped() {
                     self.slot.mark_down(self.generation, "connection broken");
                 } else if error.kind() == redis::ErrorKind::Server(ServerErrorKind::ReadOnly) {
-                    self.slot
-                        .mark_down(self.generation, "server is a read-only replica");
+                    self.slot.mark_down(self.generation, "server is a read-only replica");
                 }
                 Err(RedisFailure::Redis(error))
             }

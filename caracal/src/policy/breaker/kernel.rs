@@ -55,14 +55,6 @@ pub(crate) enum Phase {
 }
 
 impl Phase {
-    /// The number the scripts use.
-    pub(crate) fn code(self) -> i64 {
-        match self {
-            Phase::Closed => 0,
-            Phase::Open => 1,
-            Phase::HalfOpen => 2,
-        }
-    }
 
     pub(crate) fn from_code(code: i64) -> Option<Self> {
         match code {
