@@ -7,38 +7,49 @@
 -- ARGV[2]  token (a UUID, unique per acquisition)
 -- ARGV[3]  lease ttl in milliseconds
 -- ARGV[4]  limit
--- Reply    {allowed, occupancy}: allowed is 1 when the token holds a lease afterwards; occupancy
---          is the number of live leases afterwards.
+-- Reply    {allowed, occupancy}: allowed is 1 when the token holds a lease afterwards;
+--          occupancy is the size of the set afterwards (leases that expired but were not
+--          needed yet may still be counted).
 --          acquire: admits when fewer than limit are live; an already-held token is admitted
 --          again without extending its deadline (idempotent).
---          renew: pushes a held token's deadline to now + ttl; 0 when it is gone.
+--          renew: pushes a live token's deadline to now + ttl; 0 when it is gone or expired.
 --          Release is a plain ZREM of the token, outside this script.
--- TTL      PEXPIREAT at the latest live deadline, so the key disappears once no lease can
---          matter. A deadline equal to now counts as expired.
--- Cost     O(log N + E): N live leases (at most limit), E expired ones pruned.
+-- TTL      the key expires at its latest deadline (never earlier): set outright on a new key,
+--          pushed later with GT otherwise.
+-- Cost     admission below the limit is 4 commands; expired leases (deadline <= now) are
+--          pruned only when the set looks full, so at most `limit` members ever wait to be
+--          pruned. O(log N + E), N <= limit.
 local now_parts = redis.call('TIME')
 local now = tonumber(now_parts[1]) * 1000 + math.floor(tonumber(now_parts[2]) / 1000)
-local key = KEYS[1]
-local token = ARGV[2]
-
-redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
-local held = redis.call('ZSCORE', key, token)
-local count = redis.call('ZCARD', key)
+local key, token = KEYS[1], ARGV[2]
+local deadline = now + tonumber(ARGV[3])
 
 if ARGV[1] == 'renew' then
-  if not held then
-    return {0, count}
+  local held = tonumber(redis.call('ZSCORE', key, token))
+  if not held or held <= now then
+    if held then redis.call('ZREM', key, token) end
+    return {0, redis.call('ZCARD', key)}
   end
-elseif held then
-  return {1, count}
-elseif count >= tonumber(ARGV[4]) then
-  return {0, count}
-else
-  count = count + 1
+  redis.call('ZADD', key, deadline, token)
+  redis.call('PEXPIREAT', key, deadline, 'GT')
+  return {1, redis.call('ZCARD', key)}
 end
 
-local deadline = now + tonumber(ARGV[3])
-redis.call('ZADD', key, deadline, token)
-local latest = redis.call('ZRANGE', key, 0, 0, 'REV', 'WITHSCORES')
-redis.call('PEXPIREAT', key, math.max(deadline, tonumber(latest[2])))
-return {1, count}
+local count = redis.call('ZCARD', key)
+if count >= tonumber(ARGV[4]) then
+  count = count - redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+  if count >= tonumber(ARGV[4]) then
+    -- Full; but a token that already holds a lease keeps it.
+    return {redis.call('ZSCORE', key, token) and 1 or 0, count}
+  end
+end
+if redis.call('ZADD', key, 'NX', deadline, token) == 0 then
+  -- Already held: admitted again, deadline unchanged.
+  return {1, count}
+end
+if count == 0 then
+  redis.call('PEXPIREAT', key, deadline)
+else
+  redis.call('PEXPIREAT', key, deadline, 'GT')
+end
+return {1, count + 1}

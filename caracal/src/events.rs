@@ -38,6 +38,12 @@ macro_rules! policy_event {
     }};
 }
 
+/// Whether anyone listens to caracal's debug events: figures only those events carry (how
+/// long a slot was held) are not measured otherwise.
+pub(crate) fn debug_enabled() -> bool {
+    tracing::enabled!(target: "caracal", tracing::Level::DEBUG)
+}
+
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }

@@ -237,9 +237,14 @@ impl Slot {
                     }
                     Err(_) => failures += 1,
                 }
-                drop(slot);
-                tokio::time::sleep(MAX_RECONNECT_BACKOFF.min(Duration::from_millis(50) * failures))
-                    .await;
+                let attempted = tokio::time::Instant::now();
+                let backoff = MAX_RECONNECT_BACKOFF.min(MIN_RECONNECT_INTERVAL * failures);
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    () = slot.demand.notified() => {
+                        tokio::time::sleep_until(attempted + MIN_RECONNECT_INTERVAL).await;
+                    }
+                }
             }
         });
     }

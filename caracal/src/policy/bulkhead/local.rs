@@ -6,7 +6,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use super::BulkheadSite;
@@ -19,7 +19,7 @@ use crate::policy::registry::{self, Registry};
 /// One identity's budget.
 #[derive(Debug)]
 pub(super) struct Budget {
-    semaphore: Arc<Semaphore>,
+    semaphore: Semaphore,
     limit: u32,
 }
 
@@ -36,23 +36,25 @@ static BUDGETS: Registry<Budget> = Registry::new(|budget| budget.occupancy() == 
 /// A call site's handle on its default-scope budget.
 pub(super) type SiteCache = registry::SiteCache<Budget>;
 
-/// A held local slot; dropping it frees the slot.
+/// A held local slot; dropping it frees the slot. (Its permit was forgotten at admission and
+/// is given back here, so the slot needs no second reference to the semaphore.)
 struct Slot {
-    permit: Option<OwnedSemaphorePermit>,
     budget: Arc<Budget>,
     site: &'static BulkheadSite,
     scope: Scope,
-    since: Instant,
+    since: Option<Instant>,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        drop(self.permit.take());
-        events::bulkhead_released(
-            &self.site.at(&self.scope),
-            Some(self.budget.occupancy()),
-            self.since.elapsed(),
-        );
+        self.budget.semaphore.add_permits(1);
+        if let Some(since) = self.since {
+            events::bulkhead_released(
+                &self.site.at(&self.scope),
+                Some(self.budget.occupancy()),
+                since.elapsed(),
+            );
+        }
         let config = &self.site.config;
         BUDGETS.release((config.name, config.operation, &self.scope), &self.budget);
     }
@@ -71,20 +73,18 @@ where
     let config = &site.config;
     let budget = BUDGETS.get(&site.local, (config.name, config.operation, scope), || {
         Budget {
-            semaphore: Arc::new(Semaphore::new(config.limit as usize)),
+            semaphore: Semaphore::new(config.limit as usize),
             limit: config.limit,
         }
     });
-    let permit = match Arc::clone(&budget.semaphore).try_acquire_owned() {
+    let permit = match budget.semaphore.try_acquire() {
         Ok(permit) => permit,
         Err(_) => {
             let waited = match config.max_wait {
-                Some(wait) => {
-                    tokio::time::timeout(wait, Arc::clone(&budget.semaphore).acquire_owned())
-                        .await
-                        .ok()
-                        .and_then(Result::ok)
-                }
+                Some(wait) => tokio::time::timeout(wait, budget.semaphore.acquire())
+                    .await
+                    .ok()
+                    .and_then(Result::ok),
                 None => None,
             };
             match waited {
@@ -106,13 +106,13 @@ where
             }
         }
     };
+    permit.forget();
     events::bulkhead_admitted(&site.at(scope), budget.occupancy(), config.limit);
     let _slot = Slot {
-        permit: Some(permit),
         budget,
         site,
         scope: scope.clone(),
-        since: Instant::now(),
+        since: events::debug_enabled().then(Instant::now),
     };
     body.await
 }
