@@ -60,6 +60,30 @@ async fn breaker_call(scope: &str, fail: bool, witness: Option<&AsyncWitness>, r
     if fail { Err(WorkerError::Downstream) } else { Ok(()) }
 }
 
+/// `breaker_call`'s breaker, watched: its outcomes are never recorded (they would dilute the
+/// window another process fills with failures), only its admissions matter.
+#[circuit_breaker(name = "mp-breaker", scope = scope, minimum_throughput = 5, failure_threshold = 0.5,
+                  open = "1s", half_open_probes = 2, half_open_successes = 3, classify = unrecorded)]
+async fn watch_call(scope: &str) -> Result<(), WorkerError> {
+    Ok(())
+}
+
+fn unrecorded(_: &Result<(), WorkerError>) -> caracal::Outcome {
+    caracal::Outcome::Ignored
+}
+
+/// Like `breaker_call`, but recovery needs more successes than a test window holds: while it
+/// is half-open, every body that runs is a probe.
+#[circuit_breaker(name = "mp-probes", scope = scope, minimum_throughput = 5, failure_threshold = 0.5,
+                  open = "1s", half_open_probes = 2, half_open_successes = 10000)]
+async fn probe_only(scope: &str, fail: bool, witness: Option<&AsyncWitness>, ran: &AtomicU64) -> Result<(), WorkerError> {
+    ran.fetch_add(1, Ordering::SeqCst);
+    if let Some(witness) = witness {
+        witnessed(witness, Duration::from_millis(100)).await;
+    }
+    if fail { Err(WorkerError::Downstream) } else { Ok(()) }
+}
+
 #[rate_limit(name = "mp-rate-50", rate = 50, burst = 5, scope = scope)]
 async fn rate_50(scope: &str) -> Result<(), WorkerError> {
     Ok(())
@@ -179,8 +203,14 @@ async fn main() {
         "breaker-fail" => {
             let tally = Tally::default();
             let ran = AtomicU64::new(0);
+            let probes = options.get("breaker").is_some_and(|b| b == "probes");
             for _ in 0..number("calls") {
-                tally.count(&breaker_call(&scope, true, None, &ran).await);
+                let result = if probes {
+                    probe_only(&scope, true, None, &ran).await
+                } else {
+                    breaker_call(&scope, true, None, &ran).await
+                };
+                tally.count(&result);
             }
             coordinator.shutdown().await;
             tally.report(&format!(" ran={}", ran.load(Ordering::SeqCst)));
@@ -188,17 +218,25 @@ async fn main() {
         "breaker-once" => {
             let tally = Tally::default();
             let ran = AtomicU64::new(0);
-            tally.count(&breaker_call(&scope, false, None, &ran).await);
+            let fail = options.get("fail").is_some_and(|v| v == "true");
+            tally.count(&breaker_call(&scope, fail, None, &ran).await);
             coordinator.shutdown().await;
             tally.report(&format!(" ran={}", ran.load(Ordering::SeqCst)));
         }
         "breaker-probes" => {
             let fail = options.get("fail").is_some_and(|v| v == "true");
+            let probes = options.get("breaker").is_some_and(|b| b == "probes");
             let ran = Arc::new(AtomicU64::new(0));
             let counted = Arc::clone(&ran);
             let tally = load(number("tasks") as usize, number("millis"), move || {
                 let (scope, witness, ran) = (scope.clone(), witness.clone(), Arc::clone(&ran));
-                async move { breaker_call(&scope, fail, witness.as_deref(), &ran).await }
+                async move {
+                    if probes {
+                        probe_only(&scope, fail, witness.as_deref(), &ran).await
+                    } else {
+                        breaker_call(&scope, fail, witness.as_deref(), &ran).await
+                    }
+                }
             })
             .await;
             coordinator.shutdown().await;
@@ -206,12 +244,11 @@ async fn main() {
         }
         "breaker-watch" => {
             // Calls every few ms until the first rejection; reports when it came.
-            let ran = AtomicU64::new(0);
             let until = Instant::now() + Duration::from_millis(number("millis"));
             let mut first_rejection = None;
             while Instant::now() < until {
                 if let Err(WorkerError::Caracal(caracal::Error::CircuitOpen { .. })) =
-                    breaker_call(&scope, false, None, &ran).await
+                    watch_call(&scope).await
                 {
                     first_rejection = Some(now_ms());
                     break;

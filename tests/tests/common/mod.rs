@@ -2,6 +2,8 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod worker;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 

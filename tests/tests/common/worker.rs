@@ -1,0 +1,65 @@
+//! Worker processes: one OS process of a fleet each, configured like a real service.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const WORKER: &str = env!("CARGO_BIN_EXE_caracal-worker");
+
+/// A worker process and the lines it printed.
+pub struct Worker {
+    pub child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Worker {
+    pub fn spawn(redis_url: &str, namespace: &str, scenario: &str, args: &[String]) -> Self {
+        let mut child = Command::new(WORKER)
+            .arg(scenario)
+            .args(args)
+            .env("CARACAL_REDIS_URL", redis_url)
+            .env("CARACAL_NAMESPACE", namespace)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn the worker");
+        let stdout = child.stdout.take().expect("worker stdout");
+        let (send, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if send.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Worker { child, lines }
+    }
+
+    /// The next line starting with `prefix`, within `timeout`.
+    pub fn expect_line(&self, prefix: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.starts_with(prefix) => return line,
+                Ok(_) => {}
+                Err(_) => panic!("worker printed no `{prefix}` line within {timeout:?}"),
+            }
+        }
+    }
+
+    pub fn field(line: &str, name: &str) -> u64 {
+        line.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name}= in {line:?}"))
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
