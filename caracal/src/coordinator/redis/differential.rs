@@ -63,8 +63,10 @@ enum Command {
         failures: Vec<bool>,
     },
     Admit,
+    /// Settles the `probe`-th admitted probe (modulo how many there are), or a token nobody
+    /// holds when `None`.
     Settle {
-        probe: usize,
+        probe: Option<usize>,
         outcome: ProbeOutcome,
         generation: Generation,
     },
@@ -145,7 +147,7 @@ fn command() -> impl Strategy<Value = Command> {
         8 => (generation(), prop::collection::vec(prop::bool::weighted(0.6), 1..4))
             .prop_map(|(generation, failures)| Command::Observe { generation, failures }),
         4 => Just(Command::Admit),
-        4 => (0usize..6, outcome, generation())
+        5 => (prop::option::weighted(0.9, 0usize..8), outcome, generation())
             .prop_map(|(probe, outcome, generation)| Command::Settle { probe, outcome, generation }),
         3 => (0u64..600).prop_map(|ms| Command::Advance { ms }),
         3 => (
@@ -159,8 +161,8 @@ fn command() -> impl Strategy<Value = Command> {
 }
 
 /// One case: the stored state on both sides, the shared clock, and what the test knows.
-struct Case<'a> {
-    conn: &'a mut redis::Connection,
+struct Case<'a, C> {
+    conn: &'a mut C,
     keys: [String; 3],
     tag: String,
     settings: Settings,
@@ -171,7 +173,7 @@ struct Case<'a> {
     probes: Vec<u128>,
 }
 
-impl Case<'_> {
+impl<C: redis::ConnectionLike> Case<'_, C> {
     fn pick(&self, generation: &Generation) -> u64 {
         match generation {
             Generation::Current => self.current,
@@ -263,11 +265,12 @@ impl Case<'_> {
                 outcome,
                 generation,
             } => {
-                let token = self
-                    .probes
-                    .get(*probe)
-                    .copied()
-                    .unwrap_or(u128::from(*probe as u64));
+                let token = match probe {
+                    Some(index) if !self.probes.is_empty() => {
+                        self.probes[index % self.probes.len()]
+                    }
+                    _ => Uuid::new_v4().as_u128(),
+                };
                 let expected = self.pick(generation);
                 let model = self.store.settle(
                     self.now,
@@ -366,7 +369,7 @@ impl Case<'_> {
     }
 }
 
-fn server_now_ms(conn: &mut redis::Connection) -> u64 {
+fn server_now_ms(conn: &mut impl redis::ConnectionLike) -> u64 {
     let (seconds, micros): (u64, u64) = redis::cmd("TIME").query(conn).expect("TIME");
     seconds * 1000 + micros / 1000
 }
@@ -374,7 +377,18 @@ fn server_now_ms(conn: &mut redis::Connection) -> u64 {
 #[test]
 fn lua_and_kernel_agree_on_every_reply_and_state() {
     let server = caracal_tests::RedisServer::start();
-    let conn = std::cell::RefCell::new(server.connection());
+    differential(server.connection(), 300);
+}
+
+#[test]
+fn lua_and_kernel_agree_on_a_cluster() {
+    let cluster = caracal_tests::RedisCluster::start(3);
+    differential(cluster.client().get_connection().expect("cluster connection"), 60);
+}
+
+/// Replays generated cases over `conn`; `CARACAL_TEST_CASES` overrides `default_cases`.
+fn differential(conn: impl redis::ConnectionLike, default_cases: u32) {
+    let conn = std::cell::RefCell::new(conn);
     let seed: u64 = std::env::var("CARACAL_TEST_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
