@@ -89,7 +89,7 @@ async fn rate_50(scope: &str) -> Result<(), WorkerError> {
     Ok(())
 }
 
-#[rate_limit(name = "mp-rate-700", rate = 700, scope = scope)]
+#[rate_limit(name = "mp-rate-700", rate = 700, burst = 5, scope = scope)]
 async fn rate_700(scope: &str) -> Result<(), WorkerError> {
     Ok(())
 }
@@ -258,19 +258,30 @@ async fn main() {
             say(&format!("result rejected_at_ms={}", first_rejection.map_or(0, |t| t)));
         }
         "rate-load" => {
+            // Every process of the fleet starts at the same moment, then calls as a client
+            // would: again right away when admitted, after the hinted wait when not.
+            let start_at = UNIX_EPOCH + Duration::from_millis(number("start_at_ms"));
+            if let Ok(wait) = start_at.duration_since(SystemTime::now()) {
+                tokio::time::sleep(wait).await;
+            }
+            let first = now_ms();
             let rate = get("rate");
             let tally = load(number("tasks") as usize, number("millis"), move || {
                 let (scope, rate) = (scope.clone(), rate.clone());
                 async move {
-                    match rate.as_str() {
+                    let result = match rate.as_str() {
                         "50" => rate_50(&scope).await,
                         "700" => rate_700(&scope).await,
                         other => panic!("no rate-limited function for rate {other}"),
+                    };
+                    if let Err(WorkerError::Caracal(caracal::Error::RateLimited { retry_after, .. })) = &result {
+                        tokio::time::sleep(*retry_after).await;
                     }
+                    result
                 }
             })
             .await;
-            tally.report("");
+            tally.report(&format!(" first_ms={first} last_ms={}", now_ms()));
         }
         other => panic!("unknown scenario {other}"),
     }

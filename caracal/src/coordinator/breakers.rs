@@ -74,6 +74,8 @@ pub(crate) enum Admission {
 #[derive(Debug, Default)]
 pub(super) struct Breakers {
     views: Mutex<HashMap<KeyBase, View>>,
+    /// Wakes every batch waiting for its delay, so shutdown need not wait it out.
+    flush_now: Arc<tokio::sync::Notify>,
 }
 
 impl Breakers {
@@ -249,43 +251,49 @@ impl Coordinator {
     /// Records the outcome of a closed-path call admitted under `generation`, without waiting:
     /// it joins the identity's pending batch.
     pub(crate) fn breaker_record(&self, target: &BreakerTarget, generation: u64, failed: bool) {
-        let mut views = lock(&self.inner.breakers.views);
-        let view = views.entry(target.key.clone()).or_insert_with(|| View {
-            phase: Phase::Closed,
-            generation,
-            confirmed: Instant::now() - VIEW_MAX_AGE,
-            probe_due: None,
-            batch: None,
-        });
-        let (full, send_later) = match &mut view.batch {
-            Some((batch_generation, outcomes)) if *batch_generation == generation => {
-                outcomes.push(failed);
-                (outcomes.len() >= MAX_BATCH, false)
-            }
-            batch => {
-                let previous = batch.replace((generation, vec![failed]));
-                if let Some((previous_generation, outcomes)) = previous {
-                    self.send_batch(target, previous_generation, outcomes);
+        // Decided under the lock, sent after it: a backend may answer synchronously, and the
+        // answer updates the views.
+        let (send_now, new_batch) = {
+            let mut views = lock(&self.inner.breakers.views);
+            let view = views.entry(target.key.clone()).or_insert_with(|| View {
+                phase: Phase::Closed,
+                generation,
+                confirmed: Instant::now() - VIEW_MAX_AGE,
+                probe_due: None,
+                batch: None,
+            });
+            match &mut view.batch {
+                Some((batch_generation, outcomes)) if *batch_generation == generation => {
+                    outcomes.push(failed);
+                    let full = outcomes.len() >= MAX_BATCH;
+                    (if full { view.batch.take() } else { None }, false)
                 }
-                (false, true)
+                // A new batch; one of an older generation cannot be merged, so it goes now.
+                batch => (batch.replace((generation, vec![failed])), true),
             }
         };
-        if full {
-            if let Some((generation, outcomes)) = view.batch.take() {
-                drop(views);
-                self.send_batch(target, generation, outcomes);
-            }
-        } else if send_later {
-            drop(views);
+        if let Some((batch_generation, outcomes)) = send_now {
+            self.send_batch(target, batch_generation, outcomes);
+        }
+        if new_batch {
             let weak = Arc::downgrade(&self.inner);
+            let flush_now = Arc::clone(&self.inner.breakers.flush_now);
             let target = target.clone();
             self.in_background(async move {
-                tokio::time::sleep(BATCH_DELAY).await;
+                tokio::select! {
+                    () = tokio::time::sleep(BATCH_DELAY) => {}
+                    () = flush_now.notified() => {}
+                }
                 if let Some(coordinator) = upgrade(&weak) {
                     coordinator.flush_batch(&target, generation);
                 }
             });
         }
+    }
+
+    /// Sends every pending batch now (shutdown).
+    pub(super) fn flush_batches_now(&self) {
+        self.inner.breakers.flush_now.notify_waiters();
     }
 
     /// Sends `target`'s pending batch of `generation`, if it is still waiting.

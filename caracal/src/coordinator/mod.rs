@@ -239,8 +239,9 @@ impl Coordinator {
         }
     }
 
-    /// Flushes what is still in flight in the background (lease releases), then refuses further
-    /// commands: later distributed calls fail with [`Error::CoordinatorUnavailable`].
+    /// Flushes what is still in flight in the background (lease releases, probe settlements,
+    /// batched breaker observations), then refuses further commands: later distributed calls
+    /// fail with [`Error::CoordinatorUnavailable`].
     ///
     /// Waits at most the command timeout for the flush.
     ///
@@ -251,12 +252,11 @@ impl Coordinator {
     /// # }
     /// ```
     pub async fn shutdown(&self) {
-        // Pending observation batches wait up to BATCH_DELAY before they are sent.
-        let limit = breakers::BATCH_DELAY
-            + match &self.inner.backend {
-                Backend::Memory(_) => Duration::ZERO,
-                Backend::Redis(redis) => redis.command_timeout(),
-            };
+        self.flush_batches_now();
+        let limit = match &self.inner.backend {
+            Backend::Memory(_) => Duration::from_millis(100),
+            Backend::Redis(redis) => redis.command_timeout(),
+        };
         self.inner.background.flush(limit).await;
         match &self.inner.backend {
             Backend::Memory(memory) => memory.close(),
