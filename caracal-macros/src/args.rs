@@ -1,0 +1,282 @@
+//! The `key = value, flag, …` argument list shared by every attribute but `#[timeout]`: parsing,
+//! unknown and duplicate keys, and conversion of each value with an error spanned on it.
+
+use std::fmt::Display;
+use std::ops::RangeInclusive;
+
+use proc_macro2::TokenStream;
+use quote::quote;
+use syn::ext::IdentExt;
+use syn::parse::{Parse, ParseStream, Parser};
+use syn::punctuated::Punctuated;
+use syn::{Expr, ExprLit, ExprUnary, Ident, Lit, LitStr, Path, Token, UnOp};
+
+use crate::errors::Errors;
+
+/// One `key = value` or bare `key`.
+struct Arg {
+    key: Ident,
+    value: Option<(Token![=], Expr)>,
+}
+
+impl Parse for Arg {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+        // Keywords too, so `type = …` is reported as an unknown argument, not a syntax error.
+        let key = input.call(Ident::parse_any)?;
+        let value = if input.peek(Token![=]) {
+            Some((input.parse()?, input.parse()?))
+        } else if input.is_empty() || input.peek(Token![,]) {
+            None
+        } else {
+            return Err(input.error(format!("expected `=` or `,` after `{key}`")));
+        };
+        Ok(Arg { key, value })
+    }
+}
+
+/// The arguments of one attribute, and the errors found so far in them.
+///
+/// Accessors return `None` for an argument that is absent *or* invalid; an invalid one has
+/// recorded its error, and [`Args::finish`] reports every error at once.
+pub(crate) struct Args {
+    attribute: &'static str,
+    /// What a missing argument is reported on: the attribute.
+    anchor: TokenStream,
+    given: Vec<Arg>,
+    errors: Errors,
+}
+
+/// Turns an argument's value into a setting: gets the key (for messages) and the value.
+pub(crate) trait Convert<T>: FnOnce(&str, &Expr) -> syn::Result<T> {}
+
+impl<T, F: FnOnce(&str, &Expr) -> syn::Result<T>> Convert<T> for F {}
+
+impl Args {
+    /// Parses `tokens`, accepting the keys in `valid` (groups listed in the order a message
+    /// should show them).
+    pub(crate) fn parse(
+        attribute: &'static str,
+        valid: &[&[&str]],
+        anchor: TokenStream,
+        tokens: TokenStream,
+    ) -> syn::Result<Self> {
+        let list = Punctuated::<Arg, Token![,]>::parse_terminated.parse2(tokens)?;
+        let mut args = Args {
+            attribute,
+            anchor,
+            given: Vec::new(),
+            errors: Errors::default(),
+        };
+        let valid: Vec<&str> = valid
+            .iter()
+            .flat_map(|group| group.iter().copied())
+            .collect();
+        for arg in list {
+            let key = arg.key.unraw().to_string();
+            if !valid.contains(&key.as_str()) {
+                let expected: Vec<String> = valid.iter().map(|key| format!("`{key}`")).collect();
+                args.errors.push(syn::Error::new_spanned(
+                    &arg.key,
+                    format!(
+                        "unknown argument `{key}` for `#[{attribute}]`; expected one of {}",
+                        expected.join(", ")
+                    ),
+                ));
+            } else if args.find(&key).is_some() {
+                args.errors.push(syn::Error::new_spanned(
+                    &arg.key,
+                    format!("duplicate argument `{key}`"),
+                ));
+            } else {
+                args.given.push(arg);
+            }
+        }
+        Ok(args)
+    }
+
+    fn find(&self, key: &str) -> Option<&Arg> {
+        self.given.iter().find(|arg| arg.key == key)
+    }
+
+    /// Whether `key` was written at all, valid or not.
+    pub(crate) fn has(&self, key: &str) -> bool {
+        self.find(key).is_some()
+    }
+
+    /// Whether the bare flag `key` is present.
+    pub(crate) fn flag(&mut self, key: &str) -> bool {
+        let Some(arg) = self.find(key) else {
+            return false;
+        };
+        if let Some((eq, value)) = &arg.value {
+            let error = syn::Error::new_spanned(
+                quote!(#eq #value),
+                format!("`{key}` is a bare flag: write `{key}`, not `{key} = …`"),
+            );
+            self.errors.push(error);
+        }
+        true
+    }
+
+    /// The value of `key = value`, converted.
+    pub(crate) fn get<T>(&mut self, key: &str, convert: impl Convert<T>) -> Option<T> {
+        let arg = self.find(key)?;
+        let result = match &arg.value {
+            Some((_, value)) => convert(key, value),
+            None => Err(syn::Error::new_spanned(
+                &arg.key,
+                format!("`{key}` needs a value: `{key} = …`"),
+            )),
+        };
+        result.map_err(|error| self.errors.push(error)).ok()
+    }
+
+    /// Like [`get`](Self::get), for an argument without a default; `example` shows its use.
+    pub(crate) fn require<T>(
+        &mut self,
+        key: &str,
+        example: &str,
+        convert: impl Convert<T>,
+    ) -> Option<T> {
+        if !self.has(key) {
+            let attribute = self.attribute;
+            let error = syn::Error::new_spanned(
+                &self.anchor,
+                format!("`#[{attribute}]` needs `{key}`, e.g. `#[{attribute}({example})]`"),
+            );
+            self.errors.push(error);
+        }
+        self.get(key, convert)
+    }
+
+    /// Reports a conflict between arguments on the whole `key = value` of `key`, which must
+    /// have been given.
+    pub(crate) fn conflict(&mut self, key: &str, message: impl Display) {
+        if let Some(arg) = self.find(key) {
+            let (key, value) = (
+                &arg.key,
+                arg.value.as_ref().map(|(eq, value)| quote!(#eq #value)),
+            );
+            let error = syn::Error::new_spanned(quote!(#key #value), message);
+            self.errors.push(error);
+        }
+    }
+
+    /// Whether every argument so far was valid: relations between arguments are only checked
+    /// then, so a value replaced by its default after an error cannot cause a second, bogus one.
+    pub(crate) fn all_valid(&self) -> bool {
+        self.errors.is_empty()
+    }
+
+    /// Every error found, or the settings `build` makes from the arguments. `build` only runs
+    /// without errors, when every required argument is present.
+    pub(crate) fn finish<T>(self, build: impl FnOnce() -> Option<T>) -> syn::Result<T> {
+        self.errors.into_result()?;
+        Ok(build().expect("a missing or invalid argument always records an error"))
+    }
+}
+
+/// What a value is, for "must be …, not a string" messages.
+fn describe(value: &Expr) -> &'static str {
+    match value {
+        Expr::Lit(ExprLit { lit, .. }) => match lit {
+            Lit::Str(_) => "a string",
+            Lit::Int(_) => "an integer",
+            Lit::Float(_) => "a float",
+            Lit::Bool(_) => "a boolean",
+            _ => "that literal",
+        },
+        Expr::Path(_) => "a path",
+        _ => "an expression",
+    }
+}
+
+/// "`key` must be `what`, not `describe(value)`", on the value.
+pub(crate) fn wrong_type(key: &str, what: impl Display, value: &Expr) -> syn::Error {
+    syn::Error::new_spanned(
+        value,
+        format!("`{key}` must be {what}, not {}", describe(value)),
+    )
+}
+
+/// A numeric literal's digits and sign, or `None` for anything else.
+fn numeric(value: &Expr) -> Option<(bool, &Lit)> {
+    match value {
+        Expr::Lit(ExprLit {
+            lit: lit @ (Lit::Int(_) | Lit::Float(_)),
+            ..
+        }) => Some((false, lit)),
+        Expr::Unary(ExprUnary {
+            op: UnOp::Neg(_),
+            expr,
+            ..
+        }) => match &**expr {
+            Expr::Lit(ExprLit {
+                lit: lit @ (Lit::Int(_) | Lit::Float(_)),
+                ..
+            }) => Some((true, lit)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// An integer literal within `range`.
+pub(crate) fn integer(range: RangeInclusive<u32>) -> impl Convert<u32> {
+    move |key, value| {
+        let what = format!("an integer from {} to {}", range.start(), range.end());
+        let out_of_range = || syn::Error::new_spanned(value, format!("`{key}` must be {what}"));
+        match numeric(value) {
+            Some((false, Lit::Int(int))) => int
+                .base10_parse::<u32>()
+                .ok()
+                .filter(|n| range.contains(n))
+                .ok_or_else(out_of_range),
+            Some((true, Lit::Int(_))) => Err(out_of_range()),
+            _ => Err(wrong_type(key, what, value)),
+        }
+    }
+}
+
+/// An integer or float literal within `min..=max`.
+pub(crate) fn number(min: f64, max: f64) -> impl Convert<f64> {
+    move |key, value| {
+        let what = format!("a number between {min} and {max}");
+        let Some((negative, lit)) = numeric(value) else {
+            return Err(wrong_type(key, what, value));
+        };
+        let parsed = match lit {
+            Lit::Int(int) => int.base10_parse::<f64>(),
+            Lit::Float(float) => float.base10_parse::<f64>(),
+            _ => unreachable!("numeric() only returns integer and float literals"),
+        };
+        parsed
+            .ok()
+            .map(|n| if negative { -n } else { n })
+            .filter(|n| (min..=max).contains(n))
+            .ok_or_else(|| syn::Error::new_spanned(value, format!("`{key}` must be {what}")))
+    }
+}
+
+/// A string literal.
+pub(crate) fn string(key: &str, value: &Expr) -> syn::Result<LitStr> {
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(string),
+            ..
+        }) => Ok(string.clone()),
+        _ => Err(wrong_type(key, "a string literal", value)),
+    }
+}
+
+/// A path, naming a function of the given `shape`.
+pub(crate) fn path(shape: &'static str) -> impl Convert<Path> {
+    move |key, value| match value {
+        Expr::Path(path) if path.qself.is_none() => Ok(path.path.clone()),
+        _ => Err(wrong_type(
+            key,
+            format_args!("a path to a function `{shape}`"),
+            value,
+        )),
+    }
+}

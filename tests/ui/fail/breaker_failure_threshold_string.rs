@@ -1,0 +1,19 @@
+//! `failure_threshold` of the wrong literal type.
+use caracal::circuit_breaker;
+
+struct ApiError;
+
+impl From<caracal::Error> for ApiError {
+    fn from(_: caracal::Error) -> Self {
+        ApiError
+    }
+}
+
+#[circuit_breaker(failure_threshold = "0.5")]
+async fn f() -> Result<(), ApiError> {
+    Ok(())
+}
+
+fn main() {
+    drop(f());
+}

@@ -1,0 +1,19 @@
+//! `failure_threshold` above 0.999.
+use caracal::circuit_breaker;
+
+struct ApiError;
+
+impl From<caracal::Error> for ApiError {
+    fn from(_: caracal::Error) -> Self {
+        ApiError
+    }
+}
+
+#[circuit_breaker(failure_threshold = 1.5)]
+async fn f() -> Result<(), ApiError> {
+    Ok(())
+}
+
+fn main() {
+    drop(f());
+}

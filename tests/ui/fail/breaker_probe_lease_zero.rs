@@ -1,0 +1,19 @@
+//! `probe_lease` below 1ms.
+use caracal::circuit_breaker;
+
+struct ApiError;
+
+impl From<caracal::Error> for ApiError {
+    fn from(_: caracal::Error) -> Self {
+        ApiError
+    }
+}
+
+#[circuit_breaker(probe_lease = "0ms")]
+async fn f() -> Result<(), ApiError> {
+    Ok(())
+}
+
+fn main() {
+    drop(f());
+}

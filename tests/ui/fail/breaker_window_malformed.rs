@@ -1,0 +1,19 @@
+//! A malformed `window`.
+use caracal::circuit_breaker;
+
+struct ApiError;
+
+impl From<caracal::Error> for ApiError {
+    fn from(_: caracal::Error) -> Self {
+        ApiError
+    }
+}
+
+#[circuit_breaker(window = "1 fortnight")]
+async fn f() -> Result<(), ApiError> {
+    Ok(())
+}
+
+fn main() {
+    drop(f());
+}

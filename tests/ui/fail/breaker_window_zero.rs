@@ -1,0 +1,19 @@
+//! `window` below 1ms.
+use caracal::circuit_breaker;
+
+struct ApiError;
+
+impl From<caracal::Error> for ApiError {
+    fn from(_: caracal::Error) -> Self {
+        ApiError
+    }
+}
+
+#[circuit_breaker(window = "0s")]
+async fn f() -> Result<(), ApiError> {
+    Ok(())
+}
+
+fn main() {
+    drop(f());
+}

@@ -1,0 +1,19 @@
+//! A negative `limit`.
+use caracal::bulkhead;
+
+struct ApiError;
+
+impl From<caracal::Error> for ApiError {
+    fn from(_: caracal::Error) -> Self {
+        ApiError
+    }
+}
+
+#[bulkhead(limit = -1)]
+async fn f() -> Result<(), ApiError> {
+    Ok(())
+}
+
+fn main() {
+    drop(f());
+}

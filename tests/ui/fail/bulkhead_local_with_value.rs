@@ -1,0 +1,19 @@
+//! `local` is a bare flag.
+use caracal::bulkhead;
+
+struct ApiError;
+
+impl From<caracal::Error> for ApiError {
+    fn from(_: caracal::Error) -> Self {
+        ApiError
+    }
+}
+
+#[bulkhead(limit = 1, local = true)]
+async fn f() -> Result<(), ApiError> {
+    Ok(())
+}
+
+fn main() {
+    drop(f());
+}

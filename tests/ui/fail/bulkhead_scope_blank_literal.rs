@@ -1,0 +1,19 @@
+//! A literal scope is checked at compile time.
+use caracal::bulkhead;
+
+struct ApiError;
+
+impl From<caracal::Error> for ApiError {
+    fn from(_: caracal::Error) -> Self {
+        ApiError
+    }
+}
+
+#[bulkhead(limit = 1, scope = " ")]
+async fn f() -> Result<(), ApiError> {
+    Ok(())
+}
+
+fn main() {
+    drop(f());
+}

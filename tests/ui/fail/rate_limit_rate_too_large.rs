@@ -1,0 +1,19 @@
+//! `rate` above 1000000.
+use caracal::rate_limit;
+
+struct ApiError;
+
+impl From<caracal::Error> for ApiError {
+    fn from(_: caracal::Error) -> Self {
+        ApiError
+    }
+}
+
+#[rate_limit(rate = 1_000_001)]
+async fn f() -> Result<(), ApiError> {
+    Ok(())
+}
+
+fn main() {
+    drop(f());
+}

@@ -1,0 +1,19 @@
+//! `max_attempts` of the wrong literal type.
+use caracal::retry;
+
+struct ApiError;
+
+impl From<caracal::Error> for ApiError {
+    fn from(_: caracal::Error) -> Self {
+        ApiError
+    }
+}
+
+#[retry(max_attempts = "3")]
+async fn f() -> Result<(), ApiError> {
+    Ok(())
+}
+
+fn main() {
+    drop(f());
+}

@@ -1,0 +1,19 @@
+//! An unknown argument lists the valid ones.
+use caracal::retry;
+
+struct ApiError;
+
+impl From<caracal::Error> for ApiError {
+    fn from(_: caracal::Error) -> Self {
+        ApiError
+    }
+}
+
+#[retry(max_attempts = 3, jitter = true)]
+async fn f() -> Result<(), ApiError> {
+    Ok(())
+}
+
+fn main() {
+    drop(f());
+}
