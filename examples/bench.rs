@@ -6,20 +6,29 @@
 //! cargo run --release --example bench                      # Redis at 127.0.0.1:6379
 //! CARACAL_REDIS_URL=redis://host:port cargo run --release --example bench
 //! ```
+//!
+//! Figures: a raw `EVALSHA` of the lease script (the floor a distributed call cannot beat);
+//! guarded calls through the distributed bulkhead, the closed circuit breaker, and both, at 1
+//! and 64 tasks; what Redis spends per guarded call (`INFO commandstats`) against the cost of
+//! an empty script; breaker observations at `window_size` 10 000 against 100; the local
+//! bulkhead and breaker against a bare `tokio::sync::Semaphore`, tower's `ConcurrencyLimit`
+//! and failsafe's breaker.
 
 use std::hint::black_box;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use caracal::bulkhead;
+use caracal::{bulkhead, circuit_breaker};
 use redis::aio::MultiplexedConnection;
+use tower::{Service, ServiceExt};
 
 const SEQUENTIAL_CALLS: usize = 4000;
 const CONCURRENT_TASKS: usize = 64;
 const CONCURRENT_RUN: Duration = Duration::from_secs(3);
 const LOCAL_CALLS: u32 = 1_000_000;
 const LEASE_SCRIPT: &str = include_str!("../lua/bulkhead_lease.lua");
+const OBSERVE_SCRIPT: &str = include_str!("../lua/breaker_observe.lua");
 
 #[derive(Debug)]
 struct BenchError(#[allow(dead_code)] caracal::Error);
@@ -35,8 +44,24 @@ async fn guarded() -> Result<(), BenchError> {
     Ok(())
 }
 
+#[circuit_breaker(name = "bench-breaker")]
+async fn breaker_closed() -> Result<(), BenchError> {
+    Ok(())
+}
+
+#[circuit_breaker(name = "bench-both")]
+#[bulkhead(name = "bench-both", limit = 1000000)]
+async fn breaker_and_bulkhead() -> Result<(), BenchError> {
+    Ok(())
+}
+
 #[bulkhead(name = "bench-local", limit = 1000000, local)]
-async fn guarded_local() -> Result<(), BenchError> {
+async fn local_bulkhead() -> Result<(), BenchError> {
+    Ok(())
+}
+
+#[circuit_breaker(name = "bench-local", local)]
+async fn local_breaker() -> Result<(), BenchError> {
     Ok(())
 }
 
@@ -58,7 +83,7 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
 async fn latencies<F, Fut>(n: usize, mut call: F) -> (f64, f64)
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = ()>,
+    Fut: Future<Output = ()>,
 {
     for _ in 0..n / 10 {
         call().await;
@@ -77,7 +102,7 @@ where
 async fn throughput<F, Fut>(tasks: usize, call: F) -> f64
 where
     F: Fn() -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = ()> + Send,
+    Fut: Future<Output = ()> + Send,
 {
     let call = Arc::new(call);
     let stop = Arc::new(AtomicBool::new(false));
@@ -89,6 +114,8 @@ where
                 while !stop.load(Ordering::Relaxed) {
                     call().await;
                     done.fetch_add(1, Ordering::Relaxed);
+                    // Keeps a zero-round-trip call from starving the other tasks.
+                    tokio::task::yield_now().await;
                 }
             })
         })
@@ -103,6 +130,22 @@ where
         let _ = worker.await;
     }
     rate
+}
+
+/// Nanoseconds per call of `call`, run `LOCAL_CALLS` times in a row.
+async fn nanos_per_call<F, Fut>(mut call: F) -> f64
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    for _ in 0..LOCAL_CALLS / 10 {
+        call().await;
+    }
+    let start = Instant::now();
+    for _ in 0..LOCAL_CALLS {
+        call().await;
+    }
+    start.elapsed().as_secs_f64() * 1e9 / f64::from(LOCAL_CALLS)
 }
 
 /// `(calls, usec)` of one command from `INFO commandstats`.
@@ -126,136 +169,326 @@ async fn command_stats(conn: &mut MultiplexedConnection, command: &str) -> (f64,
     (field("calls"), field("usec"))
 }
 
-async fn raw_acquire(conn: &mut MultiplexedConnection, sha: &str, key: &str) {
-    let token = uuid_like();
-    let _: redis::Value = redis::cmd("EVALSHA")
-        .arg(sha)
-        .arg(1)
-        .arg(key)
-        .arg("acquire")
-        .arg(token)
-        .arg(30_000)
-        .arg(1_000_000_000)
+/// Server microseconds per `EVALSHA` (and per `ZREM`) while `work` runs.
+async fn server_cost<F: Future>(
+    conn: &mut MultiplexedConnection,
+    work: F,
+) -> (F::Output, [f64; 4]) {
+    let evalsha = command_stats(conn, "evalsha").await;
+    let zrem = command_stats(conn, "zrem").await;
+    let output = work.await;
+    let (evalsha_after, zrem_after) = (
+        command_stats(conn, "evalsha").await,
+        command_stats(conn, "zrem").await,
+    );
+    let delta = [
+        evalsha_after.0 - evalsha.0,
+        evalsha_after.1 - evalsha.1,
+        zrem_after.0 - zrem.0,
+        zrem_after.1 - zrem.1,
+    ];
+    (output, delta)
+}
+
+async fn load_script(conn: &mut MultiplexedConnection, body: &str) -> String {
+    redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(body)
         .query_async(conn)
         .await
-        .expect("raw EVALSHA");
+        .expect("SCRIPT LOAD")
 }
 
 /// A unique token, as the policy uses, without pulling a UUID crate into the example.
-fn uuid_like() -> String {
+fn token() -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     format!("bench-{:032x}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
-#[tokio::main]
-async fn main() -> Result<(), caracal::Error> {
-    let url = std::env::var("CARACAL_REDIS_URL")
-        .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+async fn raw_acquire(mut conn: MultiplexedConnection, sha: Arc<str>, key: Arc<str>) {
+    let _: redis::Value = redis::cmd("EVALSHA")
+        .arg(&*sha)
+        .arg(1)
+        .arg(&*key)
+        .arg("acquire")
+        .arg(token())
+        .arg(30_000)
+        .arg(1_000_000_000)
+        .query_async(&mut conn)
+        .await
+        .expect("raw EVALSHA");
+}
+
+/// One observation (a success) through `lua/breaker_observe.lua`, as the coordinator sends it.
+async fn raw_observe(
+    mut conn: MultiplexedConnection,
+    sha: Arc<str>,
+    tag: Arc<str>,
+    window_size: u32,
+) {
+    let keys =
+        ["brk:state", "brk:window", "brk:probes"].map(|s| format!("caracal:v1:{{{tag}}}:{s}"));
+    let _: redis::Value = redis::cmd("EVALSHA")
+        .arg(&*sha)
+        .arg(3)
+        .arg(&keys)
+        // channel, tag, minimum_throughput, threshold, window_size, window ms, open ms,
+        // probes, successes, probe lease ms; then generation, outcomes, mint.
+        .arg((
+            "",
+            &*tag,
+            1_000_000,
+            999,
+            window_size,
+            3_600_000,
+            30_000,
+            3,
+            2,
+            60_000,
+        ))
+        .arg((0, "s", 7))
+        .query_async(&mut conn)
+        .await
+        .expect("raw observe");
+}
+
+async fn redis_figures(url: &str) -> Result<(), caracal::Error> {
     let namespace = format!("bench:{}", std::process::id());
-    let coordinator = caracal::Coordinator::redis(url.clone())
+    let coordinator = caracal::Coordinator::redis(url)
         .namespace(namespace)
         .connect()
         .await?;
     caracal::install(coordinator.clone())?;
-
-    let client = redis::Client::open(url.as_str()).expect("Redis URL");
+    let client = redis::Client::open(url).expect("Redis URL");
     let mut conn = client
         .get_multiplexed_async_connection()
         .await
-        .expect("connect for the baseline");
-    let sha: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(LEASE_SCRIPT)
-        .query_async(&mut conn)
-        .await
-        .expect("SCRIPT LOAD");
-    let raw_key = format!("caracal:bench:{}:raw", std::process::id());
-
-    // 1. Latency: one raw EVALSHA round trip vs one guarded call (acquire awaited, release not).
-    let (raw_median, raw_p99) = latencies(SEQUENTIAL_CALLS, || {
-        let (mut conn, sha, key) = (conn.clone(), sha.clone(), raw_key.clone());
-        async move { raw_acquire(&mut conn, &sha, &key).await }
-    })
-    .await;
-    let _: () = redis::cmd("DEL").arg(&raw_key).query_async(&mut conn).await.expect("DEL");
-    emit("raw_evalsha_rtt_us", &[("median", raw_median), ("p99", raw_p99)]);
-    let (guarded_median, guarded_p99) = latencies(SEQUENTIAL_CALLS, || async {
-        guarded().await.expect("admitted");
-    })
-    .await;
-    emit(
-        "guarded_call_1_task_us",
-        &[
-            ("median", guarded_median),
-            ("p99", guarded_p99),
-            ("ratio_to_raw_evalsha", guarded_median / raw_median),
-            ("added_median", guarded_median - raw_median),
-        ],
-    );
-
-    // 2. Throughput at 64 tasks, and what Redis spends per guarded call.
-    let raw_rate = {
-        let (conn, sha, key) = (conn.clone(), sha.clone(), raw_key.clone());
-        throughput(CONCURRENT_TASKS, move || {
-            let (mut conn, sha, key) = (conn.clone(), sha.clone(), key.clone());
-            async move { raw_acquire(&mut conn, &sha, &key).await }
-        })
-        .await
+        .expect("baseline connection");
+    let sha: Arc<str> = load_script(&mut conn, LEASE_SCRIPT).await.into();
+    let raw_key: Arc<str> = format!("caracal:bench:{}:raw", std::process::id()).into();
+    let raw = {
+        let (conn, sha, key) = (conn.clone(), Arc::clone(&sha), Arc::clone(&raw_key));
+        move || raw_acquire(conn.clone(), Arc::clone(&sha), Arc::clone(&key))
     };
-    let _: () = redis::cmd("DEL").arg(&raw_key).query_async(&mut conn).await.expect("DEL");
-    emit("raw_evalsha_64_tasks_per_s", &[("rate", raw_rate)]);
-    let before = (
-        command_stats(&mut conn, "evalsha").await,
-        command_stats(&mut conn, "zrem").await,
-    );
-    let guarded_rate = throughput(CONCURRENT_TASKS, || async {
-        guarded().await.expect("admitted");
-    })
-    .await;
-    coordinator.shutdown().await;
-    let after = (
-        command_stats(&mut conn, "evalsha").await,
-        command_stats(&mut conn, "zrem").await,
-    );
-    let (evalsha_calls, evalsha_usec) = (after.0.0 - before.0.0, after.0.1 - before.0.1);
-    let (zrem_calls, zrem_usec) = (after.1.0 - before.1.0, after.1.1 - before.1.1);
+    let clear_raw = |mut conn: MultiplexedConnection, key: Arc<str>| async move {
+        let _: () = redis::cmd("DEL")
+            .arg(&*key)
+            .query_async(&mut conn)
+            .await
+            .expect("DEL");
+    };
+
+    // Latency: one raw EVALSHA round trip against guarded calls.
+    let (raw_median, raw_p99) = latencies(SEQUENTIAL_CALLS, &raw).await;
+    clear_raw(conn.clone(), Arc::clone(&raw_key)).await;
     emit(
-        "guarded_call_64_tasks_per_s",
-        &[
-            ("rate", guarded_rate),
-            ("ratio_to_raw_evalsha", guarded_rate / raw_rate),
-        ],
+        "raw_evalsha_rtt_us",
+        &[("median", raw_median), ("p99", raw_p99)],
     );
-    emit(
-        "redis_usec_per_guarded_call",
-        &[
-            ("total", (evalsha_usec + zrem_usec) / evalsha_calls.max(1.0)),
-            ("acquire_evalsha", evalsha_usec / evalsha_calls.max(1.0)),
-            ("release_zrem", zrem_usec / zrem_calls.max(1.0)),
-            ("calls_per_guarded_call", (evalsha_calls + zrem_calls) / evalsha_calls.max(1.0)),
-        ],
+    let latency = |figure: &str, (median, p99): (f64, f64)| {
+        emit(
+            figure,
+            &[
+                ("median", median),
+                ("p99", p99),
+                ("ratio_to_raw_evalsha", median / raw_median),
+                ("added_median", median - raw_median),
+            ],
+        );
+    };
+    latency(
+        "bulkhead_1_task_us",
+        latencies(SEQUENTIAL_CALLS, || async {
+            guarded().await.expect("admitted")
+        })
+        .await,
+    );
+    latency(
+        "breaker_closed_1_task_us",
+        latencies(SEQUENTIAL_CALLS, || async {
+            breaker_closed().await.expect("admitted")
+        })
+        .await,
+    );
+    latency(
+        "breaker_and_bulkhead_1_task_us",
+        latencies(SEQUENTIAL_CALLS, || async {
+            breaker_and_bulkhead().await.expect("admitted")
+        })
+        .await,
     );
 
-    // 3. The local bulkhead against a bare tokio semaphore, uncontended.
+    // Throughput at 64 tasks, with what Redis spends per call.
+    let raw_rate = throughput(CONCURRENT_TASKS, raw.clone()).await;
+    clear_raw(conn.clone(), Arc::clone(&raw_key)).await;
+    emit("raw_evalsha_64_tasks_per_s", &[("rate", raw_rate)]);
+    let (bulkhead_rate, [acquires, acquire_usec, releases, release_usec]) = server_cost(
+        &mut conn,
+        throughput(CONCURRENT_TASKS, || async {
+            guarded().await.expect("admitted")
+        }),
+    )
+    .await;
+    emit(
+        "bulkhead_64_tasks_per_s",
+        &[
+            ("rate", bulkhead_rate),
+            ("ratio_to_raw_evalsha", bulkhead_rate / raw_rate),
+        ],
+    );
+    let empty: Arc<str> = load_script(&mut conn, "return 1").await.into();
+    let mut empty_conn = conn.clone();
+    let (_, [empty_calls, empty_usec, _, _]) = server_cost(&mut conn, async {
+        for _ in 0..2000 {
+            let _: i64 = redis::cmd("EVALSHA")
+                .arg(&*empty)
+                .arg(0)
+                .query_async(&mut empty_conn)
+                .await
+                .expect("empty");
+        }
+    })
+    .await;
+    emit(
+        "redis_usec_per_bulkhead_call",
+        &[
+            ("total", (acquire_usec + release_usec) / acquires.max(1.0)),
+            ("acquire_script", acquire_usec / acquires.max(1.0)),
+            ("release_zrem", release_usec / releases.max(1.0)),
+            (
+                "commands_per_call",
+                (acquires + releases) / acquires.max(1.0),
+            ),
+            ("empty_script_floor", empty_usec / empty_calls.max(1.0)),
+        ],
+    );
+    let (breaker_rate, [scripts, script_usec, _, _]) = server_cost(
+        &mut conn,
+        throughput(CONCURRENT_TASKS, || async {
+            breaker_closed().await.expect("admitted")
+        }),
+    )
+    .await;
+    let breaker_calls = breaker_rate * CONCURRENT_RUN.as_secs_f64();
+    emit(
+        "breaker_closed_64_tasks_per_s",
+        &[
+            ("rate", breaker_rate),
+            ("ratio_to_raw_evalsha", breaker_rate / raw_rate),
+            ("scripts_per_call", scripts / breaker_calls),
+            ("redis_usec_per_call", script_usec / breaker_calls),
+        ],
+    );
+    let (both_rate, [scripts, script_usec, releases, release_usec]) = server_cost(
+        &mut conn,
+        throughput(CONCURRENT_TASKS, || async {
+            breaker_and_bulkhead().await.expect("admitted")
+        }),
+    )
+    .await;
+    emit(
+        "breaker_and_bulkhead_64_tasks_per_s",
+        &[
+            ("rate", both_rate),
+            ("ratio_to_raw_evalsha", both_rate / raw_rate),
+            (
+                "redis_usec_per_call",
+                (script_usec + release_usec) / releases.max(1.0),
+            ),
+            ("scripts_per_call", scripts / releases.max(1.0)),
+        ],
+    );
+    coordinator.shutdown().await;
+
+    // Observations: the window holds 100 or 10 000 of them; recording one must cost the same.
+    let observe: Arc<str> = load_script(&mut conn, OBSERVE_SCRIPT).await.into();
+    let mut rates = Vec::new();
+    for window_size in [100u32, 10_000] {
+        let tag: Arc<str> = format!("bench-{}-{window_size}", std::process::id()).into();
+        for _ in 0..window_size + 100 {
+            raw_observe(
+                conn.clone(),
+                Arc::clone(&observe),
+                Arc::clone(&tag),
+                window_size,
+            )
+            .await;
+        }
+        let (conn, observe) = (conn.clone(), Arc::clone(&observe));
+        let rate = throughput(CONCURRENT_TASKS, move || {
+            raw_observe(
+                conn.clone(),
+                Arc::clone(&observe),
+                Arc::clone(&tag),
+                window_size,
+            )
+        })
+        .await;
+        rates.push(rate);
+    }
+    emit(
+        "observations_per_s",
+        &[
+            ("window_100", rates[0]),
+            ("window_10000", rates[1]),
+            ("ratio_10000_to_100", rates[1] / rates[0]),
+        ],
+    );
+    Ok(())
+}
+
+async fn local_figures() {
     let semaphore = tokio::sync::Semaphore::new(1_000_000);
-    let start = Instant::now();
-    for _ in 0..LOCAL_CALLS {
-        let permit = semaphore.try_acquire().expect("permit");
-        black_box(&permit);
-    }
-    let semaphore_ns = start.elapsed().as_secs_f64() * 1e9 / f64::from(LOCAL_CALLS);
-    let start = Instant::now();
-    for _ in 0..LOCAL_CALLS {
-        black_box(guarded_local().await).expect("admitted");
-    }
-    let local_ns = start.elapsed().as_secs_f64() * 1e9 / f64::from(LOCAL_CALLS);
+    let semaphore_ns = nanos_per_call(|| async {
+        drop(black_box(semaphore.try_acquire().expect("permit")));
+    })
+    .await;
+    let tower_limit = tower::ServiceBuilder::new()
+        .concurrency_limit(1_000_000)
+        .service_fn(|()| async { Ok::<_, std::convert::Infallible>(()) });
+    let tower_ns = nanos_per_call(|| {
+        let mut service = tower_limit.clone();
+        async move {
+            service.ready().await.expect("ready");
+            service.call(()).await.expect("call");
+        }
+    })
+    .await;
+    let local_ns =
+        nanos_per_call(|| async { black_box(local_bulkhead().await).expect("admitted") }).await;
     emit("tokio_semaphore_ns", &[("per_call", semaphore_ns)]);
+    emit("tower_concurrency_limit_ns", &[("per_call", tower_ns)]);
     emit(
         "local_bulkhead_ns",
         &[
             ("per_call", local_ns),
             ("ratio_to_semaphore", local_ns / semaphore_ns),
+            ("ratio_to_tower", local_ns / tower_ns),
         ],
     );
-    Ok(())
+
+    use failsafe::futures::CircuitBreaker as _;
+    let failsafe = failsafe::Config::new().build();
+    let failsafe_ns = nanos_per_call(|| async {
+        black_box(failsafe.call(async { Ok::<(), ()>(()) }).await).expect("admitted");
+    })
+    .await;
+    let breaker_ns =
+        nanos_per_call(|| async { black_box(local_breaker().await).expect("admitted") }).await;
+    emit("failsafe_breaker_ns", &[("per_call", failsafe_ns)]);
+    emit(
+        "local_breaker_ns",
+        &[
+            ("per_call", breaker_ns),
+            ("ratio_to_failsafe", breaker_ns / failsafe_ns),
+        ],
+    );
+}
+
+#[tokio::main]
+async fn main() -> Result<(), caracal::Error> {
+    let url =
+        std::env::var("CARACAL_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    local_figures().await;
+    redis_figures(&url).await
 }

@@ -102,9 +102,8 @@ impl Error {
     /// A stable, machine-readable code for logs and metrics.
     ///
     /// ```
-    /// use std::time::Duration;
-    /// let err = caracal::Error::Timeout { after: Duration::from_secs(2) };
-    /// assert_eq!(err.code(), "timeout");
+    /// let err = caracal::Error::AlreadyInstalled;
+    /// assert_eq!(err.code(), "already_installed");
     /// ```
     pub fn code(&self) -> &'static str {
         match self {
@@ -142,6 +141,20 @@ impl Error {
             Error::CoordinatorUnavailable { cause } => Some(cause.kind),
             _ => None,
         }
+    }
+}
+
+/// For functions returning `std::io::Result`: a rejection becomes an `io::Error` of kind
+/// `Other` carrying the caracal error (recover it with `get_ref()` and `downcast_ref`).
+///
+/// ```
+/// let io: std::io::Error = caracal::Error::NotInstalled.into();
+/// let inner = io.get_ref().and_then(|e| e.downcast_ref::<caracal::Error>());
+/// assert_eq!(inner.map(caracal::Error::code), Some("not_installed"));
+/// ```
+impl From<Error> for std::io::Error {
+    fn from(error: Error) -> Self {
+        std::io::Error::other(error)
     }
 }
 

@@ -8,15 +8,26 @@ use caracal::{Coordinator, circuit_breaker};
 use caracal_tests::{CapturedEvent, EventLog};
 use common::{TestError, code};
 
-#[circuit_breaker(name = "events", minimum_throughput = 4, open = "1s", half_open_probes = 1,
-                  half_open_successes = 1)]
+#[circuit_breaker(
+    name = "events",
+    minimum_throughput = 4,
+    open = "1s",
+    half_open_probes = 1,
+    half_open_successes = 1
+)]
 async fn call(fail: bool, pause: Duration) -> Result<(), TestError> {
     tokio::time::sleep(pause).await;
-    if fail { Err(TestError::Body("downstream failed")) } else { Ok(()) }
+    if fail {
+        Err(TestError::Body("downstream failed"))
+    } else {
+        Ok(())
+    }
 }
 
 fn field<'a>(event: &'a CapturedEvent, name: &str) -> &'a str {
-    event.field(name).unwrap_or_else(|| panic!("{name} missing from {event:?}"))
+    event
+        .field(name)
+        .unwrap_or_else(|| panic!("{name} missing from {event:?}"))
 }
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]
@@ -51,13 +62,35 @@ async fn a_breaker_lifecycle_in_events() {
     let opened = log.wait_for_where("circuit_breaker.state_changed", wait, |f| {
         f.get("to").map(String::as_str) == Some("open")
     });
-    assert_eq!((field(&opened, "from"), field(&opened, "generation")), ("closed", "1"));
-    assert_eq!((field(&opened, "window_total"), field(&opened, "window_failures")), ("4", "4"));
+    assert_eq!(
+        (field(&opened, "from"), field(&opened, "generation")),
+        ("closed", "1")
+    );
+    assert_eq!(
+        (
+            field(&opened, "window_total"),
+            field(&opened, "window_failures")
+        ),
+        ("4", "4")
+    );
     let stale = log.wait_for("circuit_breaker.observation_stale", wait);
-    assert_eq!((field(&stale, "attempt_generation"), field(&stale, "current_generation")), ("0", "1"));
+    assert_eq!(
+        (
+            field(&stale, "attempt_generation"),
+            field(&stale, "current_generation")
+        ),
+        ("0", "1")
+    );
     let rejected = log.wait_for("circuit_breaker.rejected", wait);
-    assert_eq!((field(&rejected, "state"), field(&rejected, "generation")), ("open", "1"));
-    assert!(field(&rejected, "retry_after_ms").parse::<u64>().is_ok_and(|ms| ms <= 1000));
+    assert_eq!(
+        (field(&rejected, "state"), field(&rejected, "generation")),
+        ("open", "1")
+    );
+    assert!(
+        field(&rejected, "retry_after_ms")
+            .parse::<u64>()
+            .is_ok_and(|ms| ms <= 1000)
+    );
     let half_open = log.wait_for_where("circuit_breaker.state_changed", wait, |f| {
         f.get("to").map(String::as_str) == Some("half_open")
     });
@@ -67,7 +100,10 @@ async fn a_breaker_lifecycle_in_events() {
     let closed = log.wait_for_where("circuit_breaker.state_changed", wait, |f| {
         f.get("to").map(String::as_str) == Some("closed")
     });
-    assert_eq!((field(&closed, "from"), field(&closed, "generation")), ("half_open", "2"));
+    assert_eq!(
+        (field(&closed, "from"), field(&closed, "generation")),
+        ("half_open", "2")
+    );
 }
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]
@@ -78,7 +114,10 @@ async fn coordinator_errors_and_degraded_decisions() {
     let result = coordinator.scoped(call(false, Duration::ZERO)).await;
     assert_eq!(code(&result), "ok", "fail_open ran the body");
     let error = log.wait_for("circuit_breaker.coordinator_error", Duration::from_secs(1));
-    assert_eq!((field(&error, "operation"), field(&error, "error")), ("admit", "coordinator_unavailable"));
+    assert_eq!(
+        (field(&error, "operation"), field(&error, "error")),
+        ("admit", "coordinator_unavailable")
+    );
     let degraded = log.wait_for("circuit_breaker.degraded", Duration::from_secs(1));
     assert_eq!(field(&degraded, "behaviour"), "fail_open");
 }

@@ -15,7 +15,11 @@ const VIEW_MAX_AGE: Duration = Duration::from_millis(250);
 
 #[circuit_breaker(name = "fail-open", scope = scope, minimum_throughput = 5, open = "500ms")]
 async fn fail_open(scope: &str, fail: bool) -> Result<(), TestError> {
-    if fail { Err(TestError::Body("downstream failed")) } else { Ok(()) }
+    if fail {
+        Err(TestError::Body("downstream failed"))
+    } else {
+        Ok(())
+    }
 }
 
 #[circuit_breaker(name = "fail-closed", scope = scope, minimum_throughput = 5, open = "500ms",
@@ -38,7 +42,10 @@ async fn timed<F: Future<Output = Result<(), TestError>>>(call: F) -> &'static s
     let start = Instant::now();
     let result = call.await;
     let took = start.elapsed();
-    assert!(took <= COMMAND_TIMEOUT + Duration::from_millis(100), "a call took {took:?}: {result:?}");
+    assert!(
+        took <= COMMAND_TIMEOUT + Duration::from_millis(100),
+        "a call took {took:?}: {result:?}"
+    );
     code(&result)
 }
 
@@ -47,21 +54,38 @@ async fn unreachable(fault: impl Fn(&FaultProxy)) {
     let proxy = FaultProxy::start(server.addr());
     let coordinator = through(&proxy).await;
     let (closed_scope, open_scope) = (unique("closed"), unique("open"));
-    assert_eq!(code(&coordinator.scoped(fail_open(&closed_scope, false)).await), "ok");
-    assert_eq!(code(&coordinator.scoped(fail_closed(&closed_scope)).await), "ok");
+    assert_eq!(
+        code(&coordinator.scoped(fail_open(&closed_scope, false)).await),
+        "ok"
+    );
+    assert_eq!(
+        code(&coordinator.scoped(fail_closed(&closed_scope)).await),
+        "ok"
+    );
     // Open one scope: this process has seen it open.
     for _ in 0..5 {
         let _ = coordinator.scoped(fail_open(&open_scope, true)).await;
     }
     tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(code(&coordinator.scoped(fail_open(&open_scope, false)).await), "circuit_open");
+    assert_eq!(
+        code(&coordinator.scoped(fail_open(&open_scope, false)).await),
+        "circuit_open"
+    );
 
     fault(&proxy);
     // Past the staleness bound (and the open time), admission needs the coordinator.
-    tokio::time::sleep(VIEW_MAX_AGE.max(Duration::from_millis(500)) + Duration::from_millis(50)).await;
+    tokio::time::sleep(VIEW_MAX_AGE.max(Duration::from_millis(500)) + Duration::from_millis(50))
+        .await;
     for _ in 0..3 {
-        assert_eq!(timed(coordinator.scoped(fail_open(&closed_scope, false))).await, "ok", "fail_open runs the body");
-        assert_eq!(timed(coordinator.scoped(fail_closed(&closed_scope))).await, "coordinator_unavailable");
+        assert_eq!(
+            timed(coordinator.scoped(fail_open(&closed_scope, false))).await,
+            "ok",
+            "fail_open runs the body"
+        );
+        assert_eq!(
+            timed(coordinator.scoped(fail_closed(&closed_scope))).await,
+            "coordinator_unavailable"
+        );
         assert_eq!(
             timed(coordinator.scoped(fail_open(&open_scope, false))).await,
             "circuit_open",
@@ -72,7 +96,10 @@ async fn unreachable(fault: impl Fn(&FaultProxy)) {
     proxy.restore();
     let restored = Instant::now();
     while code(&coordinator.scoped(fail_closed(&closed_scope)).await) != "ok" {
-        assert!(restored.elapsed() < Duration::from_secs(1), "not recovered 1 s after restore");
+        assert!(
+            restored.elapsed() < Duration::from_secs(1),
+            "not recovered 1 s after restore"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     coordinator.shutdown().await;
@@ -94,7 +121,11 @@ async fn probe(scope: &str, fail: bool, hang: bool) -> Result<(), TestError> {
     if hang {
         std::future::pending::<()>().await;
     }
-    if fail { Err(TestError::Body("downstream failed")) } else { Ok(()) }
+    if fail {
+        Err(TestError::Body("downstream failed"))
+    } else {
+        Ok(())
+    }
 }
 
 async fn a_dropped_probe_frees_its_slot(coordinator: Coordinator) {
@@ -109,16 +140,25 @@ async fn a_dropped_probe_frees_its_slot(coordinator: Coordinator) {
         async move { probe(&scope, false, true).await }
     }));
     tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(code(&coordinator.scoped(probe(&scope, false, false)).await), "circuit_open");
+    assert_eq!(
+        code(&coordinator.scoped(probe(&scope, false, false)).await),
+        "circuit_open"
+    );
     hanging.abort();
     let _ = hanging.await;
     let dropped = Instant::now();
     while code(&coordinator.scoped(probe(&scope, false, false)).await) != "ok" {
-        assert!(dropped.elapsed() < Duration::from_secs(2), "the slot never came back");
+        assert!(
+            dropped.elapsed() < Duration::from_secs(2),
+            "the slot never came back"
+        );
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let waited = dropped.elapsed();
-    assert!(waited < Duration::from_millis(100), "the slot came back {waited:?} after the drop");
+    assert!(
+        waited < Duration::from_millis(100),
+        "the slot came back {waited:?} after the drop"
+    );
     coordinator.shutdown().await;
 }
 
@@ -170,10 +210,18 @@ async fn the_closed_path_awaits_no_round_trip() {
     for _ in 0..200 {
         assert_eq!(code(&coordinator.scoped(closed_path(&scope)).await), "ok");
     }
-    assert!(start.elapsed() < VIEW_MAX_AGE, "the loop outlived one view; counts would be off");
+    assert!(
+        start.elapsed() < VIEW_MAX_AGE,
+        "the loop outlived one view; counts would be off"
+    );
     coordinator.shutdown().await;
-    let scripts = CommandStats::read(&mut conn).delta(&before).calls("evalsha");
-    assert!(scripts <= 10, "{scripts} script calls for 200 closed-path calls");
+    let scripts = CommandStats::read(&mut conn)
+        .delta(&before)
+        .calls("evalsha");
+    assert!(
+        scripts <= 10,
+        "{scripts} script calls for 200 closed-path calls"
+    );
 
     // Timed through a 2 × 100 ms round trip: a closed-path call waits for none.
     let coordinator = Coordinator::redis(proxy.url())
@@ -183,20 +231,35 @@ async fn the_closed_path_awaits_no_round_trip() {
         .await
         .expect("connect");
     assert_eq!(code(&coordinator.scoped(closed_path(&scope)).await), "ok");
-    assert_eq!(code(&coordinator.scoped(breaker_and_bulkhead(&scope)).await), "ok");
+    assert_eq!(
+        code(&coordinator.scoped(breaker_and_bulkhead(&scope)).await),
+        "ok"
+    );
     proxy.delay(Duration::from_millis(100));
     let start = Instant::now();
-    let _: String = redis::cmd("PING").query_async(&mut ping).await.expect("PING");
+    let _: String = redis::cmd("PING")
+        .query_async(&mut ping)
+        .await
+        .expect("PING");
     let round_trip = start.elapsed();
     let start = Instant::now();
     assert_eq!(code(&coordinator.scoped(closed_path(&scope)).await), "ok");
     let closed = start.elapsed();
-    assert!(closed < round_trip / 4, "a closed-path call took {closed:?}; a round trip {round_trip:?}");
+    assert!(
+        closed < round_trip / 4,
+        "a closed-path call took {closed:?}; a round trip {round_trip:?}"
+    );
     // Breaker and bulkhead together: the bulkhead's acquire is the only awaited round trip.
     let start = Instant::now();
-    assert_eq!(code(&coordinator.scoped(breaker_and_bulkhead(&scope)).await), "ok");
+    assert_eq!(
+        code(&coordinator.scoped(breaker_and_bulkhead(&scope)).await),
+        "ok"
+    );
     let both = start.elapsed();
-    assert!(both < round_trip.mul_f64(1.5), "breaker + bulkhead took {both:?}; a round trip {round_trip:?}");
+    assert!(
+        both < round_trip.mul_f64(1.5),
+        "breaker + bulkhead took {both:?}; a round trip {round_trip:?}"
+    );
     proxy.restore();
     coordinator.shutdown().await;
 }

@@ -38,7 +38,8 @@ impl Fleet {
 
     /// Runs a worker to completion and returns its result line.
     fn result(&self, scenario: &str, args: &[&str]) -> String {
-        self.run(scenario, args).expect_line("result", Duration::from_secs(60))
+        self.run(scenario, args)
+            .expect_line("result", Duration::from_secs(60))
     }
 }
 
@@ -53,22 +54,38 @@ fn open_probe_close_reopen(fleet: &Fleet) {
     assert!(field(&failing, "ran") >= 5, "A's failures ran: {failing}");
 
     let blocked = fleet.result("breaker-once", &[]);
-    assert_eq!((field(&blocked, "rejected"), field(&blocked, "ran")), (1, 0), "B: {blocked}");
+    assert_eq!(
+        (field(&blocked, "rejected"), field(&blocked, "ran")),
+        (1, 0),
+        "B: {blocked}"
+    );
 
     std::thread::sleep(OPEN + Duration::from_millis(100));
     // Three probe successes are needed; two tasks probing then calling on.
     let probing = fleet.result("breaker-probes", &["tasks=2", "millis=800"]);
     assert!(field(&probing, "ran") >= 3, "probes ran: {probing}");
     let closed = fleet.result("breaker-once", &[]);
-    assert_eq!((field(&closed, "admitted"), field(&closed, "ran")), (1, 1), "closed again: {closed}");
+    assert_eq!(
+        (field(&closed, "admitted"), field(&closed, "ran")),
+        (1, 1),
+        "closed again: {closed}"
+    );
 
     // The probing worker left the window full of successes: outweigh them.
     fleet.result("breaker-fail", &["calls=150"]);
     std::thread::sleep(OPEN + Duration::from_millis(100));
     let failed_probe = fleet.result("breaker-once", &["fail=true"]);
-    assert_eq!(field(&failed_probe, "ran"), 1, "the probe ran and failed: {failed_probe}");
+    assert_eq!(
+        field(&failed_probe, "ran"),
+        1,
+        "the probe ran and failed: {failed_probe}"
+    );
     let reopened = fleet.result("breaker-once", &[]);
-    assert_eq!((field(&reopened, "rejected"), field(&reopened, "ran")), (1, 0), "re-opened: {reopened}");
+    assert_eq!(
+        (field(&reopened, "rejected"), field(&reopened, "ran")),
+        (1, 0),
+        "re-opened: {reopened}"
+    );
 }
 
 /// After `open`, 4 processes × 10 tasks call at once: never more than `half_open_probes` (2)
@@ -97,7 +114,10 @@ fn probes_are_bounded_fleet_wide(fleet: &Fleet) {
         ran += field(&line, "ran");
     }
     let report = witness.report();
-    assert_eq!(report.violations, 0, "more than 2 probes at once: {report:?}");
+    assert_eq!(
+        report.violations, 0,
+        "more than 2 probes at once: {report:?}"
+    );
     assert_eq!(report.max_seen, 2, "both probe slots were used: {report:?}");
     assert!(ran >= 10, "probes kept running one after another: {ran}");
 }
@@ -150,9 +170,19 @@ async fn another_process_sees_an_open_within_the_staleness_bound() {
     let rejected_at = field(&line, "rejected_at_ms");
     assert!(rejected_at > 0, "the watcher was never rejected: {line}");
     let mut conn = server.connection();
-    let keys: Vec<String> = redis::cmd("KEYS").arg("caracal:v1:*:brk:state").query(&mut conn).expect("KEYS");
-    let opened_at: u64 = redis::cmd("HGET").arg(&keys[0]).arg("opened_at").query(&mut conn).expect("opened_at");
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock").as_millis() as u64;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("caracal:v1:*:brk:state")
+        .query(&mut conn)
+        .expect("KEYS");
+    let opened_at: u64 = redis::cmd("HGET")
+        .arg(&keys[0])
+        .arg("opened_at")
+        .query(&mut conn)
+        .expect("opened_at");
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as u64;
     assert!(opened_at > 0 && opened_at <= now, "opened at {opened_at}");
     let lag = rejected_at.saturating_sub(opened_at);
     eprintln!("an open reached the other process {lag} ms after it happened");

@@ -37,7 +37,11 @@ impl Gate {
 
     /// Waits until `bodies` bodies are inside.
     async fn entered(&self, bodies: u32) {
-        self.entered.acquire_many(bodies).await.expect("gate").forget();
+        self.entered
+            .acquire_many(bodies)
+            .await
+            .expect("gate")
+            .forget();
     }
 }
 
@@ -109,8 +113,16 @@ async fn admits_up_to_the_limit_then_rejects(coordinator: &Coordinator) {
     let probe = Gate::closed();
     probe.open(1);
     match coordinator.scoped(hold(&scope, probe)).await {
-        Err(TestError::Caracal(caracal::Error::BulkheadFull { policy, scope: s, limit, .. })) => {
-            assert_eq!((policy, s.as_str(), limit), ("suite-hold", scope.as_str(), 2));
+        Err(TestError::Caracal(caracal::Error::BulkheadFull {
+            policy,
+            scope: s,
+            limit,
+            ..
+        })) => {
+            assert_eq!(
+                (policy, s.as_str(), limit),
+                ("suite-hold", scope.as_str(), 2)
+            );
         }
         other => panic!("expected BulkheadFull, got {other:?}"),
     }
@@ -137,12 +149,21 @@ async fn a_dropped_call_frees_its_slot_at_once(coordinator: &Coordinator) {
     let gate = Gate::closed();
     let holder = spawn(coordinator, drop_holder_owned(scope.clone(), gate.clone()));
     gate.entered(1).await;
-    assert_eq!(code(&coordinator.scoped(one_like_hold(&scope)).await), "bulkhead_full");
+    assert_eq!(
+        code(&coordinator.scoped(one_like_hold(&scope)).await),
+        "bulkhead_full"
+    );
     holder.abort();
     let _ = holder.await;
     // The lease is 30 s; the slot must come back because the drop released it.
-    let waited = time_until_admitted(Duration::from_secs(5), || coordinator.scoped(one_like_hold(&scope))).await;
-    assert!(waited < Duration::from_millis(100), "slot free after {waited:?}");
+    let waited = time_until_admitted(Duration::from_secs(5), || {
+        coordinator.scoped(one_like_hold(&scope))
+    })
+    .await;
+    assert!(
+        waited < Duration::from_millis(100),
+        "slot free after {waited:?}"
+    );
 }
 
 /// Shares `drop_holder`'s identity (name, operation, scope): one budget.
@@ -166,7 +187,9 @@ async fn a_panic_releases_the_slot_and_propagates(coordinator: &Coordinator) {
     let gate = Gate::closed();
     let task = {
         let (scope, gate) = (scope.clone(), gate.clone());
-        spawn(coordinator, async move { maybe_panics(&scope, gate, true).await })
+        spawn(coordinator, async move {
+            maybe_panics(&scope, gate, true).await
+        })
     };
     gate.entered(1).await;
     gate.open(1);
@@ -178,7 +201,10 @@ async fn a_panic_releases_the_slot_and_propagates(coordinator: &Coordinator) {
         coordinator.scoped(maybe_panics(&scope, open, false))
     })
     .await;
-    assert!(waited < Duration::from_millis(100), "slot free after {waited:?}");
+    assert!(
+        waited < Duration::from_millis(100),
+        "slot free after {waited:?}"
+    );
 }
 
 async fn a_task_looping_on_limit_one_is_never_rejected_by_itself(coordinator: &Coordinator) {
@@ -189,12 +215,17 @@ async fn a_task_looping_on_limit_one_is_never_rejected_by_itself(coordinator: &C
             rejected += 1;
         }
     }
-    assert_eq!(rejected, 0, "rejections in 1000 sequential calls on limit = 1");
+    assert_eq!(
+        rejected, 0,
+        "rejections in 1000 sequential calls on limit = 1"
+    );
 }
 
 async fn renewals_keep_a_body_longer_than_its_lease(coordinator: &Coordinator) {
     let scope = unique("renew");
-    let result = coordinator.scoped(long_body(&scope, Duration::from_millis(1200))).await;
+    let result = coordinator
+        .scoped(long_body(&scope, Duration::from_millis(1200)))
+        .await;
     assert_eq!(code(&result), "ok");
 }
 
@@ -210,12 +241,18 @@ async fn a_waiter_is_admitted_when_the_holder_leaves(coordinator: &Coordinator) 
     waiter_gate.open(1);
     let waiter = {
         let scope = scope.clone();
-        spawn(coordinator, async move { patient(&scope, waiter_gate).await })
+        spawn(
+            coordinator,
+            async move { patient(&scope, waiter_gate).await },
+        )
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
     holder_gate.open(1);
     let released_at = holder.await.expect("holder").expect("holder admitted");
-    let admitted_at = waiter.await.expect("waiter").expect("waiter admitted within max_wait");
+    let admitted_at = waiter
+        .await
+        .expect("waiter")
+        .expect("waiter admitted within max_wait");
     assert!(admitted_at >= released_at);
 }
 

@@ -28,7 +28,11 @@ fn assert_identity(event: &caracal_tests::CapturedEvent, name: &str, scope: &str
     assert_eq!(event.field("name"), Some(name), "{event:?}");
     assert_eq!(event.field("operation"), Some(name), "{event:?}");
     assert_eq!(event.field("scope"), Some(scope), "{event:?}");
-    assert_eq!(event.field("coordination"), Some("distributed"), "{event:?}");
+    assert_eq!(
+        event.field("coordination"),
+        Some("distributed"),
+        "{event:?}"
+    );
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -48,7 +52,10 @@ async fn admitted_rejected_released() {
 
     let admitted = log.wait_for("bulkhead.admitted", Duration::from_secs(1));
     assert_identity(&admitted, "events", "tenant-1");
-    assert_eq!((admitted.field("occupancy"), admitted.field("limit")), (Some("1"), Some("1")));
+    assert_eq!(
+        (admitted.field("occupancy"), admitted.field("limit")),
+        (Some("1"), Some("1"))
+    );
     let rejected = log.wait_for("bulkhead.rejected", Duration::from_secs(1));
     assert_identity(&rejected, "events", "tenant-1");
     assert_eq!(rejected.field("reason"), Some("capacity"));
@@ -62,7 +69,9 @@ async fn admitted_rejected_released() {
 async fn lease_lost_and_degraded() {
     let (log, _guard) = EventLog::capture_thread_default();
     let coordinator = Coordinator::in_memory();
-    let result = coordinator.scoped(outlives_its_lease(coordinator.clone())).await;
+    let result = coordinator
+        .scoped(outlives_its_lease(coordinator.clone()))
+        .await;
     assert_eq!(code(&result), "lease_lost");
     let lost = log.wait_for("bulkhead.lease_lost", Duration::from_secs(1));
     assert_identity(&lost, "events-lost", "global");
@@ -76,8 +85,17 @@ async fn lease_lost_and_degraded() {
     log.clear();
     let refused = coordinator.scoped(guarded(None)).await;
     assert_eq!(code(&refused), "coordinator_unavailable");
-    let names: Vec<_> = log.snapshot().iter().filter_map(|e| e.event().map(str::to_owned)).collect();
-    assert_eq!(names, ["bulkhead.degraded", "bulkhead.rejected"], "{:?}", log.snapshot());
+    let names: Vec<_> = log
+        .snapshot()
+        .iter()
+        .filter_map(|e| e.event().map(str::to_owned))
+        .collect();
+    assert_eq!(
+        names,
+        ["bulkhead.degraded", "bulkhead.rejected"],
+        "{:?}",
+        log.snapshot()
+    );
     let degraded = log.wait_for("bulkhead.degraded", Duration::from_secs(1));
     assert_eq!(degraded.field("reason"), Some("admission_unknown"));
     let rejected = log.wait_for("bulkhead.rejected", Duration::from_secs(1));

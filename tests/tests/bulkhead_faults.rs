@@ -39,7 +39,10 @@ async fn fails_closed_then_recovers(proxy: &FaultProxy, fault: impl Fn(&FaultPro
         let result = coordinator.scoped(call(&scope)).await;
         let took = start.elapsed();
         assert_eq!(code(&result), "coordinator_unavailable", "{result:?}");
-        assert!(took <= COMMAND_TIMEOUT + Duration::from_millis(100), "a failed call took {took:?}");
+        assert!(
+            took <= COMMAND_TIMEOUT + Duration::from_millis(100),
+            "a failed call took {took:?}"
+        );
     }
 
     proxy.restore();
@@ -48,7 +51,10 @@ async fn fails_closed_then_recovers(proxy: &FaultProxy, fault: impl Fn(&FaultPro
         if coordinator.scoped(call(&scope)).await.is_ok() {
             break;
         }
-        assert!(restored.elapsed() < Duration::from_secs(1), "not recovered 1 s after restore");
+        assert!(
+            restored.elapsed() < Duration::from_secs(1),
+            "not recovered 1 s after restore"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     for _ in 0..20 {
@@ -79,7 +85,10 @@ async fn a_restart_or_script_flush_never_surfaces_noscript() {
 
     // Scripts flushed between calls: the EVALSHA miss falls back to EVAL, invisibly.
     for _ in 0..5 {
-        redis::cmd("SCRIPT").arg("FLUSH").exec(&mut server.connection()).expect("SCRIPT FLUSH");
+        redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .exec(&mut server.connection())
+            .expect("SCRIPT FLUSH");
         assert_eq!(code(&coordinator.scoped(call(&scope)).await), "ok");
     }
 
@@ -93,18 +102,26 @@ async fn a_restart_or_script_flush_never_surfaces_noscript() {
             Ok(()) => break,
             Err(error) => errors.push(format!("{error:?}")),
         }
-        assert!(restarted.elapsed() < Duration::from_secs(1), "stuck after restart: {errors:?}");
+        assert!(
+            restarted.elapsed() < Duration::from_secs(1),
+            "stuck after restart: {errors:?}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(
-        errors.iter().all(|e| !e.contains("NOSCRIPT") && e.contains("CoordinatorUnavailable")),
+        errors
+            .iter()
+            .all(|e| !e.contains("NOSCRIPT") && e.contains("CoordinatorUnavailable")),
         "a caller saw NOSCRIPT or something other than a fail-closed rejection: {errors:?}"
     );
     let after_recovery = errors.len();
     for _ in 0..20 {
         assert_eq!(code(&coordinator.scoped(call(&scope)).await), "ok");
     }
-    assert!(after_recovery < 100, "{after_recovery} failed calls while reconnecting");
+    assert!(
+        after_recovery < 100,
+        "{after_recovery} failed calls while reconnecting"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -122,12 +139,32 @@ async fn one_acquire_and_one_release_per_call_counted_at_the_server() {
     coordinator.shutdown().await;
     // Commands run inside the lease script count in commandstats too: leave them out, and
     // what remains is what the coordinator sent.
-    let inside_the_script = ["time", "zremrangebyscore", "zscore", "zcard", "zadd", "zrange", "pexpireat"];
-    let delta = CommandStats::read(&mut conn).delta(&before).without(&["info"]);
+    let inside_the_script = [
+        "time",
+        "zremrangebyscore",
+        "zscore",
+        "zcard",
+        "zadd",
+        "zrange",
+        "pexpireat",
+    ];
+    let delta = CommandStats::read(&mut conn)
+        .delta(&before)
+        .without(&["info"]);
     let sent = delta.without(&inside_the_script);
-    assert_eq!(sent.calls("evalsha"), 50, "acquires: {:?}", delta.calls_map());
+    assert_eq!(
+        sent.calls("evalsha"),
+        50,
+        "acquires: {:?}",
+        delta.calls_map()
+    );
     assert_eq!(sent.calls("zrem"), 50, "releases: {:?}", delta.calls_map());
-    assert_eq!(sent.total_calls(), 100, "nothing else was sent: {:?}", delta.calls_map());
+    assert_eq!(
+        sent.total_calls(),
+        100,
+        "nothing else was sent: {:?}",
+        delta.calls_map()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -146,9 +183,16 @@ async fn the_caller_waits_for_the_acquire_only() {
     // Every round trip now takes at least 2 × 100 ms; one awaited round trip per call means
     // well under two of them.
     proxy.delay(Duration::from_millis(100));
-    let mut ping = redis::Client::open(proxy.url()).expect("url").get_multiplexed_async_connection().await.expect("ping connection");
+    let mut ping = redis::Client::open(proxy.url())
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("ping connection");
     let start = Instant::now();
-    let _: String = redis::cmd("PING").query_async(&mut ping).await.expect("PING");
+    let _: String = redis::cmd("PING")
+        .query_async(&mut ping)
+        .await
+        .expect("PING");
     let round_trip = start.elapsed();
     let start = Instant::now();
     assert_eq!(code(&coordinator.scoped(call(&scope)).await), "ok");

@@ -12,7 +12,10 @@ use common::{TestError, code, unique};
 
 /// Live leases in every lease set of the server (`caracal:v1:*:leases`).
 fn live_leases(conn: &mut redis::Connection) -> u64 {
-    let keys: Vec<String> = redis::cmd("KEYS").arg("caracal:v1:*:leases").query(conn).expect("KEYS");
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("caracal:v1:*:leases")
+        .query(conn)
+        .expect("KEYS");
     let (now, _): (u64, u64) = redis::cmd("TIME").query(conn).expect("TIME");
     keys.iter()
         .map(|key| {
@@ -41,7 +44,9 @@ fn fleet(redis_url: &str, mut lease_connections: Vec<redis::Connection>) {
         format!("witness_key={witness_key}"),
         "limit=3".to_owned(),
     ];
-    let workers: Vec<_> = (0..4).map(|_| Worker::spawn(redis_url, &namespace, "bulkhead-load", &args)).collect();
+    let workers: Vec<_> = (0..4)
+        .map(|_| Worker::spawn(redis_url, &namespace, "bulkhead-load", &args))
+        .collect();
     let mut admitted = 0;
     for worker in &workers {
         let line = worker.expect_line("result", Duration::from_secs(60));
@@ -49,9 +54,18 @@ fn fleet(redis_url: &str, mut lease_connections: Vec<redis::Connection>) {
         admitted += Worker::field(&line, "admitted");
     }
     let report = witness.report();
-    assert_eq!(report.violations, 0, "more than 3 bodies at once: {report:?}");
-    assert_eq!(report.max_seen, 3, "the budget was contended and fully used: {report:?}");
-    assert!(admitted > 100, "the fleet made progress: {admitted} admitted");
+    assert_eq!(
+        report.violations, 0,
+        "more than 3 bodies at once: {report:?}"
+    );
+    assert_eq!(
+        report.max_seen, 3,
+        "the budget was contended and fully used: {report:?}"
+    );
+    assert!(
+        admitted > 100,
+        "the fleet made progress: {admitted} admitted"
+    );
     let live: u64 = lease_connections.iter_mut().map(live_leases).sum();
     assert_eq!(live, 0, "live leases after every worker finished");
 }
@@ -65,7 +79,11 @@ fn a_fleet_of_processes_shares_one_budget() {
 #[test]
 fn a_fleet_of_processes_shares_one_budget_on_a_cluster() {
     let cluster = RedisCluster::start(3);
-    let connections = cluster.nodes().iter().map(RedisServer::connection).collect();
+    let connections = cluster
+        .nodes()
+        .iter()
+        .map(RedisServer::connection)
+        .collect();
     fleet(&cluster.seed_urls().join(","), connections);
 }
 
@@ -80,19 +98,30 @@ async fn a_killed_holder_frees_its_slot_when_its_lease_expires_and_not_before() 
     let server = RedisServer::start();
     let namespace = unique("killed");
     let scope = unique("killed");
-    let mut holder = Worker::spawn(&server.url(), &namespace, "bulkhead-hold", &[format!("scope={scope}")]);
+    let mut holder = Worker::spawn(
+        &server.url(),
+        &namespace,
+        "bulkhead-hold",
+        &[format!("scope={scope}")],
+    );
     holder.expect_line("admitted", Duration::from_secs(30));
     let coordinator = caracal::Coordinator::redis(server.url())
         .namespace(namespace)
         .connect()
         .await
         .expect("connect");
-    assert_eq!(code(&coordinator.scoped(contend(&scope)).await), "bulkhead_full");
+    assert_eq!(
+        code(&coordinator.scoped(contend(&scope)).await),
+        "bulkhead_full"
+    );
 
     holder.child.kill().expect("SIGKILL the holder");
     holder.child.wait().expect("reap the holder");
     let mut conn = server.connection();
-    let keys: Vec<String> = redis::cmd("KEYS").arg("caracal:v1:*:leases").query(&mut conn).expect("KEYS");
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("caracal:v1:*:leases")
+        .query(&mut conn)
+        .expect("KEYS");
     let deadline: f64 = {
         let leases: Vec<(String, f64)> = redis::cmd("ZRANGE")
             .arg(&keys[0])
@@ -113,10 +142,22 @@ async fn a_killed_holder_frees_its_slot_when_its_lease_expires_and_not_before() 
         let result = coordinator.scoped(contend(&scope)).await;
         let after = server_now(&mut conn);
         match code(&result) {
-            "bulkhead_full" => assert!(before <= deadline, "still full {} ms after the deadline", before - deadline),
+            "bulkhead_full" => assert!(
+                before <= deadline,
+                "still full {} ms after the deadline",
+                before - deadline
+            ),
             "ok" => {
-                assert!(after > deadline, "admitted {} ms before the dead lease expired", deadline - after);
-                assert!(after - deadline < 300.0, "freed {} ms after the deadline", after - deadline);
+                assert!(
+                    after > deadline,
+                    "admitted {} ms before the dead lease expired",
+                    deadline - after
+                );
+                assert!(
+                    after - deadline < 300.0,
+                    "freed {} ms after the deadline",
+                    after - deadline
+                );
                 break;
             }
             other => panic!("unexpected {other}"),

@@ -83,12 +83,18 @@ fn semantics<C: ConnectionLike>(conn: &mut C, tag: &str) {
 
     // The key expires exactly at its latest deadline, and a release never shortens it.
     assert_eq!(lease.expire_time(), lease.latest_deadline());
-    assert_eq!(lease.deadline("b").map(|d| d as i64), Some(lease.expire_time()));
+    assert_eq!(
+        lease.deadline("b").map(|d| d as i64),
+        Some(lease.expire_time())
+    );
 
     // Renewal pushes the deadline to now + ttl (and the key's expiry with it).
     assert_eq!(lease.call("renew", "a", 30_000, 2), (1, 2));
     let renewed = lease.deadline("a").expect("renewed lease");
-    assert!(renewed > before.expect("lease a"), "renewal moved the deadline");
+    assert!(
+        renewed > before.expect("lease a"),
+        "renewal moved the deadline"
+    );
     assert_eq!(lease.expire_time(), renewed as i64);
     // Renewing a lease that does not exist fails and takes nothing.
     assert_eq!(lease.call("renew", "ghost", 30_000, 2), (0, 2));
@@ -118,7 +124,10 @@ fn the_lease_script_on_a_standalone_server() {
 #[test]
 fn the_lease_script_on_a_cluster() {
     let cluster = RedisCluster::start(3);
-    let mut conn = cluster.client().get_connection().expect("cluster connection");
+    let mut conn = cluster
+        .client()
+        .get_connection()
+        .expect("cluster connection");
     // Tags landing on different masters: the script works wherever its key lives.
     for tag in ["alpha", "beta", "gamma", "delta"] {
         semantics(&mut conn, tag);

@@ -43,7 +43,11 @@ impl Downstream {
         let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
         let behaviour = {
             let mut script = self.script.lock().expect("script");
-            if script.len() > 1 { script.pop() } else { script.last().copied() }
+            if script.len() > 1 {
+                script.pop()
+            } else {
+                script.last().copied()
+            }
         };
         match behaviour.unwrap_or(Behaviour::Ok) {
             Behaviour::Ok => Ok(n),
@@ -73,9 +77,15 @@ async fn a_timeout_returns_on_time_and_frees_the_slot(coordinator: &Coordinator)
     let result = coordinator.scoped(sleepy(&scope, &downstream)).await;
     let took = start.elapsed();
     assert_eq!(code(&result), "timeout");
-    assert!(took < Duration::from_millis(200), "the timeout returned after {took:?}");
+    assert!(
+        took < Duration::from_millis(200),
+        "the timeout returned after {took:?}"
+    );
     // The bulkhead's only slot is free right away: dropping the body released it.
-    assert_eq!(code(&coordinator.scoped(sleepy(&scope, &downstream)).await), "ok");
+    assert_eq!(
+        code(&coordinator.scoped(sleepy(&scope, &downstream)).await),
+        "ok"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -107,7 +117,11 @@ async fn retry_runs_each_attempt_through_the_inner_bulkhead() {
     let flaky = Downstream::scripted(&[Behaviour::Fail, Behaviour::Fail, Behaviour::Ok]);
     let result = coordinator.scoped(three_tries(&flaky)).await;
     assert_eq!(result.ok(), Some(3), "succeeded on the third attempt");
-    assert_eq!(log.count("bulkhead.admitted"), 3, "each attempt admitted on its own");
+    assert_eq!(
+        log.count("bulkhead.admitted"),
+        3,
+        "each attempt admitted on its own"
+    );
     assert_eq!(log.count("bulkhead.released"), 3);
     assert_eq!(log.count("retry.scheduled"), 2);
 
@@ -120,7 +134,11 @@ async fn retry_runs_each_attempt_through_the_inner_bulkhead() {
     assert_eq!(log.count("retry.exhausted"), 1);
 }
 
-#[circuit_breaker(name = "outer-breaker", minimum_throughput = 1, failure_threshold = 0.5)]
+#[circuit_breaker(
+    name = "outer-breaker",
+    minimum_throughput = 1,
+    failure_threshold = 0.5
+)]
 #[retry(max_attempts = 3)]
 async fn recovers(downstream: &Downstream) -> Result<u32, TestError> {
     downstream.call().await
@@ -135,11 +153,18 @@ async fn a_breaker_outside_a_retry_records_the_recovery_as_a_success() {
     coordinator.shutdown().await;
     let observation = log.wait_for("circuit_breaker.observation", Duration::from_secs(1));
     assert_eq!(
-        (observation.field("window_total"), observation.field("window_failures")),
+        (
+            observation.field("window_total"),
+            observation.field("window_failures")
+        ),
         (Some("1"), Some("0")),
         "one outcome, a success: {observation:?}"
     );
-    assert_eq!(log.count("circuit_breaker.state_changed"), 0, "a single failure would have opened it");
+    assert_eq!(
+        log.count("circuit_breaker.state_changed"),
+        0,
+        "a single failure would have opened it"
+    );
 }
 
 #[circuit_breaker(name = "stack", scope = tenant, minimum_throughput = 4, failure_threshold = 0.5,
@@ -168,7 +193,10 @@ async fn all_five_stacked_on_redis() {
 
     let flaky = Downstream::scripted(&[Behaviour::Fail, Behaviour::Fail, Behaviour::Ok]);
     let before = CommandStats::read(&mut conn);
-    assert_eq!(coordinator.scoped(stacked(&tenant, &flaky)).await.ok(), Some(3));
+    assert_eq!(
+        coordinator.scoped(stacked(&tenant, &flaky)).await.ok(),
+        Some(3)
+    );
     coordinator.shutdown().await;
     // Counted at the server, commands inside the scripts included: per attempt one lease taken
     // (ZADD) and released (ZREM), and one rate-limit charge (SET of the cell).
@@ -179,26 +207,50 @@ async fn all_five_stacked_on_redis() {
     let coordinator = common::redis(&server.url()).await;
     let failing = Downstream::scripted(&[Behaviour::Fail]);
     for _ in 0..4 {
-        assert_eq!(code(&coordinator.scoped(stacked(&tenant, &failing)).await), "body");
+        assert_eq!(
+            code(&coordinator.scoped(stacked(&tenant, &failing)).await),
+            "body"
+        );
     }
     assert_eq!(failing.calls(), 12, "3 attempts per call");
     tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(code(&coordinator.scoped(stacked(&tenant, &failing)).await), "circuit_open");
+    assert_eq!(
+        code(&coordinator.scoped(stacked(&tenant, &failing)).await),
+        "circuit_open"
+    );
     assert_eq!(failing.calls(), 12, "no attempt while open");
 
     tokio::time::sleep(Duration::from_millis(550)).await;
     failing.set(Behaviour::Ok);
-    assert_eq!(code(&coordinator.scoped(stacked(&tenant, &failing)).await), "ok", "the probe");
+    assert_eq!(
+        code(&coordinator.scoped(stacked(&tenant, &failing)).await),
+        "ok",
+        "the probe"
+    );
     tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(code(&coordinator.scoped(stacked(&tenant, &failing)).await), "ok", "closed again");
+    assert_eq!(
+        code(&coordinator.scoped(stacked(&tenant, &failing)).await),
+        "ok",
+        "closed again"
+    );
 
     let hanging = Downstream::scripted(&[Behaviour::Hang]);
     let start = Instant::now();
-    assert_eq!(code(&coordinator.scoped(stacked(&tenant, &hanging)).await), "timeout");
+    assert_eq!(
+        code(&coordinator.scoped(stacked(&tenant, &hanging)).await),
+        "timeout"
+    );
     let took = start.elapsed();
-    assert!(took < Duration::from_millis(600), "the timeout bounds the retries: {took:?}");
+    assert!(
+        took < Duration::from_millis(600),
+        "the timeout bounds the retries: {took:?}"
+    );
     assert_eq!(hanging.calls(), 1, "one attempt began and was cut off");
     let healthy = Downstream::scripted(&[Behaviour::Ok]);
-    assert_eq!(code(&coordinator.scoped(stacked(&tenant, &healthy)).await), "ok", "slots were freed");
+    assert_eq!(
+        code(&coordinator.scoped(stacked(&tenant, &healthy)).await),
+        "ok",
+        "slots were freed"
+    );
     coordinator.shutdown().await;
 }

@@ -13,7 +13,8 @@ use common::worker::Worker;
 /// and ≥ 90 % of that.
 fn fleet(url: &str, rate: u64, burst: u64) {
     let namespace = unique("rate-fleet");
-    let start_at = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock") + Duration::from_millis(1500);
+    let start_at =
+        SystemTime::now().duration_since(UNIX_EPOCH).expect("clock") + Duration::from_millis(1500);
     let args = [
         format!("scope={}", unique("rate")),
         format!("rate={rate}"),
@@ -21,7 +22,9 @@ fn fleet(url: &str, rate: u64, burst: u64) {
         "millis=2000".to_owned(),
         format!("start_at_ms={}", start_at.as_millis()),
     ];
-    let workers: Vec<_> = (0..3).map(|_| Worker::spawn(url, &namespace, "rate-load", &args)).collect();
+    let workers: Vec<_> = (0..3)
+        .map(|_| Worker::spawn(url, &namespace, "rate-load", &args))
+        .collect();
     let (mut admitted, mut first, mut last) = (0, u64::MAX, 0);
     for worker in &workers {
         let line = worker.expect_line("result", Duration::from_secs(60));
@@ -32,7 +35,10 @@ fn fleet(url: &str, rate: u64, burst: u64) {
     }
     let elapsed = (last - first) as f64 / 1000.0;
     let ceiling = burst as f64 + rate as f64 * elapsed + 1.0;
-    eprintln!("{rate}/s, burst {burst}: {admitted} admitted in {elapsed:.3} s, {:.1} % of {ceiling:.1}", 100.0 * admitted as f64 / ceiling);
+    eprintln!(
+        "{rate}/s, burst {burst}: {admitted} admitted in {elapsed:.3} s, {:.1} % of {ceiling:.1}",
+        100.0 * admitted as f64 / ceiling
+    );
     assert!(
         admitted as f64 <= ceiling,
         "{admitted} admitted in {elapsed:.3} s at {rate}/s, burst {burst}: more than {ceiling:.1}"

@@ -38,7 +38,11 @@ async fn witnessed(witness: &AsyncWitness, hold: Duration) {
 }
 
 #[bulkhead(name = "mp-load", limit = 3, lease = "2s", scope = scope)]
-async fn bulkhead_load(scope: &str, witness: &AsyncWitness, hold: Duration) -> Result<(), WorkerError> {
+async fn bulkhead_load(
+    scope: &str,
+    witness: &AsyncWitness,
+    hold: Duration,
+) -> Result<(), WorkerError> {
     witnessed(witness, hold).await;
     Ok(())
 }
@@ -52,12 +56,21 @@ async fn bulkhead_hold(scope: &str) -> Result<(), WorkerError> {
 
 #[circuit_breaker(name = "mp-breaker", scope = scope, minimum_throughput = 5, failure_threshold = 0.5,
                   open = "1s", half_open_probes = 2, half_open_successes = 3)]
-async fn breaker_call(scope: &str, fail: bool, witness: Option<&AsyncWitness>, ran: &AtomicU64) -> Result<(), WorkerError> {
+async fn breaker_call(
+    scope: &str,
+    fail: bool,
+    witness: Option<&AsyncWitness>,
+    ran: &AtomicU64,
+) -> Result<(), WorkerError> {
     ran.fetch_add(1, Ordering::SeqCst);
     if let Some(witness) = witness {
         witnessed(witness, Duration::from_millis(100)).await;
     }
-    if fail { Err(WorkerError::Downstream) } else { Ok(()) }
+    if fail {
+        Err(WorkerError::Downstream)
+    } else {
+        Ok(())
+    }
 }
 
 /// `breaker_call`'s breaker, watched: its outcomes are never recorded (they would dilute the
@@ -76,12 +89,21 @@ fn unrecorded(_: &Result<(), WorkerError>) -> caracal::Outcome {
 /// is half-open, every body that runs is a probe.
 #[circuit_breaker(name = "mp-probes", scope = scope, minimum_throughput = 5, failure_threshold = 0.5,
                   open = "1s", half_open_probes = 2, half_open_successes = 10000)]
-async fn probe_only(scope: &str, fail: bool, witness: Option<&AsyncWitness>, ran: &AtomicU64) -> Result<(), WorkerError> {
+async fn probe_only(
+    scope: &str,
+    fail: bool,
+    witness: Option<&AsyncWitness>,
+    ran: &AtomicU64,
+) -> Result<(), WorkerError> {
     ran.fetch_add(1, Ordering::SeqCst);
     if let Some(witness) = witness {
         witnessed(witness, Duration::from_millis(100)).await;
     }
-    if fail { Err(WorkerError::Downstream) } else { Ok(()) }
+    if fail {
+        Err(WorkerError::Downstream)
+    } else {
+        Ok(())
+    }
 }
 
 #[rate_limit(name = "mp-rate-50", rate = 50, burst = 5, scope = scope)]
@@ -102,7 +124,9 @@ fn say(line: &str) {
 }
 
 fn now_ms() -> u128 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis())
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
 }
 
 /// Counts of how calls ended.
@@ -169,18 +193,34 @@ where
 #[tokio::main]
 async fn main() {
     let mut args = std::env::args().skip(1);
-    let scenario = args.next().expect("usage: caracal-worker <scenario> key=value …");
+    let scenario = args
+        .next()
+        .expect("usage: caracal-worker <scenario> key=value …");
     let options: HashMap<String, String> = args
-        .filter_map(|arg| arg.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
+        .filter_map(|arg| {
+            arg.split_once('=')
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        })
         .collect();
-    let get = |key: &str| options.get(key).cloned().unwrap_or_else(|| panic!("missing {key}="));
-    let number = |key: &str| get(key).parse::<u64>().unwrap_or_else(|e| panic!("{key}: {e}"));
+    let get = |key: &str| {
+        options
+            .get(key)
+            .cloned()
+            .unwrap_or_else(|| panic!("missing {key}="))
+    };
+    let number = |key: &str| {
+        get(key)
+            .parse::<u64>()
+            .unwrap_or_else(|e| panic!("{key}: {e}"))
+    };
 
     let coordinator = caracal::Coordinator::from_env().await.expect("coordinator");
     caracal::install(coordinator.clone()).expect("install");
     let scope = get("scope");
     let witness = match options.get("witness") {
-        Some(url) => Some(Arc::new(AsyncWitness::connect(url, &get("witness_key"), number("limit")).await)),
+        Some(url) => Some(Arc::new(
+            AsyncWitness::connect(url, &get("witness_key"), number("limit")).await,
+        )),
         None => None,
     };
     say("ready");
@@ -255,7 +295,10 @@ async fn main() {
                 }
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
-            say(&format!("result rejected_at_ms={}", first_rejection.map_or(0, |t| t)));
+            say(&format!(
+                "result rejected_at_ms={}",
+                first_rejection.map_or(0, |t| t)
+            ));
         }
         "rate-load" => {
             // Every process of the fleet starts at the same moment, then calls as a client
@@ -274,7 +317,11 @@ async fn main() {
                         "700" => rate_700(&scope).await,
                         other => panic!("no rate-limited function for rate {other}"),
                     };
-                    if let Err(WorkerError::Caracal(caracal::Error::RateLimited { retry_after, .. })) = &result {
+                    if let Err(WorkerError::Caracal(caracal::Error::RateLimited {
+                        retry_after,
+                        ..
+                    })) = &result
+                    {
                         tokio::time::sleep(*retry_after).await;
                     }
                     result

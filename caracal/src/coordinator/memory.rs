@@ -115,7 +115,11 @@ impl MemoryBackend {
         self.check_open()?;
         let now = Instant::now();
         let mut rates = lock(&self.rates);
-        if self.commands.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == 0 {
+        if self
+            .commands
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(SWEEP_EVERY)
+        {
             rates.retain(|_, tat| *tat > now);
         }
         let tat = rates.get(command.key).copied();
@@ -139,7 +143,11 @@ impl MemoryBackend {
         self.check_open()?;
         let now = self.now_ms();
         let mut breakers = lock(&self.breakers);
-        if self.commands.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == 0 {
+        if self
+            .commands
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(SWEEP_EVERY)
+        {
             breakers.retain(|_, (_, matters_until)| *matters_until > now);
         }
         let (store, matters_until) = breakers.entry(target.key.clone()).or_default();

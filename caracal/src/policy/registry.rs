@@ -56,13 +56,17 @@ impl<V> Registry<V> {
     /// The value of (name, operation, scope), made by `make` if there is none yet.
     pub(crate) fn get(
         &self,
-        site: &SiteCache<V>,
+        site: &'static SiteCache<V>,
         (name, operation, scope): (&'static str, &'static str, &Scope),
         make: impl FnOnce() -> V,
-    ) -> Arc<V> {
+    ) -> Held<V> {
         let lookup = || {
             let mut values = lock(self.map());
-            if self.lookups.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == 0 {
+            if self
+                .lookups
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(SWEEP_EVERY)
+            {
                 // Entries only the map holds, and that say they are idle.
                 values.retain(|_, value| Arc::strong_count(value) > 1 || !(self.idle)(value));
             }
@@ -73,27 +77,48 @@ impl<V> Registry<V> {
             )
         };
         if *scope == Scope::GLOBAL {
-            Arc::clone(site.0.get_or_init(lookup))
+            Held::Site(site.0.get_or_init(lookup))
         } else {
-            lookup()
+            Held::Shared(lookup())
         }
     }
 
-    /// Called by a user of `value` when it is done: forgets the entry if nobody else holds it
+    /// Called by a user of `held` when it is done: forgets the entry if nobody else holds it
     /// and it is idle.
     pub(crate) fn release(
         &self,
         (name, operation, scope): (&'static str, &'static str, &Scope),
-        value: &Arc<V>,
+        held: &Held<V>,
     ) {
+        let Held::Shared(value) = held else {
+            return;
+        };
         // Users clone an entry only under the map lock, so under that lock a count of 2 (the
         // map and the caller) means nobody else can reach it.
-        if *scope == Scope::GLOBAL || Arc::strong_count(value) != 2 || !(self.idle)(value) {
+        if Arc::strong_count(value) != 2 || !(self.idle)(value) {
             return;
         }
         let mut values = lock(self.map());
         if Arc::strong_count(value) == 2 && (self.idle)(value) {
             values.remove(&(name, operation, scope.clone()));
+        }
+    }
+}
+
+/// A value from the registry: borrowed from the call site's cache (the default scope, which
+/// costs no reference count), or shared from the map.
+pub(crate) enum Held<V: 'static> {
+    Site(&'static Arc<V>),
+    Shared(Arc<V>),
+}
+
+impl<V> std::ops::Deref for Held<V> {
+    type Target = V;
+
+    fn deref(&self) -> &V {
+        match self {
+            Held::Site(value) => value,
+            Held::Shared(value) => value,
         }
     }
 }
@@ -112,10 +137,11 @@ mod tests {
 
     #[test]
     fn one_value_per_identity_and_idle_ones_are_forgotten() {
-        let site = SiteCache::new();
-        let a = REGISTRY.get(&site, ("n", "o", &scope("a")), || AtomicBool::new(true));
-        let again = REGISTRY.get(&site, ("n", "o", &scope("a")), || AtomicBool::new(false));
-        assert!(Arc::ptr_eq(&a, &again));
+        static SITE: SiteCache<AtomicBool> = SiteCache::new();
+        let site = &SITE;
+        let a = REGISTRY.get(site, ("n", "o", &scope("a")), || AtomicBool::new(true));
+        let again = REGISTRY.get(site, ("n", "o", &scope("a")), || AtomicBool::new(false));
+        assert!(std::ptr::eq(&*a, &*again));
         drop(again);
         REGISTRY.release(("n", "o", &scope("a")), &a);
         assert!(
@@ -132,10 +158,10 @@ mod tests {
 
     #[test]
     fn the_default_scope_is_cached_by_the_site() {
-        let site = SiteCache::new();
-        let first = REGISTRY.get(&site, ("g", "o", &Scope::GLOBAL), || AtomicBool::new(false));
-        let second = REGISTRY.get(&site, ("g", "o", &Scope::GLOBAL), || AtomicBool::new(true));
-        assert!(Arc::ptr_eq(&first, &second));
+        static SITE: SiteCache<AtomicBool> = SiteCache::new();
+        let first = REGISTRY.get(&SITE, ("g", "o", &Scope::GLOBAL), || AtomicBool::new(false));
+        let second = REGISTRY.get(&SITE, ("g", "o", &Scope::GLOBAL), || AtomicBool::new(true));
+        assert!(std::ptr::eq(&*first, &*second));
         assert!(!second.load(Ordering::SeqCst));
     }
 }

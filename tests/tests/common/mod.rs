@@ -49,7 +49,11 @@ pub fn code<T>(result: &Result<T, TestError>) -> &'static str {
 /// A scope no other test uses.
 pub fn unique(prefix: &str) -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    format!("{prefix}-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 pub async fn redis(url: &str) -> Coordinator {

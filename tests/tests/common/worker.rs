@@ -62,4 +62,3 @@ impl Drop for Worker {
         let _ = self.child.wait();
     }
 }
-

@@ -26,6 +26,7 @@ fn common_args(channel: &str, target: &BreakerTarget) -> impl ToRedisArgs {
         half_open_probes,
         half_open_successes,
         probe_lease_ms,
+        closed_expires: _,
     } = target.settings;
     (
         channel.to_owned(),

@@ -41,7 +41,7 @@ const MIN_RECONNECT_INTERVAL: Duration = Duration::from_millis(50);
 
 pub(crate) enum Connector {
     Standalone(redis::Client),
-    Cluster(redis::cluster::ClusterClient, Vec<String>),
+    Cluster(Box<redis::cluster::ClusterClient>, Vec<String>),
 }
 
 impl Connector {
@@ -71,7 +71,7 @@ impl Connector {
                         .tcp_settings(tcp)
                         .build()
                         .map_err(invalid)?;
-                Ok(Connector::Cluster(client, seeds.clone()))
+                Ok(Connector::Cluster(Box::new(client), seeds.clone()))
             }
         }
     }
@@ -395,7 +395,8 @@ impl Checkout {
                 if error.is_unrecoverable_error() || error.is_connection_dropped() {
                     self.slot.mark_down(self.generation, "connection broken");
                 } else if error.kind() == redis::ErrorKind::Server(ServerErrorKind::ReadOnly) {
-                    self.slot.mark_down(self.generation, "server is a read-only replica");
+                    self.slot
+                        .mark_down(self.generation, "server is a read-only replica");
                 }
                 Err(RedisFailure::Redis(error))
             }

@@ -55,7 +55,6 @@ pub(crate) enum Phase {
 }
 
 impl Phase {
-
     pub(crate) fn from_code(code: i64) -> Option<Self> {
         match code {
             0 => Some(Phase::Closed),
@@ -235,13 +234,21 @@ pub(crate) struct Settings {
     pub(crate) half_open_probes: u32,
     pub(crate) half_open_successes: u32,
     pub(crate) probe_lease_ms: u64,
+    /// Whether a closed state expires (`closed_until`). Shared state must, or abandoned
+    /// identities would fill Redis; a process-local breaker has nothing to collect, so its
+    /// closed state stays, and admitting on it needs no clock.
+    pub(crate) closed_expires: bool,
 }
 
 impl Settings {
     /// How long a closed state outlives its last change: never shorter than the window it
-    /// governs.
+    /// governs (forever when it does not expire).
     pub(crate) fn closed_ttl_ms(&self) -> u64 {
-        self.window_ms.max(self.open_ms.saturating_mul(2))
+        if self.closed_expires {
+            self.window_ms.max(self.open_ms.saturating_mul(2))
+        } else {
+            u64::MAX
+        }
     }
 
     fn threshold_reached(&self, total: u32, failures: u32) -> bool {
@@ -263,12 +270,110 @@ pub(crate) struct State {
     pub(crate) closed_until: u64,
 }
 
-/// One recorded batch of the window: when, and each outcome (`true` = failure), oldest first.
+/// One recorded batch of the window: when, and each outcome, oldest first.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Entry {
     pub(crate) at: u64,
-    pub(crate) failures: Vec<bool>,
+    pub(crate) outcomes: Outcomes,
 }
+
+/// A batch's outcomes in order (`true` = failure). Batches of up to 64 — nearly all of them —
+/// are a bitmask, so recording an observation allocates nothing.
+#[derive(Debug, Clone)]
+pub(crate) enum Outcomes {
+    /// Bit `i` is the `i`-th oldest outcome.
+    Bits {
+        bits: u64,
+        len: u8,
+    },
+    Spilled(std::collections::VecDeque<bool>),
+}
+
+impl Outcomes {
+    pub(crate) fn from_slice(failures: &[bool]) -> Self {
+        if failures.len() <= 64 {
+            let bits = failures
+                .iter()
+                .enumerate()
+                .fold(0u64, |bits, (i, &failed)| bits | (u64::from(failed) << i));
+            Outcomes::Bits {
+                bits,
+                len: failures.len() as u8,
+            }
+        } else {
+            Outcomes::Spilled(failures.iter().copied().collect())
+        }
+    }
+
+    pub(crate) fn len(&self) -> u32 {
+        match self {
+            Outcomes::Bits { len, .. } => u32::from(*len),
+            Outcomes::Spilled(outcomes) => len(outcomes.len()),
+        }
+    }
+
+    pub(crate) fn failures(&self) -> u32 {
+        match self {
+            Outcomes::Bits { bits, .. } => bits.count_ones(),
+            Outcomes::Spilled(outcomes) => len(outcomes.iter().filter(|&&failed| failed).count()),
+        }
+    }
+
+    /// Removes the `n` oldest outcomes (at most all); returns how many of them were failures.
+    fn remove_oldest(&mut self, n: u32) -> u32 {
+        match self {
+            Outcomes::Bits { bits, len } => {
+                let n = n.min(u32::from(*len));
+                let removed = if n == 64 {
+                    *bits
+                } else {
+                    *bits & ((1u64 << n) - 1)
+                };
+                *bits = bits.checked_shr(n).unwrap_or(0);
+                *len -= n as u8;
+                removed.count_ones()
+            }
+            Outcomes::Spilled(outcomes) => {
+                let n = (n as usize).min(outcomes.len());
+                len(outcomes.drain(..n).filter(|&failed| failed).count())
+            }
+        }
+    }
+
+    /// Appends `newer` if both fit in one bitmask; `false` (and nothing changed) otherwise.
+    fn append(&mut self, newer: &Outcomes) -> bool {
+        match (self, newer) {
+            (
+                Outcomes::Bits { bits, len },
+                Outcomes::Bits {
+                    bits: more,
+                    len: extra,
+                },
+            ) if u32::from(*len) + u32::from(*extra) <= 64 => {
+                *bits |= more << *len;
+                *len += extra;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The outcomes, oldest first.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = bool> + '_ {
+        (0..self.len()).map(move |i| match self {
+            Outcomes::Bits { bits, .. } => bits >> i & 1 == 1,
+            Outcomes::Spilled(outcomes) => outcomes[i as usize],
+        })
+    }
+}
+
+impl PartialEq for Outcomes {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Outcomes {}
 
 /// Everything stored for one breaker identity.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -362,8 +467,8 @@ impl Store {
                 break;
             }
             let entry = self.window.pop_front().unwrap_or_else(|| unreachable!());
-            removed.0 += len(&entry.failures);
-            removed.1 += count_failures(&entry.failures);
+            removed.0 += entry.outcomes.len();
+            removed.1 += entry.outcomes.failures();
         }
         removed
     }
@@ -375,13 +480,14 @@ impl Store {
     }
 
     /// When nothing in this store can matter any more (what Redis key TTLs achieve): a closed
-    /// state past `closed_until`, aged-out window entries and expired probes. Open and
+    /// state past `closed_until` (or one that does not expire: forgetting it loses nothing
+    /// once its window is empty), aged-out window entries and expired probes. Open and
     /// half-open states matter forever.
     pub(crate) fn matters_until(&self, settings: &Settings) -> u64 {
         let state = match &self.state {
             Some(state) if state.phase != Closed => return u64::MAX,
-            Some(state) => state.closed_until,
-            None => 0,
+            Some(state) if settings.closed_expires => state.closed_until,
+            _ => 0,
         };
         let window = self
             .window
@@ -394,6 +500,14 @@ impl Store {
             .max()
             .unwrap_or(0);
         state.max(window).max(probes)
+    }
+
+    /// The generation of a closed state that cannot expire: the admission needs no clock.
+    pub(crate) fn closed_for_good(&self) -> Option<u64> {
+        self.state
+            .as_ref()
+            .filter(|state| state.phase == Closed && state.closed_until == u64::MAX)
+            .map(|state| state.generation)
     }
 
     /// Handles an admission request: see the module's table.
@@ -486,12 +600,21 @@ impl Store {
         let state = self.state_mut();
         state.total -= aged;
         state.failures -= aged_failures;
-        state.total += len(failures);
-        state.failures += count_failures(failures);
-        self.window.push_back(Entry {
-            at: now,
-            failures: failures.to_vec(),
-        });
+        let batch = Outcomes::from_slice(failures);
+        state.total += batch.len();
+        state.failures += batch.failures();
+        // Observations of one millisecond can share an entry: what the window holds, and when,
+        // is the same either way (the Lua list keeps one entry per batch).
+        let merged = match self.window.back_mut() {
+            Some(last) if last.at == now => last.outcomes.append(&batch),
+            _ => false,
+        };
+        if !merged {
+            self.window.push_back(Entry {
+                at: now,
+                outcomes: batch,
+            });
+        }
         self.trim_window(settings.window_size);
         let state = self.state_mut();
         let (total, failed) = (state.total, state.failures);
@@ -525,15 +648,14 @@ impl Store {
     fn trim_window(&mut self, window_size: u32) {
         let state = self.state.as_mut().unwrap_or_else(|| unreachable!());
         while state.total > window_size {
-            let excess = (state.total - window_size) as usize;
+            let excess = state.total - window_size;
             let Some(front) = self.window.front_mut() else {
                 break;
             };
-            let take = excess.min(front.failures.len());
-            let removed: Vec<bool> = front.failures.drain(..take).collect();
-            state.total -= len(&removed);
-            state.failures -= count_failures(&removed);
-            if front.failures.is_empty() {
+            let take = excess.min(front.outcomes.len());
+            state.failures -= front.outcomes.remove_oldest(take);
+            state.total -= take;
+            if front.outcomes.len() == 0 {
                 self.window.pop_front();
             }
         }
@@ -613,12 +735,8 @@ impl Store {
     }
 }
 
-fn len(outcomes: &[bool]) -> u32 {
-    u32::try_from(outcomes.len()).unwrap_or(u32::MAX)
-}
-
-fn count_failures(outcomes: &[bool]) -> u32 {
-    u32::try_from(outcomes.iter().filter(|&&failed| failed).count()).unwrap_or(u32::MAX)
+fn len(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]
@@ -634,6 +752,7 @@ mod tests {
         half_open_probes: 2,
         half_open_successes: 2,
         probe_lease_ms: 50,
+        closed_expires: true,
     };
 
     fn observe(store: &mut Store, now: u64, generation: u64, outcomes: &str) -> ObserveReply {
@@ -705,7 +824,8 @@ mod tests {
     fn a_window_bounded_by_count_and_time_is_kept_in_totals() {
         let mut store = Store::default();
         observe(&mut store, 0, 0, "sss");
-        observe(&mut store, 10, 0, "sssssss");
+        observe(&mut store, 10, 0, "sssss");
+        observe(&mut store, 10, 0, "ss");
         // 3 more push out the 3 oldest, trimming inside the second entry.
         assert_eq!(
             observe(&mut store, 20, 0, "ssf"),
@@ -715,7 +835,11 @@ mod tests {
                 failures: 1
             }
         );
-        assert_eq!(store.window.len(), 2);
+        assert_eq!(
+            store.window.len(),
+            2,
+            "the two batches of ms 10 share an entry"
+        );
         // Past the window, only the newest batch remains.
         assert_eq!(
             observe(&mut store, 1_015, 0, "s"),

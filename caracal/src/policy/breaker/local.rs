@@ -2,8 +2,8 @@
 //! clock. Same semantics as the distributed breaker, without a coordinator.
 
 use std::future::Future;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
 use tokio::time::Instant;
 
@@ -73,7 +73,7 @@ async fn admit_and_run<T, E, C, F>(
     scope: &Scope,
     classify: &C,
     body: F,
-    breaker: &Arc<Breaker>,
+    breaker: &Breaker,
 ) -> Result<T, E>
 where
     E: From<Error>,
@@ -83,7 +83,13 @@ where
     let at = site.at(scope);
     let settings = &breaker.settings;
     let token = u128::from(NEXT_TOKEN.fetch_add(1, Ordering::Relaxed));
-    let reply = lock(&breaker.store).admit(breaker.now_ms(), token, settings, &mut Seen::default());
+    let reply = {
+        let mut store = lock(&breaker.store);
+        match store.closed_for_good() {
+            Some(generation) => AdmitReply::Closed { generation },
+            None => store.admit(breaker.now_ms(), token, settings, &mut Seen::default()),
+        }
+    };
     match reply {
         AdmitReply::Closed { generation } => {
             run_admitted(ctx, classify, body, |outcome| {

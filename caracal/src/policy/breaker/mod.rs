@@ -91,6 +91,7 @@ impl BreakerSite {
             half_open_probes: config.half_open_probes,
             half_open_successes: config.half_open_successes,
             probe_lease_ms: millis(config.probe_lease),
+            closed_expires: !config.local,
         }
     }
 
@@ -172,7 +173,9 @@ where
     if site.config.local {
         local::run(site, ctx, scope, classify, body).await
     } else {
-        distributed::run(site, ctx, scope, classify, body).await
+        // Boxed: the distributed path's state is large, and keeping it inline would make every
+        // local call's future that large too. One allocation is nothing next to its round trips.
+        Box::pin(distributed::run(site, ctx, scope, classify, body)).await
     }
 }
 

@@ -4,7 +4,6 @@
 //! callers are served in arrival order and a newcomer can never barge past them.
 
 use std::future::Future;
-use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
@@ -14,7 +13,7 @@ use crate::Error;
 use crate::ctx::CallCtx;
 use crate::events::{self, BulkheadRejection};
 use crate::identity::Scope;
-use crate::policy::registry::{self, Registry};
+use crate::policy::registry::{self, Held, Registry};
 
 /// One identity's budget.
 #[derive(Debug)]
@@ -39,7 +38,7 @@ pub(super) type SiteCache = registry::SiteCache<Budget>;
 /// A held local slot; dropping it frees the slot. (Its permit was forgotten at admission and
 /// is given back here, so the slot needs no second reference to the semaphore.)
 struct Slot {
-    budget: Arc<Budget>,
+    budget: Held<Budget>,
     site: &'static BulkheadSite,
     scope: Scope,
     since: Option<Instant>,

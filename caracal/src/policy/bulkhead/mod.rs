@@ -93,7 +93,9 @@ where
     if site.config.local {
         local::run(site, ctx, scope, body).await
     } else {
-        distributed::run(site, ctx, scope, body).await
+        // Boxed: the distributed path's state is large, and keeping it inline would make every
+        // local call's future that large too. One allocation is nothing next to a round trip.
+        Box::pin(distributed::run(site, ctx, scope, body)).await
     }
 }
 

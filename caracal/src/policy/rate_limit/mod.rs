@@ -79,7 +79,7 @@ impl RateLimitSite {
     }
 
     /// The decision for one arrival: `Ok(Ok(()))` admitted, `Ok(Err(wait))` rejected.
-    async fn decide(&self, scope: &Scope) -> Result<Result<(), Duration>, Error> {
+    async fn decide(&'static self, scope: &Scope) -> Result<Result<(), Duration>, Error> {
         let config = &self.config;
         let interval = gcra::interval(config.rate);
         if config.local {
