@@ -3,6 +3,7 @@
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::Error;
+use crate::identity::Scope;
 
 /// Which caracal rejection, if any, produced the current attempt's `Err`.
 ///
@@ -63,6 +64,14 @@ impl CallCtx {
     /// A fresh context for one call.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The call's scope, or its validation error as this attempt's rejection.
+    pub(crate) fn scope<'a, E: From<Error>>(
+        &self,
+        scope: &'a Result<Scope, Error>,
+    ) -> Result<&'a Scope, E> {
+        scope.as_ref().map_err(|error| self.reject(error.clone()))
     }
 
     /// Records `error` as the rejection that ends this attempt and converts it for the caller.

@@ -28,15 +28,6 @@ async fn fail_closed(scope: &str) -> Result<(), TestError> {
     Ok(())
 }
 
-async fn through(proxy: &FaultProxy) -> Coordinator {
-    Coordinator::redis(proxy.url())
-        .namespace(unique("breaker-faults"))
-        .command_timeout(COMMAND_TIMEOUT)
-        .connect()
-        .await
-        .expect("connect through the proxy")
-}
-
 /// Runs `call`, checks it ends within the command timeout plus 100 ms, returns its code.
 async fn timed<F: Future<Output = Result<(), TestError>>>(call: F) -> &'static str {
     let start = Instant::now();
@@ -52,7 +43,7 @@ async fn timed<F: Future<Output = Result<(), TestError>>>(call: F) -> &'static s
 async fn unreachable(fault: impl Fn(&FaultProxy)) {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.addr());
-    let coordinator = through(&proxy).await;
+    let coordinator = common::connect(&proxy.url(), COMMAND_TIMEOUT).await;
     let (closed_scope, open_scope) = (unique("closed"), unique("open"));
     assert_eq!(
         code(&coordinator.scoped(fail_open(&closed_scope, false)).await),
@@ -189,18 +180,8 @@ async fn breaker_and_bulkhead(scope: &str) -> Result<(), TestError> {
 async fn the_closed_path_awaits_no_round_trip() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.addr());
-    let coordinator = Coordinator::redis(proxy.url())
-        .namespace(unique("round-trips"))
-        .command_timeout(Duration::from_secs(5))
-        .connect()
-        .await
-        .expect("connect");
+    let coordinator = common::connect(&proxy.url(), Duration::from_secs(5)).await;
     let scope = unique("round-trips");
-    let mut ping = redis::Client::open(proxy.url())
-        .expect("url")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("ping connection");
 
     // Counted at the server: 200 calls while the view is fresh cost one admission (the first
     // call's) and a few batched observations, not 200 of anything.
@@ -224,24 +205,14 @@ async fn the_closed_path_awaits_no_round_trip() {
     );
 
     // Timed through a 2 × 100 ms round trip: a closed-path call waits for none.
-    let coordinator = Coordinator::redis(proxy.url())
-        .namespace(unique("round-trips"))
-        .command_timeout(Duration::from_secs(5))
-        .connect()
-        .await
-        .expect("connect");
+    let coordinator = common::connect(&proxy.url(), Duration::from_secs(5)).await;
     assert_eq!(code(&coordinator.scoped(closed_path(&scope)).await), "ok");
     assert_eq!(
         code(&coordinator.scoped(breaker_and_bulkhead(&scope)).await),
         "ok"
     );
     proxy.delay(Duration::from_millis(100));
-    let start = Instant::now();
-    let _: String = redis::cmd("PING")
-        .query_async(&mut ping)
-        .await
-        .expect("PING");
-    let round_trip = start.elapsed();
+    let round_trip = common::round_trip(&proxy.url()).await;
     let start = Instant::now();
     assert_eq!(code(&coordinator.scoped(closed_path(&scope)).await), "ok");
     let closed = start.elapsed();

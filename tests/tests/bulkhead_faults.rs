@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use caracal::{Coordinator, bulkhead};
+use caracal::bulkhead;
 use caracal_tests::{CommandStats, FaultProxy, RedisServer};
 use common::{TestError, code, unique};
 
@@ -17,19 +17,10 @@ async fn call(scope: &str) -> Result<(), TestError> {
     Ok(())
 }
 
-async fn through(proxy: &FaultProxy) -> Coordinator {
-    Coordinator::redis(proxy.url())
-        .namespace(unique("faults"))
-        .command_timeout(COMMAND_TIMEOUT)
-        .connect()
-        .await
-        .expect("connect through the proxy")
-}
-
 /// While the proxy is faulty, calls fail closed within the command timeout (plus 100 ms);
 /// once restored, calls succeed again within a second, in the same process.
 async fn fails_closed_then_recovers(proxy: &FaultProxy, fault: impl Fn(&FaultProxy)) {
-    let coordinator = through(proxy).await;
+    let coordinator = common::connect(&proxy.url(), COMMAND_TIMEOUT).await;
     let scope = unique("outage");
     assert_eq!(code(&coordinator.scoped(call(&scope)).await), "ok");
 
@@ -171,29 +162,14 @@ async fn one_acquire_and_one_release_per_call_counted_at_the_server() {
 async fn the_caller_waits_for_the_acquire_only() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.addr());
-    let coordinator = Coordinator::redis(proxy.url())
-        .namespace(unique("latency"))
-        .command_timeout(Duration::from_secs(5))
-        .connect()
-        .await
-        .expect("connect");
+    let coordinator = common::connect(&proxy.url(), Duration::from_secs(5)).await;
     let scope = unique("latency");
     assert_eq!(code(&coordinator.scoped(call(&scope)).await), "ok");
 
     // Every round trip now takes at least 2 × 100 ms; one awaited round trip per call means
     // well under two of them.
     proxy.delay(Duration::from_millis(100));
-    let mut ping = redis::Client::open(proxy.url())
-        .expect("url")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("ping connection");
-    let start = Instant::now();
-    let _: String = redis::cmd("PING")
-        .query_async(&mut ping)
-        .await
-        .expect("PING");
-    let round_trip = start.elapsed();
+    let round_trip = common::round_trip(&proxy.url()).await;
     let start = Instant::now();
     assert_eq!(code(&coordinator.scoped(call(&scope)).await), "ok");
     let guarded = start.elapsed();

@@ -54,10 +54,9 @@ async fn bulkhead_hold(scope: &str) -> Result<(), WorkerError> {
     Ok(())
 }
 
-#[circuit_breaker(name = "mp-breaker", scope = scope, minimum_throughput = 5, failure_threshold = 0.5,
-                  open = "1s", half_open_probes = 2, half_open_successes = 3)]
-async fn breaker_call(
-    scope: &str,
+/// The downstream behind the breakers: counts the call, holds a witnessed section if asked,
+/// then succeeds or fails.
+async fn downstream(
     fail: bool,
     witness: Option<&AsyncWitness>,
     ran: &AtomicU64,
@@ -71,6 +70,17 @@ async fn breaker_call(
     } else {
         Ok(())
     }
+}
+
+#[circuit_breaker(name = "mp-breaker", scope = scope, minimum_throughput = 5, failure_threshold = 0.5,
+                  open = "1s", half_open_probes = 2, half_open_successes = 3)]
+async fn breaker_call(
+    scope: &str,
+    fail: bool,
+    witness: Option<&AsyncWitness>,
+    ran: &AtomicU64,
+) -> Result<(), WorkerError> {
+    downstream(fail, witness, ran).await
 }
 
 /// `breaker_call`'s breaker, watched: its outcomes are never recorded (they would dilute the
@@ -95,15 +105,7 @@ async fn probe_only(
     witness: Option<&AsyncWitness>,
     ran: &AtomicU64,
 ) -> Result<(), WorkerError> {
-    ran.fetch_add(1, Ordering::SeqCst);
-    if let Some(witness) = witness {
-        witnessed(witness, Duration::from_millis(100)).await;
-    }
-    if fail {
-        Err(WorkerError::Downstream)
-    } else {
-        Ok(())
-    }
+    downstream(fail, witness, ran).await
 }
 
 #[rate_limit(name = "mp-rate-50", rate = 50, burst = 5, scope = scope)]

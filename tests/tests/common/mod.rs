@@ -56,13 +56,33 @@ pub fn unique(prefix: &str) -> String {
     )
 }
 
-pub async fn redis(url: &str) -> Coordinator {
+/// A coordinator on `url` (a server or a fault proxy) in a namespace of its own.
+pub async fn connect(url: &str, command_timeout: Duration) -> Coordinator {
     Coordinator::redis(url)
         .namespace(unique("ns"))
-        .command_timeout(Duration::from_millis(500))
+        .command_timeout(command_timeout)
         .connect()
         .await
         .expect("connect to the test server")
+}
+
+pub async fn redis(url: &str) -> Coordinator {
+    connect(url, Duration::from_millis(500)).await
+}
+
+/// One `PING` round trip to `url`, on a connection of its own.
+pub async fn round_trip(url: &str) -> Duration {
+    let mut conn = redis::Client::open(url)
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("ping connection");
+    let start = std::time::Instant::now();
+    let _: String = redis::cmd("PING")
+        .query_async(&mut conn)
+        .await
+        .expect("PING");
+    start.elapsed()
 }
 
 pub async fn cluster(seeds: Vec<String>) -> Coordinator {

@@ -3,6 +3,7 @@
 use redis::ToRedisArgs;
 use uuid::Uuid;
 
+use super::scripts::Script;
 use super::{RedisBackend, reply, scripts, token_text};
 use crate::Error;
 use crate::coordinator::BreakerTarget;
@@ -141,20 +142,31 @@ pub(crate) fn decode_settle(value: redis::Value) -> Result<SettleReply, Error> {
 }
 
 impl RedisBackend {
+    /// Runs one breaker script on `target`'s three keys: the shared arguments, then `args`.
+    async fn breaker_script(
+        &self,
+        script: &Script,
+        target: &BreakerTarget,
+        args: impl ToRedisArgs,
+    ) -> Result<redis::Value, Error> {
+        self.eval(
+            script,
+            &keys(target),
+            (common_args(self.channel(), target), args),
+        )
+        .await
+    }
+
     pub(in crate::coordinator) async fn breaker_admit(
         &self,
         target: &BreakerTarget,
         token: Uuid,
     ) -> Result<AdmitReply, Error> {
-        let keys = keys(target);
-        let value = self
-            .eval(
-                &scripts::BREAKER_ADMIT,
-                &keys,
-                (common_args(self.channel(), target), token_text(token)),
-            )
-            .await?;
-        decode_admit(value)
+        let args = token_text(token);
+        decode_admit(
+            self.breaker_script(&scripts::BREAKER_ADMIT, target, args)
+                .await?,
+        )
     }
 
     pub(in crate::coordinator) async fn breaker_observe(
@@ -164,20 +176,11 @@ impl RedisBackend {
         failures: &[bool],
         mint: u64,
     ) -> Result<ObserveReply, Error> {
-        let keys = keys(target);
-        let value = self
-            .eval(
-                &scripts::BREAKER_OBSERVE,
-                &keys,
-                (
-                    common_args(self.channel(), target),
-                    generation,
-                    outcome_text(failures),
-                    mint,
-                ),
-            )
-            .await?;
-        decode_observe(value)
+        let args = (generation, outcome_text(failures), mint);
+        decode_observe(
+            self.breaker_script(&scripts::BREAKER_OBSERVE, target, args)
+                .await?,
+        )
     }
 
     pub(in crate::coordinator) async fn breaker_settle(
@@ -187,19 +190,10 @@ impl RedisBackend {
         outcome: ProbeOutcome,
         generation: u64,
     ) -> Result<SettleReply, Error> {
-        let keys = keys(target);
-        let value = self
-            .eval(
-                &scripts::BREAKER_SETTLE,
-                &keys,
-                (
-                    common_args(self.channel(), target),
-                    token_text(token),
-                    probe_outcome_text(outcome),
-                    generation,
-                ),
-            )
-            .await?;
-        decode_settle(value)
+        let args = (token_text(token), probe_outcome_text(outcome), generation);
+        decode_settle(
+            self.breaker_script(&scripts::BREAKER_SETTLE, target, args)
+                .await?,
+        )
     }
 }

@@ -166,10 +166,7 @@ where
     C: Classify<T, E>,
     F: Future<Output = Result<T, E>>,
 {
-    let scope = match scope {
-        Ok(scope) => scope,
-        Err(error) => return Err(ctx.reject(error.clone())),
-    };
+    let scope = ctx.scope(scope)?;
     if site.config.local {
         local::run(site, ctx, scope, classify, body).await
     } else {

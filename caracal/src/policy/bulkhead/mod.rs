@@ -86,10 +86,7 @@ where
     E: From<Error>,
     F: Future<Output = Result<T, E>>,
 {
-    let scope = match scope {
-        Ok(scope) => scope,
-        Err(error) => return Err(ctx.reject(error.clone())),
-    };
+    let scope = ctx.scope(scope)?;
     if site.config.local {
         local::run(site, ctx, scope, body).await
     } else {

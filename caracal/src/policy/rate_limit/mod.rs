@@ -126,10 +126,7 @@ where
     E: From<Error>,
     F: Future<Output = Result<T, E>>,
 {
-    let scope = match scope {
-        Ok(scope) => scope,
-        Err(error) => return Err(ctx.reject(error.clone())),
-    };
+    let scope = ctx.scope(scope)?;
     match site.decide(scope).await {
         Ok(Ok(())) => {
             events::rate_limit_admitted(&site.at(scope));
