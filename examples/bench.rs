@@ -28,6 +28,10 @@ const CONCURRENT_TASKS: usize = 64;
 const CONCURRENT_RUN: Duration = Duration::from_secs(3);
 const LOCAL_CALLS: u32 = 1_000_000;
 const LEASE_SCRIPT: &str = include_str!("../lua/bulkhead_lease.lua");
+/// The raw baseline's leases last 1 ms and its limit is 64: the set stays small and is pruned
+/// as it fills, like a real bulkhead's, though the baseline never releases.
+const RAW_LEASE_MS: u64 = 1;
+const RAW_LIMIT: u32 = 64;
 const OBSERVE_SCRIPT: &str = include_str!("../lua/breaker_observe.lua");
 
 #[derive(Debug)]
@@ -212,8 +216,8 @@ async fn raw_acquire(mut conn: MultiplexedConnection, sha: Arc<str>, key: Arc<st
         .arg(&*key)
         .arg("acquire")
         .arg(token())
-        .arg(30_000)
-        .arg(1_000_000_000)
+        .arg(RAW_LEASE_MS)
+        .arg(RAW_LIMIT)
         .query_async(&mut conn)
         .await
         .expect("raw EVALSHA");
@@ -250,6 +254,54 @@ async fn raw_observe(
         .query_async(&mut conn)
         .await
         .expect("raw observe");
+}
+
+/// What `redis-benchmark` (if installed) reaches with 64 clients sending the same `EVALSHA`:
+/// the server's own ceiling for this script, without any client library in the way.
+fn redis_benchmark(url: &str, sha: &str, key: &str) -> Option<f64> {
+    let info = redis::Client::open(url)
+        .ok()?
+        .get_connection_info()
+        .addr()
+        .clone();
+    let redis::ConnectionAddr::Tcp(host, port) = info else {
+        return None;
+    };
+    let output = std::process::Command::new("redis-benchmark")
+        .args([
+            "-h",
+            &host,
+            "-p",
+            &port.to_string(),
+            "-c",
+            "64",
+            "-n",
+            "100000",
+            "-r",
+            "1000000000",
+            "-q",
+        ])
+        .args(["EVALSHA", sha, "1", key, "acquire", "__rand_int__"])
+        .args([RAW_LEASE_MS.to_string(), RAW_LIMIT.to_string()])
+        .output()
+        .ok()?;
+    let _ = redis::Client::open(url)
+        .and_then(|client| client.get_connection())
+        .and_then(|mut conn| redis::cmd("DEL").arg(key).exec(&mut conn));
+    // The last line reads "EVALSHA …: <rate> requests per second, …".
+    let text = String::from_utf8_lossy(&output.stdout);
+    let rate = text
+        .rsplit(':')
+        .next()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    emit(
+        "redis_benchmark_evalsha_64_clients_per_s",
+        &[("rate", rate)],
+    );
+    Some(rate)
 }
 
 async fn redis_figures(url: &str) -> Result<(), caracal::Error> {
@@ -322,6 +374,7 @@ async fn redis_figures(url: &str) -> Result<(), caracal::Error> {
     let raw_rate = throughput(CONCURRENT_TASKS, raw.clone()).await;
     clear_raw(conn.clone(), Arc::clone(&raw_key)).await;
     emit("raw_evalsha_64_tasks_per_s", &[("rate", raw_rate)]);
+    let server_rate = redis_benchmark(url, &sha, &raw_key);
     let (bulkhead_rate, [acquires, acquire_usec, releases, release_usec]) = server_cost(
         &mut conn,
         throughput(CONCURRENT_TASKS, || async {
@@ -334,6 +387,10 @@ async fn redis_figures(url: &str) -> Result<(), caracal::Error> {
         &[
             ("rate", bulkhead_rate),
             ("ratio_to_raw_evalsha", bulkhead_rate / raw_rate),
+            (
+                "ratio_to_redis_benchmark",
+                bulkhead_rate / server_rate.unwrap_or(f64::NAN),
+            ),
         ],
     );
     let empty: Arc<str> = load_script(&mut conn, "return 1").await.into();
