@@ -15,8 +15,10 @@
 --          generation are the current ones), 1 recorded, 2 opened (generation is the new one;
 --          total and failures are the window that opened it)
 -- TTL      closed: the state expires at closed_until = now + max(window, 2 x open), refreshed on
---          every record (never before the window it governs); the window expires `window` after
---          its last entry. Open: the state is persisted (an absent state reads as closed).
+--          every record (never before the window it governs); the window list expires with it,
+--          so the totals in the state never count entries the list has lost (entries leave by
+--          their own times, popped here). Open: the state is persisted (an absent state reads
+--          as closed).
 -- Cost     O(1) amortised: every observation is pushed once and popped once; the window is
 --          never scanned (totals live in the state).
 local clock = redis.call('TIME')
@@ -100,5 +102,5 @@ if total >= tonumber(ARGV[3]) and failures * 1000 >= tonumber(ARGV[4]) * total t
 end
 redis.call('HSET', state_key, 'total', total, 'failures', failures, 'closed_until', now + closed_ttl)
 redis.call('PEXPIREAT', state_key, now + closed_ttl)
-redis.call('PEXPIREAT', window_key, now + window_ms)
+redis.call('PEXPIREAT', window_key, now + closed_ttl)
 return {1, 0, generation, total, failures}

@@ -44,7 +44,13 @@ if count >= tonumber(ARGV[4]) then
   end
 end
 if redis.call('ZADD', key, 'NX', deadline, token) == 0 then
-  -- Already held: admitted again, deadline unchanged.
+  -- Already held: admitted again, deadline unchanged; unless it had expired unpruned, in which
+  -- case this is a new lease.
+  if tonumber(redis.call('ZSCORE', key, token)) > now then
+    return {1, count}
+  end
+  redis.call('ZADD', key, deadline, token)
+  redis.call('PEXPIREAT', key, deadline, 'GT')
   return {1, count}
 end
 if count == 0 then

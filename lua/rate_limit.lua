@@ -3,7 +3,9 @@
 --
 -- KEYS[1]  `caracal:v1:{<identity>}:rate:ns`: the theoretical arrival time (TAT) as
 --          "<seconds>:<nanoseconds>" of server time. Time is kept as a (seconds, nanoseconds)
---          pair so every sum stays an exact integer in Lua's doubles; the interval is whole
+--          pair so every sum stays an exact integer in Lua's doubles (while interval x burst
+--          stays under 2^53 ns, about 104 days; beyond, rounding errs by nanoseconds); the
+--          interval is whole
 --          nanoseconds, rounded up from 1/rate, so rounding never admits more than asked
 --          (@gkoos/caracal rounds to whole milliseconds: 700/s becomes 1000/s).
 -- ARGV[1]  emission interval in nanoseconds (integer >= 1)

@@ -76,8 +76,13 @@ impl CallCtx {
 
     /// Records `error` as the rejection that ends this attempt and converts it for the caller.
     pub(crate) fn reject<E: From<Error>>(&self, error: Error) -> E {
-        self.rejection
-            .store(Rejection::of(&error).code(), Ordering::Relaxed);
+        let rejection = Rejection::of(&error);
+        self.reject_as(error, rejection)
+    }
+
+    /// Like [`reject`](Self::reject), for an error whose kind alone would misdescribe it.
+    pub(crate) fn reject_as<E: From<Error>>(&self, error: Error, rejection: Rejection) -> E {
+        self.rejection.store(rejection.code(), Ordering::Relaxed);
         E::from(error)
     }
 

@@ -168,8 +168,9 @@ async fn the_caller_waits_for_the_acquire_only() {
 
     // Every round trip now takes at least 2 × 100 ms; one awaited round trip per call means
     // well under two of them.
+    let mut ping = common::ping_connection(&proxy.url()).await;
     proxy.delay(Duration::from_millis(100));
-    let round_trip = common::round_trip(&proxy.url()).await;
+    let round_trip = common::round_trip(&mut ping).await;
     let start = Instant::now();
     assert_eq!(code(&coordinator.scoped(call(&scope)).await), "ok");
     let guarded = start.elapsed();

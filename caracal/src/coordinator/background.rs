@@ -13,6 +13,9 @@ use tokio::sync::Notify;
 #[derive(Debug, Default)]
 pub(super) struct Background {
     state: Arc<State>,
+    /// The runtime the coordinator was built on (its connections live there): where work
+    /// started outside any runtime finishes.
+    home: Option<tokio::runtime::Handle>,
 }
 
 #[derive(Debug, Default)]
@@ -28,7 +31,15 @@ impl Background {
     /// Redis command: queueing the request on its connection) has happened when this returns.
     /// That is what keeps a task's next command from overtaking its own release.
     pub(super) fn start(&self, work: impl Future<Output = ()> + Send + 'static) {
-        let mut work = Box::pin(tokio::task::unconstrained(work));
+        // Counted before the first poll, so a concurrent flush sees it; uncounted by a guard,
+        // so work that panics, is never spawned, or dies with its runtime cannot leave a flush
+        // waiting for it.
+        self.state.in_flight.fetch_add(1, Ordering::AcqRel);
+        let in_flight = InFlight(Arc::clone(&self.state));
+        let mut work = Box::pin(tokio::task::unconstrained(async move {
+            let _in_flight = in_flight;
+            work.await;
+        }));
         if work
             .as_mut()
             .poll(&mut Context::from_waker(Waker::noop()))
@@ -36,19 +47,22 @@ impl Background {
         {
             return;
         }
-        // Outside a runtime (a guard dropped after shutdown) the request is already queued;
-        // only its answer goes unobserved.
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let state = Arc::clone(&self.state);
-        state.in_flight.fetch_add(1, Ordering::AcqRel);
-        runtime.spawn(async move {
-            work.await;
-            if state.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
-                state.idle.notify_waiters();
-            }
-        });
+        // Outside a runtime (a guard dropped on a plain thread) the work goes to the
+        // coordinator's own: it must live on, as a request whose caller is gone is never sent.
+        if let Some(runtime) = tokio::runtime::Handle::try_current()
+            .ok()
+            .or_else(|| self.home.clone())
+        {
+            runtime.spawn(work);
+        }
+    }
+
+    /// Background work for a coordinator built on `home` (if built in a runtime).
+    pub(super) fn new(home: Option<tokio::runtime::Handle>) -> Self {
+        Background {
+            state: Arc::default(),
+            home,
+        }
     }
 
     /// Waits until nothing is in flight, or `limit` has passed.
@@ -64,6 +78,17 @@ impl Background {
             }
         };
         let _ = tokio::time::timeout(limit, idle).await;
+    }
+}
+
+/// One unit of background work in flight, for as long as it lives.
+struct InFlight(Arc<State>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if self.0.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle.notify_waiters();
+        }
     }
 }
 
@@ -84,6 +109,14 @@ mod tests {
         }
         background.flush(Duration::from_secs(5)).await;
         assert_eq!(done.load(Ordering::SeqCst), 3);
+    }
+
+    #[test]
+    fn work_that_cannot_be_spawned_is_not_waited_for() {
+        let background = Background::default();
+        // No runtime here: the work is polled once, then dropped.
+        background.start(std::future::pending());
+        assert_eq!(background.state.in_flight.load(Ordering::SeqCst), 0);
     }
 
     #[tokio::test]

@@ -55,6 +55,28 @@ struct View {
     batch: Option<(u64, Vec<bool>)>,
 }
 
+/// Makes room in a full map of views: forgets those unconfirmed for [`LAST_KNOWN_AGE`], then,
+/// if that is not enough, the oldest tenth — closed ones first (forgetting them only costs a
+/// round trip; forgetting an open one would let a coordinator outage fail open). A view with
+/// observations waiting to be sent is never forgotten.
+fn evict(views: &mut HashMap<KeyBase, View>, now: Instant) {
+    views.retain(|_, view| {
+        view.batch.is_some() || now.duration_since(view.confirmed) < LAST_KNOWN_AGE
+    });
+    if views.len() < MAX_VIEWS {
+        return;
+    }
+    let mut candidates: Vec<_> = views
+        .iter()
+        .filter(|(_, view)| view.batch.is_none())
+        .map(|(key, view)| (view.phase != Phase::Closed, view.confirmed, key.clone()))
+        .collect();
+    candidates.sort_unstable_by_key(|(open, confirmed, _)| (*open, *confirmed));
+    for (_, _, key) in candidates.into_iter().take(MAX_VIEWS / 10) {
+        views.remove(&key);
+    }
+}
+
 /// How a call is admitted, from the view or from the coordinator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Admission {
@@ -79,44 +101,44 @@ pub(super) struct Breakers {
 }
 
 impl Breakers {
-    /// Applies what the coordinator said about `key` at `now`. A view is not moved back to an
-    /// older generation while it is fresh (replies and messages can cross on the wire); a
-    /// generation can only go down when a lost state restarted the epoch, which a stale view
-    /// then accepts.
+    /// Applies what the coordinator said about `key` in answer to a question sent at `asked`
+    /// (for a message: when it arrived). Answers can cross on the wire, so one that is older
+    /// than the view is ignored unless it is plainly newer state: a later generation, or the
+    /// open → half-open step of the same one. A lower generation is accepted only from a
+    /// question asked after the view was confirmed (a lost state restarted the epoch). The
+    /// view counts as confirmed at `asked`, so its age bound holds from when it was true.
     fn learn(
         &self,
         key: &KeyBase,
         phase: Phase,
         generation: u64,
         probe_due: Option<Instant>,
-        now: Instant,
+        asked: Instant,
     ) {
         let mut views = lock(&self.views);
         if let Some(view) = views.get_mut(key) {
-            let fresh = now.duration_since(view.confirmed) < VIEW_MAX_AGE;
-            if generation < view.generation && fresh {
+            let later_state = generation > view.generation
+                || (generation == view.generation
+                    && (phase == view.phase
+                        || (view.phase == Phase::Open && phase == Phase::HalfOpen)));
+            if !later_state && asked < view.confirmed {
                 return;
             }
             view.phase = phase;
             view.generation = generation;
-            view.confirmed = now;
+            view.confirmed = view.confirmed.max(asked);
             view.probe_due = probe_due;
             return;
         }
         if views.len() >= MAX_VIEWS {
-            views.retain(|_, view| now.duration_since(view.confirmed) < LAST_KNOWN_AGE);
-            if views.len() >= MAX_VIEWS {
-                // Still full of recent views: forget the closed ones, whose loss only costs a
-                // round trip, before any open one, whose loss would fail open.
-                views.retain(|_, view| view.phase != Phase::Closed);
-            }
+            evict(&mut views, asked);
         }
         views.insert(
             key.clone(),
             View {
                 phase,
                 generation,
-                confirmed: now,
+                confirmed: asked,
                 probe_due,
                 batch: None,
             },
@@ -194,8 +216,9 @@ impl Coordinator {
             token,
             armed: true,
         };
+        let asked = Instant::now();
         let reply = self.breaker_admit(target, token).await?;
-        let now = Instant::now();
+        let now = asked;
         let admission = match reply {
             AdmitReply::Closed { generation } => {
                 breakers.learn(&target.key, Phase::Closed, generation, None, now);
@@ -315,13 +338,14 @@ impl Coordinator {
     }
 
     fn send_batch(&self, target: &BreakerTarget, generation: u64, outcomes: Vec<bool>) {
+        let asked = Instant::now();
         let observe = self.breaker_observe(target.clone(), generation, outcomes);
         let weak = Arc::downgrade(&self.inner);
         let target = target.clone();
         self.in_background(async move {
             let reply = observe.await;
             if let Some(coordinator) = upgrade(&weak) {
-                coordinator.on_observed(&target, generation, reply);
+                coordinator.on_observed(&target, generation, asked, reply);
             }
         });
     }
@@ -330,9 +354,9 @@ impl Coordinator {
         &self,
         target: &BreakerTarget,
         attempted: u64,
+        asked: Instant,
         reply: Result<ObserveReply, Error>,
     ) {
-        let now = Instant::now();
         let breakers = &self.inner.breakers;
         match reply {
             Ok(reply) => {
@@ -340,12 +364,12 @@ impl Coordinator {
                 let (phase, generation, probe_due) = match reply {
                     ObserveReply::Recorded { generation, .. } => (Phase::Closed, generation, None),
                     ObserveReply::Opened { generation, .. } => {
-                        let due = now + Duration::from_millis(target.settings.open_ms);
+                        let due = asked + Duration::from_millis(target.settings.open_ms);
                         (Phase::Open, generation, Some(due))
                     }
                     ObserveReply::Stale { phase, generation } => (phase, generation, None),
                 };
-                breakers.learn(&target.key, phase, generation, probe_due, now);
+                breakers.learn(&target.key, phase, generation, probe_due, asked);
             }
             Err(error) => events::breaker_coordinator_error(&target.at(), "observe", &error),
         }
@@ -359,6 +383,7 @@ impl Coordinator {
         outcome: ProbeOutcome,
         generation: u64,
     ) {
+        let asked = Instant::now();
         let settle = self.breaker_settle(target.clone(), token, outcome, generation);
         let weak = Arc::downgrade(&self.inner);
         let target = target.clone();
@@ -367,7 +392,7 @@ impl Coordinator {
             let Some(coordinator) = upgrade(&weak) else {
                 return;
             };
-            let now = Instant::now();
+            let now = asked;
             let breakers = &coordinator.inner.breakers;
             match reply {
                 Ok(reply) => {

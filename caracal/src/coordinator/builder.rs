@@ -10,6 +10,8 @@ use crate::identity::check_part;
 pub(super) const DEFAULT_NAMESPACE: &str = "default";
 const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(1);
 const DEFAULT_POOL_SIZE: usize = 4;
+/// Beyond this a "timeout" means nothing, and deadlines would overflow.
+const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// Configures a Redis coordinator; finish with [`connect`](Self::connect).
 ///
@@ -74,8 +76,10 @@ impl RedisBuilder {
     pub async fn connect(self) -> Result<Coordinator, Error> {
         check_part(&self.namespace)
             .map_err(|reason| Error::config(format!("namespace {reason}")))?;
-        if self.command_timeout.is_zero() {
-            return Err(Error::config("command_timeout must be positive"));
+        if self.command_timeout.is_zero() || self.command_timeout > MAX_COMMAND_TIMEOUT {
+            return Err(Error::config(
+                "command_timeout must be positive and at most an hour",
+            ));
         }
         if self.pool_size == 0 {
             return Err(Error::config("pool_size must be at least 1"));

@@ -65,8 +65,9 @@ struct Inner {
     background: Background,
     wakeups: Wakeups,
     breakers: Breakers,
-    /// Whether this coordinator's transition feed (pub/sub subscription) was started.
-    feed: std::sync::Once,
+    /// Whether this coordinator's transition feed (pub/sub subscription) is running; the task
+    /// clears it when it ends, so the next breaker call starts another.
+    feed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 enum Backend {
@@ -217,10 +218,10 @@ impl Coordinator {
             inner: Arc::new(Inner {
                 namespace,
                 backend,
-                background: Background::default(),
+                background: Background::new(tokio::runtime::Handle::try_current().ok()),
                 wakeups: Wakeups::default(),
                 breakers: Breakers::default(),
-                feed: std::sync::Once::new(),
+                feed: Arc::default(),
             }),
         }
     }
@@ -383,22 +384,30 @@ impl Coordinator {
         }
     }
 
-    /// Starts listening for breaker transitions published by other processes (once).
+    /// Makes sure this process listens for breaker transitions published by other processes.
     fn ensure_transition_feed(&self) {
-        self.inner.feed.call_once(|| {
-            if let Backend::Redis(redis) = &self.inner.backend {
-                let weak = Arc::downgrade(&self.inner);
-                redis.subscribe_transitions(move |message| match weak.upgrade() {
-                    Some(inner) => {
-                        if let Some(message) = message {
-                            inner.breakers.on_message(message);
-                        }
-                        true
+        use std::sync::atomic::Ordering;
+        let Backend::Redis(redis) = &self.inner.backend else {
+            return;
+        };
+        if self.inner.feed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let weak = Arc::downgrade(&self.inner);
+        let started = redis.subscribe_transitions(Arc::clone(&self.inner.feed), move |message| {
+            match weak.upgrade() {
+                Some(inner) => {
+                    if let Some(message) = message {
+                        inner.breakers.on_message(message);
                     }
-                    None => false,
-                });
+                    true
+                }
+                None => false,
             }
         });
+        if !started {
+            self.inner.feed.store(false, Ordering::Release);
+        }
     }
 
     /// Runs `work` in the background, tracked so [`shutdown`](Self::shutdown) can flush it.

@@ -25,16 +25,16 @@ impl Wakeups {
     /// A future completing on the next [`wake`](Self::wake) of `key`. It is registered from the
     /// start, so a wake-up between this call and the first poll is not lost.
     pub(super) fn released<'a>(&'a self, key: &KeyBase) -> Released<'a> {
-        let notify = Arc::clone(lock(&self.waiting).entry(key.clone()).or_insert_with(|| {
-            self.keys.fetch_add(1, Ordering::Relaxed);
-            Arc::default()
-        }));
-        let mut notified = Box::pin(Arc::clone(&notify).notified_owned());
+        let notify: Arc<Notify> =
+            Arc::clone(lock(&self.waiting).entry(key.clone()).or_insert_with(|| {
+                self.keys.fetch_add(1, Ordering::Relaxed);
+                Arc::default()
+            }));
+        let mut notified = Box::pin(notify.notified_owned());
         notified.as_mut().enable();
         Released {
             wakeups: self,
             key: key.clone(),
-            notify,
             notified: Some(notified),
         }
     }
@@ -53,7 +53,6 @@ impl Wakeups {
 pub(crate) struct Released<'a> {
     wakeups: &'a Wakeups,
     key: KeyBase,
-    notify: Arc<Notify>,
     notified: Option<Pin<Box<OwnedNotified>>>,
 }
 
@@ -70,10 +69,14 @@ impl Future for Released<'_> {
 
 impl Drop for Released<'_> {
     fn drop(&mut self) {
-        self.notified = None;
         let mut waiting = lock(&self.wakeups.waiting);
-        // The map and this future hold the only references: no other waiter for this key.
-        if Arc::strong_count(&self.notify) == 2 {
+        // This waiter's reference goes under the lock, where others are taken: if the map's
+        // is then the last one, nobody else waits for this key.
+        self.notified = None;
+        if waiting
+            .get(&self.key)
+            .is_some_and(|notify| Arc::strong_count(notify) == 1)
+        {
             waiting.remove(&self.key);
             self.wakeups.keys.fetch_sub(1, Ordering::Relaxed);
         }
@@ -88,6 +91,17 @@ mod tests {
     fn key(scope: &str) -> KeyBase {
         let scope = Scope::new(scope.to_owned()).expect("scope");
         KeyBase::derive("ns", Kind::Bulkhead, "p", "op", &scope)
+    }
+
+    #[tokio::test]
+    async fn waiters_dropped_together_forget_their_key() {
+        let wakeups = Wakeups::default();
+        let first = wakeups.released(&key("a"));
+        let second = wakeups.released(&key("a"));
+        drop(first);
+        drop(second);
+        assert!(lock(&wakeups.waiting).is_empty());
+        assert_eq!(wakeups.keys.load(Ordering::Relaxed), 0);
     }
 
     #[tokio::test]

@@ -70,18 +70,19 @@ pub async fn redis(url: &str) -> Coordinator {
     connect(url, Duration::from_millis(500)).await
 }
 
-/// One `PING` round trip to `url`, on a connection of its own.
-pub async fn round_trip(url: &str) -> Duration {
-    let mut conn = redis::Client::open(url)
+/// A connection for timing round trips with [`round_trip`] (open it before slowing the link).
+pub async fn ping_connection(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
         .expect("url")
         .get_multiplexed_async_connection()
         .await
-        .expect("ping connection");
+        .expect("ping connection")
+}
+
+/// One `PING` round trip on `conn`.
+pub async fn round_trip(conn: &mut redis::aio::MultiplexedConnection) -> Duration {
     let start = std::time::Instant::now();
-    let _: String = redis::cmd("PING")
-        .query_async(&mut conn)
-        .await
-        .expect("PING");
+    let _: String = redis::cmd("PING").query_async(conn).await.expect("PING");
     start.elapsed()
 }
 

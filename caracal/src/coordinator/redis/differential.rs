@@ -371,6 +371,60 @@ impl<C: redis::ConnectionLike> Case<'_, C> {
     }
 }
 
+/// The fixed clock runs ahead of the server's so key TTLs never fire during a case; this
+/// checks what happens when they do: with a window shorter than twice the open time, the
+/// window list must not expire before the state whose totals count it.
+#[test]
+fn key_expiry_never_leaves_totals_behind() {
+    let server = caracal_tests::RedisServer::start();
+    let mut conn = server.connection();
+    let settings = Settings {
+        minimum_throughput: 4,
+        threshold_permille: 500,
+        window_size: 100,
+        window_ms: 200,
+        open_ms: 1_000,
+        half_open_probes: 1,
+        half_open_successes: 1,
+        probe_lease_ms: 1_000,
+        closed_expires: true,
+    };
+    let keys = ["brk:state", "brk:window", "brk:probes"].map(|s| format!("caracal:v1:{{ttl}}:{s}"));
+    let mut observe = |outcomes: &str| {
+        let value = redis::Script::new(scripts::BREAKER_OBSERVE.body)
+            .key(&keys[0])
+            .key(&keys[1])
+            .key(&keys[2])
+            .arg((
+                "",
+                "ttl",
+                settings.minimum_throughput,
+                settings.threshold_permille,
+            ))
+            .arg((settings.window_size, settings.window_ms, settings.open_ms))
+            .arg((
+                settings.half_open_probes,
+                settings.half_open_successes,
+                settings.probe_lease_ms,
+            ))
+            .arg((0, outcomes, MINT))
+            .invoke(&mut conn)
+            .expect("observe");
+        decode_observe(value).expect("observe reply")
+    };
+    observe("fff");
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    assert_eq!(
+        observe("s"),
+        ObserveReply::Recorded {
+            generation: 0,
+            total: 1,
+            failures: 0
+        },
+        "the three failures left the window with their time"
+    );
+}
+
 /// A window as its observations: (time, failed), oldest first.
 fn flatten(store: &Store) -> Vec<(u64, bool)> {
     store

@@ -8,6 +8,8 @@ mod reply;
 mod scripts;
 
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redis::{ToRedisArgs, Value};
@@ -61,21 +63,25 @@ impl RedisBackend {
 
     /// Listens on the namespace's transition channel until the pool closes or `deliver`
     /// returns `false`. `deliver(None)` is a periodic liveness check; `deliver(Some(message))`
-    /// hands over a message. Reconnects with bounded backoff.
+    /// hands over a message. Reconnects with bounded backoff. `running` is cleared when the
+    /// listener ends for any reason (its runtime shutting down included). Returns whether a
+    /// listener was started (it needs a runtime).
     pub(super) fn subscribe_transitions(
         &self,
+        running: Arc<AtomicBool>,
         deliver: impl Fn(Option<&str>) -> bool + Send + Sync + 'static,
-    ) {
+    ) -> bool {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
+            return false;
         };
+        let running = ClearOnDrop(running);
         let connector = self.pool.connector();
         let closed = self.pool.closed_flag();
         let channel = self.channel.clone();
         let timeout = self.pool.timeout();
         runtime.spawn(async move {
+            let _running = running;
             use futures_util::StreamExt;
-            use std::sync::atomic::Ordering;
             let mut failures = 0u32;
             while !closed.load(Ordering::Acquire) && deliver(None) {
                 if let Ok(mut pubsub) = connector.pubsub(timeout).await {
@@ -108,6 +114,7 @@ impl RedisBackend {
                 tokio::time::sleep(Duration::from_millis(50 * u64::from(failures.min(10)))).await;
             }
         });
+        true
     }
 
     /// Runs `script` with `EVALSHA`, falling back once to `EVAL` when the server does not have
@@ -207,6 +214,15 @@ impl RedisBackend {
 /// A token as @gkoos/caracal writes it: a hyphenated lowercase UUID.
 fn token_text(token: Uuid) -> String {
     token.hyphenated().to_string()
+}
+
+/// Clears its flag when dropped.
+struct ClearOnDrop(Arc<AtomicBool>);
+
+impl Drop for ClearOnDrop {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
 }
 
 /// The pub/sub channel of a namespace's breaker transitions.

@@ -10,8 +10,10 @@
 //!   talks to a replica) is dropped and replaced.
 
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::task::Poll;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
@@ -172,7 +174,6 @@ pub(crate) struct Slot {
     state: Mutex<SlotState>,
     /// Nudged by calls that found the connection down: the reconnect loop stops backing off.
     demand: tokio::sync::Notify,
-    timeouts: AtomicU32,
     closed: Arc<AtomicBool>,
     connector: Arc<Connector>,
     timeout: Duration,
@@ -183,15 +184,42 @@ struct SlotState {
     /// Bumped on every (re)connection, so a late failure report about an old connection
     /// cannot take down its replacement.
     generation: u64,
+    /// Consecutive timeouts of the current connection.
+    timeouts: u32,
     reconnecting: bool,
 }
 
 impl Slot {
     fn up(&self, conn: Conn) {
         let mut state = lock(&self.state);
-        state.conn = Some(conn);
         state.reconnecting = false;
-        self.timeouts.store(0, Ordering::Relaxed);
+        // A reconnection that finishes after `close` leaves the slot closed.
+        if !self.closed.load(Ordering::Acquire) {
+            state.conn = Some(conn);
+            state.timeouts = 0;
+        }
+    }
+
+    /// Counts a timeout of connection `generation`; enough in a row take it down.
+    fn timed_out(self: &Arc<Self>, generation: u64) {
+        let give_up = {
+            let mut state = lock(&self.state);
+            if state.generation != generation {
+                return;
+            }
+            state.timeouts += 1;
+            state.timeouts >= TIMEOUTS_BEFORE_RECONNECT
+        };
+        if give_up {
+            self.mark_down(generation, "repeated timeouts");
+        }
+    }
+
+    fn answered(&self, generation: u64) {
+        let mut state = lock(&self.state);
+        if state.generation == generation {
+            state.timeouts = 0;
+        }
     }
 
     /// Drops connection `generation` (if still current) and starts reconnecting.
@@ -216,7 +244,11 @@ impl Slot {
             return;
         };
         let weak = Arc::downgrade(self);
+        // However the loop ends — reconnected, pool gone, or its runtime shut down — the next
+        // call that finds the slot down must be able to start another.
+        let done = ReconnectDone(weak.clone());
         runtime.spawn(async move {
+            let _done = done;
             let mut failures = 0u32;
             loop {
                 let Some(slot) = weak.upgrade() else { return };
@@ -267,6 +299,17 @@ impl Slot {
     }
 }
 
+/// Clears a slot's `reconnecting` flag when its reconnect loop ends, for whatever reason.
+struct ReconnectDone(Weak<Slot>);
+
+impl Drop for ReconnectDone {
+    fn drop(&mut self) {
+        if let Some(slot) = self.0.upgrade() {
+            lock(&slot.state).reconnecting = false;
+        }
+    }
+}
+
 /// The pool: commands of one task always use the same slot (while it is up), so a task's
 /// release can never be overtaken by its own next acquire.
 pub(crate) struct Pool {
@@ -290,10 +333,10 @@ impl Pool {
                     state: Mutex::new(SlotState {
                         conn: None,
                         generation: 0,
+                        timeouts: 0,
                         reconnecting: false,
                     }),
                     demand: tokio::sync::Notify::new(),
-                    timeouts: AtomicU32::new(0),
                     closed: Arc::clone(&closed),
                     connector: Arc::clone(&connector),
                     timeout,
@@ -381,14 +424,34 @@ impl Checkout {
         cmd: &Cmd,
         deadline: Instant,
     ) -> Result<Value, RedisFailure> {
+        // The first poll queues the request on the connection and yields; the deadline's timer
+        // is armed only at the next poll. So a release sent from a guard dropped outside any
+        // runtime is still queued, and needs no timer (which would need a runtime).
+        let mut send = pin!(self.conn.send(cmd));
+        let mut queued = false;
+        let early = std::future::poll_fn(|cx| {
+            if queued {
+                return Poll::Ready(None);
+            }
+            match send.as_mut().poll(cx) {
+                Poll::Ready(reply) => Poll::Ready(Some(reply)),
+                Poll::Pending => {
+                    queued = true;
+                    cx.waker().wake_by_ref();
+                    Poll::Pending
+                }
+            }
+        })
+        .await;
+        let reply = match early {
+            Some(reply) => Ok(reply),
+            None => tokio::time::timeout_at(deadline, send).await,
+        };
         // Server errors can come back as an `Ok` holding an error value; either way they are
         // errors here.
-        match tokio::time::timeout_at(deadline, self.conn.send(cmd))
-            .await
-            .map(|reply| reply.and_then(Value::extract_error))
-        {
+        match reply.map(|reply| reply.and_then(Value::extract_error)) {
             Ok(Ok(value)) => {
-                self.slot.timeouts.store(0, Ordering::Relaxed);
+                self.slot.answered(self.generation);
                 Ok(value)
             }
             Ok(Err(error)) => {
@@ -401,11 +464,7 @@ impl Checkout {
                 Err(RedisFailure::Redis(error))
             }
             Err(_) => {
-                if self.slot.timeouts.fetch_add(1, Ordering::Relaxed) + 1
-                    >= TIMEOUTS_BEFORE_RECONNECT
-                {
-                    self.slot.mark_down(self.generation, "repeated timeouts");
-                }
+                self.slot.timed_out(self.generation);
                 Err(RedisFailure::Timeout)
             }
         }

@@ -27,7 +27,7 @@ use uuid::Uuid;
 use super::BulkheadSite;
 use crate::Error;
 use crate::coordinator::{self, Coordinator, LeaseAction, LeaseCommand};
-use crate::ctx::CallCtx;
+use crate::ctx::{CallCtx, Rejection};
 use crate::events::{self, BulkheadRejection, Degraded};
 use crate::identity::{KeyBase, Kind, Scope};
 
@@ -77,7 +77,8 @@ where
             Some(occupancy),
             config.limit,
         );
-        return Err(ctx.reject(lost(site, scope)));
+        // The body never started: for an outer breaker this is a refusal, not a failure.
+        return Err(ctx.reject_as(lost(site, scope), Rejection::Admission));
     }
     events::bulkhead_admitted(&site.at(scope), occupancy, config.limit);
 
@@ -123,7 +124,18 @@ async fn admit(
             ttl: config.lease,
             limit: config.limit,
         };
-        match coordinator.lease(command).await {
+        // Until the reply is read, the acquire may have taken a lease nobody knows of: if this
+        // call is dropped meanwhile, or the outcome stays unknown, it is released right away
+        // rather than held until it expires.
+        let mut unclaimed = UnclaimedLease {
+            coordinator,
+            key,
+            token,
+            armed: true,
+        };
+        let reply = coordinator.lease(command).await;
+        unclaimed.armed = reply.is_err();
+        match reply {
             Ok(reply) if reply.allowed => return Ok((sent, reply.occupancy)),
             Ok(reply) => {
                 let now = Instant::now();
@@ -157,11 +169,24 @@ async fn admit(
                     None,
                     config.limit,
                 );
-                // The acquire may have run; if it did, this frees the slot now rather than at
-                // the end of the lease.
-                coordinator.release(key, token, |_| ());
                 return Err(error);
             }
+        }
+    }
+}
+
+/// An acquire whose outcome the caller has not seen; see [`admit`].
+struct UnclaimedLease<'a> {
+    coordinator: &'a Coordinator,
+    key: &'a KeyBase,
+    token: Uuid,
+    armed: bool,
+}
+
+impl Drop for UnclaimedLease<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.coordinator.release(self.key, self.token, |_| ());
         }
     }
 }
