@@ -1,5 +1,6 @@
 //! What several suites share: coordinators for each backend, unique scopes, an error type.
 
+// Each suite uses only part of this module.
 #![allow(dead_code, unreachable_pub)]
 
 pub mod worker;
