@@ -218,10 +218,9 @@ impl Coordinator {
         };
         let asked = Instant::now();
         let reply = self.breaker_admit(target, token).await?;
-        let now = asked;
         let admission = match reply {
             AdmitReply::Closed { generation } => {
-                breakers.learn(&target.key, Phase::Closed, generation, None, now);
+                breakers.learn(&target.key, Phase::Closed, generation, None, asked);
                 Admission::Closed { generation }
             }
             AdmitReply::Open {
@@ -233,8 +232,8 @@ impl Coordinator {
                     &target.key,
                     Phase::Open,
                     generation,
-                    Some(now + retry_after),
-                    now,
+                    Some(asked + retry_after),
+                    asked,
                 );
                 Admission::Open {
                     generation,
@@ -242,14 +241,14 @@ impl Coordinator {
                 }
             }
             AdmitReply::ProbeLimit { generation } => {
-                breakers.learn(&target.key, Phase::HalfOpen, generation, None, now);
+                breakers.learn(&target.key, Phase::HalfOpen, generation, None, asked);
                 Admission::ProbeLimit { generation }
             }
             AdmitReply::Probe {
                 generation,
                 transitioned,
             } => {
-                breakers.learn(&target.key, Phase::HalfOpen, generation, None, now);
+                breakers.learn(&target.key, Phase::HalfOpen, generation, None, asked);
                 if transitioned {
                     events::breaker_state_changed(
                         &target.at(),
@@ -392,7 +391,6 @@ impl Coordinator {
             let Some(coordinator) = upgrade(&weak) else {
                 return;
             };
-            let now = asked;
             let breakers = &coordinator.inner.breakers;
             match reply {
                 Ok(reply) => {
@@ -400,7 +398,7 @@ impl Coordinator {
                     let (phase, generation, probe_due) = match reply {
                         SettleReply::Closed { generation } => (Phase::Closed, generation, None),
                         SettleReply::Reopened { generation } => {
-                            let due = now + Duration::from_millis(target.settings.open_ms);
+                            let due = asked + Duration::from_millis(target.settings.open_ms);
                             (Phase::Open, generation, Some(due))
                         }
                         SettleReply::Counted { generation, .. }
@@ -409,7 +407,7 @@ impl Coordinator {
                         }
                         SettleReply::Stale { phase, generation } => (phase, generation, None),
                     };
-                    breakers.learn(&target.key, phase, generation, probe_due, now);
+                    breakers.learn(&target.key, phase, generation, probe_due, asked);
                 }
                 Err(error) => events::breaker_coordinator_error(&target.at(), "settle", &error),
             }

@@ -14,7 +14,7 @@ use crate::Error;
 use crate::error::FailureKind;
 use crate::identity::KeyBase;
 use crate::policy::breaker::kernel::{
-    AdmitReply, ObserveReply, ProbeOutcome, Seen, SettleReply, Store,
+    AdmitReply, MsClock, ObserveReply, ProbeOutcome, Seen, SettleReply, Store,
 };
 use crate::policy::rate_limit::gcra_admit;
 use crate::sync::lock;
@@ -32,8 +32,7 @@ pub(super) struct MemoryBackend {
     /// Breaker stores, with the time (ms) after which nothing in each can matter any more.
     breakers: Mutex<HashMap<KeyBase, (Store, u64)>>,
     commands: AtomicU32,
-    /// The breaker clock's zero: breaker times are milliseconds since this instant, plus one.
-    origin: Instant,
+    clock: MsClock,
     closed: AtomicBool,
 }
 
@@ -44,7 +43,7 @@ impl Default for MemoryBackend {
             rates: Mutex::default(),
             breakers: Mutex::default(),
             commands: AtomicU32::new(0),
-            origin: Instant::now(),
+            clock: MsClock::start(),
             closed: AtomicBool::new(false),
         }
     }
@@ -130,10 +129,6 @@ impl MemoryBackend {
         )
     }
 
-    fn now_ms(&self) -> u64 {
-        u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX) + 1
-    }
-
     /// Runs one kernel step on `target`'s store.
     fn breaker<R>(
         &self,
@@ -141,7 +136,7 @@ impl MemoryBackend {
         step: impl FnOnce(&mut Store, u64) -> R,
     ) -> Result<R, Error> {
         self.check_open()?;
-        let now = self.now_ms();
+        let now = self.clock.now();
         let mut breakers = lock(&self.breakers);
         if self
             .commands

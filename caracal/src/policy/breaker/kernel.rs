@@ -43,6 +43,21 @@
 //! Expiry is decided by these stored times, never by key TTLs, which only collect garbage
 //! after the fact; that keeps both backends exactly equal under any clock.
 
+/// The kernel's clock off Redis: milliseconds on tokio's clock (so tests can pause it) since
+/// the clock was made, plus one, so no time is ever 0.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MsClock(tokio::time::Instant);
+
+impl MsClock {
+    pub(crate) fn start() -> Self {
+        MsClock(tokio::time::Instant::now())
+    }
+
+    pub(crate) fn now(self) -> u64 {
+        u64::try_from(self.0.elapsed().as_millis()).unwrap_or(u64::MAX) + 1
+    }
+}
+
 /// Token of a probe (a UUID).
 pub(crate) type Token = u128;
 

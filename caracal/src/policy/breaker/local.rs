@@ -5,9 +5,7 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tokio::time::Instant;
-
-use super::kernel::{AdmitReply, Phase, ProbeOutcome, Seen, Settings, Store};
+use super::kernel::{AdmitReply, MsClock, Phase, ProbeOutcome, Seen, Settings, Store};
 use super::{BreakerSite, Classify, ProbeSlot, run_admitted};
 use crate::ctx::CallCtx;
 use crate::identity::Scope;
@@ -20,17 +18,12 @@ use crate::{Error, Outcome, events};
 pub(super) struct Breaker {
     store: Mutex<Store>,
     settings: Settings,
-    /// The clock's zero: kernel times are milliseconds since this instant, plus one.
-    origin: Instant,
+    clock: MsClock,
 }
 
 impl Breaker {
-    fn now_ms(&self) -> u64 {
-        u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX) + 1
-    }
-
     fn idle(&self) -> bool {
-        let now = self.now_ms();
+        let now = self.clock.now();
         lock(&self.store).matters_until(&self.settings) <= now
     }
 }
@@ -60,7 +53,7 @@ where
     let breaker = BREAKERS.get(&site.local, identity, || Breaker {
         store: Mutex::new(Store::default()),
         settings: site.settings(),
-        origin: Instant::now(),
+        clock: MsClock::start(),
     });
     let result = admit_and_run(site, ctx, scope, &classify, body, &breaker).await;
     BREAKERS.release(identity, &breaker);
@@ -87,7 +80,7 @@ where
         let mut store = lock(&breaker.store);
         match store.closed_for_good() {
             Some(generation) => AdmitReply::Closed { generation },
-            None => store.admit(breaker.now_ms(), token, settings, &mut Seen::default()),
+            None => store.admit(breaker.clock.now(), token, settings, &mut Seen::default()),
         }
     };
     match reply {
@@ -99,7 +92,7 @@ where
                     Outcome::Ignored => return,
                 };
                 let reply = lock(&breaker.store).observe(
-                    breaker.now_ms(),
+                    breaker.clock.now(),
                     generation,
                     &[failed],
                     1,
@@ -120,7 +113,7 @@ where
             events::breaker_probe_started(&at, generation);
             let slot = ProbeSlot(Some(|outcome: ProbeOutcome| {
                 let reply = lock(&breaker.store).settle(
-                    breaker.now_ms(),
+                    breaker.clock.now(),
                     token,
                     outcome,
                     generation,
