@@ -3,8 +3,9 @@
 //! machine mean little, ratios do.
 //!
 //! ```text
-//! cargo run --release --example bench                      # Redis at 127.0.0.1:6379
-//! CARACAL_REDIS_URL=redis://host:port cargo run --release --example bench
+//! cargo run --release -p caracal-examples --example bench              # Redis at 127.0.0.1:6379
+//! CARACAL_REDIS_URL=redis://host:port cargo run --release -p caracal-examples --example bench
+//! cargo run --release -p caracal-examples --example bench -- local     # in-process figures only
 //! ```
 //!
 //! Figures: a raw `EVALSHA` of the lease script (the floor a distributed call cannot beat);
@@ -20,6 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use caracal::{bulkhead, circuit_breaker};
+use caracal_examples::{commandstats, emit, redis_url};
 use redis::aio::MultiplexedConnection;
 use tower::{Service, ServiceExt};
 
@@ -69,41 +71,50 @@ async fn local_breaker() -> Result<(), BenchError> {
     Ok(())
 }
 
-/// One JSON line: a figure name and its numeric fields.
-fn emit(figure: &str, fields: &[(&str, f64)]) {
-    let fields: Vec<String> = fields
-        .iter()
-        .map(|(name, value)| format!("\"{name}\":{value:.3}"))
-        .collect();
-    println!("{{\"figure\":\"{figure}\",{}}}", fields.join(","));
-}
-
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
     let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[index].as_secs_f64() * 1e6
 }
 
-/// Median and p99 in microseconds of `n` sequential runs of `call`.
-async fn latencies<F, Fut>(n: usize, mut call: F) -> (f64, f64)
+/// Median and p99 in microseconds of `n` sequential runs of `baseline` and of `call`, taken in
+/// turns: on a noisy machine a quiet or busy moment then falls on both alike, and their ratio
+/// holds from run to run where two separate series would not.
+async fn latencies<B, BFut, F, Fut>(n: usize, mut baseline: B, mut call: F) -> [(f64, f64); 2]
 where
+    B: FnMut() -> BFut,
+    BFut: Future<Output = ()>,
     F: FnMut() -> Fut,
     Fut: Future<Output = ()>,
 {
     for _ in 0..n / 10 {
+        baseline().await;
         call().await;
     }
-    let mut samples = Vec::with_capacity(n);
+    let mut samples = [Vec::with_capacity(n), Vec::with_capacity(n)];
     for _ in 0..n {
         let start = Instant::now();
+        baseline().await;
+        samples[0].push(start.elapsed());
+        let start = Instant::now();
         call().await;
-        samples.push(start.elapsed());
+        samples[1].push(start.elapsed());
     }
-    samples.sort();
-    (percentile(&samples, 0.5), percentile(&samples, 0.99))
+    samples.map(|mut samples| {
+        samples.sort();
+        (percentile(&samples, 0.5), percentile(&samples, 0.99))
+    })
+}
+
+/// What a throughput run measured: calls per second over the measured window, and every call
+/// made (warm-up and wind-down included, to divide server counters by).
+#[derive(Clone, Copy)]
+struct Throughput {
+    rate: f64,
+    calls: f64,
 }
 
 /// Calls per second with `tasks` tasks each running `call` in a loop for `CONCURRENT_RUN`.
-async fn throughput<F, Fut>(tasks: usize, call: F) -> f64
+async fn throughput<F, Fut>(tasks: usize, call: F) -> Throughput
 where
     F: Fn() -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send,
@@ -133,7 +144,10 @@ where
     for worker in workers {
         let _ = worker.await;
     }
-    rate
+    Throughput {
+        rate,
+        calls: done.load(Ordering::Relaxed) as f64,
+    }
 }
 
 /// Nanoseconds per call of `call`, run `LOCAL_CALLS` times in a row.
@@ -159,18 +173,9 @@ async fn command_stats(conn: &mut MultiplexedConnection, command: &str) -> (f64,
         .query_async(conn)
         .await
         .expect("INFO commandstats");
-    let prefix = format!("cmdstat_{command}:");
-    let Some(line) = info.lines().find(|l| l.starts_with(&prefix)) else {
-        return (0.0, 0.0);
-    };
-    let field = |name: &str| {
-        line[prefix.len()..]
-            .split(',')
-            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (field("calls"), field("usec"))
+    commandstats(&info)
+        .find(|&(name, _, _)| name == command)
+        .map_or((0.0, 0.0), |(_, calls, usec)| (calls, usec))
 }
 
 /// Server microseconds per `EVALSHA` (and per `ZREM`) while `work` runs.
@@ -212,12 +217,13 @@ fn token() -> String {
 async fn raw_acquire(mut conn: MultiplexedConnection, sha: Arc<str>, key: Arc<str>) {
     let _: redis::Value = redis::cmd("EVALSHA")
         .arg(&*sha)
-        .arg(1)
+        .arg(2)
         .arg(&*key)
+        .arg(format!("{key}:fence"))
         .arg("acquire")
-        .arg(token())
         .arg(RAW_LEASE_MS)
         .arg(RAW_LIMIT)
+        .arg(token())
         .query_async(&mut conn)
         .await
         .expect("raw EVALSHA");
@@ -281,8 +287,9 @@ fn redis_benchmark(url: &str, sha: &str, key: &str) -> Option<f64> {
             "1000000000",
             "-q",
         ])
-        .args(["EVALSHA", sha, "1", key, "acquire", "__rand_int__"])
+        .args(["EVALSHA", sha, "2", key, &format!("{key}:fence"), "acquire"])
         .args([RAW_LEASE_MS.to_string(), RAW_LIMIT.to_string()])
+        .arg("__rand_int__")
         .output()
         .ok()?;
     let _ = redis::Client::open(url)
@@ -317,7 +324,7 @@ async fn redis_figures(url: &str) -> Result<(), caracal::Error> {
         .await
         .expect("baseline connection");
     let sha: Arc<str> = load_script(&mut conn, LEASE_SCRIPT).await.into();
-    let raw_key: Arc<str> = format!("caracal:bench:{}:raw", std::process::id()).into();
+    let raw_key: Arc<str> = format!("caracal:bench:{{{}}}:raw", std::process::id()).into();
     let raw = {
         let (conn, sha, key) = (conn.clone(), Arc::clone(&sha), Arc::clone(&raw_key));
         move || raw_acquire(conn.clone(), Arc::clone(&sha), Arc::clone(&key))
@@ -330,19 +337,14 @@ async fn redis_figures(url: &str) -> Result<(), caracal::Error> {
             .expect("DEL");
     };
 
-    // Latency: one raw EVALSHA round trip against guarded calls.
-    let (raw_median, raw_p99) = latencies(SEQUENTIAL_CALLS, &raw).await;
-    clear_raw(conn.clone(), Arc::clone(&raw_key)).await;
-    emit(
-        "raw_evalsha_rtt_us",
-        &[("median", raw_median), ("p99", raw_p99)],
-    );
-    let latency = |figure: &str, (median, p99): (f64, f64)| {
+    // Latency: guarded calls against one raw EVALSHA round trip each, in turns.
+    let latency = |figure: &str, [(raw_median, _), (median, p99)]: [(f64, f64); 2]| {
         emit(
             figure,
             &[
                 ("median", median),
                 ("p99", p99),
+                ("raw_evalsha_median", raw_median),
                 ("ratio_to_raw_evalsha", median / raw_median),
                 ("added_median", median - raw_median),
             ],
@@ -350,32 +352,33 @@ async fn redis_figures(url: &str) -> Result<(), caracal::Error> {
     };
     latency(
         "bulkhead_1_task_us",
-        latencies(SEQUENTIAL_CALLS, || async {
+        latencies(SEQUENTIAL_CALLS, &raw, || async {
             guarded().await.expect("admitted")
         })
         .await,
     );
     latency(
         "breaker_closed_1_task_us",
-        latencies(SEQUENTIAL_CALLS, || async {
+        latencies(SEQUENTIAL_CALLS, &raw, || async {
             breaker_closed().await.expect("admitted")
         })
         .await,
     );
     latency(
         "breaker_and_bulkhead_1_task_us",
-        latencies(SEQUENTIAL_CALLS, || async {
+        latencies(SEQUENTIAL_CALLS, &raw, || async {
             breaker_and_bulkhead().await.expect("admitted")
         })
         .await,
     );
+    clear_raw(conn.clone(), Arc::clone(&raw_key)).await;
 
     // Throughput at 64 tasks, with what Redis spends per call.
-    let raw_rate = throughput(CONCURRENT_TASKS, raw.clone()).await;
+    let raw_rate = throughput(CONCURRENT_TASKS, raw.clone()).await.rate;
     clear_raw(conn.clone(), Arc::clone(&raw_key)).await;
     emit("raw_evalsha_64_tasks_per_s", &[("rate", raw_rate)]);
     let server_rate = redis_benchmark(url, &sha, &raw_key);
-    let (bulkhead_rate, [acquires, acquire_usec, releases, release_usec]) = server_cost(
+    let (bulkhead, [acquires, acquire_usec, releases, release_usec]) = server_cost(
         &mut conn,
         throughput(CONCURRENT_TASKS, || async {
             guarded().await.expect("admitted")
@@ -385,11 +388,11 @@ async fn redis_figures(url: &str) -> Result<(), caracal::Error> {
     emit(
         "bulkhead_64_tasks_per_s",
         &[
-            ("rate", bulkhead_rate),
-            ("ratio_to_raw_evalsha", bulkhead_rate / raw_rate),
+            ("rate", bulkhead.rate),
+            ("ratio_to_raw_evalsha", bulkhead.rate / raw_rate),
             (
                 "ratio_to_redis_benchmark",
-                bulkhead_rate / server_rate.unwrap_or(f64::NAN),
+                bulkhead.rate / server_rate.unwrap_or(f64::NAN),
             ),
         ],
     );
@@ -409,34 +412,31 @@ async fn redis_figures(url: &str) -> Result<(), caracal::Error> {
     emit(
         "redis_usec_per_bulkhead_call",
         &[
-            ("total", (acquire_usec + release_usec) / acquires.max(1.0)),
-            ("acquire_script", acquire_usec / acquires.max(1.0)),
-            ("release_zrem", release_usec / releases.max(1.0)),
-            (
-                "commands_per_call",
-                (acquires + releases) / acquires.max(1.0),
-            ),
+            ("total", (acquire_usec + release_usec) / bulkhead.calls),
+            ("acquire_scripts_per_call", acquires / bulkhead.calls),
+            ("release_zrems_per_call", releases / bulkhead.calls),
+            ("usec_per_acquire_script", acquire_usec / acquires.max(1.0)),
+            ("usec_per_release_zrem", release_usec / releases.max(1.0)),
             ("empty_script_floor", empty_usec / empty_calls.max(1.0)),
         ],
     );
-    let (breaker_rate, [scripts, script_usec, _, _]) = server_cost(
+    let (breaker, [scripts, script_usec, _, _]) = server_cost(
         &mut conn,
         throughput(CONCURRENT_TASKS, || async {
             breaker_closed().await.expect("admitted")
         }),
     )
     .await;
-    let breaker_calls = breaker_rate * CONCURRENT_RUN.as_secs_f64();
     emit(
         "breaker_closed_64_tasks_per_s",
         &[
-            ("rate", breaker_rate),
-            ("ratio_to_raw_evalsha", breaker_rate / raw_rate),
-            ("scripts_per_call", scripts / breaker_calls),
-            ("redis_usec_per_call", script_usec / breaker_calls),
+            ("rate", breaker.rate),
+            ("ratio_to_raw_evalsha", breaker.rate / raw_rate),
+            ("scripts_per_call", scripts / breaker.calls),
+            ("redis_usec_per_call", script_usec / breaker.calls),
         ],
     );
-    let (both_rate, [scripts, script_usec, releases, release_usec]) = server_cost(
+    let (both, [scripts, script_usec, _, release_usec]) = server_cost(
         &mut conn,
         throughput(CONCURRENT_TASKS, || async {
             breaker_and_bulkhead().await.expect("admitted")
@@ -446,13 +446,13 @@ async fn redis_figures(url: &str) -> Result<(), caracal::Error> {
     emit(
         "breaker_and_bulkhead_64_tasks_per_s",
         &[
-            ("rate", both_rate),
-            ("ratio_to_raw_evalsha", both_rate / raw_rate),
+            ("rate", both.rate),
+            ("ratio_to_raw_evalsha", both.rate / raw_rate),
             (
                 "redis_usec_per_call",
-                (script_usec + release_usec) / releases.max(1.0),
+                (script_usec + release_usec) / both.calls,
             ),
-            ("scripts_per_call", scripts / releases.max(1.0)),
+            ("scripts_per_call", scripts / both.calls),
         ],
     );
     coordinator.shutdown().await;
@@ -480,7 +480,8 @@ async fn redis_figures(url: &str) -> Result<(), caracal::Error> {
                 window_size,
             )
         })
-        .await;
+        .await
+        .rate;
         rates.push(rate);
     }
     emit(
@@ -544,8 +545,11 @@ async fn local_figures() {
 
 #[tokio::main]
 async fn main() -> Result<(), caracal::Error> {
-    let url =
-        std::env::var("CARACAL_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    let url = redis_url();
     local_figures().await;
+    // `bench local`: the in-process figures only (no Redis needed; handy under a profiler).
+    if std::env::args().nth(1).as_deref() == Some("local") {
+        return Ok(());
+    }
     redis_figures(&url).await
 }

@@ -1,19 +1,22 @@
 -- breaker_observe: record a batch of outcomes of calls admitted while closed under one
--- generation, and open the breaker when the window crosses the threshold. The same steps as
--- `Store::observe` in the Rust kernel.
+-- generation, and open the breaker when the window crosses a threshold (failures, or slow calls
+-- when there is a slow-call threshold). The same steps as `Store::observe` in the Rust kernel
+-- (caracal/src/kernel/breaker.rs).
 --
 -- KEYS[1]  state hash    `caracal:v1:{<identity>}:brk:state`
 -- KEYS[2]  window list   `caracal:v1:{<identity>}:brk:window`: entries "<at ms>:<outcomes>",
---          one 's' or 'f' per observation, oldest first
+--          one letter per observation (s success, f failure, w slow success, x slow failure),
+--          oldest first
 -- KEYS[3]  probe set     `caracal:v1:{<identity>}:brk:probes`
--- ARGV     1 pub/sub channel for transitions ('' for none), 2 identity tag for its messages,
---          3 minimum_throughput, 4 threshold (thousandths), 5 window_size, 6 window ms,
---          7 open ms, 8 half_open_probes, 9 half_open_successes, 10 probe lease ms,
---          11 expected generation, 12 outcomes ('s'/'f' string, oldest first),
---          13 generation to mint if the state was lost while window data survived
--- Reply    {kind, phase, generation, total, failures}: kind 0 stale (dropped; phase and
+-- ARGV     1 pub/sub channel for transitions ('' for none), 2 message prefix
+--          ("<process>:<origin>:<identity tag>"), 3 minimum_throughput, 4 failure threshold
+--          (thousandths), 5 slow-call threshold (thousandths, 0 for none), 6 window_size,
+--          7 window ms, 8 open ms, 9 half_open_probes, 10 half_open_successes,
+--          11 probe lease ms, 12 expected generation, 13 outcomes (letters, oldest first),
+--          14 generation to mint if the state was lost while window data survived
+-- Reply    {kind, phase, generation, total, failures, slow}: kind 0 stale (dropped; phase and
 --          generation are the current ones), 1 recorded, 2 opened (generation is the new one;
---          total and failures are the window that opened it)
+--          the counts are the window that opened it)
 -- TTL      closed: the state expires at closed_until = now + max(window, 2 x open), refreshed on
 --          every record (never before the window it governs); the window list expires with it,
 --          so the totals in the state never count entries the list has lost (entries leave by
@@ -24,64 +27,69 @@
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local state_key, window_key, probes_key = KEYS[1], KEYS[2], KEYS[3]
-local window_ms = tonumber(ARGV[6])
-local closed_ttl = math.max(window_ms, 2 * tonumber(ARGV[7]))
+local window_ms = tonumber(ARGV[7])
+local closed_ttl = math.max(window_ms, 2 * tonumber(ARGV[8]))
 
-local function count_failures(outcomes)
-  return select(2, string.gsub(outcomes, 'f', ''))
+-- How many observations, failures and slow calls `outcomes` holds.
+local function count(outcomes)
+  return #outcomes, select(2, string.gsub(outcomes, '[fx]', '')),
+    select(2, string.gsub(outcomes, '[wx]', ''))
 end
 
--- Pops the entries that aged out; returns how many observations and failures left.
+-- Pops the entries that aged out; returns what they counted.
 local function expire_window()
-  local gone, gone_failures = 0, 0
+  local gone, gone_failures, gone_slow = 0, 0, 0
   while true do
     local entry = redis.call('LINDEX', window_key, 0)
     if not entry then break end
     local sep = string.find(entry, ':', 1, true)
     if tonumber(string.sub(entry, 1, sep - 1)) + window_ms > now then break end
     redis.call('LPOP', window_key)
-    local outcomes = string.sub(entry, sep + 1)
-    gone = gone + #outcomes
-    gone_failures = gone_failures + count_failures(outcomes)
+    local n, f, s = count(string.sub(entry, sep + 1))
+    gone, gone_failures, gone_slow = gone + n, gone_failures + f, gone_slow + s
   end
-  return gone, gone_failures
+  return gone, gone_failures, gone_slow
 end
 
-local fields = redis.call('HMGET', state_key, 'phase', 'generation', 'closed_until', 'total', 'failures')
+local fields = redis.call('HMGET', state_key, 'phase', 'generation', 'closed_until', 'total',
+  'failures', 'slow')
 local phase = tonumber(fields[1])
 local generation = tonumber(fields[2])
-local total, failures = tonumber(fields[4]), tonumber(fields[5])
+local total, failures, slow = tonumber(fields[4]), tonumber(fields[5]), tonumber(fields[6]) or 0
 if phase == nil or (phase == 0 and tonumber(fields[3]) <= now) then
   -- The state is gone: window data that survived it belongs to a lost epoch.
   expire_window()
   generation = 0
   if redis.call('LLEN', window_key) > 0 then
-    generation = tonumber(ARGV[13])
+    generation = tonumber(ARGV[14])
   end
   redis.call('DEL', window_key, probes_key)
-  phase, total, failures = 0, 0, 0
+  phase, total, failures, slow = 0, 0, 0, 0
   redis.call('HSET', state_key, 'phase', 0, 'generation', generation, 'opened_at', 0,
-    'successes', 0, 'total', 0, 'failures', 0, 'closed_until', now + closed_ttl)
+    'successes', 0, 'total', 0, 'failures', 0, 'slow', 0, 'closed_until', now + closed_ttl,
+    'forced_until', 0)
   redis.call('PEXPIREAT', state_key, now + closed_ttl)
 end
-if phase ~= 0 or generation ~= tonumber(ARGV[11]) then
-  return {0, phase, generation, 0, 0}
+if phase ~= 0 or generation ~= tonumber(ARGV[12]) then
+  return {0, phase, generation, 0, 0, 0}
 end
 
-local gone, gone_failures = expire_window()
-local outcomes = ARGV[12]
-total = total - gone + #outcomes
-failures = failures - gone_failures + count_failures(outcomes)
+local gone, gone_failures, gone_slow = expire_window()
+local outcomes = ARGV[13]
+local n, f, s = count(outcomes)
+total = total - gone + n
+failures = failures - gone_failures + f
+slow = slow - gone_slow + s
 redis.call('RPUSH', window_key, now .. ':' .. outcomes)
 
-local window_size = tonumber(ARGV[5])
+local window_size = tonumber(ARGV[6])
 while total > window_size do
   local entry = redis.call('LINDEX', window_key, 0)
   local sep = string.find(entry, ':', 1, true)
   local held = string.sub(entry, sep + 1)
   local take = math.min(total - window_size, #held)
-  total = total - take
-  failures = failures - count_failures(string.sub(held, 1, take))
+  local _, taken_failures, taken_slow = count(string.sub(held, 1, take))
+  total, failures, slow = total - take, failures - taken_failures, slow - taken_slow
   if take == #held then
     redis.call('LPOP', window_key)
   else
@@ -89,18 +97,23 @@ while total > window_size do
   end
 end
 
-if total >= tonumber(ARGV[3]) and failures * 1000 >= tonumber(ARGV[4]) * total then
+local function reached(counted, permille)
+  return permille > 0 and counted * 1000 >= permille * total
+end
+if total >= tonumber(ARGV[3])
+    and (reached(failures, tonumber(ARGV[4])) or reached(slow, tonumber(ARGV[5]))) then
   generation = generation + 1
   redis.call('HSET', state_key, 'phase', 1, 'generation', generation, 'opened_at', now,
-    'successes', 0, 'total', 0, 'failures', 0, 'closed_until', 0)
+    'successes', 0, 'total', 0, 'failures', 0, 'slow', 0, 'closed_until', 0, 'forced_until', 0)
   redis.call('PERSIST', state_key)
   redis.call('DEL', window_key)
   if ARGV[1] ~= '' then
     redis.call('PUBLISH', ARGV[1], ARGV[2] .. ':1:' .. generation)
   end
-  return {2, 1, generation, total, failures}
+  return {2, 1, generation, total, failures, slow}
 end
-redis.call('HSET', state_key, 'total', total, 'failures', failures, 'closed_until', now + closed_ttl)
+redis.call('HSET', state_key, 'total', total, 'failures', failures, 'slow', slow,
+  'closed_until', now + closed_ttl)
 redis.call('PEXPIREAT', state_key, now + closed_ttl)
 redis.call('PEXPIREAT', window_key, now + closed_ttl)
-return {1, 0, generation, total, failures}
+return {1, 0, generation, total, failures, slow}

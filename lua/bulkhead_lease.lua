@@ -1,61 +1,140 @@
--- bulkhead_lease: take or renew one lease in a bulkhead's lease set.
+-- bulkhead_lease: take leases for one or more tokens, or renew one, in a bulkhead's lease set;
+-- every lease granted gets a fencing token. The same steps as `LeaseSet` in the Rust kernel
+-- (caracal/src/kernel/lease.rs).
 --
 -- KEYS[1]  the lease set `caracal:v1:{<identity>}:leases`: a sorted set of token -> deadline
 --          (absolute server milliseconds). Same layout and semantics as @gkoos/caracal, so Rust
 --          and TypeScript replicas can share one budget.
+-- KEYS[2]  the fencing counter `caracal:v1:{<identity>}:fence`: the last fencing token granted.
 -- ARGV[1]  action: "acquire" or "renew"
--- ARGV[2]  token (a UUID, unique per acquisition)
--- ARGV[3]  lease ttl in milliseconds
--- ARGV[4]  limit
--- Reply    {allowed, occupancy}: allowed is 1 when the token holds a lease afterwards;
---          occupancy is the size of the set afterwards (leases that expired but were not
---          needed yet may still be counted).
+-- ARGV[2]  lease ttl in milliseconds
+-- ARGV[3]  limit
+-- ARGV[4…] tokens (UUIDs, unique per acquisition): acquire takes one or more, in order, each
+--          decided as if alone at the same instant; renew takes exactly one
+-- Reply    per token, three integers {allowed, occupancy, fence}: allowed is 1 when the token
+--          holds a lease afterwards; occupancy is the size of the set afterwards (leases that
+--          expired but were not in the way may still be counted); fence is the token's fencing
+--          token when a lease was granted, else 0.
 --          acquire: admits when fewer than limit are live; an already-held token is admitted
---          again without extending its deadline (idempotent).
+--          again without extending its deadline.
 --          renew: pushes a live token's deadline to now + ttl; 0 when it is gone or expired.
---          Release is a plain ZREM of the token, outside this script.
--- TTL      the key expires at its latest deadline (never earlier): set outright on a new key,
---          pushed later with GT otherwise.
--- Cost     admission below the limit is 4 commands; expired leases (deadline <= now) are
---          pruned only when the set looks full, so at most `limit` members ever wait to be
---          pruned. O(log N + E), N <= limit.
-local now_parts = redis.call('TIME')
-local now = tonumber(now_parts[1]) * 1000 + math.floor(tonumber(now_parts[2]) / 1000)
-local key, token = KEYS[1], ARGV[2]
-local deadline = now + tonumber(ARGV[3])
+--          Release is a plain ZREM of tokens, outside this script.
+-- Fencing  every grant's fence is max(last + 1, now in microseconds): strictly increasing per
+--          identity, and still so after the counter is lost (expiry, a restart without
+--          persistence), because no grant runs ahead of the server clock.
+-- TTL      the lease set expires at its latest deadline (never earlier): set outright on a new
+--          key, pushed later with GT otherwise. The counter expires with the last grant's lease.
+-- Cost     an admission below the limit is 6 commands (TIME, ZCARD, ZADD, PEXPIREAT, GET, SET);
+--          a batch that fits below the limit is 7 whatever its size (one ZMSCORE and one ZADD
+--          for all its tokens), and one that does not costs up to 2 more per token. Expired
+--          leases (deadline <= now) are pruned only when the set looks full, so at most `limit`
+--          members ever wait to be pruned. O(T log N + E): T tokens, N <= limit, E pruned.
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local leases, fences = KEYS[1], KEYS[2]
+local deadline = now + tonumber(ARGV[2])
+local limit = tonumber(ARGV[3])
 
 if ARGV[1] == 'renew' then
-  local held = tonumber(redis.call('ZSCORE', key, token))
+  local token = ARGV[4]
+  local held = tonumber(redis.call('ZSCORE', leases, token))
   if not held or held <= now then
-    if held then redis.call('ZREM', key, token) end
-    return {0, redis.call('ZCARD', key)}
+    if held then redis.call('ZREM', leases, token) end
+    return {0, redis.call('ZCARD', leases), 0}
   end
-  redis.call('ZADD', key, deadline, token)
-  redis.call('PEXPIREAT', key, deadline, 'GT')
-  return {1, redis.call('ZCARD', key)}
+  redis.call('ZADD', leases, deadline, token)
+  redis.call('PEXPIREAT', leases, deadline, 'GT')
+  return {1, redis.call('ZCARD', leases), 0}
 end
 
-local count = redis.call('ZCARD', key)
-if count >= tonumber(ARGV[4]) then
-  count = count - redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
-  if count >= tonumber(ARGV[4]) then
+local fence = nil
+local function grant()
+  fence = math.max((fence or tonumber(redis.call('GET', fences)) or 0) + 1, now * 1000)
+  return fence
+end
+
+local count = redis.call('ZCARD', leases)
+-- How the set's expiry moves: 'new' when this script created the key (outright), 'later'
+-- when a deadline was set on an existing one (GT), nil when no deadline changed.
+local expiry = nil
+local reply = {}
+
+-- A batch whose every token finds the set below the limit needs no pruning, so its decisions
+-- follow from the tokens' scores alone: read them with one ZMSCORE, write every new or relet
+-- lease with one ZADD, and answer as the token-by-token loop below would. A command per token
+-- is what makes a large batch slow; the loop is left for batches that reach the limit (and
+-- for single tokens, where ZMSCORE would be one command more). Bounded so that `unpack`
+-- stays within Lua's stack.
+local function decide_batch()
+  local tokens = #ARGV - 3
+  if tokens < 2 or tokens > 1000 then return false end
+  local scores = redis.call('ZMSCORE', leases, unpack(ARGV, 4))
+  local held, writes, counts = {}, {}, {}
+  local planned_expiry, c = expiry, count
+  for i = 1, tokens do
+    if c >= limit then return false end
+    local token = ARGV[i + 3]
+    local until_ms = held[token] or tonumber(scores[i])
+    if not until_ms then
+      if c == 0 then planned_expiry = 'new' else planned_expiry = planned_expiry or 'later' end
+      c = c + 1
+    elseif until_ms <= now then
+      planned_expiry = planned_expiry or 'later'
+    end
+    if not until_ms or until_ms <= now then
+      held[token] = deadline
+      writes[#writes + 1] = deadline
+      writes[#writes + 1] = token
+    end
+    counts[i] = c
+  end
+  if #writes > 0 then redis.call('ZADD', leases, unpack(writes)) end
+  expiry, count = planned_expiry, c
+  for i = 1, tokens do
+    reply[#reply + 1] = 1
+    reply[#reply + 1] = counts[i]
+    reply[#reply + 1] = grant()
+  end
+  return true
+end
+
+local first = decide_batch() and #ARGV + 1 or 4
+for i = first, #ARGV do
+  local token = ARGV[i]
+  local allowed, granted = 1, 0
+  if count >= limit then
+    count = count - redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
+  end
+  if count >= limit then
     -- Full; but a token that already holds a lease keeps it.
-    return {redis.call('ZSCORE', key, token) and 1 or 0, count}
+    if redis.call('ZSCORE', leases, token) then
+      granted = grant()
+    else
+      allowed = 0
+    end
+  elseif redis.call('ZADD', leases, 'NX', deadline, token) == 1 then
+    if count == 0 then expiry = 'new' else expiry = expiry or 'later' end
+    count = count + 1
+    granted = grant()
+  else
+    -- Already held: admitted again, deadline unchanged; unless it had expired unpruned, in
+    -- which case this is a new lease.
+    if tonumber(redis.call('ZSCORE', leases, token)) <= now then
+      redis.call('ZADD', leases, deadline, token)
+      expiry = expiry or 'later'
+    end
+    granted = grant()
   end
+  reply[#reply + 1] = allowed
+  reply[#reply + 1] = count
+  reply[#reply + 1] = granted
 end
-if redis.call('ZADD', key, 'NX', deadline, token) == 0 then
-  -- Already held: admitted again, deadline unchanged; unless it had expired unpruned, in which
-  -- case this is a new lease.
-  if tonumber(redis.call('ZSCORE', key, token)) > now then
-    return {1, count}
-  end
-  redis.call('ZADD', key, deadline, token)
-  redis.call('PEXPIREAT', key, deadline, 'GT')
-  return {1, count}
+if expiry == 'new' then
+  redis.call('PEXPIREAT', leases, deadline)
+elseif expiry == 'later' then
+  redis.call('PEXPIREAT', leases, deadline, 'GT')
 end
-if count == 0 then
-  redis.call('PEXPIREAT', key, deadline)
-else
-  redis.call('PEXPIREAT', key, deadline, 'GT')
+if fence then
+  redis.call('SET', fences, string.format('%d', fence), 'PXAT', deadline)
 end
-return {1, count + 1}
+return reply

@@ -1,5 +1,5 @@
 -- rate_limit: GCRA admission. One admission per `interval` on average, up to `burst` at once
--- after idle time. Same decision as `gcra::admit` in the Rust crate.
+-- after idle time. Same decision as `gcra::admit` in the Rust kernel (caracal/src/kernel/gcra.rs).
 --
 -- KEYS[1]  `caracal:v1:{<identity>}:rate:ns`: the theoretical arrival time (TAT) as
 --          "<seconds>:<nanoseconds>" of server time. Time is kept as a (seconds, nanoseconds)
@@ -10,10 +10,13 @@
 --          (@gkoos/caracal rounds to whole milliseconds: 700/s becomes 1000/s).
 -- ARGV[1]  emission interval in nanoseconds (integer >= 1)
 -- ARGV[2]  burst (integer >= 1)
--- Reply    {allowed, retry_after_ns}: 1, 0 when admitted (the TAT moves one interval on);
---          0 and the wait until the next admission is possible (> 0) when rejected.
+-- ARGV[3]  arrivals: how many callers to decide, one after the other at the same instant
+--          (exactly as that many single calls would be)
+-- Reply    per arrival, {allowed, retry_after_ns}: 1, 0 when admitted (the TAT moves one
+--          interval on); 0 and the wait until the next admission is possible (> 0) when
+--          rejected.
 -- TTL      PXAT at the new TAT: past it the key cannot change any decision.
--- Cost     O(1).
+-- Cost     O(N) for N arrivals, 3 commands (TIME, GET, SET) whatever N.
 local clock = redis.call('TIME')
 local now_s, now_ns = tonumber(clock[1]), tonumber(clock[2]) * 1000
 local interval = tonumber(ARGV[1])
@@ -29,13 +32,24 @@ if stored then
   end
 end
 
-local ahead = (tat_s - now_s) * 1000000000 + (tat_ns - now_ns)
-if ahead > burst_delay then
-  return {0, ahead - burst_delay}
+local reply = {}
+local moved = false
+for _ = 1, tonumber(ARGV[3]) do
+  local ahead = (tat_s - now_s) * 1000000000 + (tat_ns - now_ns)
+  if ahead > burst_delay then
+    reply[#reply + 1] = 0
+    reply[#reply + 1] = ahead - burst_delay
+  else
+    local total = tat_ns + interval
+    tat_ns = total % 1000000000
+    tat_s = tat_s + (total - tat_ns) / 1000000000
+    moved = true
+    reply[#reply + 1] = 1
+    reply[#reply + 1] = 0
+  end
 end
-local total = tat_ns + interval
-local next_ns = total % 1000000000
-local next_s = tat_s + (total - next_ns) / 1000000000
-redis.call('SET', KEYS[1], string.format('%d:%d', next_s, next_ns),
-  'PXAT', next_s * 1000 + math.ceil(next_ns / 1000000))
-return {1, 0}
+if moved then
+  redis.call('SET', KEYS[1], string.format('%d:%d', tat_s, tat_ns),
+    'PXAT', tat_s * 1000 + math.ceil(tat_ns / 1000000))
+end
+return reply

@@ -2,14 +2,13 @@
 //! unknown and duplicate keys, and conversion of each value with an error spanned on it.
 
 use std::fmt::Display;
-use std::ops::RangeInclusive;
 
 use proc_macro2::TokenStream;
 use quote::quote;
 use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream, Parser};
 use syn::punctuated::Punctuated;
-use syn::{Expr, ExprLit, ExprUnary, Ident, Lit, LitStr, Path, Token, UnOp};
+use syn::{Expr, ExprLit, Ident, Lit, LitStr, Path, Token};
 
 use crate::errors::Errors;
 
@@ -197,65 +196,6 @@ pub(crate) fn wrong_type(key: &str, what: impl Display, value: &Expr) -> syn::Er
         value,
         format!("`{key}` must be {what}, not {}", describe(value)),
     )
-}
-
-/// A numeric literal's digits and sign, or `None` for anything else.
-fn numeric(value: &Expr) -> Option<(bool, &Lit)> {
-    match value {
-        Expr::Lit(ExprLit {
-            lit: lit @ (Lit::Int(_) | Lit::Float(_)),
-            ..
-        }) => Some((false, lit)),
-        Expr::Unary(ExprUnary {
-            op: UnOp::Neg(_),
-            expr,
-            ..
-        }) => match &**expr {
-            Expr::Lit(ExprLit {
-                lit: lit @ (Lit::Int(_) | Lit::Float(_)),
-                ..
-            }) => Some((true, lit)),
-            _ => None,
-        },
-        _ => None,
-    }
-}
-
-/// An integer literal within `range`.
-pub(crate) fn integer(range: RangeInclusive<u32>) -> impl Convert<u32> {
-    move |key, value| {
-        let what = format!("an integer from {} to {}", range.start(), range.end());
-        let out_of_range = || syn::Error::new_spanned(value, format!("`{key}` must be {what}"));
-        match numeric(value) {
-            Some((false, Lit::Int(int))) => int
-                .base10_parse::<u32>()
-                .ok()
-                .filter(|n| range.contains(n))
-                .ok_or_else(out_of_range),
-            Some((true, Lit::Int(_))) => Err(out_of_range()),
-            _ => Err(wrong_type(key, what, value)),
-        }
-    }
-}
-
-/// An integer or float literal within `min..=max`.
-pub(crate) fn number(min: f64, max: f64) -> impl Convert<f64> {
-    move |key, value| {
-        let what = format!("a number between {min} and {max}");
-        let Some((negative, lit)) = numeric(value) else {
-            return Err(wrong_type(key, what, value));
-        };
-        let parsed = match lit {
-            Lit::Int(int) => int.base10_parse::<f64>(),
-            Lit::Float(float) => float.base10_parse::<f64>(),
-            _ => unreachable!("numeric() only returns integer and float literals"),
-        };
-        parsed
-            .ok()
-            .map(|n| if negative { -n } else { n })
-            .filter(|n| (min..=max).contains(n))
-            .ok_or_else(|| syn::Error::new_spanned(value, format!("`{key}` must be {what}")))
-    }
 }
 
 /// A string literal.

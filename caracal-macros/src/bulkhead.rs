@@ -5,9 +5,10 @@ use std::time::Duration;
 use proc_macro2::TokenStream;
 use quote::quote;
 
-use crate::args::{Args, integer};
+use crate::args::Args;
 use crate::durations::{self, DAY, MILLISECOND, duration};
 use crate::identity::{self, Identity};
+use crate::values::{Value, integer};
 
 pub(crate) const ARGS: &[&[&str]] = &[&["limit", "lease", "max_wait"], identity::ARGS];
 
@@ -17,7 +18,7 @@ const MIN_LEASE: Duration = Duration::from_millis(100);
 
 pub(crate) struct Bulkhead {
     pub(crate) identity: Identity,
-    limit: u32,
+    limit: Value<u32>,
     lease: Duration,
     max_wait: Option<Duration>,
 }
@@ -47,7 +48,7 @@ impl Bulkhead {
     /// The call site's `static`: its type and initializer.
     pub(crate) fn site(&self) -> (TokenStream, TokenStream) {
         let identity = self.identity.fields();
-        let limit = self.limit;
+        let limit = self.limit.tokens();
         let lease = durations::tokens(self.lease);
         let max_wait = durations::optional_tokens(self.max_wait);
         (

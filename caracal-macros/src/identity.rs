@@ -6,18 +6,19 @@ use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Expr, ExprLit, Lit};
 
-use crate::args::{self, Args};
+use crate::args::Args;
+use crate::values::{self, Value};
 
 /// The keys parsed here.
 pub(crate) const ARGS: &[&str] = &["name", "operation", "scope", "local"];
 
 /// The longest identity part, in UTF-8 bytes (as the runtime checks for run-time scopes).
-const MAX_PART_BYTES: usize = 1024;
+pub(crate) const MAX_PART_BYTES: usize = 1024;
 
 /// Who shares a budget or a breaker with whom.
 pub(crate) struct Identity {
-    name: String,
-    operation: String,
+    name: Value<String>,
+    operation: Value<String>,
     scope: Scope,
     pub(crate) local: bool,
 }
@@ -31,37 +32,63 @@ enum Scope {
 }
 
 impl Identity {
+    /// The identity of a function none of whose attributes say otherwise: `name` is the
+    /// function's, `operation` the name, the scope global.
+    pub(crate) fn of_function(function: &str) -> Self {
+        Self::with(function, None, None)
+    }
+
+    /// `name` and `operation` as given, each defaulting as [`of_function`](Self::of_function)
+    /// says.
+    fn with(function: &str, name: Option<Value<String>>, operation: Option<Value<String>>) -> Self {
+        let name = name.unwrap_or_else(|| Value::Literal(function.to_owned()));
+        let operation = operation.unwrap_or_else(|| name.clone());
+        Identity {
+            name,
+            operation,
+            scope: Scope::Global,
+            local: false,
+        }
+    }
+
     /// Reads the shared arguments; `function` is the default `name`.
     pub(crate) fn parse(args: &mut Args, function: &str) -> Self {
-        let name = args
-            .get("name", part)
-            .unwrap_or_else(|| function.to_owned());
-        let operation = args.get("operation", part).unwrap_or_else(|| name.clone());
+        let name = args.get("name", values::part);
+        let operation = args.get("operation", values::part);
         let scope = args
             .get("scope", |key, value| match value {
                 Expr::Lit(ExprLit {
-                    lit: Lit::Str(_), ..
-                }) => part(key, value).map(Scope::Static),
+                    lit: Lit::Str(literal),
+                    ..
+                }) => values::literal_part(key, literal).map(Scope::Static),
                 _ => Ok(Scope::Dynamic(value.clone())),
             })
             .unwrap_or(Scope::Global);
         let local = args.flag("local");
         Identity {
-            name,
-            operation,
             scope,
             local,
+            ..Self::with(function, name, operation)
         }
+    }
+
+    /// The `FunctionIdentity` of `function` under this identity: what `#[retry]`,
+    /// `#[timeout]` and `#[fallback]` report in their events.
+    pub(crate) fn of_call(&self, function: &str) -> TokenStream {
+        let name = self.name.tokens();
+        let operation = self.operation.tokens();
+        quote!(::caracal::__private::FunctionIdentity {
+            function: #function,
+            name: #name,
+            operation: #operation,
+        })
     }
 
     /// The `name`, `operation` and `local` fields of the policy's config struct.
     pub(crate) fn fields(&self) -> TokenStream {
-        let Identity {
-            name,
-            operation,
-            local,
-            ..
-        } = self;
+        let name = self.name.tokens();
+        let operation = self.operation.tokens();
+        let local = self.local;
         quote!(name: #name, operation: #operation, local: #local,)
     }
 
@@ -75,27 +102,5 @@ impl Identity {
                 quote_spanned!(expr.span()=> ::caracal::__private::scope(&(#expr)))
             }
         }
-    }
-}
-
-/// A non-blank string literal of at most [`MAX_PART_BYTES`].
-fn part(key: &str, value: &Expr) -> syn::Result<String> {
-    let literal = args::string(key, value)?;
-    let text = literal.value();
-    if text.trim().is_empty() {
-        Err(syn::Error::new_spanned(
-            &literal,
-            format!("`{key}` must not be blank"),
-        ))
-    } else if text.len() > MAX_PART_BYTES {
-        Err(syn::Error::new_spanned(
-            &literal,
-            format!(
-                "`{key}` must be at most {MAX_PART_BYTES} bytes; this one has {}",
-                text.len()
-            ),
-        ))
-    } else {
-        Ok(text)
     }
 }

@@ -1,13 +1,14 @@
-//! The five attributes as layers of one pipeline: recognising them, parsing their settings, and
+//! The six attributes as layers of one pipeline: recognising them, parsing their settings, and
 //! the runtime call each one wraps around the layers inside it.
 
 use proc_macro2::{Span, TokenStream};
-use quote::{format_ident, quote};
+use quote::{format_ident, quote, quote_spanned};
 use syn::{Path, Type};
 
 use crate::args::Args;
 use crate::breaker::{self, Breaker};
 use crate::bulkhead::{self, Bulkhead};
+use crate::fallback::Fallback;
 use crate::identity::Identity;
 use crate::rate_limit::{self, RateLimit};
 use crate::retry::{self, Retry};
@@ -20,15 +21,17 @@ pub(crate) enum Kind {
     RateLimit,
     Retry,
     Timeout,
+    Fallback,
 }
 
 impl Kind {
-    const ALL: [Kind; 5] = [
+    const ALL: [Kind; 6] = [
         Kind::Bulkhead,
         Kind::CircuitBreaker,
         Kind::RateLimit,
         Kind::Retry,
         Kind::Timeout,
+        Kind::Fallback,
     ];
 
     /// The attribute's name, as the user writes it.
@@ -39,6 +42,7 @@ impl Kind {
             Kind::RateLimit => "rate_limit",
             Kind::Retry => "retry",
             Kind::Timeout => "timeout",
+            Kind::Fallback => "fallback",
         }
     }
 
@@ -74,10 +78,25 @@ pub(crate) struct Written {
 /// One attribute's validated settings.
 pub(crate) enum Layer {
     Bulkhead(Bulkhead),
-    Breaker(Breaker),
+    // Boxed: the breaker's settings are several times any other's.
+    Breaker(Box<Breaker>),
     RateLimit(RateLimit),
     Retry(Retry, Span),
     Timeout(Timeout),
+    Fallback(Fallback, Span),
+}
+
+/// What every layer's code may refer to besides its own settings.
+pub(crate) struct Frame<'a> {
+    /// The function's return type.
+    pub(crate) output: &'a Type,
+    /// The function's arguments as a fallback handler receives them, if there is a fallback.
+    pub(crate) arguments: &'a [TokenStream],
+    /// The function's identity as the layers that guard the whole call report it (a
+    /// `FunctionIdentity` expression).
+    pub(crate) identity: TokenStream,
+    /// The variable holding the scope of that identity, evaluated once per call.
+    pub(crate) scope: syn::Ident,
 }
 
 impl Layer {
@@ -95,19 +114,20 @@ impl Layer {
                 Args::parse(name, bulkhead::ARGS, anchor, args)?,
                 function,
             )?),
-            Kind::CircuitBreaker => Layer::Breaker(Breaker::parse(
+            Kind::CircuitBreaker => Layer::Breaker(Box::new(Breaker::parse(
                 Args::parse(name, breaker::ARGS, anchor, args)?,
                 function,
-            )?),
+            )?)),
             Kind::RateLimit => Layer::RateLimit(RateLimit::parse(
                 Args::parse(name, rate_limit::ARGS, anchor, args)?,
                 function,
             )?),
             Kind::Retry => Layer::Retry(
-                Retry::parse(Args::parse(name, retry::ARGS, anchor, args)?, function)?,
+                Retry::parse(Args::parse(name, retry::ARGS, anchor, args)?)?,
                 span,
             ),
-            Kind::Timeout => Layer::Timeout(Timeout::parse(anchor, args, function)?),
+            Kind::Timeout => Layer::Timeout(Timeout::parse(anchor, args)?),
+            Kind::Fallback => Layer::Fallback(Fallback::parse(anchor, args)?, span),
         })
     }
 
@@ -123,28 +143,31 @@ impl Layer {
             Layer::Bulkhead(settings) => Some(&settings.identity),
             Layer::Breaker(settings) => Some(&settings.identity),
             Layer::RateLimit(settings) => Some(&settings.identity),
-            Layer::Retry(..) | Layer::Timeout(_) => None,
+            Layer::Retry(..) | Layer::Timeout(_) | Layer::Fallback(..) => None,
         }
     }
 
     /// The call site's `static` holding the layer's settings.
-    pub(crate) fn site(&self, index: usize) -> TokenStream {
+    pub(crate) fn site(&self, index: usize, frame: &Frame<'_>) -> TokenStream {
         let (ty, init) = match self {
             Layer::Bulkhead(settings) => settings.site(),
             Layer::Breaker(settings) => settings.site(),
             Layer::RateLimit(settings) => settings.site(),
-            Layer::Retry(settings, _) => settings.site(),
-            Layer::Timeout(settings) => settings.site(),
+            Layer::Retry(settings, _) => settings.site(&frame.identity),
+            Layer::Timeout(settings) => settings.site(&frame.identity),
+            Layer::Fallback(settings, _) => settings.site(&frame.identity),
         };
         let name = site_name(index);
         quote!(static #name: #ty = #init;)
     }
 
     /// The future that runs `inner` (a future) under this layer; `index` is the layer's
-    /// position in the pipeline, `output` the function's return type.
-    pub(crate) fn wrap(&self, index: usize, output: &Type, inner: TokenStream) -> TokenStream {
+    /// position in the pipeline.
+    pub(crate) fn wrap(&self, index: usize, frame: &Frame<'_>, inner: TokenStream) -> TokenStream {
+        let output = frame.output;
         let site = site_name(index);
         let scope = scope_name(index);
+        let call_scope = &frame.scope;
         let ctx = ctx_name();
         // The runtime gets the inner future pinned where it is created, as a temporary of the
         // statement that awaits the pipeline. Passed by value, each layer's future would hold
@@ -169,7 +192,9 @@ impl Layer {
                 };
                 quote!(::caracal::__private::circuit_breaker(&#site, &#ctx, &#scope, #classify, #pinned))
             }
-            Layer::Timeout(_) => quote!(::caracal::__private::timeout(&#site, &#ctx, #pinned)),
+            Layer::Timeout(_) => {
+                quote!(::caracal::__private::timeout(&#site, &#ctx, &#call_scope, #pinned))
+            }
             Layer::Retry(settings, _) => {
                 let when = match settings.when() {
                     Some(path) => typed_fn(path, output, quote!(E), quote!(bool)),
@@ -180,7 +205,8 @@ impl Layer {
                 let result = hygienic("__caracal_result");
                 // A loop, not a closure, so a body borrowing `&mut self` can run once per attempt.
                 quote!(async {
-                    let mut #state = ::caracal::__private::Retry::new(&#site, &#ctx, #when);
+                    let mut #state =
+                        ::caracal::__private::Retry::new(&#site, &#ctx, &#call_scope, #when);
                     loop {
                         let #outcome = #inner.await;
                         if let ::caracal::__private::ControlFlow::Break(#result) =
@@ -191,6 +217,36 @@ impl Layer {
                     }
                 })
             }
+            Layer::Fallback(settings, span) => {
+                let result = hygienic("__caracal_result");
+                let rejection = hygienic("__caracal_rejection");
+                let witness = witness_name();
+                let handler = settings.handler();
+                let arguments = frame.arguments;
+                // Spanned on the handler's path, `.await` included: a handler of the wrong
+                // shape (arguments, result, not `async`) is reported there, once.
+                let call = quote_spanned! {settings.span()=>
+                    ::caracal::__private::enter(&#witness, #handler(#(#arguments,)* #rejection)).await
+                };
+                // The handler takes the arguments after the layers inside have finished with
+                // them; the block is spanned on the attribute, where a move "in a previous
+                // iteration of loop" (a fallback inside a retry) is then reported.
+                quote_spanned! {*span=> async {
+                    let #result = #inner.await;
+                    match ::caracal::__private::fallback(&#site, &#ctx, &#call_scope, #result) {
+                        ::caracal::__private::ControlFlow::Break(#result) => #result,
+                        ::caracal::__private::ControlFlow::Continue(#rejection) => #call,
+                    }
+                }}
+            }
+        }
+    }
+
+    /// Where errors about a fallback handler's shape point, if this is a fallback.
+    pub(crate) fn fallback_span(&self) -> Option<Span> {
+        match self {
+            Layer::Fallback(settings, _) => Some(settings.span()),
+            _ => None,
         }
     }
 
@@ -237,7 +293,19 @@ pub(crate) fn scope_name(index: usize) -> syn::Ident {
     format_ident!("__caracal_scope_{}", index, span = Span::mixed_site())
 }
 
+/// The variable holding the scope of the function's identity when none of its layers has an
+/// identity of its own (else that layer's [`scope_name`] holds it).
+pub(crate) fn function_scope_name() -> syn::Ident {
+    hygienic("__caracal_function_scope")
+}
+
 /// The variable holding the call's `CallCtx`.
 pub(crate) fn ctx_name() -> syn::Ident {
     hygienic("__caracal_ctx")
+}
+
+/// The variable holding the witness that the function's error type takes rejections (see
+/// `caracal::__private::Probe`).
+pub(crate) fn witness_name() -> syn::Ident {
+    hygienic("__caracal_witness")
 }

@@ -1,22 +1,9 @@
-//! Attribute macros behind `caracal`. Use them through the `caracal` crate, which re-exports
-//! them; the examples here are `ignore`d because this crate cannot depend on `caracal`, and are
-//! compiled in `caracal`'s own documentation instead.
-//!
-//! Every attribute goes on an `async fn` returning `Result<T, E>` (any path ending in
-//! `Result`, such as `io::Result<T>`) with `E: From<caracal::Error>`, and keeps its signature.
-//! The topmost caracal attribute expands all of them at once into one pipeline: in the order
-//! written, outermost first, except that `#[bulkhead]` and `#[rate_limit]` always wrap each
-//! attempt (innermost). Arguments are checked at compile time; durations are strings with a
-//! unit (`"250ms"`, `"2s"`, `"1m"`, `"1h"`) of at most 24 hours.
-//!
-//! `#[bulkhead]`, `#[circuit_breaker]` and `#[rate_limit]` also take:
-//!
-//! | argument | default | |
-//! |---|---|---|
-//! | `name = "…"` | the function's name | non-blank, at most 1024 bytes |
-//! | `operation = "…"` | `name` | non-blank, at most 1024 bytes |
-//! | `scope = <expr>` | `"global"` | any `Display` expression over the arguments (and `self`), evaluated once per call; a blank value is `Error::InvalidScope` |
-//! | `local` | off | a bare flag: the policy is per-process and never touches the coordinator |
+//! Attribute macros behind [caracal](https://docs.rs/caracal). Use them through the `caracal`
+//! crate, which re-exports them (`caracal::bulkhead`, …); its guide is their reference:
+//! [the attributes](https://docs.rs/caracal/latest/caracal/guide/attributes/index.html), their
+//! arguments and defaults, and [stacking](https://docs.rs/caracal/latest/caracal/guide/stacking/index.html),
+//! how several on one function form one pipeline. The examples here are compiled against
+//! `caracal` (a dev-dependency).
 #![forbid(unsafe_code)]
 
 mod args;
@@ -25,11 +12,13 @@ mod bulkhead;
 mod durations;
 mod errors;
 mod expand;
+mod fallback;
 mod identity;
 mod layer;
 mod rate_limit;
 mod retry;
 mod timeout;
+mod values;
 
 use proc_macro::TokenStream;
 
@@ -47,96 +36,154 @@ macro_rules! attribute {
 
 attribute! {
     /// A concurrency limit shared by every process using the coordinator: at most `limit`
-    /// bodies run at once per identity (name, operation, scope).
+    /// bodies run at once per identity (name, operation, scope). Arguments, defaults and
+    /// rejections: [`#[bulkhead]`](https://docs.rs/caracal/latest/caracal/guide/attributes/index.html#bulkhead--at-most-limit-bodies-at-once); what its lease
+    /// promises: [leases](https://docs.rs/caracal/latest/caracal/guide/leases/index.html).
     ///
-    /// | argument | default | |
-    /// |---|---|---|
-    /// | `limit` | required | an integer from 1 to 1000000 |
-    /// | `lease` | `"30s"` | from 100ms to 24h; how long a crashed holder keeps its slot. Not with `local` |
-    /// | `max_wait` | none: reject at once | from 1ms to 24h; how long to wait for a slot |
-    /// | `name`, `operation`, `scope`, `local` | | see the crate docs |
+    /// ```
+    /// use caracal::bulkhead;
+    /// # #[derive(Debug, thiserror::Error)]
+    /// # #[error(transparent)]
+    /// # struct ApiError(#[from] caracal::Error);
     ///
-    /// A call that finds no slot returns `Err(E::from(caracal::Error::BulkheadFull { .. }))`.
-    ///
-    /// ```ignore
     /// #[bulkhead(name = "partner-api", limit = 20, scope = format!("region:{region}"))]
-    /// async fn get_order(region: &str, id: u64) -> Result<Order, ApiError> { /* … */ }
+    /// async fn get_order(region: &str, id: u64) -> Result<String, ApiError> {
+    ///     Ok(format!("order {id} from {region}"))
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # let order = caracal::Coordinator::in_memory().scoped(get_order("eu", 7)).await;
+    /// # assert_eq!(order.unwrap(), "order 7 from eu");
+    /// # }
     /// ```
     bulkhead => Bulkhead
 }
 
 attribute! {
     /// A circuit breaker whose failure window is shared by every process using the coordinator.
+    /// Arguments, defaults and rejections:
+    /// [`#[circuit_breaker]`](https://docs.rs/caracal/latest/caracal/guide/attributes/index.html#circuit_breaker--one-failure-window-per-identity-fleet-wide).
     ///
-    /// | argument | default | |
-    /// |---|---|---|
-    /// | `minimum_throughput` | `20` | an integer ≥ 1, at most `window_size`: observations needed before it may open |
-    /// | `failure_threshold` | `0.5` | a number from 0.001 to 0.999: opens when failures / observations reach it |
-    /// | `window_size` | `100` | an integer from 1 to 1000000: the window's latest observations |
-    /// | `window` | `max(3 × open, 60s)` | from 1ms to 24h: observations older than this leave the window |
-    /// | `open` | `"30s"` | from 1ms to 24h: how long it stays open before probing |
-    /// | `half_open_probes` | `3` | an integer from 1 to 10000: concurrent probes while half-open |
-    /// | `half_open_successes` | `2` | an integer from 1 to 10000: probe successes needed to close |
-    /// | `probe_lease` | `2 × open` | from 1ms to 24h: a probe that never settles frees its slot after this |
-    /// | `on_coordinator_error` | `"fail_open"` | or `"fail_closed"`: what to do when the coordinator cannot answer |
-    /// | `classify` | `Ok` success, `Err` failure | a path to a `fn(&Result<T, E>) -> caracal::Outcome` |
-    /// | `name`, `operation`, `scope`, `local` | | see the crate docs |
+    /// ```
+    /// use caracal::circuit_breaker;
+    /// # #[derive(Debug, thiserror::Error)]
+    /// # #[error(transparent)]
+    /// # struct ApiError(#[from] caracal::Error);
     ///
-    /// A call refused by the breaker returns `Err(E::from(caracal::Error::CircuitOpen { .. }))`.
-    ///
-    /// ```ignore
     /// #[circuit_breaker(name = "partner-api", failure_threshold = 0.25, open = "10s")]
-    /// async fn get_order(id: u64) -> Result<Order, ApiError> { /* … */ }
+    /// async fn get_order(id: u64) -> Result<u64, ApiError> {
+    ///     Ok(id)
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # let order = caracal::Coordinator::in_memory().scoped(get_order(7)).await;
+    /// # assert_eq!(order.unwrap(), 7);
+    /// # }
     /// ```
     circuit_breaker => CircuitBreaker
 }
 
 attribute! {
-    /// A rate limit (GCRA) shared by every process using the coordinator.
+    /// A rate limit (GCRA) shared by every process using the coordinator. Arguments, defaults
+    /// and rejections: [`#[rate_limit]`](https://docs.rs/caracal/latest/caracal/guide/attributes/index.html#rate_limit--a-shared-gcra-rate).
     ///
-    /// | argument | default | |
-    /// |---|---|---|
-    /// | `rate` | required | admissions per second, a number from 0.000001 to 1000000 (`0.5` is one every 2 s) |
-    /// | `burst` | `1` | an integer from 1 to 1000000: how many may be admitted at once after idle time |
-    /// | `name`, `operation`, `scope`, `local` | | see the crate docs |
+    /// ```
+    /// use caracal::rate_limit;
+    /// # #[derive(Debug, thiserror::Error)]
+    /// # #[error(transparent)]
+    /// # struct ApiError(#[from] caracal::Error);
     ///
-    /// A call over the rate returns `Err(E::from(caracal::Error::RateLimited { .. }))`.
-    ///
-    /// ```ignore
     /// #[rate_limit(rate = 50, burst = 10, scope = tenant)]
-    /// async fn send(tenant: &str, message: Message) -> Result<(), ApiError> { /* … */ }
+    /// async fn send(tenant: &str, message: String) -> Result<(), ApiError> {
+    ///     Ok(())
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # let sent = caracal::Coordinator::in_memory().scoped(send("acme", "hi".into())).await;
+    /// # assert!(sent.is_ok());
+    /// # }
     /// ```
     rate_limit => RateLimit
 }
 
 attribute! {
     /// Runs the layers inside it again when an attempt fails, with exponential backoff and full
-    /// jitter.
+    /// jitter. Arguments and defaults: [`#[retry]`](https://docs.rs/caracal/latest/caracal/guide/attributes/index.html#retry).
     ///
-    /// | argument | default | |
-    /// |---|---|---|
-    /// | `max_attempts` | required | an integer from 1 to 1000, counting the first attempt |
-    /// | `backoff` | `"0ms"` | up to 24h: the delay before the 2nd attempt, doubling after |
-    /// | `max_backoff` | `"10s"` | up to 24h and at least `backoff`: the cap on one delay |
-    /// | `when` | every `Err` but caracal's own rejections | a path to a `fn(&E) -> bool`: retry this error? |
+    /// ```
+    /// use caracal::retry;
+    /// # #[derive(Debug, thiserror::Error)]
+    /// # enum ApiError {
+    /// #     #[error(transparent)]
+    /// #     Resilience(#[from] caracal::Error),
+    /// #     #[error("partner unavailable")]
+    /// #     Unavailable,
+    /// # }
     ///
-    /// The body runs once per attempt, so it may borrow `&mut self` but not move a captured
-    /// value out.
+    /// fn is_transient(error: &ApiError) -> bool {
+    ///     matches!(error, ApiError::Unavailable)
+    /// }
     ///
-    /// ```ignore
     /// #[retry(max_attempts = 3, backoff = "100ms", when = is_transient)]
-    /// async fn get_order(id: u64) -> Result<Order, ApiError> { /* … */ }
+    /// async fn get_order(id: u64) -> Result<u64, ApiError> {
+    ///     Ok(id)
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # assert_eq!(get_order(7).await.unwrap(), 7);
+    /// # }
     /// ```
     retry => Retry
 }
 
 attribute! {
-    /// A deadline: once the duration (greater than 0, at most 24h) elapses, what the attribute
-    /// wraps is dropped and the call returns `Err(E::from(caracal::Error::Timeout { .. }))`.
+    /// Answers caracal's own rejections from the layers inside it with a handler, an `async fn`
+    /// taking the function's arguments and then the `caracal::Error`. Which rejections, and
+    /// the handler's shape: [`#[fallback]`](https://docs.rs/caracal/latest/caracal/guide/attributes/index.html#fallbackhandler).
     ///
-    /// ```ignore
-    /// #[timeout("2s")]
-    /// async fn get_order(id: u64) -> Result<Order, ApiError> { /* … */ }
+    /// ```
+    /// use caracal::{circuit_breaker, fallback};
+    /// # #[derive(Debug, thiserror::Error)]
+    /// # #[error(transparent)]
+    /// # struct ApiError(#[from] caracal::Error);
+    ///
+    /// #[fallback(cached_order)]
+    /// #[circuit_breaker(name = "partner-api")]
+    /// async fn get_order(id: u64) -> Result<String, ApiError> {
+    ///     Ok(format!("order {id}"))
+    /// }
+    ///
+    /// async fn cached_order(id: u64, rejection: caracal::Error) -> Result<String, ApiError> {
+    ///     Ok(format!("order {id} from the cache"))
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # let order = caracal::Coordinator::in_memory().scoped(get_order(7)).await;
+    /// # assert_eq!(order.unwrap(), "order 7");
+    /// # }
+    /// ```
+    fallback => Fallback
+}
+
+attribute! {
+    /// A deadline on the layers inside it. What happens when it elapses:
+    /// [`#[timeout]`](https://docs.rs/caracal/latest/caracal/guide/attributes/index.html#timeout2s).
+    ///
+    /// ```
+    /// use caracal::timeout;
+    /// # #[derive(Debug, thiserror::Error)]
+    /// # #[error(transparent)]
+    /// # struct ApiError(#[from] caracal::Error);
+    ///
+    /// #[timeout("10ms")]
+    /// async fn get_order(id: u64) -> Result<u64, ApiError> {
+    ///     std::future::pending().await
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # let ApiError(error) = get_order(7).await.unwrap_err();
+    /// # assert_eq!(error.code(), "timeout");
+    /// # }
     /// ```
     timeout => Timeout
 }

@@ -6,23 +6,23 @@ use proc_macro2::TokenStream;
 use quote::quote;
 use syn::Path;
 
-use crate::args::{Args, integer, path};
+use crate::args::{Args, path};
 use crate::durations::{self, DAY, duration};
+use crate::values::{Value, integer};
 
 pub(crate) const ARGS: &[&[&str]] = &[&["max_attempts", "backoff", "max_backoff", "when"]];
 
 const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(10);
 
 pub(crate) struct Retry {
-    function: String,
-    max_attempts: u32,
+    max_attempts: Value<u32>,
     backoff: Duration,
     max_backoff: Duration,
     when: Option<Path>,
 }
 
 impl Retry {
-    pub(crate) fn parse(mut args: Args, function: &str) -> syn::Result<Self> {
+    pub(crate) fn parse(mut args: Args) -> syn::Result<Self> {
         let max_attempts = args.require("max_attempts", "max_attempts = 3", integer(1..=1000));
         let backoff = args
             .get("backoff", duration(Duration::ZERO, DAY))
@@ -46,7 +46,6 @@ impl Retry {
         }
         args.finish(|| {
             Some(Retry {
-                function: function.to_owned(),
                 max_attempts: max_attempts?,
                 backoff,
                 max_backoff,
@@ -55,19 +54,16 @@ impl Retry {
         })
     }
 
-    /// The call site's `static`: its type and initializer.
-    pub(crate) fn site(&self) -> (TokenStream, TokenStream) {
-        let Retry {
-            function,
-            max_attempts,
-            ..
-        } = self;
+    /// The call site's `static`: its type and initializer; `identity` is what its events
+    /// report.
+    pub(crate) fn site(&self, identity: &TokenStream) -> (TokenStream, TokenStream) {
+        let max_attempts = self.max_attempts.tokens();
         let backoff = durations::tokens(self.backoff);
         let max_backoff = durations::tokens(self.max_backoff);
         (
             quote!(::caracal::__private::RetryConfig),
             quote!(::caracal::__private::RetryConfig {
-                function: #function,
+                identity: #identity,
                 max_attempts: #max_attempts,
                 backoff: #backoff,
                 max_backoff: #max_backoff,

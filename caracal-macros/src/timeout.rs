@@ -11,17 +11,12 @@ use syn::{Expr, ExprLit, Lit, Token};
 use crate::durations::{self, DAY};
 
 pub(crate) struct Timeout {
-    function: String,
     after: Duration,
 }
 
 impl Timeout {
     /// Parses the attribute's arguments; `anchor` is the attribute, for a missing duration.
-    pub(crate) fn parse(
-        anchor: TokenStream,
-        tokens: TokenStream,
-        function: &str,
-    ) -> syn::Result<Self> {
+    pub(crate) fn parse(anchor: TokenStream, tokens: TokenStream) -> syn::Result<Self> {
         let usage =
             r#"`#[timeout]` takes one duration string with a unit, like `#[timeout("2s")]`"#;
         let args = Punctuated::<Expr, Token![,]>::parse_terminated.parse2(tokens)?;
@@ -38,20 +33,17 @@ impl Timeout {
             return Err(syn::Error::new_spanned(extra, usage));
         }
         let after = durations::parse(literal, "the timeout", Duration::from_nanos(1), DAY)?;
-        Ok(Timeout {
-            function: function.to_owned(),
-            after,
-        })
+        Ok(Timeout { after })
     }
 
-    /// The call site's `static`: its type and initializer.
-    pub(crate) fn site(&self) -> (TokenStream, TokenStream) {
-        let function = &self.function;
+    /// The call site's `static`: its type and initializer; `identity` is what its events
+    /// report.
+    pub(crate) fn site(&self, identity: &TokenStream) -> (TokenStream, TokenStream) {
         let after = durations::tokens(self.after);
         (
             quote!(::caracal::__private::TimeoutConfig),
             quote!(::caracal::__private::TimeoutConfig {
-                function: #function,
+                identity: #identity,
                 after: #after,
             }),
         )

@@ -1,9 +1,11 @@
 //! Per-call state shared by the layers of one guarded call.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::Error;
 use crate::identity::Scope;
+use crate::sync::lock;
 
 /// Which caracal rejection, if any, produced the current attempt's `Err`.
 ///
@@ -11,9 +13,15 @@ use crate::identity::Scope;
 /// `E::from` an outer layer can no longer tell it apart from the body's own errors. The layer
 /// that rejects records it here; the retry layer clears it before each attempt, so an outer
 /// layer reading it after the call sees the rejection that ended the last attempt, if any.
+///
+/// The rejecting [`Error`] itself is kept too, for a `#[fallback]` handler: by the time the
+/// fallback layer sees the `Err`, it is the user's `E`, from which the original cannot be had
+/// back. The kind stays in an atomic of its own, so the layers that only ask which kind it was
+/// (the breaker on every call, the retry on every failure) never take the lock.
 #[derive(Debug, Default)]
 pub struct CallCtx {
     rejection: AtomicU8,
+    error: Mutex<Option<Error>>,
 }
 
 /// The rejections an outer layer distinguishes (part of the macro contract, not a public API).
@@ -82,6 +90,7 @@ impl CallCtx {
 
     /// Like [`reject`](Self::reject), for an error whose kind alone would misdescribe it.
     pub(crate) fn reject_as<E: From<Error>>(&self, error: Error, rejection: Rejection) -> E {
+        *lock(&self.error) = Some(error.clone());
         self.rejection.store(rejection.code(), Ordering::Relaxed);
         E::from(error)
     }
@@ -93,6 +102,22 @@ impl CallCtx {
 
     /// Forgets the previous attempt's rejection (a new attempt starts).
     pub(crate) fn clear(&self) {
+        self.take_if(|_| true);
+    }
+
+    /// The error of the rejection that ended the last attempt if `wanted` accepts it, then
+    /// forgotten: whoever takes it (a fallback) turns the call's result into one of its own,
+    /// no longer caracal's rejection. One it does not want stays for the outer layers.
+    pub(crate) fn take_if(&self, wanted: impl FnOnce(&Error) -> bool) -> Option<Error> {
+        // Only a rejection stores an error, so a call without one never touches the lock.
+        if self.rejection.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let mut error = lock(&self.error);
+        if !error.as_ref().is_some_and(wanted) {
+            return None;
+        }
         self.rejection.store(0, Ordering::Relaxed);
+        error.take()
     }
 }

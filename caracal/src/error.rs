@@ -125,6 +125,23 @@ impl Error {
             cause: CoordinatorFailure {
                 kind,
                 detail: detail.into().into(),
+                source: None,
+            },
+        }
+    }
+
+    /// A coordinator failure caused by `source` (the client's own error, kept whole so callers
+    /// can inspect it through [`std::error::Error::source`]).
+    pub(crate) fn unavailable_because(
+        kind: FailureKind,
+        detail: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Error::CoordinatorUnavailable {
+            cause: CoordinatorFailure {
+                kind,
+                detail: detail.into().into(),
+                source: Some(Arc::new(source)),
             },
         }
     }
@@ -159,10 +176,24 @@ impl From<Error> for std::io::Error {
 }
 
 /// Why the coordinator could not be used, carried by [`Error::CoordinatorUnavailable`].
+///
+/// When the Redis client reported the failure, its error is this one's
+/// [`source`](std::error::Error::source).
+///
+/// ```
+/// # async fn f() {
+/// use std::error::Error as _;
+/// let unreachable = caracal::Coordinator::redis("redis://127.0.0.1:1").connect().await;
+/// if let Err(caracal::Error::CoordinatorUnavailable { cause, .. }) = unreachable {
+///     println!("{cause}, because: {:?}", cause.source().map(ToString::to_string));
+/// }
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct CoordinatorFailure {
     kind: FailureKind,
     detail: Arc<str>,
+    source: Option<Arc<dyn std::error::Error + Send + Sync>>,
 }
 
 impl CoordinatorFailure {
@@ -178,9 +209,31 @@ impl fmt::Display for CoordinatorFailure {
     }
 }
 
-impl std::error::Error for CoordinatorFailure {}
+impl std::error::Error for CoordinatorFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|source| source as &(dyn std::error::Error + 'static))
+    }
+}
 
 /// The class of a [`CoordinatorFailure`].
+///
+/// ```
+/// use caracal::{Error, FailureKind};
+///
+/// // Worth trying again soon: the connection failed, not the server or caracal's settings.
+/// fn transient(error: &Error) -> bool {
+///     match error {
+///         Error::CoordinatorUnavailable { cause, .. } => {
+///             matches!(cause.kind(), FailureKind::Timeout | FailureKind::Disconnected)
+///         }
+///         _ => false,
+///     }
+/// }
+/// assert!(!transient(&Error::NotInstalled));
+/// assert_eq!(FailureKind::Timeout.as_str(), "timeout");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum FailureKind {
@@ -194,6 +247,9 @@ pub enum FailureKind {
     MalformedReply,
     /// The coordinator was shut down.
     ShutDown,
+    /// The server lost its data (restarted without persistence, or failed over): bulkheads
+    /// admit nothing until every lease granted before has expired at its holder.
+    DataLost,
 }
 
 impl FailureKind {
@@ -205,6 +261,7 @@ impl FailureKind {
             FailureKind::Server => "server_error",
             FailureKind::MalformedReply => "malformed_reply",
             FailureKind::ShutDown => "shut_down",
+            FailureKind::DataLost => "data_lost",
         }
     }
 }

@@ -1,24 +1,63 @@
 //! Every decision caracal takes is a `tracing` event with target `caracal` and a stable `event`
 //! field. Policy events also carry `policy` (the kind), `name`, `operation`, `scope` and
 //! `coordination` (`"local"` or `"distributed"`), plus the figures that explain them. They never
-//! carry the function's arguments, results or error payloads.
+//! carry the function's arguments, results or error payloads. The events of `#[retry]`,
+//! `#[timeout]` and `#[fallback]` carry the same identity (see [`Call`]) and the `function`.
 //!
-//! Levels: routine admissions and releases are `DEBUG`, rejections `INFO`, anything degraded
-//! or lost `WARN`. With no subscriber interested, `tracing` skips building the event entirely.
+//! Levels: routine admissions, releases and per-call rejections are `DEBUG` (an outage rejects
+//! every call: at `INFO`, each replica would print hundreds of lines a second); state changes
+//! and probes, timeouts, exhausted retries and fallbacks `INFO`; anything degraded or lost
+//! `WARN`. With no subscriber interested, `tracing` skips building the event entirely.
+//!
+//! The functions here are also where the metrics are counted (see [`crate::metrics`]): one
+//! place per decision.
 
 use std::time::Duration;
 
 use crate::Error;
-use crate::policy::breaker::kernel::{ObserveReply, Phase, SettleReply};
+use crate::kernel::breaker::{Counts, ObserveReply, Phase, SettleReply, Transition};
+use crate::metrics::{self, Decision, InFlight, Stopwatch};
 
 /// Which policy instance an event is about.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct At<'a> {
     pub(crate) policy: &'static str,
-    pub(crate) name: &'static str,
-    pub(crate) operation: &'static str,
+    pub(crate) name: &'a str,
+    pub(crate) operation: &'a str,
     pub(crate) scope: &'a str,
     pub(crate) coordination: &'static str,
+}
+
+/// What the events of the attributes that guard the whole call rather than an identity's
+/// budget (`#[retry]`, `#[timeout]`, `#[fallback]`) carry: the function, and the identity its
+/// coordinated attributes share (by default the function's name, operation = name, scope
+/// `"global"`). `scope` is `None` when the call's scope expression was not a valid scope.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Call<'a> {
+    pub(crate) policy: &'static str,
+    pub(crate) function: &'static str,
+    pub(crate) name: &'static str,
+    pub(crate) operation: &'static str,
+    pub(crate) scope: Option<&'a str>,
+}
+
+/// An event of a [`Call`]; such policies only ever run within this process.
+macro_rules! call_event {
+    ($level:ident, $event:literal, $call:expr $(, $($field:tt)+)?) => {{
+        let call: &Call<'_> = $call;
+        tracing::event!(
+            target: "caracal",
+            tracing::Level::$level,
+            event = $event,
+            policy = call.policy,
+            name = call.name,
+            operation = call.operation,
+            scope = call.scope,
+            coordination = "local",
+            function = call.function,
+            $($($field)+)?
+        )
+    }};
 }
 
 macro_rules! policy_event {
@@ -40,6 +79,7 @@ macro_rules! policy_event {
 
 /// Whether anyone listens to caracal's debug events: figures only those events carry (how
 /// long a slot was held) are not measured otherwise.
+#[inline]
 pub(crate) fn debug_enabled() -> bool {
     tracing::enabled!(target: "caracal", tracing::Level::DEBUG)
 }
@@ -48,8 +88,18 @@ fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-pub(crate) fn bulkhead_admitted(at: &At<'_>, occupancy: u32, limit: u32) {
+/// A bulkhead admitted a call that reached it at `arrival`: the body counts as running while
+/// the returned guard is held.
+#[inline]
+pub(crate) fn bulkhead_admitted(
+    at: &At<'_>,
+    occupancy: u32,
+    limit: u32,
+    arrival: Stopwatch,
+) -> InFlight {
     policy_event!(DEBUG, "bulkhead.admitted", at, occupancy, limit);
+    metrics::admitted(at, "admitted", arrival);
+    metrics::in_flight(at)
 }
 
 /// Why a bulkhead turned a call away.
@@ -73,7 +123,17 @@ pub(crate) fn bulkhead_rejected(
         BulkheadRejection::CoordinatorUnavailable => "coordinator_unavailable",
         BulkheadRejection::AdmissionExpired => "admission_expired",
     };
-    policy_event!(INFO, "bulkhead.rejected", at, reason, occupancy, limit);
+    policy_event!(DEBUG, "bulkhead.rejected", at, reason, occupancy, limit);
+    rejected_or_degraded(at, reason);
+}
+
+/// Counts a bulkhead's or rate limit's refusal: a coordinator that could not answer is the
+/// degraded decision of a policy that fails closed; anything else, its rule's rejection.
+fn rejected_or_degraded(at: &At<'_>, reason: &'static str) {
+    match reason {
+        "coordinator_unavailable" => metrics::decided(at, Decision::Degraded, "fail_closed"),
+        _ => metrics::decided(at, Decision::Rejected, reason),
+    }
 }
 
 pub(crate) fn bulkhead_released(at: &At<'_>, occupancy: Option<u32>, held: Duration) {
@@ -128,40 +188,80 @@ pub(crate) fn bulkhead_degraded(at: &At<'_>, reason: Degraded, error: &Error) {
     );
 }
 
+/// Who made a breaker's change that a process learned of: `local` (this process), `remote`
+/// (another) or `operator`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ChangeOrigin {
+    Local,
+    Remote,
+    Operator,
+}
+
+impl ChangeOrigin {
+    fn as_str(self) -> &'static str {
+        match self {
+            ChangeOrigin::Local => "local",
+            ChangeOrigin::Remote => "remote",
+            ChangeOrigin::Operator => "operator",
+        }
+    }
+}
+
 pub(crate) fn breaker_state_changed(
     at: &At<'_>,
-    from: Phase,
-    to: Phase,
-    generation: u64,
-    window: Option<(u32, u32)>,
+    change: Transition,
+    window: Option<Counts>,
+    origin: ChangeOrigin,
 ) {
-    let (window_total, window_failures) = window.unzip();
+    let (window_total, window_failures, window_slow) = match window {
+        Some(window) => (Some(window.total), Some(window.failures), Some(window.slow)),
+        None => (None, None, None),
+    };
+    metrics::breaker_phase(at, change.to);
     policy_event!(
         WARN,
         "circuit_breaker.state_changed",
         at,
-        from = from.as_str(),
-        to = to.as_str(),
-        generation,
+        from = change.from.as_str(),
+        to = change.to.as_str(),
+        generation = change.generation,
+        origin = origin.as_str(),
         window_total,
-        window_failures
+        window_failures,
+        window_slow
     );
 }
 
+/// This process learned a breaker's phase for the first time (its view of a distributed
+/// breaker was made, or a local breaker was): not a change, so no event, but the state gauge
+/// starts here.
+pub(crate) fn breaker_phase(at: &At<'_>, phase: Phase) {
+    metrics::breaker_phase(at, phase);
+}
+
+/// A breaker admitted an ordinary call, closed or forced closed (probes are
+/// [`breaker_probe_started`]), that reached it at `arrival`.
+pub(crate) fn breaker_admitted(at: &At<'_>, state: Phase, generation: u64, arrival: Stopwatch) {
+    policy_event!(
+        DEBUG,
+        "circuit_breaker.admitted",
+        at,
+        state = state.as_str(),
+        generation
+    );
+    metrics::admitted(at, state.as_str(), arrival);
+}
+
 /// A recorded batch of outcomes (one call, locally) and the window it left.
-pub(crate) fn breaker_observation(
-    at: &At<'_>,
-    generation: u64,
-    window_total: u32,
-    window_failures: u32,
-) {
+pub(crate) fn breaker_observation(at: &At<'_>, generation: u64, window: Counts) {
     policy_event!(
         DEBUG,
         "circuit_breaker.observation",
         at,
         generation,
-        window_total,
-        window_failures
+        window_total = window.total,
+        window_failures = window.failures,
+        window_slow = window.slow
     );
 }
 
@@ -187,17 +287,20 @@ pub(crate) fn breaker_rejected(
     retry_after: Option<Duration>,
 ) {
     policy_event!(
-        INFO,
+        DEBUG,
         "circuit_breaker.rejected",
         at,
         state = state.as_str(),
         generation,
         retry_after_ms = retry_after.map(millis)
     );
+    metrics::decided(at, Decision::Rejected, state.as_str());
 }
 
-pub(crate) fn breaker_probe_started(at: &At<'_>, generation: u64) {
+/// A probe was admitted (a call that reached the half-open breaker at `arrival`).
+pub(crate) fn breaker_probe_started(at: &At<'_>, generation: u64, arrival: Stopwatch) {
     policy_event!(INFO, "circuit_breaker.probe_started", at, generation);
+    metrics::admitted(at, Phase::HalfOpen.as_str(), arrival);
 }
 
 /// The coordinator could not answer: `behaviour` is `"fail_open"` or `"fail_closed"`.
@@ -210,44 +313,30 @@ pub(crate) fn breaker_degraded(at: &At<'_>, behaviour: &'static str, last_known:
         behaviour,
         last_known = last_known.map(Phase::as_str)
     );
+    metrics::decided(at, Decision::Degraded, behaviour);
 }
 
-/// A breaker command failed: `operation` is `"admit"`, `"observe"` or `"settle"`.
-pub(crate) fn breaker_coordinator_error(at: &At<'_>, operation: &'static str, error: &Error) {
+/// A breaker command failed: `command` is `"admit"`, `"observe"` or `"settle"` (not
+/// `operation`, which every policy event carries as the identity's operation).
+pub(crate) fn breaker_coordinator_error(at: &At<'_>, command: &'static str, error: &Error) {
     let failure = error.failure_kind().map(|k| k.as_str());
     policy_event!(
         WARN,
         "circuit_breaker.coordinator_error",
         at,
-        operation,
+        command,
         error = error.code(),
         failure
     );
 }
 
-/// The events an observation's reply calls for (shared by the local and distributed breakers).
+/// The per-call events an observation's reply calls for (its state change, if any, is the
+/// caller's to announce).
 pub(crate) fn breaker_observed(at: &At<'_>, attempted: u64, reply: &ObserveReply) {
     match *reply {
-        ObserveReply::Recorded {
-            generation,
-            total,
-            failures,
-        } => {
-            breaker_observation(at, generation, total, failures);
-        }
-        ObserveReply::Opened {
-            generation,
-            total,
-            failures,
-        } => {
-            breaker_observation(at, generation, total, failures);
-            breaker_state_changed(
-                at,
-                Phase::Closed,
-                Phase::Open,
-                generation,
-                Some((total, failures)),
-            );
+        ObserveReply::Recorded { generation, window }
+        | ObserveReply::Opened { generation, window } => {
+            breaker_observation(at, generation, window);
         }
         ObserveReply::Stale { generation, .. } => {
             breaker_observation_stale(at, attempted, generation)
@@ -255,24 +344,17 @@ pub(crate) fn breaker_observed(at: &At<'_>, attempted: u64, reply: &ObserveReply
     }
 }
 
-/// The events a probe settlement's reply calls for.
+/// The per-call events a probe settlement's reply calls for.
 pub(crate) fn breaker_settled(at: &At<'_>, attempted: u64, reply: &SettleReply) {
-    match *reply {
-        SettleReply::Closed { generation } => {
-            breaker_state_changed(at, Phase::HalfOpen, Phase::Closed, generation, None);
-        }
-        SettleReply::Reopened { generation } => {
-            breaker_state_changed(at, Phase::HalfOpen, Phase::Open, generation, None);
-        }
-        SettleReply::Stale { generation, .. } => {
-            breaker_observation_stale(at, attempted, generation)
-        }
-        SettleReply::Counted { .. } | SettleReply::Released { .. } => {}
+    if let SettleReply::Stale { generation, .. } = *reply {
+        breaker_observation_stale(at, attempted, generation);
     }
 }
 
-pub(crate) fn rate_limit_admitted(at: &At<'_>) {
+/// A rate limit admitted a call that reached it at `arrival`.
+pub(crate) fn rate_limit_admitted(at: &At<'_>, arrival: Stopwatch) {
     policy_event!(DEBUG, "rate_limit.admitted", at);
+    metrics::admitted(at, "admitted", arrival);
 }
 
 /// `retry_after` is `None` when the rejection is a coordinator failure (fail closed).
@@ -283,13 +365,14 @@ pub(crate) fn rate_limit_rejected(at: &At<'_>, retry_after: Option<Duration>) {
         "coordinator_unavailable"
     };
     policy_event!(
-        INFO,
+        DEBUG,
         "rate_limit.rejected",
         at,
         reason,
         retry_after_ms = retry_after.map(millis),
         retry_after_us = retry_after.map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
     );
+    rejected_or_degraded(at, reason);
 }
 
 pub(crate) fn rate_limit_degraded(at: &At<'_>, error: &Error) {
@@ -304,38 +387,37 @@ pub(crate) fn rate_limit_degraded(at: &At<'_>, error: &Error) {
     );
 }
 
-pub(crate) fn timeout(function: &'static str, after: Duration) {
-    tracing::event!(
-        target: "caracal",
-        tracing::Level::INFO,
-        event = "timeout.elapsed",
-        policy = "timeout",
-        function,
-        after_ms = millis(after),
+pub(crate) fn timeout(call: &Call<'_>, after: Duration) {
+    call_event!(INFO, "timeout.elapsed", call, after_ms = millis(after));
+}
+
+pub(crate) fn retry_scheduled(call: &Call<'_>, next_attempt: u32, delay: Duration) {
+    call_event!(
+        DEBUG,
+        "retry.scheduled",
+        call,
+        next_attempt,
+        delay_ms = millis(delay)
     );
 }
 
-pub(crate) fn retry_scheduled(function: &'static str, next_attempt: u32, delay: Duration) {
+pub(crate) fn retry_exhausted(call: &Call<'_>, attempts: u32) {
+    call_event!(INFO, "retry.exhausted", call, attempts);
+}
+
+pub(crate) fn fallback_invoked(call: &Call<'_>, rejection: &'static str) {
+    call_event!(INFO, "fallback.invoked", call, rejection);
+}
+
+/// A coordinator is ready for calls: connected (Redis) or made (in memory).
+pub(crate) fn coordinator_ready(namespace: &str) {
     tracing::event!(
         target: "caracal",
         tracing::Level::DEBUG,
-        event = "retry.scheduled",
-        policy = "retry",
-        function,
-        next_attempt,
-        delay_ms = millis(delay),
+        event = "coordinator.ready",
+        namespace,
     );
-}
-
-pub(crate) fn retry_exhausted(function: &'static str, attempts: u32) {
-    tracing::event!(
-        target: "caracal",
-        tracing::Level::INFO,
-        event = "retry.exhausted",
-        policy = "retry",
-        function,
-        attempts,
-    );
+    metrics::coordinator_ready();
 }
 
 pub(crate) fn connection_lost(reason: &'static str) {
@@ -345,6 +427,7 @@ pub(crate) fn connection_lost(reason: &'static str) {
         event = "coordinator.connection_lost",
         reason,
     );
+    metrics::connection_lost();
 }
 
 pub(crate) fn connection_restored(attempts: u32) {
@@ -353,5 +436,67 @@ pub(crate) fn connection_restored(attempts: u32) {
         tracing::Level::INFO,
         event = "coordinator.connection_restored",
         attempts,
+    );
+    metrics::connection_restored();
+}
+
+/// The server lost its data (restarted without persistence, or a replica took its place):
+/// every lease held there is gone; holders are cancelled.
+pub(crate) fn coordinator_data_lost(epoch: u64) {
+    tracing::event!(
+        target: "caracal",
+        tracing::Level::WARN,
+        event = "coordinator.data_lost",
+        epoch,
+    );
+}
+
+/// The server may evict caracal's keys under memory pressure (any `maxmemory-policy` but
+/// `noeviction`): leases and open breakers could vanish without a trace.
+pub(crate) fn eviction_risk(policy: &str) {
+    tracing::event!(
+        target: "caracal",
+        tracing::Level::WARN,
+        event = "coordinator.eviction_risk",
+        maxmemory_policy = policy,
+    );
+}
+
+/// Processes use one identity with different values (`drifted`), or no longer do.
+pub(crate) fn config_drift(at: &At<'_>, values: &str, drifted: bool) {
+    if drifted {
+        policy_event!(WARN, "config.drift", at, drifted, values);
+    } else {
+        policy_event!(INFO, "config.drift", at, drifted, values);
+    }
+}
+
+/// A stored fleet override this version cannot read, left out.
+pub(crate) fn config_override_ignored(setting: &str, error: &Error) {
+    tracing::warn!(
+        target: "caracal",
+        event = "config.override_ignored",
+        setting,
+        error = %error,
+    );
+}
+
+/// The fleet's overrides could not be read when the coordinator connected; it runs on the
+/// other values until they are.
+pub(crate) fn config_unread(error: &Error) {
+    tracing::warn!(
+        target: "caracal",
+        event = "config.unread",
+        error = %error,
+    );
+}
+
+/// This process applied the fleet's overrides of `version` (`count` of them).
+pub(crate) fn config_applied(version: u64, count: usize) {
+    tracing::info!(
+        target: "caracal",
+        event = "config.applied",
+        version,
+        overrides = count,
     );
 }

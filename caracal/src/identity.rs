@@ -16,6 +16,7 @@ use std::fmt::{self, Write as _};
 use sha2::{Digest, Sha256};
 
 use crate::Error;
+use crate::events::{At, Call};
 
 /// The longest identity part, in UTF-8 bytes.
 pub(crate) const MAX_PART_BYTES: usize = 1024;
@@ -29,6 +30,22 @@ pub(crate) fn check_part(value: &str) -> Result<(), &'static str> {
     } else {
         Ok(())
     }
+}
+
+/// `value` as a `&'static str`: each distinct value is kept once for the life of the process.
+/// Names and operations of identities built at run time (tower layers) live as long as those
+/// of attributes, and there are as few of them.
+#[cfg(feature = "tower")]
+pub(crate) fn intern(value: &str) -> &'static str {
+    static INTERNED: std::sync::Mutex<std::collections::BTreeSet<&'static str>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let mut interned = crate::sync::lock(&INTERNED);
+    if let Some(existing) = interned.get(value) {
+        return existing;
+    }
+    let leaked: &'static str = Box::leak(value.to_owned().into_boxed_str());
+    interned.insert(leaked);
+    leaked
 }
 
 /// A validated scope: the per-call part of an identity.
@@ -63,26 +80,153 @@ impl fmt::Display for Scope {
     }
 }
 
-/// The policy kinds that own distributed state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Kind {
+/// The policy kinds that own shared state, and that configuration and the admin API name.
+///
+/// ```
+/// assert_eq!(caracal::PolicyKind::CircuitBreaker.as_str(), "circuit_breaker");
+/// assert_eq!("rate_limit".parse::<caracal::PolicyKind>().ok(), Some(caracal::PolicyKind::RateLimit));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum PolicyKind {
+    /// `#[bulkhead]`.
     Bulkhead,
-    Breaker,
+    /// `#[circuit_breaker]`.
+    CircuitBreaker,
+    /// `#[rate_limit]`.
     RateLimit,
 }
 
-impl Kind {
-    pub(crate) fn as_str(self) -> &'static str {
+pub(crate) use PolicyKind as Kind;
+
+impl PolicyKind {
+    /// Every kind.
+    pub const ALL: [PolicyKind; 3] = [
+        PolicyKind::Bulkhead,
+        PolicyKind::CircuitBreaker,
+        PolicyKind::RateLimit,
+    ];
+
+    /// The kind as keys name it (@gkoos/caracal's names).
+    pub(crate) fn key_name(self) -> &'static str {
         match self {
             Kind::Bulkhead => "bulkhead",
-            Kind::Breaker => "breaker",
+            Kind::CircuitBreaker => "breaker",
             Kind::RateLimit => "ratelimit",
+        }
+    }
+
+    /// The kind as the attribute, events, configuration and the `caracal` command name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Bulkhead => "bulkhead",
+            Kind::CircuitBreaker => "circuit_breaker",
+            Kind::RateLimit => "rate_limit",
+        }
+    }
+}
+
+impl fmt::Display for PolicyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for PolicyKind {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<Self, Error> {
+        PolicyKind::ALL
+            .into_iter()
+            .find(|kind| kind.as_str() == text)
+            .ok_or_else(|| {
+                Error::config(format!(
+                    "unknown policy kind `{text}`: expected `bulkhead`, `circuit_breaker` or `rate_limit`"
+                ))
+            })
+    }
+}
+
+/// One coordination identity of a distributed policy, as the runtime carries it: what it is
+/// (kind, name, operation, scope) and where its state lives (the key base), derived once per
+/// call from the coordinator's namespace. Every backend command and every event of a
+/// distributed policy starts from one of these.
+#[derive(Debug, Clone)]
+pub(crate) struct Identity {
+    pub(crate) kind: Kind,
+    /// Static for an attribute's call site; owned for one built at run time (a tower layer,
+    /// the admin API).
+    pub(crate) name: Cow<'static, str>,
+    pub(crate) operation: Cow<'static, str>,
+    pub(crate) scope: Scope,
+    pub(crate) key: KeyBase,
+}
+
+impl Identity {
+    /// The identity of `kind`'s (name, operation, scope) in `namespace`; every part is
+    /// already validated.
+    pub(crate) fn new(
+        namespace: &str,
+        kind: Kind,
+        name: impl Into<Cow<'static, str>>,
+        operation: impl Into<Cow<'static, str>>,
+        scope: &Scope,
+    ) -> Self {
+        let (name, operation) = (name.into(), operation.into());
+        Identity {
+            kind,
+            key: KeyBase::derive(namespace, kind, &name, &operation, scope),
+            name,
+            operation,
+            scope: scope.clone(),
+        }
+    }
+
+    /// What this identity's events carry.
+    pub(crate) fn at(&self) -> At<'_> {
+        At {
+            policy: self.kind.as_str(),
+            name: &self.name,
+            operation: &self.operation,
+            scope: self.scope.as_str(),
+            coordination: "distributed",
+        }
+    }
+}
+
+/// The identity the attributes that guard the whole call (`#[retry]`, `#[timeout]`,
+/// `#[fallback]`) report in their events: the function's, as its coordinated attributes share
+/// it. The macro fills it in; its scope is evaluated per call.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct FunctionIdentity {
+    /// The annotated function's name.
+    pub function: &'static str,
+    /// The `name` of the function's first coordinated attribute, else the function's name.
+    pub name: &'static str,
+    /// That attribute's `operation`, else `name`.
+    pub operation: &'static str,
+}
+
+impl FunctionIdentity {
+    /// What `policy`'s events carry for a call whose scope evaluated to `scope`.
+    pub(crate) fn call<'a>(
+        &self,
+        policy: &'static str,
+        scope: &'a Result<Scope, Error>,
+    ) -> Call<'a> {
+        Call {
+            policy,
+            function: self.function,
+            name: self.name,
+            operation: self.operation,
+            scope: scope.as_ref().ok().map(Scope::as_str),
         }
     }
 }
 
 /// The hash tag of one identity: `caracal:v1:{<hex>}:`, to which a suffix is appended.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct KeyBase(String);
 
 impl KeyBase {
@@ -98,20 +242,27 @@ impl KeyBase {
             namespace.len() + name.len() + operation.len() + scope.as_str().len() + 32,
         );
         json.push('[');
-        push_js_string(&mut json, namespace);
+        push_js_string(&mut json, &[namespace]);
         json.push(',');
-        push_js_string(&mut json, &format!("{}:{name}", kind.as_str()));
+        push_js_string(&mut json, &[kind.key_name(), ":", name]);
         json.push(',');
-        push_js_string(&mut json, operation);
+        push_js_string(&mut json, &[operation]);
         json.push(',');
-        push_js_string(&mut json, scope.as_str());
+        push_js_string(&mut json, &[scope.as_str()]);
         json.push(']');
+        Self::hashed(&json)
+    }
+
+    /// The key base tagged with the SHA-256 of `json`.
+    fn hashed(json: &str) -> Self {
         let digest = Sha256::digest(json.as_bytes());
         let mut base = String::with_capacity(11 + 64 + 3);
         base.push_str("caracal:v1:{");
+        // Derived on every distributed call: two table lookups a byte, not a `write!`.
+        const HEX: &[u8; 16] = b"0123456789abcdef";
         for byte in digest {
-            // Writing to a String cannot fail.
-            let _ = write!(base, "{byte:02x}");
+            base.push(char::from(HEX[usize::from(byte >> 4)]));
+            base.push(char::from(HEX[usize::from(byte & 0x0f)]));
         }
         base.push_str("}:");
         KeyBase(base)
@@ -120,6 +271,15 @@ impl KeyBase {
     /// The 64 hex digits inside the hash tag: what names the identity in pub/sub messages.
     pub(crate) fn tag(&self) -> &str {
         &self.0[12..76]
+    }
+
+    /// The key base of a namespace's own keys (its registry, its fleet overrides): the same
+    /// layout, tagged with the hash of `["namespace", <namespace>]`, so no identity's can match.
+    pub(crate) fn namespace(namespace: &str) -> Self {
+        let mut json = String::from("[\"namespace\",");
+        push_js_string(&mut json, &[namespace]);
+        json.push(']');
+        Self::hashed(&json)
     }
 
     /// The key base of the identity whose tag is `tag` (as [`tag`](Self::tag) returns it).
@@ -137,12 +297,12 @@ impl KeyBase {
     }
 }
 
-/// Appends `value` as a JSON string exactly as JavaScript's `JSON.stringify` writes it, so keys
-/// match the ones @gkoos/caracal derives. (Rust strings cannot hold the lone surrogates that
-/// `JSON.stringify` would also escape.)
-fn push_js_string(out: &mut String, value: &str) {
+/// Appends the concatenation of `parts` as a JSON string exactly as JavaScript's
+/// `JSON.stringify` writes it, so keys match the ones @gkoos/caracal derives. (Rust strings
+/// cannot hold the lone surrogates that `JSON.stringify` would also escape.)
+fn push_js_string(out: &mut String, parts: &[&str]) {
     out.push('"');
-    for ch in value.chars() {
+    for ch in parts.iter().flat_map(|part| part.chars()) {
         match ch {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
@@ -181,13 +341,13 @@ mod tests {
     #[test]
     fn json_escaping_matches_javascript() {
         let mut out = String::new();
-        push_js_string(&mut out, "a\"b\\c\u{1}\u{1f}\n\t\u{7f}é😀\u{2028}");
+        push_js_string(&mut out, &["a\"b\\c\u{1}\u{1f}", "\n\t\u{7f}é😀\u{2028}"]);
         assert_eq!(out, "\"a\\\"b\\\\c\\u0001\\u001f\\n\\t\u{7f}é😀\u{2028}\"");
     }
 
     #[test]
     fn every_suffix_shares_the_hash_tag() {
-        let base = KeyBase::derive("ns", Kind::Breaker, "p", "op", &Scope::GLOBAL);
+        let base = KeyBase::derive("ns", Kind::CircuitBreaker, "p", "op", &Scope::GLOBAL);
         let a = base.key("breaker");
         let b = base.key("probes");
         assert_eq!(a[..a.len() - 7], b[..b.len() - 6]);
@@ -209,7 +369,7 @@ mod tests {
             let (kind, name) = policy.split_once(':').expect("kind:name");
             let kind = match kind {
                 "bulkhead" => Kind::Bulkhead,
-                "breaker" => Kind::Breaker,
+                "breaker" => Kind::CircuitBreaker,
                 "ratelimit" => Kind::RateLimit,
                 other => panic!("unknown policy kind {other}"),
             };

@@ -37,78 +37,72 @@
 //! # }
 //! ```
 //!
-//! # The attributes
+//! # Start-up
 //!
-//! Each goes on an `async fn` returning `Result<T, E>` with `E: From<caracal::Error>`; the
-//! function's own errors pass through untouched. Every argument is checked at compile time.
+//! One coordinator per process, given to [`install`]: [`Coordinator::in_memory`] (the embedded
+//! default), [`Coordinator::redis`] or [`Coordinator::redis_cluster`] (a [`RedisBuilder`] to
+//! `connect`), or [`Coordinator::from_env`].
 //!
-//! ```
-//! use caracal::{bulkhead, circuit_breaker, rate_limit, retry, timeout, Outcome};
-//! # #[derive(Debug)] enum ApiError { Resilience(caracal::Error), Partner(u16) }
-//! # impl From<caracal::Error> for ApiError {
-//! #     fn from(e: caracal::Error) -> Self { ApiError::Resilience(e) }
-//! # }
+//! # Guide
 //!
-//! // Shared concurrency: at most 10 at once per tenant, waiting up to 50 ms for a slot.
-//! #[bulkhead(limit = 10, max_wait = "50ms", scope = format!("tenant:{tenant}"))]
-//! async fn export(tenant: u32) -> Result<(), ApiError> { Ok(()) }
+//! The reference, one page per topic (the modules of [`guide`], which hold no items):
 //!
-//! // A shared breaker; a 404 is the partner answering, not failing.
-//! fn classify(result: &Result<u16, ApiError>) -> Outcome {
-//!     match result {
-//!         Ok(_) | Err(ApiError::Partner(404)) => Outcome::Success,
-//!         Err(_) => Outcome::Failure,
-//!     }
-//! }
-//! #[circuit_breaker(name = "partner", open = "30s", classify = classify)]
-//! async fn lookup(id: u64) -> Result<u16, ApiError> { Ok(200) }
+//! - [The attributes](guide::attributes): each attribute's arguments, defaults and rejections,
+//!   constants as arguments, `#[async_trait]` impls.
+//! - [Stacking](guide::stacking): how several attributes on one function form one pipeline.
+//! - [Leases](guide::leases): what a bulkhead's lease promises, and its inherent limits.
+//! - [When Redis is unreachable](guide::failures): the decision each policy takes, and how
+//!   connections recover.
+//! - [Events](guide::events): every `tracing` event, its level and its fields.
+//! - [Errors](guide::errors): the stable error codes and the kinds of coordinator failure.
+//! - [Operations](guide::operations): what `connect` checks, the minimal ACL grant, eviction,
+//!   and the `caracal` command (status, forcing a breaker, fleet-wide values).
+//! - [Configuration](guide::configuration): [`Config`] from TOML, fleet-wide overrides, the
+//!   identity registry and drift.
+//! - [Tower](guide::tower): the layers of [`caracal::tower`](crate::tower) (feature `tower`).
 //!
-//! // A shared rate: 700 per second (never more), bursts of 20.
-//! #[rate_limit(rate = 700, burst = 20)]
-//! async fn notify() -> Result<(), ApiError> { Ok(()) }
+//! Operating a fleet from code: [`admin`].
 //!
-//! // Local-only policies never touch the coordinator.
-//! #[timeout("2s")]
-//! #[retry(max_attempts = 3, backoff = "100ms")]
-//! async fn fetch() -> Result<Vec<u8>, ApiError> { Ok(Vec::new()) }
-//! ```
+//! # Features
 //!
-//! # Stacking
-//!
-//! Attributes on one function form one pipeline in the order written, outermost first — except
-//! that `#[bulkhead]` and `#[rate_limit]` always wrap each individual attempt, wherever they
-//! are written:
-//!
-//! ```text
-//! #[circuit_breaker(…)]   ─┐ breaker: one outcome per call, after retries
-//! #[timeout("2s")]         │ ├ timeout: bounds everything below, retries included
-//! #[retry(…)]              │ │ ├ retry: attempt 1, 2, 3 …
-//! #[rate_limit(…)]         │ │ │ ├ rate limit: charged per attempt     ┐ innermost, in
-//! #[bulkhead(…)]           │ │ │ │ ├ bulkhead: a slot per attempt       ┘ the order written
-//! async fn f() { body }    │ │ │ │ │ └ body
-//! ```
-//!
-//! So a breaker outside a retry that recovers records one success; a rejection by an inner
-//! bulkhead or rate limit is not a failure for the breaker, a timeout is.
-//!
-//! See the README for each attribute's arguments and defaults, the behaviour when Redis is
-//! unreachable, and the events.
+//! - `tower`: [`BulkheadLayer`](crate::tower::BulkheadLayer),
+//!   [`CircuitBreakerLayer`](crate::tower::CircuitBreakerLayer) and
+//!   [`RateLimitLayer`](crate::tower::RateLimitLayer) for axum, tonic and hyper.
+//! - `tls`: `rediss://` URLs, through rustls
+//!   (`RedisBuilder::tls_root_certificates` for a CA of your own).
+//! - `metrics`: decisions, breaker states, bulkhead occupancy, admission latency and
+//!   coordinator connectivity through the `metrics` facade: see [`metrics`] for the names,
+//!   labels and what each means.
 #![forbid(unsafe_code)]
 
+pub mod admin;
+mod clock;
+mod config;
 mod coordinator;
 mod ctx;
 mod error;
 mod events;
+mod fencing;
+pub mod guide;
 mod identity;
+mod kernel;
+#[cfg(test)]
+mod layers;
+pub mod metrics;
 mod outcome;
 mod policy;
 mod sync;
+#[cfg(feature = "tower")]
+pub mod tower;
 
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;
 
-pub use caracal_macros::{bulkhead, circuit_breaker, rate_limit, retry, timeout};
-pub use coordinator::{Coordinator, RedisBuilder, install};
+pub use caracal_macros::{bulkhead, circuit_breaker, fallback, rate_limit, retry, timeout};
+pub use config::Config;
+pub use coordinator::{Coordinator, REDIS_ACL_RULES, RedisBuilder, install};
 pub use error::{CoordinatorFailure, Error, FailureKind};
+pub use fencing::fencing_token;
+pub use identity::PolicyKind;
 pub use outcome::Outcome;

@@ -28,6 +28,10 @@ pub enum Outcome {
 
 impl Outcome {
     /// A stable snake_case name, used in events.
+    ///
+    /// ```
+    /// assert_eq!(caracal::Outcome::Ignored.as_str(), "ignored");
+    /// ```
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Success => "success",

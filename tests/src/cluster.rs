@@ -15,6 +15,8 @@ pub struct RedisCluster {
     nodes: Vec<RedisServer>,
     /// `(first slot, last slot, index into nodes)`, sorted by first slot.
     slots: Vec<(u16, u16, usize)>,
+    /// The `redis-server` arguments of every node.
+    args: Vec<String>,
 }
 
 impl RedisCluster {
@@ -26,26 +28,109 @@ impl RedisCluster {
     /// # Panics
     /// When `masters < 3`, or the cluster does not form within the bounded waits.
     pub fn start(masters: usize) -> Self {
+        Self::start_with_args(masters, &[])
+    }
+
+    /// [`start`](Self::start) with extra `redis-server` arguments for every node (say
+    /// `["--cluster-require-full-coverage", "no"]`).
+    ///
+    /// # Panics
+    /// As [`start`](Self::start).
+    pub fn start_with_args(masters: usize, args: &[&str]) -> Self {
         assert!(
             masters >= 3,
             "a Redis Cluster needs at least 3 masters, asked for {masters}"
         );
         ensure_redis_installed();
+        let args: Vec<String> = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "5000",
+        ]
+        .iter()
+        .chain(args)
+        .map(|&arg| arg.to_owned())
+        .collect();
         let nodes: Vec<RedisServer> = (0..masters)
-            .map(|_| {
-                RedisServer::start_with_args(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    "5000",
-                ])
-            })
+            .map(|_| RedisServer::start_with_args(&args))
             .collect();
         create(&nodes);
         let slots = wait_converged(&nodes);
-        Self { nodes, slots }
+        Self { nodes, slots, args }
+    }
+
+    /// Starts a replica of node `master`, waits until it is in sync and every node knows it,
+    /// and returns its index among the nodes.
+    ///
+    /// # Panics
+    /// When that does not happen within the bounded waits.
+    pub fn add_replica(&mut self, master: usize) -> usize {
+        let replica = RedisServer::start_with_args(&self.args);
+        run(
+            &self.nodes[0],
+            redis::cmd("CLUSTER")
+                .arg("MEET")
+                .arg("127.0.0.1")
+                .arg(replica.port()),
+        );
+        self.nodes.push(replica);
+        wait_met(&self.nodes);
+        let master_id: String = redis::cmd("CLUSTER")
+            .arg("MYID")
+            .query(&mut self.nodes[master].connection())
+            .expect("CLUSTER MYID");
+        let index = self.nodes.len() - 1;
+        run(
+            &self.nodes[index],
+            redis::cmd("CLUSTER").arg("REPLICATE").arg(&master_id),
+        );
+        let deadline = Instant::now() + CONVERGE_TIMEOUT;
+        loop {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut self.nodes[index].connection())
+                .expect("INFO replication");
+            if info.contains("master_link_status:up") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the replica did not sync within {CONVERGE_TIMEOUT:?}:\n{info}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.wait_healthy();
+        index
+    }
+
+    /// Promotes replica `replica` in its master's place without the master's agreement
+    /// (`CLUSTER FAILOVER TAKEOVER`, as when the master is unreachable), and waits until every
+    /// node agrees on the new slot map.
+    ///
+    /// # Panics
+    /// When that does not happen within the bounded waits.
+    pub fn fail_over(&mut self, replica: usize) {
+        run(
+            &self.nodes[replica],
+            redis::cmd("CLUSTER").arg("FAILOVER").arg("TAKEOVER"),
+        );
+        let deadline = Instant::now() + CONVERGE_TIMEOUT;
+        loop {
+            if let Ok(slots) = observe(&self.nodes)
+                && slots.iter().any(|&(_, _, node)| node == replica)
+            {
+                self.slots = slots;
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the cluster did not agree on the failover within {CONVERGE_TIMEOUT:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// `redis://127.0.0.1:PORT` of every node, usable as cluster seeds.
@@ -158,6 +243,23 @@ fn create(nodes: &[RedisServer]) {
             );
         }
     }
+    wait_met(nodes);
+    let count = nodes.len();
+    let slots = usize::from(SLOTS);
+    for (index, node) in nodes.iter().enumerate() {
+        let (first, last) = (index * slots / count, (index + 1) * slots / count - 1);
+        run(
+            node,
+            redis::cmd("CLUSTER")
+                .arg("ADDSLOTSRANGE")
+                .arg(first)
+                .arg(last),
+        );
+    }
+}
+
+/// Waits until every node knows every other (no handshake pending).
+fn wait_met(nodes: &[RedisServer]) {
     let deadline = Instant::now() + CONVERGE_TIMEOUT;
     loop {
         let pending: Vec<String> = nodes
@@ -188,18 +290,6 @@ fn create(nodes: &[RedisServer]) {
             pending.join("\n")
         );
         std::thread::sleep(Duration::from_millis(20));
-    }
-    let count = nodes.len();
-    let slots = usize::from(SLOTS);
-    for (index, node) in nodes.iter().enumerate() {
-        let (first, last) = (index * slots / count, (index + 1) * slots / count - 1);
-        run(
-            node,
-            redis::cmd("CLUSTER")
-                .arg("ADDSLOTSRANGE")
-                .arg(first)
-                .arg(last),
-        );
     }
 }
 

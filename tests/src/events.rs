@@ -66,6 +66,7 @@ impl EventLog {
 
     /// A new log capturing the `caracal` events of the current thread until the guard drops.
     pub fn capture_thread_default() -> (Self, DefaultGuard) {
+        keep_dispatchers_apart();
         let log = Self::new();
         let subscriber = tracing_subscriber::registry().with(log.layer());
         let guard = tracing::subscriber::set_default(subscriber);
@@ -202,6 +203,19 @@ impl EventLog {
         self.lock().push(event);
         self.inner.grew.notify_all();
     }
+}
+
+/// Keeps a second dispatcher registered for the life of the process.
+///
+/// While only one dispatcher is alive, tracing-core takes a shortcut: a callsite hit for the
+/// first time asks only the *hitting thread's* default dispatcher whether it is interested,
+/// and caches the answer for every thread. A test on another thread hitting a caracal
+/// callsite first, with no subscriber of its own, would make the callsite "never" interesting
+/// for the capture of this thread too (until the next dispatcher is registered anywhere): its
+/// events would be lost. With two dispatchers registered, every one is asked.
+fn keep_dispatchers_apart() {
+    static SECOND: OnceLock<tracing::Dispatch> = OnceLock::new();
+    SECOND.get_or_init(|| tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default()));
 }
 
 /// The layer behind [`EventLog`]: records events with target `caracal`, ignores the rest.

@@ -430,13 +430,13 @@ static RESERVED_PORTS: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
 
 /// A port (and, for cluster nodes, its bus port) reserved for one server's lifetime.
 #[derive(Debug)]
-struct PortReservation {
-    port: u16,
+pub(crate) struct PortReservation {
+    pub(crate) port: u16,
     bus: bool,
 }
 
 impl PortReservation {
-    fn take(bus: bool) -> Self {
+    pub(crate) fn take(bus: bool) -> Self {
         let (low, high) = candidate_range();
         let mut reserved = RESERVED_PORTS.lock().unwrap_or_else(|e| e.into_inner());
         for _ in 0..10_000 {

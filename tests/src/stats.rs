@@ -170,3 +170,160 @@ pub fn reset_cluster(cluster: &RedisCluster) {
         reset(&mut node.connection());
     }
 }
+
+/// Every command one server ran, with its arguments: the slow log, set to log every command.
+/// Unlike [`CommandStats`] it tells scripts apart (by the SHA an `EVALSHA` names), so a test
+/// can count one script's calls while the coordinator's own background scripts (the identity
+/// registry's reports, the fleet overrides' checks) run beside them. Commands run inside
+/// scripts are logged too, before the script that ran them.
+#[derive(Debug, Clone, Default)]
+pub struct CommandLog {
+    commands: Vec<Vec<String>>,
+}
+
+impl CommandLog {
+    /// Starts logging every command on the server behind `conn`, from an empty log. Loads
+    /// every caracal script first, so no call in the log is a refused `EVALSHA` sent again
+    /// as an `EVAL`.
+    ///
+    /// # Panics
+    /// When the server refuses the configuration.
+    pub fn start(conn: &mut redis::Connection) {
+        for body in all_scripts() {
+            redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(body)
+                .exec(conn)
+                .unwrap_or_else(|e| panic!("SCRIPT LOAD failed: {e}"));
+        }
+        redis::pipe()
+            .cmd("CONFIG")
+            .arg("SET")
+            .arg("slowlog-log-slower-than")
+            .arg(0)
+            .cmd("CONFIG")
+            .arg("SET")
+            .arg("slowlog-max-len")
+            .arg(1_000_000)
+            .cmd("SLOWLOG")
+            .arg("RESET")
+            .exec(conn)
+            .unwrap_or_else(|e| panic!("cannot log every command: {e}"));
+    }
+
+    /// The commands logged since [`start`](Self::start), oldest first.
+    ///
+    /// # Panics
+    /// When the log cannot be read.
+    pub fn read(conn: &mut redis::Connection) -> Self {
+        let entries: redis::Value = redis::cmd("SLOWLOG")
+            .arg("GET")
+            .arg(-1)
+            .query(conn)
+            .unwrap_or_else(|e| panic!("SLOWLOG GET failed: {e}"));
+        let redis::Value::Array(entries) = entries else {
+            panic!("SLOWLOG GET replied {entries:?}");
+        };
+        let mut commands: Vec<Vec<String>> = entries
+            .into_iter()
+            .filter_map(|entry| match entry {
+                redis::Value::Array(fields) => fields.into_iter().nth(3),
+                _ => None,
+            })
+            .map(|args| redis::from_redis_value::<Vec<String>>(args).unwrap_or_default())
+            .collect();
+        // Newest first in the log.
+        commands.reverse();
+        commands.retain(|args| {
+            let name = args.first().map(|n| n.to_ascii_lowercase());
+            !matches!(name.as_deref(), Some("slowlog" | "config"))
+        });
+        Self { commands }
+    }
+
+    /// Calls of the script whose source is `body`, by `EVALSHA` or `EVAL`.
+    pub fn script_calls(&self, body: &str) -> usize {
+        let sha = redis::Script::new(body).get_hash().to_owned();
+        self.commands
+            .iter()
+            .filter(
+                |args| match args.first().map(|n| n.to_ascii_lowercase()).as_deref() {
+                    Some("evalsha") => args.get(1) == Some(&sha),
+                    // The slow log cuts long arguments: compare what it kept.
+                    Some("eval") => args.get(1).is_some_and(|logged| {
+                        let kept = logged.split(" ... (").next().unwrap_or(logged);
+                        body.starts_with(kept)
+                    }),
+                    _ => false,
+                },
+            )
+            .count()
+    }
+
+    /// Calls of `command` (case-insensitive), scripts counted as `evalsha` / `eval`.
+    pub fn calls(&self, command: &str) -> usize {
+        self.calls_of(command).count()
+    }
+
+    /// Every call of `command` (case-insensitive), oldest first, each with its arguments
+    /// after the command's name (as far as the slow log keeps them: 32 at most, the last
+    /// one then saying how many more there were).
+    pub fn calls_of<'a>(&'a self, command: &'a str) -> impl Iterator<Item = &'a [String]> + 'a {
+        self.commands.iter().filter_map(move |args| {
+            let (name, rest) = args.split_first()?;
+            name.eq_ignore_ascii_case(command).then_some(rest)
+        })
+    }
+
+    /// The commands that are neither calls of the scripts in `bodies` nor among `commands`.
+    pub fn others(&self, bodies: &[&str], commands: &[&str]) -> Vec<Vec<String>> {
+        let shas: Vec<String> = bodies
+            .iter()
+            .map(|body| redis::Script::new(body).get_hash().to_owned())
+            .collect();
+        self.commands
+            .iter()
+            .filter(|args| {
+                let name = args
+                    .first()
+                    .map(|n| n.to_ascii_lowercase())
+                    .unwrap_or_default();
+                let script = name == "evalsha" && args.get(1).is_some_and(|sha| shas.contains(sha));
+                !script && !commands.iter().any(|c| c.eq_ignore_ascii_case(&name))
+            })
+            .cloned()
+            .collect()
+    }
+}
+
+/// The source of caracal's Lua script `name` (`"bulkhead_lease"`), as the coordinator sends it.
+///
+/// # Panics
+/// When there is no such script.
+pub fn script_source(name: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../lua")
+        .join(format!("{name}.lua"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn all_scripts() -> Vec<String> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../lua");
+    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    entries
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "lua"))
+        .map(|path| {
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        })
+        .collect()
+}
+
+/// The scripts a coordinator runs in the background whatever the calls: the identity
+/// registry's reports and the fleet overrides' checks.
+pub fn background_scripts() -> Vec<String> {
+    ["registry_report", "overrides_read"]
+        .map(script_source)
+        .to_vec()
+}

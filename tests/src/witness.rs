@@ -211,13 +211,15 @@ impl AsyncWitness {
     pub async fn connect(url: &str, key: &str, limit: u64) -> Self {
         let keys = Keys::new(url, key, limit);
         let client = redis::Client::open(url).unwrap_or_else(|e| keys.fail("open", &e));
-        let conn = tokio::time::timeout(
+        let mut conn = tokio::time::timeout(
             Duration::from_secs(5),
             client.get_multiplexed_async_connection(),
         )
         .await
         .unwrap_or_else(|_| panic!("witness `{key}` on {url}: connect timed out after 5s"))
         .unwrap_or_else(|e| keys.fail("connect", &e));
+        // The client's 500 ms default is too short for a machine loaded by a whole fleet.
+        conn.set_response_timeout(Duration::from_secs(10));
         Self { keys, conn }
     }
 

@@ -6,17 +6,29 @@
 //! caracal-worker <scenario> key=value …
 //! ```
 //!
+//! With `start=on-go` the worker connects, says `ready`, and waits for a line on stdin before
+//! running its scenario.
+//!
 //! Concurrency is witnessed outside the process: bodies enter and leave an [`AsyncWitness`] on
 //! a separate Redis (`witness=<url>` and `witness_key=<key>`).
+//!
+//! With `events=<name>,…` the worker prints caracal's events of those names as they happen,
+//! one `event <name> key=value …` line each, and keeps track of the fleet overrides it has
+//! applied (`config.applied`).
+//! The `*-gauge` scenarios install a [`MetricsLog`] as the process's recorder and print a
+//! gauge's value each time it changes, as `gauge value=N`: what an exporter in this process
+//! would report.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use caracal::{bulkhead, circuit_breaker, rate_limit};
-use caracal_tests::AsyncWitness;
+use caracal_tests::fenced;
+use caracal_tests::ledger::AsyncLedger;
+use caracal_tests::{AsyncWitness, MetricsLog};
 
 #[derive(Debug)]
 enum WorkerError {
@@ -47,11 +59,102 @@ async fn bulkhead_load(
     Ok(())
 }
 
-#[bulkhead(name = "mp-hold", limit = 1, lease = "1s", scope = scope)]
+#[bulkhead(name = "mp-hold", limit = 1, lease = "2s", scope = scope)]
 async fn bulkhead_hold(scope: &str) -> Result<(), WorkerError> {
     say("admitted");
     std::future::pending::<()>().await;
     Ok(())
+}
+
+/// A holder recorded in a ledger, for the restart test: lease 1 s.
+#[bulkhead(name = "mp-ledgered", limit = 1, lease = "1s", scope = scope)]
+async fn ledgered(
+    scope: &str,
+    ledger: &AsyncLedger,
+    id: &str,
+    hold: Duration,
+) -> Result<(), WorkerError> {
+    let entered = ledger.enter(id).await;
+    say("entered");
+    tokio::time::sleep(hold).await;
+    entered.leave().await;
+    Ok(())
+}
+
+/// What a frozen holder would do after its pause: count a side effect, or write to a fenced
+/// downstream (the write, once sent, is in the network's hands: its task is kept here so the
+/// process lives until the write has landed, whatever became of the body).
+enum Step {
+    SideEffect(redis::aio::MultiplexedConnection, String),
+    FencedWrite(
+        redis::aio::MultiplexedConnection,
+        String,
+        std::sync::Mutex<Option<tokio::task::JoinHandle<bool>>>,
+    ),
+}
+
+/// A holder that takes one step after `pause`, for the frozen-holder and fencing tests:
+/// lease 300 ms, so a freeze of a second outlives it.
+#[bulkhead(name = "mp-frozen", limit = 1, lease = "300ms", scope = scope)]
+async fn frozen_step(scope: &str, pause: Duration, step: &Step) -> Result<(), WorkerError> {
+    let fence = caracal::fencing_token().unwrap_or(0);
+    say(&format!("admitted fence={fence}"));
+    match step {
+        Step::SideEffect(conn, key) => {
+            tokio::time::sleep(pause).await;
+            let _: u64 = redis::cmd("INCR")
+                .arg(key)
+                .query_async(&mut conn.clone())
+                .await
+                .expect("side effect");
+            say("stepped");
+        }
+        Step::FencedWrite(conn, store, write) => {
+            // Once the parent has slowed the link, the write leaves; the process is frozen
+            // while it travels.
+            tokio::task::spawn_blocking(wait_for_go)
+                .await
+                .expect("wait for go");
+            let sent = tokio::spawn({
+                let (mut conn, store) = (conn.clone(), store.clone());
+                async move { fenced::write(&mut conn, &store, fence).await }
+            });
+            *write.lock().expect("write slot") = Some(sent);
+            tokio::time::sleep(pause).await;
+            say("sent");
+            tokio::time::sleep(pause).await;
+        }
+    }
+    Ok(())
+}
+
+/// Waits for the parent's `go` line on stdin.
+fn wait_for_go() {
+    let mut line = String::new();
+    std::io::stdin()
+        .read_line(&mut line)
+        .expect("read go from stdin");
+}
+
+/// The code of a caracal error, `ok`, or `downstream`.
+fn code(result: &Result<(), WorkerError>) -> &'static str {
+    match result {
+        Ok(()) => "ok",
+        Err(WorkerError::Caracal(error)) => error.code(),
+        Err(WorkerError::Downstream) => "downstream",
+    }
+}
+
+/// A connection to `url` for a worker's own bookkeeping (not through the coordinator), patient
+/// enough for a deliberately slow link.
+async fn side_connection(url: &str) -> redis::aio::MultiplexedConnection {
+    let config =
+        redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(60)));
+    redis::Client::open(url)
+        .expect("side url")
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .expect("side connection")
 }
 
 /// The downstream behind the breakers: counts the call, holds a witnessed section if asked,
@@ -118,6 +221,141 @@ async fn rate_700(scope: &str) -> Result<(), WorkerError> {
     Ok(())
 }
 
+/// The breaker `caracal breaker` steers in the CLI suite: its body always succeeds and says it
+/// ran.
+#[circuit_breaker(name = "cli-breaker", scope = scope, open = "1s", half_open_probes = 2,
+                  half_open_successes = 2)]
+async fn cli_breaker(scope: &str, ran: &AtomicBool) -> Result<(), WorkerError> {
+    ran.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+/// The bulkhead whose limit `caracal config set` changes in the CLI suite.
+#[bulkhead(name = "cli-config", limit = 3, lease = "2s", scope = scope)]
+async fn cli_config(
+    scope: &str,
+    witness: &AsyncWitness,
+    hold: Duration,
+) -> Result<(), WorkerError> {
+    witnessed(witness, hold).await;
+    Ok(())
+}
+
+/// One bulkhead used with two limits (a worker argument picks which): drift.
+#[bulkhead(name = "cli-status", limit = 2, scope = scope)]
+async fn cli_status_2(scope: &str) -> Result<(), WorkerError> {
+    Ok(())
+}
+
+#[bulkhead(name = "cli-status", limit = 4, scope = scope)]
+async fn cli_status_4(scope: &str) -> Result<(), WorkerError> {
+    Ok(())
+}
+
+/// A slot held for as long as the worker lives: occupancy to see.
+#[bulkhead(name = "cli-status-held", limit = 5, lease = "2s", scope = scope)]
+async fn cli_status_held(scope: &str) -> Result<(), WorkerError> {
+    say("holding");
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
+#[circuit_breaker(name = "cli-status-breaker", scope = scope)]
+async fn cli_status_breaker(scope: &str) -> Result<(), WorkerError> {
+    Ok(())
+}
+
+#[rate_limit(name = "cli-status-rate", rate = 100, burst = 7, scope = scope)]
+async fn cli_status_rate(scope: &str) -> Result<(), WorkerError> {
+    Ok(())
+}
+
+/// The latest fleet-override version this process has applied (its `config.applied` events).
+/// The event comes once the overrides are in force, so a call that reads this version and
+/// then starts uses them.
+static APPLIED: AtomicU64 = AtomicU64::new(0);
+
+/// Prints caracal's events named in `events=` as they happen, and records `config.applied`.
+struct PrintEvents {
+    names: Vec<String>,
+}
+
+impl PrintEvents {
+    fn install(names: &str) {
+        use tracing_subscriber::layer::SubscriberExt;
+        let names = names.split(',').map(str::to_owned).collect();
+        let subscriber = tracing_subscriber::registry().with(PrintEvents { names });
+        tracing::subscriber::set_global_default(subscriber).expect("the worker's subscriber");
+    }
+
+    /// caracal's events at info and above: every event printed is among them, and the
+    /// debug ones a hot loop emits are never built.
+    fn wanted(metadata: &tracing::Metadata<'_>) -> bool {
+        metadata.target() == "caracal" && *metadata.level() <= tracing::Level::INFO
+    }
+}
+
+#[derive(Default)]
+struct Fields(BTreeMap<String, String>);
+
+impl tracing::field::Visit for Fields {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.0.insert(field.name().to_owned(), value.to_owned());
+    }
+
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(field.name().to_owned(), format!("{value:?}"));
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for PrintEvents {
+    fn register_callsite(
+        &self,
+        metadata: &'static tracing::Metadata<'static>,
+    ) -> tracing::subscriber::Interest {
+        if Self::wanted(metadata) {
+            tracing::subscriber::Interest::always()
+        } else {
+            tracing::subscriber::Interest::never()
+        }
+    }
+
+    fn enabled(
+        &self,
+        metadata: &tracing::Metadata<'_>,
+        _: tracing_subscriber::layer::Context<'_, S>,
+    ) -> bool {
+        Self::wanted(metadata)
+    }
+
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        let mut fields = Fields::default();
+        event.record(&mut fields);
+        let Some(name) = fields.0.remove("event") else {
+            return;
+        };
+        if name == "config.applied"
+            && let Some(version) = fields.0.get("version").and_then(|v| v.parse().ok())
+        {
+            APPLIED.fetch_max(version, Ordering::AcqRel);
+        }
+        if self.names.contains(&name) {
+            let pairs: Vec<String> = fields
+                .0
+                .iter()
+                .map(|(key, value)| format!("{key}={}", value.replace(' ', "_")))
+                .collect();
+            say(&format!("event {name} {}", pairs.join(" ")));
+        }
+    }
+}
+
+fn now_us() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros())
+}
+
 /// Prints one line to stdout right away (the parent reads lines as they come).
 fn say(line: &str) {
     let mut out = std::io::stdout().lock();
@@ -166,20 +404,44 @@ impl Tally {
     }
 }
 
-/// Runs `tasks` tasks calling `call` until `millis` have passed.
-async fn load<F, Fut>(tasks: usize, millis: u64, call: F) -> Arc<Tally>
+/// Prints `gauge value=N` whenever `read` gives a new value (`none` while it has none), every
+/// few milliseconds until `until`.
+async fn report_gauge(until: Instant, read: impl Fn() -> Option<f64>) {
+    let mut last = None;
+    while Instant::now() < until {
+        let value = read().map_or_else(|| "none".to_owned(), |value| value.to_string());
+        if last.as_ref() != Some(&value) {
+            say(&format!("gauge value={value}"));
+            last = Some(value);
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// How long a worker that stops on a count keeps going at most: a liveness bound only (the
+/// parent fails when the count was not reached).
+const COUNT_CAP: Duration = Duration::from_secs(90);
+
+/// Runs `tasks` tasks calling `call` until `enough` says so or `until` has come.
+async fn load<F, Fut>(
+    tasks: usize,
+    until: Instant,
+    enough: impl Fn(&Tally) -> bool + Send + Sync + 'static,
+    call: F,
+) -> Arc<Tally>
 where
     F: Fn() -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = Result<(), WorkerError>> + Send,
 {
     let tally = Arc::new(Tally::default());
     let call = Arc::new(call);
-    let until = Instant::now() + Duration::from_millis(millis);
+    let enough = Arc::new(enough);
     let handles: Vec<_> = (0..tasks)
         .map(|_| {
-            let (tally, call) = (Arc::clone(&tally), Arc::clone(&call));
+            let (tally, call, enough) =
+                (Arc::clone(&tally), Arc::clone(&call), Arc::clone(&enough));
             tokio::spawn(async move {
-                while Instant::now() < until {
+                while Instant::now() < until && !enough(&tally) {
                     tally.count(&call().await);
                     tokio::task::yield_now().await;
                 }
@@ -215,6 +477,19 @@ async fn main() {
             .parse::<u64>()
             .unwrap_or_else(|e| panic!("{key}: {e}"))
     };
+    // Load runs for `millis`, or until a count given instead is reached.
+    let until = || match options.get("millis") {
+        Some(_) => Instant::now() + Duration::from_millis(number("millis")),
+        None => Instant::now() + COUNT_CAP,
+    };
+    let count = |key: &str| options.get(key).map_or(u64::MAX, |_| number(key));
+
+    // Before the coordinator: connecting applies the fleet's overrides (`config.applied`).
+    if let Some(names) = options.get("events") {
+        PrintEvents::install(names);
+    }
+    // Before the coordinator is made: what it reports from its start is recorded.
+    let metrics = scenario.ends_with("-gauge").then(MetricsLog::global);
 
     let coordinator = caracal::Coordinator::from_env().await.expect("coordinator");
     caracal::install(coordinator.clone()).expect("install");
@@ -226,11 +501,18 @@ async fn main() {
         None => None,
     };
     say("ready");
+    // `start=on-go`: started ahead of time, the scenario waits for a line on stdin, so it runs
+    // the moment the parent says so rather than a process start later.
+    if options.get("start").is_some_and(|s| s == "on-go") {
+        wait_for_go();
+    }
 
     match scenario.as_str() {
         "bulkhead-load" => {
             let witness = witness.expect("witness=");
-            let tally = load(number("tasks") as usize, number("millis"), move || {
+            let admissions = count("admissions");
+            let enough = move |tally: &Tally| tally.admitted.load(Ordering::SeqCst) >= admissions;
+            let tally = load(number("tasks") as usize, until(), enough, move || {
                 let (scope, witness) = (scope.clone(), Arc::clone(&witness));
                 async move { bulkhead_load(&scope, &witness, Duration::from_millis(3)).await }
             })
@@ -241,6 +523,52 @@ async fn main() {
         }
         "bulkhead-hold" => {
             let _ = bulkhead_hold(&scope).await;
+        }
+        "ledger-hold" | "ledger-take" => {
+            let ledger = AsyncLedger::connect(&get("ledger"), &get("ledger_name"), 1).await;
+            let (hold, wanted) = if scenario == "ledger-hold" {
+                (Duration::from_millis(number("hold_ms")), 1)
+            } else {
+                (Duration::from_millis(5), number("admissions"))
+            };
+            let pid = std::process::id();
+            let (mut admitted, mut last) = (0, "none");
+            for attempt in 0.. {
+                if admitted >= wanted {
+                    break;
+                }
+                let id = format!("{pid}-{attempt}");
+                let result = ledgered(&scope, &ledger, &id, hold).await;
+                last = code(&result);
+                if result.is_ok() {
+                    admitted += 1;
+                } else if scenario == "ledger-hold" {
+                    break;
+                } else {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+            coordinator.shutdown().await;
+            say(&format!("result code={last} admitted={admitted}"));
+        }
+        "frozen-step" | "fenced-write" => {
+            let conn = side_connection(&get("side")).await;
+            let step = if scenario == "frozen-step" {
+                Step::SideEffect(conn, get("side_key"))
+            } else {
+                Step::FencedWrite(conn, get("store"), std::sync::Mutex::default())
+            };
+            let result =
+                frozen_step(&scope, Duration::from_millis(number("pause_ms")), &step).await;
+            coordinator.shutdown().await;
+            say(&format!("result code={}", code(&result)));
+            if let Step::FencedWrite(.., write) = step {
+                let sent = write.lock().expect("write slot").take();
+                if let Some(sent) = sent {
+                    let accepted = sent.await.expect("fenced write");
+                    say(&format!("written accepted={}", u8::from(accepted)));
+                }
+            }
         }
         "breaker-fail" => {
             let tally = Tally::default();
@@ -270,7 +598,12 @@ async fn main() {
             let probes = options.get("breaker").is_some_and(|b| b == "probes");
             let ran = Arc::new(AtomicU64::new(0));
             let counted = Arc::clone(&ran);
-            let tally = load(number("tasks") as usize, number("millis"), move || {
+            let runs = count("runs");
+            let enough = {
+                let ran = Arc::clone(&ran);
+                move |_: &Tally| ran.load(Ordering::SeqCst) >= runs
+            };
+            let tally = load(number("tasks") as usize, until(), enough, move || {
                 let (scope, witness, ran) = (scope.clone(), witness.clone(), Arc::clone(&ran));
                 async move {
                     if probes {
@@ -285,21 +618,33 @@ async fn main() {
             tally.report(&format!(" ran={}", counted.load(Ordering::SeqCst)));
         }
         "breaker-watch" => {
-            // Calls every few ms until the first rejection; reports when it came.
-            let until = Instant::now() + Duration::from_millis(number("millis"));
-            let mut first_rejection = None;
+            // Calls every few ms until the first rejection. Says `watching` once admitted (its
+            // view of the breaker is then fresh and closed), and reports when the last
+            // admitted call started (wall-clock ms, comparable with the server's `TIME` on
+            // this machine).
+            let until = until();
+            let (mut last_admitted, mut rejected) = (None, false);
             while Instant::now() < until {
-                if let Err(WorkerError::Caracal(caracal::Error::CircuitOpen { .. })) =
-                    watch_call(&scope).await
-                {
-                    first_rejection = Some(now_ms());
-                    break;
+                let started = now_ms();
+                match watch_call(&scope).await {
+                    Ok(()) => {
+                        if last_admitted.is_none() {
+                            say("watching");
+                        }
+                        last_admitted = Some(started);
+                    }
+                    Err(WorkerError::Caracal(caracal::Error::CircuitOpen { .. })) => {
+                        rejected = true;
+                        break;
+                    }
+                    Err(other) => panic!("watch call: {other:?}"),
                 }
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
             say(&format!(
-                "result rejected_at_ms={}",
-                first_rejection.map_or(0, |t| t)
+                "result rejected={} last_admitted_start_ms={}",
+                u64::from(rejected),
+                last_admitted.unwrap_or(0)
             ));
         }
         "rate-load" => {
@@ -311,26 +656,217 @@ async fn main() {
             }
             let first = now_ms();
             let rate = get("rate");
-            let tally = load(number("tasks") as usize, number("millis"), move || {
-                let (scope, rate) = (scope.clone(), rate.clone());
-                async move {
-                    let result = match rate.as_str() {
-                        "50" => rate_50(&scope).await,
-                        "700" => rate_700(&scope).await,
-                        other => panic!("no rate-limited function for rate {other}"),
-                    };
-                    if let Err(WorkerError::Caracal(caracal::Error::RateLimited {
-                        retry_after,
-                        ..
-                    })) = &result
-                    {
-                        tokio::time::sleep(*retry_after).await;
+            let longest_hint = Arc::new(AtomicU64::new(0));
+            let longest = Arc::clone(&longest_hint);
+            let tally = load(
+                number("tasks") as usize,
+                until(),
+                |_| false,
+                move || {
+                    let (scope, rate) = (scope.clone(), rate.clone());
+                    let longest = Arc::clone(&longest);
+                    async move {
+                        let result = match rate.as_str() {
+                            "50" => rate_50(&scope).await,
+                            "700" => rate_700(&scope).await,
+                            other => panic!("no rate-limited function for rate {other}"),
+                        };
+                        if let Err(WorkerError::Caracal(caracal::Error::RateLimited {
+                            retry_after,
+                            ..
+                        })) = &result
+                        {
+                            let nanos = u64::try_from(retry_after.as_nanos()).unwrap_or(u64::MAX);
+                            longest.fetch_max(nanos, Ordering::SeqCst);
+                            tokio::time::sleep(*retry_after).await;
+                        }
+                        result
                     }
-                    result
+                },
+            )
+            .await;
+            tally.report(&format!(
+                " first_ms={first} last_ms={} longest_retry_after_ns={}",
+                now_ms(),
+                longest_hint.load(Ordering::SeqCst)
+            ));
+        }
+        "cli-breaker" => {
+            // Calls every few ms, for as long as it lives, printing each call: when it
+            // started (CLOCK_REALTIME µs, taken before calling), how it ended, whether the
+            // body ran.
+            loop {
+                let started = now_us();
+                let ran = AtomicBool::new(false);
+                let result = cli_breaker(&scope, &ran).await;
+                say(&format!(
+                    "call start_us={started} code={} ran={}",
+                    code(&result),
+                    u8::from(ran.load(Ordering::SeqCst))
+                ));
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        "cli-config-load" => {
+            // `tasks` tasks call `cli_config` in a loop. Each call is labelled with the
+            // override version applied when it started, and its body enters the witness of
+            // that version (`<witness_base>:v<version>`). Prints `settled version=N` once
+            // every call started under an older version has ended, and `progress version=N
+            // admitted=K` every 10 admissions of version N.
+            let hold = Duration::from_millis(number("hold_ms"));
+            let (witness_url, witness_base) = (get("witness_url"), get("witness_base"));
+            let witnesses: Arc<tokio::sync::Mutex<HashMap<u64, AsyncWitness>>> = Arc::default();
+            let outstanding: Arc<std::sync::Mutex<BTreeMap<u64, u64>>> = Arc::default();
+            let admitted: Arc<std::sync::Mutex<BTreeMap<u64, u64>>> = Arc::default();
+            let watcher = {
+                let outstanding = Arc::clone(&outstanding);
+                tokio::spawn(async move {
+                    let mut settled = None;
+                    loop {
+                        let ready = {
+                            let outstanding = outstanding.lock().expect("outstanding");
+                            let version = APPLIED.load(Ordering::Acquire);
+                            let older = outstanding.range(..version).map(|(_, n)| n).sum::<u64>();
+                            (settled != Some(version) && older == 0).then_some(version)
+                        };
+                        if let Some(version) = ready {
+                            say(&format!("settled version={version}"));
+                            settled = Some(version);
+                        }
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                })
+            };
+            let tasks: Vec<_> = (0..number("tasks"))
+                .map(|_| {
+                    let (scope, witness_url, witness_base) =
+                        (scope.clone(), witness_url.clone(), witness_base.clone());
+                    let (witnesses, outstanding, admitted) = (
+                        Arc::clone(&witnesses),
+                        Arc::clone(&outstanding),
+                        Arc::clone(&admitted),
+                    );
+                    tokio::spawn(async move {
+                        loop {
+                            // Read and counted at once: the watcher never misses a call
+                            // that read an older version.
+                            let version = {
+                                let mut outstanding = outstanding.lock().expect("outstanding");
+                                let version = APPLIED.load(Ordering::Acquire);
+                                *outstanding.entry(version).or_default() += 1;
+                                version
+                            };
+                            let witness = {
+                                let mut witnesses = witnesses.lock().await;
+                                match witnesses.get(&version) {
+                                    Some(witness) => witness.clone(),
+                                    None => {
+                                        let key = format!("{witness_base}:v{version}");
+                                        let witness =
+                                            AsyncWitness::connect(&witness_url, &key, 3).await;
+                                        witnesses.insert(version, witness.clone());
+                                        witness
+                                    }
+                                }
+                            };
+                            let result = cli_config(&scope, &witness, hold).await;
+                            *outstanding
+                                .lock()
+                                .expect("outstanding")
+                                .entry(version)
+                                .or_default() -= 1;
+                            match code(&result) {
+                                "ok" => {
+                                    let count = {
+                                        let mut admitted = admitted.lock().expect("admitted");
+                                        let count = admitted.entry(version).or_default();
+                                        *count += 1;
+                                        *count
+                                    };
+                                    if count % 10 == 0 {
+                                        say(&format!(
+                                            "progress version={version} admitted={count}"
+                                        ));
+                                    }
+                                }
+                                "bulkhead_full" => {
+                                    tokio::time::sleep(Duration::from_millis(1)).await;
+                                }
+                                other => {
+                                    say(&format!("error code={other}"));
+                                    tokio::time::sleep(Duration::from_millis(10)).await;
+                                }
+                            }
+                        }
+                    })
+                })
+                .collect();
+            // Runs until the parent kills it.
+            let _running = (watcher, tasks);
+            std::future::pending::<()>().await;
+        }
+        "cli-status" => {
+            // Uses one identity of each kind (and `cli-status` with the limit `drift_limit`
+            // picks) every 50 ms, for as long as it lives, and holds one slot of
+            // `cli-status-held`. Says `using` after the first round.
+            tokio::spawn({
+                let scope = scope.clone();
+                async move { cli_status_held(&scope).await }
+            });
+            let large = get("drift_limit") == "4";
+            let mut first = true;
+            loop {
+                let results = [
+                    if large {
+                        cli_status_4(&scope).await
+                    } else {
+                        cli_status_2(&scope).await
+                    },
+                    cli_status_breaker(&scope).await,
+                    cli_status_rate(&scope).await,
+                ];
+                for result in &results {
+                    if result.is_err() {
+                        say(&format!("error code={}", code(result)));
+                    }
                 }
+                if first {
+                    say("using");
+                    first = false;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        "breaker-gauge" => {
+            // One call makes this process a user of the breaker; from then on it only listens.
+            if let Err(error) = watch_call(&scope).await {
+                panic!("the first call: {error:?}");
+            }
+            let metrics = metrics.expect("a recorder");
+            let labels = [
+                ("name", "mp-breaker"),
+                ("operation", "mp-breaker"),
+                ("scope", scope.as_str()),
+            ];
+            report_gauge(until(), || {
+                metrics.gauge(caracal::metrics::CIRCUIT_BREAKER_STATE, &labels)
             })
             .await;
-            tally.report(&format!(" first_ms={first} last_ms={}", now_ms()));
+        }
+        "coordinator-gauge" => {
+            // Calls keep the connections in use, so a cut is noticed and recovered from.
+            let metrics = metrics.expect("a recorder");
+            let calls = tokio::spawn(async move {
+                loop {
+                    let _ = rate_700(&scope).await;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            });
+            report_gauge(until(), || {
+                metrics.gauge(caracal::metrics::COORDINATOR_UP, &[])
+            })
+            .await;
+            calls.abort();
         }
         other => panic!("unknown scenario {other}"),
     }

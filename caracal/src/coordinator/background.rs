@@ -1,45 +1,45 @@
-//! Commands the caller does not wait for (lease releases), tracked so shutdown can flush them.
+//! Commands the caller does not wait for (lease releases, batched observations), tracked so
+//! shutdown can flush them.
 
 use std::future::Future;
-use std::pin::pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Waker};
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio_util::task::TaskTracker;
 
-/// Background commands in flight.
-#[derive(Debug, Default)]
-pub(super) struct Background {
-    state: Arc<State>,
+/// Background commands in flight. Clones track the same work.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Background {
+    tracker: TaskTracker,
     /// The runtime the coordinator was built on (its connections live there): where work
     /// started outside any runtime finishes.
     home: Option<tokio::runtime::Handle>,
 }
 
-#[derive(Debug, Default)]
-struct State {
-    in_flight: AtomicUsize,
-    idle: Notify,
-}
-
 impl Background {
+    /// Background work for a coordinator built here: on the current runtime, if any.
+    pub(super) fn here() -> Self {
+        Background {
+            tracker: TaskTracker::new(),
+            home: tokio::runtime::Handle::try_current().ok(),
+        }
+    }
+
     /// Starts `work` now and lets it finish on the runtime.
     ///
     /// `work` is polled once right here, so whatever it does before its first real wait (for a
     /// Redis command: queueing the request on its connection) has happened when this returns.
     /// That is what keeps a task's next command from overtaking its own release.
-    pub(super) fn start(&self, work: impl Future<Output = ()> + Send + 'static) {
-        // Counted before the first poll, so a concurrent flush sees it; uncounted by a guard,
-        // so work that panics, is never spawned, or dies with its runtime cannot leave a flush
-        // waiting for it.
-        self.state.in_flight.fetch_add(1, Ordering::AcqRel);
-        let in_flight = InFlight(Arc::clone(&self.state));
-        let mut work = Box::pin(tokio::task::unconstrained(async move {
-            let _in_flight = in_flight;
-            work.await;
-        }));
+    pub(crate) fn start(&self, work: impl Future<Output = ()> + Send + 'static) {
+        // Tracked from before the first poll, so a concurrent flush sees it; work that
+        // panics, is never spawned, or dies with its runtime stops being tracked when dropped,
+        // so it cannot leave a flush waiting.
+        let mut work = Box::pin(tokio::task::unconstrained(self.tracker.track_future(work)));
+        // Outside a runtime (a guard dropped on a plain thread) the work belongs to the
+        // coordinator's own, from its first poll: the cluster client arms a timer there.
+        let runtime = tokio::runtime::Handle::try_current().ok();
+        let home = runtime.is_none().then_some(self.home.as_ref()).flatten();
+        let entered = home.map(tokio::runtime::Handle::enter);
         if work
             .as_mut()
             .poll(&mut Context::from_waker(Waker::noop()))
@@ -47,53 +47,29 @@ impl Background {
         {
             return;
         }
-        // Outside a runtime (a guard dropped on a plain thread) the work goes to the
-        // coordinator's own: it must live on, as a request whose caller is gone is never sent.
-        if let Some(runtime) = tokio::runtime::Handle::try_current()
-            .ok()
-            .or_else(|| self.home.clone())
-        {
+        drop(entered);
+        // It must live on, as a request whose caller is gone is never sent.
+        if let Some(runtime) = runtime.or_else(|| home.cloned()) {
             runtime.spawn(work);
         }
     }
 
-    /// Background work for a coordinator built on `home` (if built in a runtime).
-    pub(super) fn new(home: Option<tokio::runtime::Handle>) -> Self {
-        Background {
-            state: Arc::default(),
-            home,
-        }
-    }
-
-    /// Waits until nothing is in flight, or `limit` has passed.
+    /// Waits until nothing is in flight, or `limit` has passed. Work started meanwhile is
+    /// waited for too.
     pub(super) async fn flush(&self, limit: Duration) {
-        let idle = async {
-            loop {
-                let mut notified = pin!(self.state.idle.notified());
-                notified.as_mut().enable();
-                if self.state.in_flight.load(Ordering::Acquire) == 0 {
-                    return;
-                }
-                notified.await;
-            }
-        };
-        let _ = tokio::time::timeout(limit, idle).await;
-    }
-}
-
-/// One unit of background work in flight, for as long as it lives.
-struct InFlight(Arc<State>);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        if self.0.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.idle.notify_waiters();
-        }
+        // A tracker's `wait` ends once it is closed and empty; reopened at once, so the
+        // coordinator stays usable.
+        self.tracker.close();
+        let _ = tokio::time::timeout(limit, self.tracker.wait()).await;
+        self.tracker.reopen();
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
     use super::*;
 
     #[tokio::test]
@@ -116,7 +92,27 @@ mod tests {
         let background = Background::default();
         // No runtime here: the work is polled once, then dropped.
         background.start(std::future::pending());
-        assert_eq!(background.state.in_flight.load(Ordering::SeqCst), 0);
+        assert!(background.tracker.is_empty());
+    }
+
+    #[test]
+    fn work_started_outside_any_runtime_runs_in_the_coordinators() {
+        let home = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let background = Background {
+            tracker: TaskTracker::new(),
+            home: Some(home.handle().clone()),
+        };
+        let (done, finished) = tokio::sync::oneshot::channel();
+        // Armed at the first poll, as the cluster client's response timeout is: it needs a
+        // runtime there already.
+        background.start(async move {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            let _ = done.send(());
+        });
+        home.block_on(finished).expect("the work finished");
     }
 
     #[tokio::test]

@@ -1,38 +1,54 @@
 //! What this process knows of each breaker's shared state, so the closed path costs no round
-//! trip.
+//! trip, and so every process that uses a breaker hears of every change to it.
 //!
 //! - **Views.** Every reply about a breaker (admission, observation, settlement) and every
 //!   transition message refreshes this process's view of it. A call admitted on a closed view
 //!   younger than [`VIEW_MAX_AGE`] costs no round trip; an older one is refreshed by that call
 //!   (one round trip). While a view says open, calls are rejected locally until the next probe
-//!   is due. Half-open always asks the coordinator: probes are arbitrated there.
+//!   is due. Half-open always asks the coordinator: probes are arbitrated there. Forced states
+//!   (an operator's) are decided from a fresh view like a closed one.
 //! - **Fleet-wide invalidation.** The scripts publish every transition on the namespace's
 //!   channel; each process subscribes and applies it to its view at once. So a breaker opened by
 //!   any process stops the others within one pub/sub delivery; if a message is lost (the
 //!   subscription reconnecting) the view expires after [`VIEW_MAX_AGE`] anyway. **Staleness
 //!   bound: a closed view is never trusted for longer than `VIEW_MAX_AGE`.**
+//! - **Every process sees every change.** A view that learns a new phase — from a reply, or
+//!   from a message — announces it: `circuit_breaker.state_changed` with `origin` `local` (this
+//!   process made it), `remote` (another did) or `operator`.
 //! - **Batched observations.** Outcomes of closed-path calls are not awaited: they accumulate
 //!   per identity and generation for up to [`BATCH_DELAY`] (or [`MAX_BATCH`] outcomes) and go
 //!   out as one script call, whose reply refreshes the view.
+//! - **Own outcomes count at once.** The view keeps the window the coordinator last reported
+//!   and the outcomes sent since or still waiting. When those together reach the threshold,
+//!   the batch goes out at once and admissions wait for its verdict instead of deciding from
+//!   the view: a failing downstream is cut off after at most `minimum_throughput` calls of
+//!   this process (plus those already running), not after a batch delay's worth.
 //! - **Last-known state.** When the coordinator cannot answer, the view is also what this
 //!   process last saw; it is remembered for at most [`LAST_KNOWN_AGE`] and at most
 //!   [`MAX_VIEWS`] identities.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::sync::Notify;
+use tokio::sync::futures::Notified;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::{BreakerTarget, Coordinator, Inner};
+use super::feed::{Origin, Transition};
+use super::{BreakerTarget, Coordinator, upgrade};
 use crate::Error;
-use crate::events;
-use crate::identity::KeyBase;
-use crate::policy::breaker::kernel::{AdmitReply, ObserveReply, Phase, ProbeOutcome, SettleReply};
+use crate::events::{self, ChangeOrigin};
+use crate::identity::{Identity, KeyBase};
+use crate::kernel::breaker::{
+    AdmitReply, Counts, Observation, ObserveReply, Phase, ProbeOutcome, Settings, SettleReply,
+    Transition as BreakerTransition,
+};
 use crate::sync::lock;
 
-/// How long a closed view is trusted without confirmation.
+/// How long a closed (or forced) view is trusted without confirmation.
 pub(crate) const VIEW_MAX_AGE: Duration = Duration::from_millis(250);
 /// How long closed-path outcomes wait to be sent together.
 pub(crate) const BATCH_DELAY: Duration = Duration::from_millis(2);
@@ -45,14 +61,76 @@ pub(crate) const MAX_VIEWS: usize = 10_000;
 
 #[derive(Debug)]
 struct View {
+    /// Whose view this is, for the events it announces.
+    identity: Identity,
     phase: Phase,
     generation: u64,
     /// When the coordinator last confirmed this view.
     confirmed: Instant,
-    /// While open: when a probe may be due (unknown if `None`: ask the coordinator).
+    /// While open (or forced open for a while): when a probe may be due (unknown if `None`:
+    /// ask the coordinator).
     probe_due: Option<Instant>,
-    /// Closed-path outcomes waiting to be sent: their generation and `true` for failures.
-    batch: Option<(u64, Vec<bool>)>,
+    /// Closed-path observations waiting to be sent, and their generation.
+    batch: Option<(u64, Vec<Observation>)>,
+    /// The window the coordinator last reported under `generation`.
+    window: Counts,
+    /// Observations of `generation` sent and not yet answered.
+    unanswered: Counts,
+}
+
+impl View {
+    fn new(identity: &Identity, learned: &Learned) -> Self {
+        View {
+            identity: identity.clone(),
+            phase: learned.phase,
+            generation: learned.generation,
+            confirmed: learned.asked,
+            probe_due: learned.probe_due,
+            batch: None,
+            window: Counts::default(),
+            unanswered: Counts::default(),
+        }
+    }
+
+    /// What the window will hold once everything this process knows of has been recorded:
+    /// the last reported window, the observations in flight and those waiting to be sent.
+    fn expected_window(&self) -> Counts {
+        let mut counts = self.window;
+        counts.add(self.unanswered);
+        if let Some((generation, outcomes)) = &self.batch
+            && *generation == self.generation
+        {
+            counts.add(Counts::of(outcomes.iter().copied()));
+        }
+        counts
+    }
+
+    /// Counts a batch of `generation` as in flight.
+    fn sent(&mut self, generation: u64, outcomes: &[Observation]) {
+        if generation == self.generation {
+            self.unanswered.add(Counts::of(outcomes.iter().copied()));
+        }
+    }
+
+    /// Whether this process's own outcomes may already have opened the breaker: its verdict
+    /// is in flight and the expected window reaches the threshold.
+    fn verdict_pending(&self, settings: &Settings) -> bool {
+        self.unanswered.total > 0 && settings.threshold_reached(self.expected_window())
+    }
+
+    fn fresh(&self, now: Instant) -> bool {
+        now.duration_since(self.confirmed) < VIEW_MAX_AGE
+    }
+}
+
+/// What a reply or a message said of a breaker.
+#[derive(Debug, Clone, Copy)]
+struct Learned {
+    phase: Phase,
+    generation: u64,
+    probe_due: Option<Instant>,
+    /// When the question was sent (for a message: when it arrived).
+    asked: Instant,
 }
 
 /// Makes room in a full map of views: forgets those unconfirmed for [`LAST_KNOWN_AGE`], then,
@@ -77,15 +155,67 @@ fn evict(views: &mut HashMap<KeyBase, View>, now: Instant) {
     }
 }
 
+/// Applies what the coordinator said about `key`. Answers can cross on the wire, so one that
+/// is older than the view is ignored unless it is plainly newer state: a later generation, or
+/// the open → half-open step of the same one. A lower generation is accepted only from a
+/// question asked after the view was confirmed (a lost state restarted the epoch). The view
+/// counts as confirmed at `asked`, so its age bound holds from when it was true. Returns the
+/// change, if the view existed and its phase or generation moved; a new view (made only when
+/// `identity` is given) is no change this process saw.
+fn learn_in(
+    views: &mut HashMap<KeyBase, View>,
+    key: &KeyBase,
+    identity: Option<&Identity>,
+    learned: Learned,
+) -> Option<BreakerTransition> {
+    if let Some(view) = views.get_mut(key) {
+        let (phase, generation) = (learned.phase, learned.generation);
+        let later_state = generation > view.generation
+            || (generation == view.generation
+                && (phase == view.phase
+                    || (matches!(view.phase, Phase::Open | Phase::ForcedOpen)
+                        && phase == Phase::HalfOpen)));
+        if !later_state && learned.asked < view.confirmed {
+            return None;
+        }
+        let change =
+            (phase != view.phase || generation != view.generation).then_some(BreakerTransition {
+                from: view.phase,
+                to: phase,
+                generation,
+            });
+        if generation != view.generation {
+            view.window = Counts::default();
+            view.unanswered = Counts::default();
+        }
+        view.phase = phase;
+        view.generation = generation;
+        view.confirmed = view.confirmed.max(learned.asked);
+        view.probe_due = learned.probe_due;
+        return change.filter(|change| change.from != change.to);
+    }
+    let identity = identity?;
+    if views.len() >= MAX_VIEWS {
+        evict(views, learned.asked);
+    }
+    events::breaker_phase(&identity.at(), learned.phase);
+    views.insert(key.clone(), View::new(identity, &learned));
+    None
+}
+
 /// How a call is admitted, from the view or from the coordinator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Admission {
     /// Run as an ordinary call; its outcome is recorded under `generation`.
     Closed { generation: u64 },
+    /// Run, recording nothing: an operator forced the breaker closed.
+    Unrecorded { generation: u64 },
     /// Run as a probe holding the slot `token`.
     Probe { generation: u64, token: Uuid },
-    /// Rejected: open, with the time until a probe may be admitted when known.
+    /// Rejected: open (or forced open), with the time until a probe may be admitted when
+    /// known.
     Open {
+        phase: Phase,
         generation: u64,
         retry_after: Option<Duration>,
     },
@@ -97,93 +227,121 @@ pub(crate) enum Admission {
 pub(super) struct Breakers {
     views: Mutex<HashMap<KeyBase, View>>,
     /// Wakes every batch waiting for its delay, so shutdown need not wait it out.
-    flush_now: Arc<tokio::sync::Notify>,
+    flush_now: Arc<Notify>,
+    /// Wakes the admissions waiting for an observation's verdict (any identity's: each
+    /// checks its own view again).
+    verdicts: Notify,
+}
+
+/// What the view alone can say of an admission.
+enum Local<'a> {
+    Decided(Admission),
+    /// This process's own outcomes may have opened the breaker: wait for the reply.
+    AwaitVerdict(Pin<Box<Notified<'a>>>),
+    /// Ask the coordinator.
+    Ask,
+}
+
+/// Says a view learned of `change`, made by `origin`; `window` is what opened it, if that is
+/// what happened.
+fn announce(
+    identity: &Identity,
+    change: BreakerTransition,
+    origin: ChangeOrigin,
+    window: Option<Counts>,
+) {
+    events::breaker_state_changed(&identity.at(), change, window, origin);
+}
+
+/// Who made a change this process learned of from a reply, before (or without) the feed's
+/// message naming its maker: only an operator forces a state or ends a forced one under a new
+/// generation (a reset); any other change was another process's call.
+fn learned_origin(change: BreakerTransition) -> ChangeOrigin {
+    let forced = |phase| matches!(phase, Phase::ForcedOpen | Phase::ForcedClosed);
+    if forced(change.to) || (forced(change.from) && change.to == Phase::Closed) {
+        ChangeOrigin::Operator
+    } else {
+        ChangeOrigin::Remote
+    }
 }
 
 impl Breakers {
-    /// Applies what the coordinator said about `key` in answer to a question sent at `asked`
-    /// (for a message: when it arrived). Answers can cross on the wire, so one that is older
-    /// than the view is ignored unless it is plainly newer state: a later generation, or the
-    /// open → half-open step of the same one. A lower generation is accepted only from a
-    /// question asked after the view was confirmed (a lost state restarted the epoch). The
-    /// view counts as confirmed at `asked`, so its age bound holds from when it was true.
-    fn learn(
-        &self,
-        key: &KeyBase,
-        phase: Phase,
-        generation: u64,
-        probe_due: Option<Instant>,
-        asked: Instant,
-    ) {
-        let mut views = lock(&self.views);
-        if let Some(view) = views.get_mut(key) {
-            let later_state = generation > view.generation
-                || (generation == view.generation
-                    && (phase == view.phase
-                        || (view.phase == Phase::Open && phase == Phase::HalfOpen)));
-            if !later_state && asked < view.confirmed {
-                return;
-            }
-            view.phase = phase;
-            view.generation = generation;
-            view.confirmed = view.confirmed.max(asked);
-            view.probe_due = probe_due;
-            return;
-        }
-        if views.len() >= MAX_VIEWS {
-            evict(&mut views, asked);
-        }
-        views.insert(
-            key.clone(),
-            View {
-                phase,
-                generation,
-                confirmed: asked,
-                probe_due,
-                batch: None,
-            },
+    /// Applies what a reply to this process's own command said; announces a change it made
+    /// (`ours`, with the window that opened it, if any) as local, and one it merely learned
+    /// of (another process made it) as remote.
+    fn learn(&self, target: &BreakerTarget, learned: Learned, ours: Option<Option<Counts>>) {
+        let change = learn_in(
+            &mut lock(&self.views),
+            &target.identity.key,
+            Some(&target.identity),
+            learned,
         );
-    }
-
-    /// A transition message from another process: `"<tag>:<phase>:<generation>"`.
-    pub(super) fn on_message(&self, message: &str) {
-        let mut parts = message.split(':');
-        let (Some(tag), Some(phase), Some(generation), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
-            return;
-        };
-        let (Some(key), Some(phase), Ok(generation)) = (
-            KeyBase::from_tag(tag),
-            phase.parse().ok().and_then(Phase::from_code),
-            generation.parse::<u64>(),
-        ) else {
-            return;
-        };
-        // Only views this process holds matter; others would be created on demand anyway.
-        if lock(&self.views).contains_key(&key) {
-            self.learn(&key, phase, generation, None, Instant::now());
+        if let Some(change) = change {
+            let (origin, window) = match ours {
+                Some(window) => (ChangeOrigin::Local, window),
+                None => (learned_origin(change), None),
+            };
+            announce(&target.identity, change, origin, window);
         }
     }
 
-    /// The admission the view alone can decide, if any.
-    fn decide_locally(&self, key: &KeyBase, now: Instant) -> Option<Admission> {
-        let views = lock(&self.views);
-        let view = views.get(key)?;
-        match view.phase {
-            Phase::Closed if now.duration_since(view.confirmed) < VIEW_MAX_AGE => {
-                Some(Admission::Closed {
-                    generation: view.generation,
-                })
+    /// A transition message. This process's own were announced when their replies came.
+    pub(super) fn on_message(&self, transition: Transition) {
+        if transition.own {
+            return;
+        }
+        let learned = Learned {
+            phase: transition.phase,
+            generation: transition.generation,
+            probe_due: None,
+            asked: Instant::now(),
+        };
+        // Only views this process holds matter; others would be made on demand anyway.
+        let mut views = lock(&self.views);
+        if let Some(change) = learn_in(&mut views, &transition.key, None, learned) {
+            let origin = match transition.origin {
+                Origin::Call => ChangeOrigin::Remote,
+                Origin::Operator => ChangeOrigin::Operator,
+            };
+            if let Some(view) = views.get(&transition.key) {
+                announce(&view.identity, change, origin, None);
             }
-            Phase::Open => view
-                .probe_due
-                .filter(|&due| now < due)
-                .map(|due| Admission::Open {
-                    generation: view.generation,
-                    retry_after: Some(due - now),
-                }),
-            _ => None,
+        }
+    }
+
+    /// What the view alone can say of an admission to `target` at `now`.
+    fn decide_locally(&self, target: &BreakerTarget, now: Instant) -> Local<'_> {
+        let views = lock(&self.views);
+        let Some(view) = views.get(&target.identity.key) else {
+            return Local::Ask;
+        };
+        let generation = view.generation;
+        let rejected = |due: Option<Instant>| Admission::Open {
+            phase: view.phase,
+            generation,
+            retry_after: due.map(|due| due - now),
+        };
+        match view.phase {
+            Phase::Closed if view.verdict_pending(&target.settings) => {
+                // Registered under the lock that the reply's update takes: it cannot be missed.
+                let mut verdict = Box::pin(self.verdicts.notified());
+                verdict.as_mut().enable();
+                Local::AwaitVerdict(verdict)
+            }
+            Phase::Closed if view.fresh(now) => Local::Decided(Admission::Closed { generation }),
+            Phase::ForcedClosed if view.fresh(now) => {
+                Local::Decided(Admission::Unrecorded { generation })
+            }
+            Phase::Open => match view.probe_due.filter(|&due| now < due) {
+                Some(due) => Local::Decided(rejected(Some(due))),
+                None => Local::Ask,
+            },
+            // Until it lapses, or a reset is heard of; a lost message costs one round trip
+            // per staleness bound.
+            Phase::ForcedOpen if view.fresh(now) && view.probe_due.is_none_or(|due| now < due) => {
+                Local::Decided(rejected(view.probe_due))
+            }
+            _ => Local::Ask,
         }
     }
 
@@ -204,10 +362,22 @@ impl Coordinator {
     ) -> Result<Admission, Error> {
         let breakers = &self.inner.breakers;
         self.ensure_transition_feed();
-        if let Some(admission) = breakers.decide_locally(&target.key, Instant::now()) {
-            return Ok(admission);
+        let mut waited = false;
+        loop {
+            match breakers.decide_locally(target, Instant::now()) {
+                Local::Decided(admission) => return Ok(admission),
+                Local::Ask => break,
+                // Once, bounded by the command timeout: a verdict that never comes (its task
+                // dropped with a runtime) must not hold admissions forever; the coordinator
+                // decides after that.
+                Local::AwaitVerdict(_) if waited => break,
+                Local::AwaitVerdict(verdict) => {
+                    let _ = tokio::time::timeout(self.command_timeout(), verdict).await;
+                    waited = true;
+                }
+            }
         }
-        let token = Uuid::new_v4();
+        let token = super::fresh_token();
         // If this call is dropped (or the reply lost) after the script took a probe slot, the
         // slot is handed back rather than held until its lease ends.
         let mut unclaimed = UnclaimedProbe {
@@ -218,83 +388,138 @@ impl Coordinator {
         };
         let asked = Instant::now();
         let reply = self.breaker_admit(target, token).await?;
-        let admission = match reply {
-            AdmitReply::Closed { generation } => {
-                breakers.learn(&target.key, Phase::Closed, generation, None, asked);
-                Admission::Closed { generation }
-            }
+        let learned = |phase, generation, probe_due| Learned {
+            phase,
+            generation,
+            probe_due,
+            asked,
+        };
+        // A transition this admission made is this process's; any other it learned of.
+        let ours = |transitioned: bool| transitioned.then_some(None);
+        let (learned, ours, admission) = match reply {
+            AdmitReply::Closed {
+                generation,
+                transitioned,
+            } => (
+                learned(Phase::Closed, generation, None),
+                ours(transitioned),
+                Admission::Closed { generation },
+            ),
+            AdmitReply::ForcedClosed { generation } => (
+                learned(Phase::ForcedClosed, generation, None),
+                None,
+                Admission::Unrecorded { generation },
+            ),
             AdmitReply::Open {
                 generation,
                 retry_after_ms,
             } => {
                 let retry_after = Duration::from_millis(retry_after_ms);
-                breakers.learn(
-                    &target.key,
-                    Phase::Open,
-                    generation,
-                    Some(asked + retry_after),
-                    asked,
-                );
-                Admission::Open {
-                    generation,
-                    retry_after: Some(retry_after),
-                }
+                (
+                    learned(Phase::Open, generation, Some(asked + retry_after)),
+                    None,
+                    Admission::Open {
+                        phase: Phase::Open,
+                        generation,
+                        retry_after: Some(retry_after),
+                    },
+                )
             }
-            AdmitReply::ProbeLimit { generation } => {
-                breakers.learn(&target.key, Phase::HalfOpen, generation, None, asked);
-                Admission::ProbeLimit { generation }
+            AdmitReply::ForcedOpen {
+                generation,
+                retry_after_ms,
+            } => {
+                let retry_after = retry_after_ms.map(Duration::from_millis);
+                (
+                    learned(
+                        Phase::ForcedOpen,
+                        generation,
+                        retry_after.map(|wait| asked + wait),
+                    ),
+                    None,
+                    Admission::Open {
+                        phase: Phase::ForcedOpen,
+                        generation,
+                        retry_after,
+                    },
+                )
             }
+            AdmitReply::ProbeLimit { generation } => (
+                learned(Phase::HalfOpen, generation, None),
+                None,
+                Admission::ProbeLimit { generation },
+            ),
             AdmitReply::Probe {
                 generation,
                 transitioned,
-            } => {
-                breakers.learn(&target.key, Phase::HalfOpen, generation, None, asked);
-                if transitioned {
-                    events::breaker_state_changed(
-                        &target.at(),
-                        Phase::Open,
-                        Phase::HalfOpen,
-                        generation,
-                        None,
-                    );
-                }
-                Admission::Probe { generation, token }
-            }
+            } => (
+                learned(Phase::HalfOpen, generation, None),
+                ours(transitioned),
+                Admission::Probe { generation, token },
+            ),
         };
+        breakers.learn(target, learned, ours);
         unclaimed.armed = false;
         Ok(admission)
     }
 
     /// What this process last saw of `target`'s breaker, within the last-known age bound.
     pub(crate) fn breaker_last_known(&self, target: &BreakerTarget) -> Option<Phase> {
-        self.inner.breakers.last_known(&target.key)
+        self.inner.breakers.last_known(&target.identity.key)
     }
 
     /// Records the outcome of a closed-path call admitted under `generation`, without waiting:
-    /// it joins the identity's pending batch.
-    pub(crate) fn breaker_record(&self, target: &BreakerTarget, generation: u64, failed: bool) {
+    /// it joins the identity's pending batch, which goes out after [`BATCH_DELAY`] — or at
+    /// once when it is full, or when this process's own outcomes may already open the breaker.
+    pub(crate) fn breaker_record(
+        &self,
+        target: &BreakerTarget,
+        generation: u64,
+        observation: Observation,
+    ) {
         // Decided under the lock, sent after it: a backend may answer synchronously, and the
         // answer updates the views.
-        let (send_now, new_batch) = {
+        let (send, new_batch) = {
             let mut views = lock(&self.inner.breakers.views);
-            let view = views.entry(target.key.clone()).or_insert_with(|| View {
-                phase: Phase::Closed,
-                generation,
-                confirmed: Instant::now() - VIEW_MAX_AGE,
-                probe_due: None,
-                batch: None,
+            let view = views.entry(target.identity.key.clone()).or_insert_with(|| {
+                let learned = Learned {
+                    phase: Phase::Closed,
+                    generation,
+                    probe_due: None,
+                    asked: Instant::now() - VIEW_MAX_AGE,
+                };
+                View::new(&target.identity, &learned)
             });
-            match &mut view.batch {
+            let mut send = Vec::new();
+            let new_batch = match &mut view.batch {
                 Some((batch_generation, outcomes)) if *batch_generation == generation => {
-                    outcomes.push(failed);
-                    let full = outcomes.len() >= MAX_BATCH;
-                    (if full { view.batch.take() } else { None }, false)
+                    outcomes.push(observation);
+                    false
                 }
                 // A new batch; one of an older generation cannot be merged, so it goes now.
-                batch => (batch.replace((generation, vec![failed])), true),
+                batch => {
+                    send.extend(batch.replace((generation, vec![observation])));
+                    true
+                }
+            };
+            let expected = view.expected_window();
+            let urgent = view
+                .batch
+                .as_ref()
+                .is_some_and(|(batch_generation, outcomes)| {
+                    outcomes.len() >= MAX_BATCH
+                        || (*batch_generation == view.generation
+                            && target.settings.threshold_reached(expected))
+                });
+            if urgent {
+                send.extend(view.batch.take());
             }
+            for (batch_generation, outcomes) in &send {
+                view.sent(*batch_generation, outcomes);
+            }
+            (send, new_batch)
         };
-        if let Some((batch_generation, outcomes)) = send_now {
+        for (batch_generation, outcomes) in send {
             self.send_batch(target, batch_generation, outcomes);
         }
         if new_batch {
@@ -322,56 +547,101 @@ impl Coordinator {
     fn flush_batch(&self, target: &BreakerTarget, generation: u64) {
         let pending = {
             let mut views = lock(&self.inner.breakers.views);
-            views
-                .get_mut(&target.key)
-                .and_then(|view| match &view.batch {
-                    Some((batch_generation, _)) if *batch_generation == generation => {
-                        view.batch.take()
-                    }
-                    _ => None,
-                })
+            views.get_mut(&target.identity.key).and_then(|view| {
+                let batch = view
+                    .batch
+                    .take_if(|(batch_generation, _)| *batch_generation == generation)?;
+                view.sent(batch.0, &batch.1);
+                Some(batch)
+            })
         };
         if let Some((generation, outcomes)) = pending {
             self.send_batch(target, generation, outcomes);
         }
     }
 
-    fn send_batch(&self, target: &BreakerTarget, generation: u64, outcomes: Vec<bool>) {
+    fn send_batch(&self, target: &BreakerTarget, generation: u64, outcomes: Vec<Observation>) {
         let asked = Instant::now();
+        let counts = Counts::of(outcomes.iter().copied());
         let observe = self.breaker_observe(target.clone(), generation, outcomes);
         let weak = Arc::downgrade(&self.inner);
         let target = target.clone();
         self.in_background(async move {
             let reply = observe.await;
             if let Some(coordinator) = upgrade(&weak) {
-                coordinator.on_observed(&target, generation, asked, reply);
+                coordinator.on_observed(&target, generation, counts, asked, reply);
             }
         });
     }
 
+    /// Applies the reply to a batch of `counts` outcomes of generation `attempted`, and wakes
+    /// the admissions waiting for a verdict.
     fn on_observed(
         &self,
         target: &BreakerTarget,
         attempted: u64,
+        counts: Counts,
         asked: Instant,
         reply: Result<ObserveReply, Error>,
     ) {
         let breakers = &self.inner.breakers;
-        match reply {
-            Ok(reply) => {
-                events::breaker_observed(&target.at(), attempted, &reply);
-                let (phase, generation, probe_due) = match reply {
-                    ObserveReply::Recorded { generation, .. } => (Phase::Closed, generation, None),
-                    ObserveReply::Opened { generation, .. } => {
-                        let due = asked + Duration::from_millis(target.settings.open_ms);
-                        (Phase::Open, generation, Some(due))
-                    }
-                    ObserveReply::Stale { phase, generation } => (phase, generation, None),
-                };
-                breakers.learn(&target.key, phase, generation, probe_due, asked);
-            }
-            Err(error) => events::breaker_coordinator_error(&target.at(), "observe", &error),
+        let at = target.identity.at();
+        match &reply {
+            Ok(reply) => events::breaker_observed(&at, attempted, reply),
+            Err(error) => events::breaker_coordinator_error(&at, "observe", error),
         }
+        let change = {
+            // One critical section: an admission deciding from the view sees the batch either
+            // in flight or recorded, never neither.
+            let mut views = lock(&breakers.views);
+            if let Some(view) = views.get_mut(&target.identity.key)
+                && view.generation == attempted
+            {
+                view.unanswered.remove(counts);
+            }
+            match reply {
+                Ok(reply) => {
+                    let (phase, generation, probe_due, opened) = match reply {
+                        ObserveReply::Recorded { generation, .. } => {
+                            (Phase::Closed, generation, None, None)
+                        }
+                        ObserveReply::Opened { generation, window } => {
+                            let due = asked + Duration::from_millis(target.settings.open_ms);
+                            (Phase::Open, generation, Some(due), Some(window))
+                        }
+                        ObserveReply::Stale { phase, generation } => {
+                            (phase, generation, None, None)
+                        }
+                    };
+                    let learned = Learned {
+                        phase,
+                        generation,
+                        probe_due,
+                        asked,
+                    };
+                    let key = &target.identity.key;
+                    let change = learn_in(&mut views, key, Some(&target.identity), learned);
+                    if let ObserveReply::Recorded { generation, window } = reply
+                        && let Some(view) = views.get_mut(key)
+                        && view.generation == generation
+                    {
+                        view.window = window;
+                    }
+                    change.map(|change| {
+                        let origin = match opened {
+                            Some(_) => ChangeOrigin::Local,
+                            None => learned_origin(change),
+                        };
+                        (change, origin, opened)
+                    })
+                }
+                Err(_) => None,
+            }
+        };
+        if let Some((change, origin, window)) = change {
+            announce(&target.identity, change, origin, window);
+        }
+        breakers.verdicts.notify_waiters();
     }
 
     /// Settles a probe without waiting; the reply refreshes the view.
@@ -391,32 +661,37 @@ impl Coordinator {
             let Some(coordinator) = upgrade(&weak) else {
                 return;
             };
-            let breakers = &coordinator.inner.breakers;
             match reply {
                 Ok(reply) => {
-                    events::breaker_settled(&target.at(), generation, &reply);
-                    let (phase, generation, probe_due) = match reply {
-                        SettleReply::Closed { generation } => (Phase::Closed, generation, None),
+                    events::breaker_settled(&target.identity.at(), generation, &reply);
+                    let (phase, generation, probe_due, ours) = match reply {
+                        SettleReply::Closed { generation } => {
+                            (Phase::Closed, generation, None, Some(None))
+                        }
                         SettleReply::Reopened { generation } => {
                             let due = asked + Duration::from_millis(target.settings.open_ms);
-                            (Phase::Open, generation, Some(due))
+                            (Phase::Open, generation, Some(due), Some(None))
                         }
                         SettleReply::Counted { generation, .. }
                         | SettleReply::Released { generation } => {
-                            (Phase::HalfOpen, generation, None)
+                            (Phase::HalfOpen, generation, None, None)
                         }
-                        SettleReply::Stale { phase, generation } => (phase, generation, None),
+                        SettleReply::Stale { phase, generation } => (phase, generation, None, None),
                     };
-                    breakers.learn(&target.key, phase, generation, probe_due, asked);
+                    let learned = Learned {
+                        phase,
+                        generation,
+                        probe_due,
+                        asked,
+                    };
+                    coordinator.inner.breakers.learn(&target, learned, ours);
                 }
-                Err(error) => events::breaker_coordinator_error(&target.at(), "settle", &error),
+                Err(error) => {
+                    events::breaker_coordinator_error(&target.identity.at(), "settle", &error)
+                }
             }
         });
     }
-}
-
-fn upgrade(weak: &Weak<Inner>) -> Option<Coordinator> {
-    weak.upgrade().map(|inner| Coordinator { inner })
 }
 
 /// A probe slot the admission script may have taken for a call that never learned of it.

@@ -1,11 +1,13 @@
 //! Building a Redis coordinator: the builder and the environment.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::redis::{RedisBackend, Topology};
+use super::background::Background;
+use super::redis::{RedisBackend, Topology, Trust};
 use super::{Backend, Coordinator};
-use crate::Error;
 use crate::identity::check_part;
+use crate::{Config, Error};
 
 pub(super) const DEFAULT_NAMESPACE: &str = "default";
 const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(1);
@@ -35,6 +37,7 @@ pub struct RedisBuilder {
     namespace: String,
     command_timeout: Duration,
     pool_size: usize,
+    trust: Trust,
 }
 
 impl RedisBuilder {
@@ -45,6 +48,7 @@ impl RedisBuilder {
             namespace: DEFAULT_NAMESPACE.to_owned(),
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             pool_size: DEFAULT_POOL_SIZE,
+            trust: Trust::default(),
         }
     }
 
@@ -69,10 +73,36 @@ impl RedisBuilder {
         self
     }
 
-    /// Validates the settings and connects every pooled connection.
+    /// Trusts these certificate authorities (PEM) instead of the system's for `rediss://`
+    /// connections: for a server whose certificate a private CA signed. The server's
+    /// certificate is always checked.
     ///
-    /// Fails with [`Error::InvalidConfig`] for a malformed URL or setting and with
-    /// [`Error::CoordinatorUnavailable`] when the server cannot be reached.
+    /// ```no_run
+    /// # async fn f() -> Result<(), caracal::Error> {
+    /// let ca = std::fs::read("/etc/redis/ca.crt").expect("CA file");
+    /// let coordinator = caracal::Coordinator::redis("rediss://redis.internal:6380")
+    ///     .tls_root_certificates(ca)
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.trust = Trust {
+            roots: Some(pem.into()),
+        };
+        self
+    }
+
+    /// Validates the settings, connects every pooled connection, and checks that the server
+    /// can carry caracal: Redis 7.0 or later, and a user allowed every command caracal needs
+    /// on its keys and channel.
+    ///
+    /// Fails with [`Error::InvalidConfig`] for a malformed URL or setting, refused credentials,
+    /// a server too old, or missing permissions (naming them); with
+    /// [`Error::CoordinatorUnavailable`] when the server cannot be reached. A server whose
+    /// `maxmemory-policy` may evict caracal's keys is reported by a `coordinator.eviction_risk`
+    /// event.
     pub async fn connect(self) -> Result<Coordinator, Error> {
         check_part(&self.namespace)
             .map_err(|reason| Error::config(format!("namespace {reason}")))?;
@@ -96,35 +126,165 @@ impl RedisBuilder {
                 "a standalone coordinator takes exactly one URL",
             ));
         };
+        let (incarnation, background) = (Arc::default(), Background::here());
         let backend = RedisBackend::connect(
-            topology,
+            (topology, self.trust),
             self.command_timeout,
             self.pool_size,
             &self.namespace,
+            (Arc::clone(&incarnation), background.clone()),
         )
         .await?;
-        Ok(Coordinator::new(self.namespace, Backend::Redis(backend)))
+        Coordinator::new(
+            self.namespace,
+            Backend::Redis(backend),
+            (incarnation, background),
+        )
+        .start()
+        .await
     }
 }
 
 pub(super) async fn from_env() -> Result<Coordinator, Error> {
-    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-    let Some(urls) = var("CARACAL_REDIS_URL") else {
-        return Ok(Coordinator::in_memory());
+    let (wanted, config) = from_vars(|name| std::env::var(name).ok())?;
+    // Read before connecting: a bad file fails start-up before anything else happens.
+    let config = config.map(Config::from_toml_file).transpose()?;
+    let coordinator = wanted.connect().await?;
+    if let Some(config) = config {
+        coordinator.set_config(config);
+    }
+    Ok(coordinator)
+}
+
+/// The coordinator the variables `var` reads describe — a builder for Redis, or the in-memory
+/// coordinator when `CARACAL_REDIS_URL` is unset — and the configuration file `CARACAL_CONFIG`
+/// names, if any. A variable that is set but blank or malformed is an error, never a silent
+/// default.
+fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<(FromEnv, Option<String>), Error> {
+    let set = |name: &str| -> Result<Option<String>, Error> {
+        match var(name) {
+            None => Ok(None),
+            Some(value) if value.trim().is_empty() => Err(Error::config(format!(
+                "{name} is set but blank; unset it{}",
+                if name == "CARACAL_REDIS_URL" {
+                    " for the in-memory coordinator"
+                } else {
+                    " for the default"
+                }
+            ))),
+            Some(value) => Ok(Some(value.trim().to_owned())),
+        }
+    };
+    let config = set("CARACAL_CONFIG")?;
+    let Some(urls) = set("CARACAL_REDIS_URL")? else {
+        for name in ["CARACAL_NAMESPACE", "CARACAL_COMMAND_TIMEOUT"] {
+            set(name)?;
+        }
+        return Ok((FromEnv::Memory, config));
     };
     let urls: Vec<String> = urls.split(',').map(|u| u.trim().to_owned()).collect();
+    if urls.iter().any(String::is_empty) {
+        return Err(Error::config(
+            "CARACAL_REDIS_URL lists an empty URL (a stray comma?)",
+        ));
+    }
     let mut builder = if urls.len() > 1 {
         Coordinator::redis_cluster(urls)
     } else {
         Coordinator::redis(urls.into_iter().next().unwrap_or_default())
     };
-    if let Some(namespace) = var("CARACAL_NAMESPACE") {
+    if let Some(namespace) = set("CARACAL_NAMESPACE")? {
         builder = builder.namespace(namespace);
     }
-    if let Some(timeout) = var("CARACAL_COMMAND_TIMEOUT") {
-        let timeout = humantime::parse_duration(&timeout)
-            .map_err(|e| Error::config(format!("CARACAL_COMMAND_TIMEOUT: {e}")))?;
+    if let Some(timeout) = set("CARACAL_COMMAND_TIMEOUT")? {
+        let timeout = humantime::parse_duration(&timeout).map_err(|e| {
+            Error::config(format!(
+                "CARACAL_COMMAND_TIMEOUT {timeout:?}: {e} (write it with a unit, as \"250ms\")"
+            ))
+        })?;
         builder = builder.command_timeout(timeout);
     }
-    builder.connect().await
+    Ok((FromEnv::Redis(builder), config))
+}
+
+/// What the environment asks for.
+#[derive(Debug)]
+enum FromEnv {
+    Memory,
+    Redis(RedisBuilder),
+}
+
+impl FromEnv {
+    async fn connect(self) -> Result<Coordinator, Error> {
+        match self {
+            FromEnv::Memory => Ok(Coordinator::in_memory()),
+            FromEnv::Redis(builder) => builder.connect().await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn from(vars: &[(&str, &str)]) -> Result<FromEnv, Error> {
+        from_with_config(vars).map(|(wanted, _)| wanted)
+    }
+
+    fn from_with_config(vars: &[(&str, &str)]) -> Result<(FromEnv, Option<String>), Error> {
+        from_vars(|name| {
+            vars.iter()
+                .find(|(key, _)| *key == name)
+                .map(|(_, value)| (*value).to_owned())
+        })
+    }
+
+    fn message(vars: &[(&str, &str)]) -> String {
+        match from(vars) {
+            Err(error) => {
+                assert_eq!(error.code(), "invalid_config");
+                error.to_string()
+            }
+            Ok(chosen) => panic!("{vars:?} accepted: {chosen:?}"),
+        }
+    }
+
+    #[test]
+    fn unset_means_in_memory_and_set_means_redis() {
+        assert!(matches!(from(&[]), Ok(FromEnv::Memory)));
+        assert!(matches!(
+            from(&[("CARACAL_REDIS_URL", "redis://127.0.0.1:1")]),
+            Ok(FromEnv::Redis(builder)) if !builder.cluster
+        ));
+        assert!(matches!(
+            from(&[("CARACAL_REDIS_URL", "redis://a:1, redis://b:1")]),
+            Ok(FromEnv::Redis(builder)) if builder.cluster && builder.urls.len() == 2
+        ));
+    }
+
+    #[test]
+    fn a_blank_or_malformed_variable_is_invalid_config() {
+        assert!(
+            message(&[("CARACAL_REDIS_URL", " ")]).contains("CARACAL_REDIS_URL is set but blank")
+        );
+        assert!(message(&[("CARACAL_REDIS_URL", "")]).contains("CARACAL_REDIS_URL"));
+        assert!(message(&[("CARACAL_REDIS_URL", "redis://a:1,")]).contains("empty URL"));
+        let url = ("CARACAL_REDIS_URL", "redis://127.0.0.1:1");
+        assert!(message(&[url, ("CARACAL_NAMESPACE", "  ")]).contains("CARACAL_NAMESPACE"));
+        assert!(
+            message(&[url, ("CARACAL_COMMAND_TIMEOUT", " ")]).contains("CARACAL_COMMAND_TIMEOUT")
+        );
+        assert!(message(&[url, ("CARACAL_COMMAND_TIMEOUT", "250")]).contains("unit"));
+        // Settings meant for Redis are checked even when it is not used.
+        assert!(message(&[("CARACAL_NAMESPACE", "")]).contains("CARACAL_NAMESPACE"));
+        assert!(message(&[("CARACAL_CONFIG", " ")]).contains("CARACAL_CONFIG is set but blank"));
+    }
+
+    #[test]
+    fn caracal_config_names_the_file_to_load() {
+        let (_, config) =
+            from_with_config(&[("CARACAL_CONFIG", " /etc/svc/caracal.toml ")]).expect("valid");
+        assert_eq!(config.as_deref(), Some("/etc/svc/caracal.toml"));
+        assert!(matches!(from_with_config(&[]), Ok((FromEnv::Memory, None))));
+    }
 }

@@ -1,132 +1,158 @@
-//! The embedded backend: the same semantics as the Lua scripts, in process memory, on tokio's
-//! clock (so tests can pause and advance time).
+//! The embedded backend: the kernels' states in process memory, on tokio's clock (so tests can
+//! pause and advance time). It owns the states and runs the kernels on them; every decision is
+//! the kernel's, exactly as every decision in Redis is the corresponding script's.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::{BreakerTarget, LeaseAction, LeaseCommand, LeaseReply, RateCommand};
+use super::registry::{self, Registered, Report, Snapshot};
+use super::{BreakerTarget, FleetOverrides, LeaseCommand, RateCommand};
 use crate::Error;
+use crate::clock::Clock;
 use crate::error::FailureKind;
-use crate::identity::KeyBase;
-use crate::policy::breaker::kernel::{
-    AdmitReply, MsClock, ObserveReply, ProbeOutcome, Seen, SettleReply, Store,
+use crate::identity::{Identity, KeyBase, PolicyKind};
+use crate::kernel::Seen;
+use crate::kernel::breaker::{
+    AdmitReply, Force, ForceReply, Observation, ObserveReply, ProbeOutcome, SettleReply, Store,
 };
-use crate::policy::rate_limit::gcra_admit;
+use crate::kernel::gcra;
+use crate::kernel::lease::{LeaseReply, LeaseSet};
 use crate::sync::lock;
 
-/// Sweep breakers and rate cells that can no longer matter once every this many commands.
+/// Forget states that can no longer matter (what key TTLs do in Redis) once every this many
+/// commands.
 const SWEEP_EVERY: u32 = 1024;
 
 #[derive(Debug)]
 pub(super) struct MemoryBackend {
-    /// Live leases per lease set: token and deadline. A set is removed once empty, as the Redis
-    /// key expires at its latest deadline.
-    leases: Mutex<HashMap<KeyBase, Vec<(Uuid, Instant)>>>,
-    /// Rate-limit cells: the theoretical arrival time of each.
-    rates: Mutex<HashMap<KeyBase, Instant>>,
-    /// Breaker stores, with the time (ms) after which nothing in each can matter any more.
-    breakers: Mutex<HashMap<KeyBase, (Store, u64)>>,
-    commands: AtomicU32,
-    clock: MsClock,
+    states: Mutex<States>,
+    clock: Clock,
     closed: AtomicBool,
+    registry: Mutex<registry::Store>,
+    /// The fleet overrides ("<kind>.<name>.<key>" → value) and their version.
+    overrides: Mutex<(u64, BTreeMap<String, String>)>,
+}
+
+/// Every identity's state, by kind.
+#[derive(Debug, Default)]
+struct States {
+    leases: HashMap<KeyBase, LeaseSet>,
+    /// Rate-limit cells: each one's theoretical arrival time (ns).
+    rates: HashMap<KeyBase, u64>,
+    /// Breaker stores, with the time (ms) after which nothing in each can matter any more.
+    breakers: HashMap<KeyBase, (Store, u64)>,
+    commands: u32,
+}
+
+impl States {
+    /// Drops what can no longer matter at `now_ms` / `now_ns`, every [`SWEEP_EVERY`] commands.
+    fn sweep(&mut self, now_ms: u64, now_ns: u64) {
+        self.commands = self.commands.wrapping_add(1);
+        if !self.commands.is_multiple_of(SWEEP_EVERY) {
+            return;
+        }
+        self.leases.retain(|_, set| {
+            set.expire(now_ms);
+            !set.forgettable(now_ms)
+        });
+        self.rates.retain(|_, tat| *tat > now_ns);
+        self.breakers
+            .retain(|_, (_, matters_until)| *matters_until > now_ms);
+    }
 }
 
 impl Default for MemoryBackend {
     fn default() -> Self {
         MemoryBackend {
-            leases: Mutex::default(),
-            rates: Mutex::default(),
-            breakers: Mutex::default(),
-            commands: AtomicU32::new(0),
-            clock: MsClock::start(),
+            states: Mutex::default(),
+            clock: Clock::start(),
             closed: AtomicBool::new(false),
+            registry: Mutex::default(),
+            overrides: Mutex::default(),
         }
     }
 }
 
 impl MemoryBackend {
-    fn check_open(&self) -> Result<(), Error> {
-        if self.closed.load(Ordering::Acquire) {
-            Err(Error::unavailable(
-                FailureKind::ShutDown,
-                "coordinator shut down",
-            ))
-        } else {
-            Ok(())
-        }
-    }
-
     pub(super) fn close(&self) {
         self.closed.store(true, Ordering::Release);
     }
 
-    pub(super) fn lease(&self, command: LeaseCommand<'_>) -> Result<LeaseReply, Error> {
-        self.check_open()?;
-        let now = Instant::now();
-        let mut sets = lock(&self.leases);
-        let set = sets.entry(command.key.clone()).or_default();
-        set.retain(|&(_, deadline)| deadline > now);
-        let held = set.iter().position(|&(token, _)| token == command.token);
-        let occupancy = |set: &Vec<_>| u32::try_from(set.len()).unwrap_or(u32::MAX);
-        let reply = match (command.action, held) {
-            (LeaseAction::Renew, Some(index)) => {
-                set[index].1 = now + command.ttl;
-                LeaseReply {
-                    allowed: true,
-                    occupancy: occupancy(set),
-                }
-            }
-            (LeaseAction::Acquire, Some(_)) => LeaseReply {
-                allowed: true,
-                occupancy: occupancy(set),
-            },
-            (LeaseAction::Renew, None) => LeaseReply {
-                allowed: false,
-                occupancy: occupancy(set),
-            },
-            (LeaseAction::Acquire, None) if occupancy(set) >= command.limit => LeaseReply {
-                allowed: false,
-                occupancy: occupancy(set),
-            },
-            (LeaseAction::Acquire, None) => {
-                set.push((command.token, now + command.ttl));
-                LeaseReply {
-                    allowed: true,
-                    occupancy: occupancy(set),
-                }
-            }
-        };
-        if set.is_empty() {
-            sets.remove(command.key);
+    /// Runs `step` on the states at the current time (ms, ns), unless the backend is closed.
+    fn with<R>(&self, step: impl FnOnce(&mut States, u64, u64) -> R) -> Result<R, Error> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::unavailable(
+                FailureKind::ShutDown,
+                "coordinator shut down",
+            ));
         }
-        Ok(reply)
+        let (now_ms, now_ns) = (self.clock.ms(), self.clock.ns());
+        let mut states = lock(&self.states);
+        states.sweep(now_ms, now_ns);
+        Ok(step(&mut states, now_ms, now_ns))
+    }
+
+    /// Runs `step` on `key`'s lease set, after expiring what Redis would have expired; a set
+    /// left with nothing Redis would still hold is forgotten.
+    fn lease_set<R>(
+        &self,
+        key: &KeyBase,
+        step: impl FnOnce(&mut LeaseSet, u64) -> R,
+    ) -> Result<R, Error> {
+        self.with(|states, now, _| {
+            let set = states.leases.entry(key.clone()).or_default();
+            set.expire(now);
+            let reply = step(set, now);
+            if set.forgettable(now) {
+                states.leases.remove(key);
+            }
+            reply
+        })
+    }
+
+    pub(super) fn lease(&self, command: LeaseCommand<'_>) -> Result<LeaseReply, Error> {
+        self.lease_set(&command.identity.key, |set, now| {
+            set.apply(
+                command.action,
+                now,
+                command.token.as_u128(),
+                command.ttl_ms(),
+                command.limit,
+                &mut Seen::default(),
+            )
+        })
+    }
+
+    /// Removes `token`'s lease; `true` if there was one.
+    pub(super) fn release(&self, key: &KeyBase, token: Uuid) -> Result<bool, Error> {
+        self.lease_set(key, |set, _| {
+            set.release(token.as_u128(), &mut Seen::default())
+        })
     }
 
     pub(super) fn rate_limit(
         &self,
         command: RateCommand<'_>,
     ) -> Result<Result<(), Duration>, Error> {
-        self.check_open()?;
-        let now = Instant::now();
-        let mut rates = lock(&self.rates);
-        if self
-            .commands
-            .fetch_add(1, Ordering::Relaxed)
-            .is_multiple_of(SWEEP_EVERY)
-        {
-            rates.retain(|_, tat| *tat > now);
-        }
-        let tat = rates.get(command.key).copied();
-        Ok(
-            gcra_admit(tat, now, command.interval, command.burst).map(|next| {
-                rates.insert(command.key.clone(), next);
-            }),
-        )
+        self.with(|states, _, now| {
+            let key = &command.identity.key;
+            let tat = states.rates.get(key).copied();
+            gcra::admit(
+                tat,
+                now,
+                command.interval,
+                command.burst,
+                &mut Seen::default(),
+            )
+            .map(|next| {
+                states.rates.insert(key.clone(), next);
+            })
+            .map_err(Duration::from_nanos)
+        })
     }
 
     /// Runs one kernel step on `target`'s store.
@@ -135,20 +161,32 @@ impl MemoryBackend {
         target: &BreakerTarget,
         step: impl FnOnce(&mut Store, u64) -> R,
     ) -> Result<R, Error> {
-        self.check_open()?;
-        let now = self.clock.now();
-        let mut breakers = lock(&self.breakers);
-        if self
-            .commands
-            .fetch_add(1, Ordering::Relaxed)
-            .is_multiple_of(SWEEP_EVERY)
-        {
-            breakers.retain(|_, (_, matters_until)| *matters_until > now);
-        }
-        let (store, matters_until) = breakers.entry(target.key.clone()).or_default();
-        let reply = step(store, now);
-        *matters_until = store.matters_until(&target.settings);
-        Ok(reply)
+        self.with(|states, now, _| {
+            let (store, matters_until) = states
+                .breakers
+                .entry(target.identity.key.clone())
+                .or_default();
+            let reply = step(store, now);
+            *matters_until = store.matters_until(&target.settings);
+            reply
+        })
+    }
+
+    pub(super) fn breaker_force(
+        &self,
+        identity: &Identity,
+        force: Force,
+    ) -> Result<ForceReply, Error> {
+        self.with(|states, now, _| {
+            let (store, matters_until) = states.breakers.entry(identity.key.clone()).or_default();
+            let reply = store.force(now, force, &mut Seen::default());
+            // A forced state matters until a reset; a reset's closed state until it expires.
+            *matters_until = match force {
+                Force::Reset { closed_ttl_ms } => now.saturating_add(closed_ttl_ms),
+                Force::Open { .. } | Force::Closed { .. } => u64::MAX,
+            };
+            reply
+        })
     }
 
     pub(super) fn breaker_admit(
@@ -165,14 +203,14 @@ impl MemoryBackend {
         &self,
         target: &BreakerTarget,
         generation: u64,
-        failures: &[bool],
+        observations: &[Observation],
         mint: u64,
     ) -> Result<ObserveReply, Error> {
         self.breaker(target, |store, now| {
             store.observe(
                 now,
                 generation,
-                failures,
+                observations,
                 mint,
                 &target.settings,
                 &mut Seen::default(),
@@ -198,23 +236,75 @@ impl MemoryBackend {
             )
         })
     }
+}
 
-    /// Removes `token`'s lease; `true` if it was live.
-    pub(super) fn release(&self, key: &KeyBase, token: Uuid) -> Result<bool, Error> {
-        self.check_open()?;
-        let now = Instant::now();
-        let mut sets = lock(&self.leases);
-        let Some(set) = sets.get_mut(key) else {
-            return Ok(false);
-        };
-        let removed = set
-            .iter()
-            .any(|&(held, deadline)| held == token && deadline > now);
-        set.retain(|&(held, deadline)| held != token && deadline > now);
-        if set.is_empty() {
-            sets.remove(key);
-        }
-        Ok(removed)
+/// The registry, fleet overrides and state reads, by the same rules as their scripts.
+impl MemoryBackend {
+    pub(super) fn registry_report(&self, reports: &[Report]) -> Result<Vec<bool>, Error> {
+        self.with(|_, now, _| lock(&self.registry).report(now, reports))
+    }
+
+    pub(super) fn registry_read(&self) -> Result<Vec<Registered>, Error> {
+        self.with(|_, now, _| lock(&self.registry).read(now))
+    }
+
+    pub(super) fn overrides_read(&self, known: Option<u64>) -> Result<FleetOverrides, Error> {
+        self.with(|_, _, _| {
+            let overrides = lock(&self.overrides);
+            let version = overrides.0;
+            let pairs = (known != Some(version)).then(|| {
+                overrides
+                    .1
+                    .iter()
+                    .map(|(setting, value)| (setting.clone(), value.clone()))
+                    .collect()
+            });
+            (version, pairs)
+        })
+    }
+
+    pub(super) fn overrides_write(
+        &self,
+        setting: &str,
+        value: Option<&str>,
+    ) -> Result<bool, Error> {
+        self.with(|_, _, _| {
+            let mut overrides = lock(&self.overrides);
+            let changed = match value {
+                Some(value) => {
+                    overrides
+                        .1
+                        .insert(setting.to_owned(), value.to_owned())
+                        .as_deref()
+                        != Some(value)
+                }
+                None => overrides.1.remove(setting).is_some(),
+            };
+            if changed {
+                overrides.0 += 1;
+            }
+            changed
+        })
+    }
+
+    pub(super) fn identity_read(&self, kind: PolicyKind, key: &KeyBase) -> Result<Snapshot, Error> {
+        self.with(|states, now, _| match kind {
+            PolicyKind::Bulkhead => {
+                let occupancy = states.leases.get(key).map_or(0, |set| {
+                    let live = set.leases.iter().filter(|&&(_, deadline)| deadline > now);
+                    u32::try_from(live.count()).unwrap_or(u32::MAX)
+                });
+                Snapshot::Bulkhead { occupancy }
+            }
+            PolicyKind::CircuitBreaker => Snapshot::Breaker {
+                now_ms: now,
+                state: states
+                    .breakers
+                    .get(key)
+                    .and_then(|(store, _)| store.live_state(now).cloned()),
+            },
+            PolicyKind::RateLimit => Snapshot::RateLimit,
+        })
     }
 }
 
@@ -223,76 +313,60 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::identity::{Kind, Scope};
+    use crate::identity::{Identity, Kind, Scope};
+    use crate::kernel::lease::LeaseAction;
 
-    fn key() -> KeyBase {
-        KeyBase::derive("ns", Kind::Bulkhead, "p", "op", &Scope::GLOBAL)
+    fn identity() -> Identity {
+        Identity::new("ns", Kind::Bulkhead, "p", "op", &Scope::GLOBAL)
     }
 
-    fn command(key: &KeyBase, action: LeaseAction, token: Uuid, ttl_ms: u64) -> LeaseCommand<'_> {
-        LeaseCommand {
-            key,
-            action,
+    fn acquire(
+        memory: &MemoryBackend,
+        identity: &Identity,
+        token: Uuid,
+    ) -> Result<LeaseReply, Error> {
+        memory.lease(LeaseCommand {
+            identity,
+            action: LeaseAction::Acquire,
             token,
-            ttl: Duration::from_millis(ttl_ms),
+            ttl: Duration::from_secs(1),
             limit: 2,
-        }
-    }
-
-    fn reply(allowed: bool, occupancy: u32) -> LeaseReply {
-        LeaseReply { allowed, occupancy }
+        })
     }
 
     #[tokio::test(start_paused = true)]
-    async fn admits_up_to_the_limit_and_is_idempotent_per_token() {
+    async fn an_expired_lease_set_is_gone() {
         let memory = MemoryBackend::default();
-        let key = key();
-        let (a, b, c) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
-        let acquire = |t| memory.lease(command(&key, LeaseAction::Acquire, t, 1000));
-        assert_eq!(acquire(a).ok(), Some(reply(true, 1)));
-        assert_eq!(acquire(b).ok(), Some(reply(true, 2)));
-        assert_eq!(acquire(c).ok(), Some(reply(false, 2)));
-        assert_eq!(acquire(a).ok(), Some(reply(true, 2)));
+        let identity = identity();
+        acquire(&memory, &identity, Uuid::new_v4()).expect("acquire");
+        tokio::time::advance(Duration::from_secs(2)).await;
+        // Not full, so nothing would prune the expired lease; but Redis would have expired the
+        // key, and the reply counts nothing left over.
+        let reply = acquire(&memory, &identity, Uuid::new_v4()).expect("acquire");
+        assert_eq!((reply.allowed, reply.occupancy), (true, 1));
     }
 
     #[tokio::test(start_paused = true)]
-    async fn renewal_extends_and_expiry_prunes() {
+    async fn an_emptied_lease_set_keeps_its_fencing_counter_until_it_expires() {
         let memory = MemoryBackend::default();
-        let key = key();
-        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
-        memory
-            .lease(command(&key, LeaseAction::Acquire, a, 1000))
-            .expect("acquire");
-        memory
-            .lease(command(&key, LeaseAction::Acquire, b, 1000))
-            .expect("acquire");
-        tokio::time::advance(Duration::from_millis(600)).await;
-        let renewed = memory.lease(command(&key, LeaseAction::Renew, a, 1000));
-        assert_eq!(renewed.ok(), Some(reply(true, 2)));
-        // b's deadline (1000 ms) passes, a's (1600 ms) does not: exactly at a deadline the
-        // lease counts as expired.
-        tokio::time::advance(Duration::from_millis(400)).await;
-        let c = Uuid::new_v4();
-        let taken = memory.lease(command(&key, LeaseAction::Acquire, c, 1000));
-        assert_eq!(taken.ok(), Some(reply(true, 2)));
-        let renew_b = memory.lease(command(&key, LeaseAction::Renew, b, 1000));
-        assert_eq!(renew_b.ok(), Some(reply(false, 2)));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn release_frees_only_its_own_token() {
-        let memory = MemoryBackend::default();
-        let key = key();
-        let a = Uuid::new_v4();
-        memory
-            .lease(command(&key, LeaseAction::Acquire, a, 1000))
-            .expect("acquire");
-        assert_eq!(memory.release(&key, Uuid::new_v4()).ok(), Some(false));
-        assert_eq!(memory.release(&key, a).ok(), Some(true));
-        assert_eq!(memory.release(&key, a).ok(), Some(false));
+        let identity = identity();
+        let token = Uuid::new_v4();
+        let first = acquire(&memory, &identity, token).expect("acquire").fence;
+        assert_eq!(memory.release(&identity.key, token).ok(), Some(true));
+        let second = acquire(&memory, &identity, Uuid::new_v4())
+            .expect("acquire")
+            .fence;
         assert!(
-            lock(&memory.leases).is_empty(),
-            "an empty lease set is dropped"
+            second > first,
+            "{second} after {first} in the same millisecond"
+        );
+        tokio::time::advance(Duration::from_secs(2)).await;
+        memory
+            .release(&identity.key, Uuid::new_v4())
+            .expect("release");
+        assert!(
+            lock(&memory.states).leases.is_empty(),
+            "forgotten once expired"
         );
     }
 
@@ -300,9 +374,7 @@ mod tests {
     async fn a_closed_backend_refuses_commands() {
         let memory = MemoryBackend::default();
         memory.close();
-        let err = memory
-            .lease(command(&key(), LeaseAction::Acquire, Uuid::new_v4(), 1000))
-            .expect_err("closed");
+        let err = acquire(&memory, &identity(), Uuid::new_v4()).expect_err("closed");
         assert_eq!(err.failure_kind(), Some(FailureKind::ShutDown));
     }
 }

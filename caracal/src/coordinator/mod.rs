@@ -5,16 +5,21 @@
 //! namespace. Policies talk to it through the narrow operations below and never learn which
 //! backend answers.
 
-mod background;
+pub(crate) mod background;
 mod breakers;
 mod builder;
+pub(crate) mod feed;
+mod fleet;
+mod incarnation;
 mod memory;
 mod redis;
+pub(crate) mod registry;
 mod wakeups;
 
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use uuid::Uuid;
@@ -23,15 +28,21 @@ use self::background::Background;
 pub(crate) use self::breakers::Admission;
 use self::breakers::Breakers;
 pub use self::builder::RedisBuilder;
+use self::fleet::Fleet;
+pub(crate) use self::incarnation::Incarnation;
 use self::memory::MemoryBackend;
+pub use self::redis::REDIS_ACL_RULES;
 use self::redis::RedisBackend;
+use self::registry::{Registered, Report, Snapshot, Usage};
 use self::wakeups::Wakeups;
 use crate::Error;
-use crate::events::At;
-use crate::identity::{KeyBase, Scope};
-use crate::policy::breaker::kernel::{
-    AdmitReply, ObserveReply, ProbeOutcome, Settings, SettleReply,
+use crate::config::Config;
+use crate::config::overrides::{Overrides, Resolved, Values};
+use crate::identity::{Identity, KeyBase, Kind, Scope};
+use crate::kernel::breaker::{
+    AdmitReply, Force, ForceReply, Observation, ObserveReply, ProbeOutcome, Settings, SettleReply,
 };
+use crate::kernel::lease::{LeaseAction, LeaseReply};
 
 /// Where distributed policies keep their shared state.
 ///
@@ -67,9 +78,19 @@ struct Inner {
     breakers: Breakers,
     /// Whether this coordinator's transition feed (pub/sub subscription) is running; the task
     /// clears it when it ends, so the next breaker call starts another.
-    feed: Arc<std::sync::atomic::AtomicBool>,
+    feed: Arc<AtomicBool>,
+    incarnation: Arc<Incarnation>,
+    overrides: Overrides,
+    fleet: Fleet,
+    usage: Usage,
+    /// Says "something an operator sees changed" (a transition, an override) to watchers.
+    changes: tokio::sync::broadcast::Sender<()>,
+    shut_down: AtomicBool,
 }
 
+// Few coordinators exist (one per process, usually): boxing either variant would only add an
+// indirection to every command.
+#[allow(clippy::large_enum_variant)]
 enum Backend {
     Memory(MemoryBackend),
     Redis(RedisBackend),
@@ -84,71 +105,37 @@ impl fmt::Debug for Coordinator {
     }
 }
 
-/// What a lease command asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum LeaseAction {
-    /// Take a new lease if fewer than `limit` are live.
-    Acquire,
-    /// Push an existing lease's deadline to now + ttl; fails if it is gone.
-    Renew,
-}
-
-impl LeaseAction {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            LeaseAction::Acquire => "acquire",
-            LeaseAction::Renew => "renew",
-        }
-    }
-}
-
-/// One lease command: `action` on `token`'s lease in the lease set of `key`.
+/// One lease command: `action` on `token`'s lease in `identity`'s lease set.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct LeaseCommand<'a> {
-    pub(crate) key: &'a KeyBase,
+    pub(crate) identity: &'a Identity,
     pub(crate) action: LeaseAction,
     pub(crate) token: Uuid,
     pub(crate) ttl: Duration,
     pub(crate) limit: u32,
 }
 
-/// The answer to a [`LeaseCommand`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct LeaseReply {
-    /// Whether the lease is now held (acquired, already held, or renewed).
-    pub(crate) allowed: bool,
-    /// Live leases after the command.
-    pub(crate) occupancy: u32,
+impl LeaseCommand<'_> {
+    /// The ttl as the lease set keeps deadlines: whole milliseconds.
+    fn ttl_ms(&self) -> u64 {
+        u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX)
+    }
 }
 
-/// One rate-limit arrival at `key`'s cell.
+/// One rate-limit arrival at `identity`'s cell.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RateCommand<'a> {
-    pub(crate) key: &'a KeyBase,
-    pub(crate) interval: Duration,
+    pub(crate) identity: &'a Identity,
+    /// The emission interval, in nanoseconds.
+    pub(crate) interval: u64,
     pub(crate) burst: u32,
 }
 
-/// A breaker identity, the settings its commands carry, and the names its events carry.
+/// A breaker identity and the settings its commands carry.
 #[derive(Debug, Clone)]
 pub(crate) struct BreakerTarget {
-    pub(crate) key: KeyBase,
+    pub(crate) identity: Identity,
     pub(crate) settings: Settings,
-    pub(crate) name: &'static str,
-    pub(crate) operation: &'static str,
-    pub(crate) scope: Scope,
-}
-
-impl BreakerTarget {
-    pub(crate) fn at(&self) -> At<'_> {
-        At {
-            policy: "circuit_breaker",
-            name: self.name,
-            operation: self.operation,
-            scope: self.scope.as_str(),
-            coordination: "distributed",
-        }
-    }
 }
 
 impl Coordinator {
@@ -165,6 +152,7 @@ impl Coordinator {
         Self::new(
             builder::DEFAULT_NAMESPACE.to_owned(),
             Backend::Memory(MemoryBackend::default()),
+            (Arc::default(), Background::here()),
         )
     }
 
@@ -201,7 +189,8 @@ impl Coordinator {
     ///
     /// `CARACAL_REDIS_URL` selects Redis (a comma-separated list means cluster seeds);
     /// `CARACAL_NAMESPACE` sets the namespace; `CARACAL_COMMAND_TIMEOUT` (e.g. `"250ms"`) the
-    /// command timeout. With `CARACAL_REDIS_URL` unset or empty it is [`in_memory`](Self::in_memory).
+    /// command timeout. With `CARACAL_REDIS_URL` unset it is [`in_memory`](Self::in_memory).
+    /// `CARACAL_CONFIG` names a TOML file of [`Config`] to apply (read before connecting).
     ///
     /// ```
     /// # async fn f() -> Result<(), caracal::Error> {
@@ -213,17 +202,89 @@ impl Coordinator {
         builder::from_env().await
     }
 
-    fn new(namespace: String, backend: Backend) -> Self {
+    fn new(
+        namespace: String,
+        backend: Backend,
+        (incarnation, background): (Arc<Incarnation>, Background),
+    ) -> Self {
+        crate::events::coordinator_ready(&namespace);
         Coordinator {
             inner: Arc::new(Inner {
                 namespace,
                 backend,
-                background: Background::new(tokio::runtime::Handle::try_current().ok()),
+                background,
                 wakeups: Wakeups::default(),
                 breakers: Breakers::default(),
                 feed: Arc::default(),
+                incarnation,
+                overrides: Overrides::default(),
+                fleet: Fleet::new(),
+                usage: Usage::default(),
+                changes: tokio::sync::broadcast::Sender::new(16),
+                shut_down: AtomicBool::new(false),
             }),
         }
+    }
+
+    /// Applies `config` in this process, replacing the previous one: its values override the
+    /// attributes' for calls admitted from now on (calls already admitted keep theirs). An
+    /// empty [`Config`] clears every local override; fleet-wide overrides still win over it.
+    ///
+    /// ```
+    /// let coordinator = caracal::Coordinator::in_memory();
+    /// let config = caracal::Config::from_toml_str("[bulkhead.partner-api]\nlimit = 40")?;
+    /// coordinator.set_config(config);
+    /// coordinator.set_config(caracal::Config::default());
+    /// # Ok::<(), caracal::Error>(())
+    /// ```
+    pub fn set_config(&self, config: Config) {
+        self.inner.overrides.set_config(config);
+        self.changed();
+    }
+
+    /// `attribute`'s values for the policy `name`, with `coordinator`'s overrides applied
+    /// (none without a coordinator).
+    pub(crate) fn resolve<V: Values>(
+        coordinator: Option<&Coordinator>,
+        name: &str,
+        attribute: &V,
+    ) -> Resolved<V> {
+        match coordinator {
+            Some(coordinator) => coordinator.inner.overrides.resolve(name, attribute),
+            None => Resolved::attribute(attribute),
+        }
+    }
+
+    /// Starts what a Redis coordinator runs for as long as it lives: the feed and the fleet
+    /// overrides' sync; and applies the fleet's overrides before the first call. When the node
+    /// holding them cannot be reached (one cluster primary down), the process serves on the
+    /// identities the others hold rather than not at all: the sync reads the overrides as soon
+    /// as that node answers.
+    async fn start(self) -> Result<Self, Error> {
+        self.ensure_transition_feed();
+        match self.sync_fleet().await {
+            Ok(()) => {}
+            Err(error @ Error::CoordinatorUnavailable { .. }) => {
+                crate::events::config_unread(&error);
+            }
+            Err(error) => return Err(error),
+        }
+        self.start_fleet_sync();
+        Ok(self)
+    }
+
+    fn is_shut_down(&self) -> bool {
+        self.inner.shut_down.load(Ordering::Acquire)
+    }
+
+    /// Tells watchers something changed.
+    fn changed(&self) {
+        let _ = self.inner.changes.send(());
+    }
+
+    /// The key base of this namespace's own keys (registry, overrides).
+    fn namespace_base(&self) -> KeyBase {
+        KeyBase::namespace(&self.inner.namespace)
     }
 
     /// The namespace every identity of this coordinator lives in.
@@ -232,6 +293,10 @@ impl Coordinator {
     }
 
     /// `"memory"`, `"redis"` or `"redis-cluster"`.
+    ///
+    /// ```
+    /// assert_eq!(caracal::Coordinator::in_memory().backend_name(), "memory");
+    /// ```
     pub fn backend_name(&self) -> &'static str {
         match &self.inner.backend {
             Backend::Memory(_) => "memory",
@@ -253,12 +318,9 @@ impl Coordinator {
     /// # }
     /// ```
     pub async fn shutdown(&self) {
+        self.inner.shut_down.store(true, Ordering::Release);
         self.flush_batches_now();
-        let limit = match &self.inner.backend {
-            Backend::Memory(_) => Duration::from_millis(100),
-            Backend::Redis(redis) => redis.command_timeout(),
-        };
-        self.inner.background.flush(limit).await;
+        self.inner.background.flush(self.command_timeout()).await;
         match &self.inner.backend {
             Backend::Memory(memory) => memory.close(),
             Backend::Redis(redis) => redis.close(),
@@ -279,6 +341,31 @@ impl Coordinator {
     /// ```
     pub fn scoped<F: Future>(&self, future: F) -> impl Future<Output = F::Output> + use<F> {
         SCOPED.scope(self.clone(), future)
+    }
+
+    /// The identity of `kind`'s (name, operation, scope) in this coordinator's namespace.
+    pub(crate) fn identity(
+        &self,
+        kind: Kind,
+        name: impl Into<std::borrow::Cow<'static, str>>,
+        operation: impl Into<std::borrow::Cow<'static, str>>,
+        scope: &Scope,
+    ) -> Identity {
+        Identity::new(&self.inner.namespace, kind, name, operation, scope)
+    }
+
+    /// How long one command may take (for the in-memory backend, the time it gives background
+    /// work at shutdown).
+    pub(crate) fn command_timeout(&self) -> Duration {
+        match &self.inner.backend {
+            Backend::Memory(_) => Duration::from_millis(100),
+            Backend::Redis(redis) => redis.command_timeout(),
+        }
+    }
+
+    /// Which incarnation of the server holds this coordinator's state (see [`Incarnation`]).
+    pub(crate) fn incarnation(&self) -> &Incarnation {
+        &self.inner.incarnation
     }
 
     /// Runs one lease command.
@@ -302,22 +389,19 @@ impl Coordinator {
     }
 
     /// Releases `token`'s lease without waiting for the answer. The release is queued on the
-    /// connection before this returns, so a later command from the same task cannot overtake it.
-    /// `on_done` receives whether a live lease was removed, or the failure.
+    /// connection before this returns, so a later command from the same task cannot overtake it;
+    /// one whose outcome stays unknown is sent again until `until`, when the lease would have
+    /// expired anyway. `on_done` receives whether the lease was there to remove, or the failure.
     pub(crate) fn release(
         &self,
-        key: &KeyBase,
+        identity: &Identity,
         token: Uuid,
+        until: tokio::time::Instant,
         on_done: impl FnOnce(Result<bool, Error>) + Send + 'static,
     ) {
         match &self.inner.backend {
-            Backend::Memory(memory) => on_done(memory.release(key, token)),
-            Backend::Redis(redis) => {
-                let release = redis.release(key, token);
-                self.inner.background.start(async move {
-                    on_done(release.await);
-                });
-            }
+            Backend::Memory(memory) => on_done(memory.release(&identity.key, token)),
+            Backend::Redis(redis) => redis.release(&identity.key, token, until, on_done),
         }
     }
 }
@@ -336,27 +420,39 @@ impl Coordinator {
         }
     }
 
-    /// Records closed-state outcomes (`true` = failure) admitted under `generation`. The
-    /// request is sent at the first poll; the future owns everything it needs.
+    /// Records closed-state observations admitted under `generation`. The request is sent at
+    /// the first poll; the future owns everything it needs.
     pub(crate) fn breaker_observe(
         &self,
         target: BreakerTarget,
         generation: u64,
-        failures: Vec<bool>,
+        observations: Vec<Observation>,
     ) -> impl Future<Output = Result<ObserveReply, Error>> + Send + 'static {
         let coordinator = self.clone();
         let mint = mint_generation();
         async move {
             match &coordinator.inner.backend {
                 Backend::Memory(memory) => {
-                    memory.breaker_observe(&target, generation, &failures, mint)
+                    memory.breaker_observe(&target, generation, &observations, mint)
                 }
                 Backend::Redis(redis) => {
                     redis
-                        .breaker_observe(&target, generation, &failures, mint)
+                        .breaker_observe(&target, generation, &observations, mint)
                         .await
                 }
             }
+        }
+    }
+
+    /// Carries out an operator's command on the breaker of `identity`.
+    pub(crate) async fn breaker_force(
+        &self,
+        identity: &Identity,
+        force: Force,
+    ) -> Result<ForceReply, Error> {
+        match &self.inner.backend {
+            Backend::Memory(memory) => memory.breaker_force(identity, force),
+            Backend::Redis(redis) => redis.breaker_force(&identity.key, force).await,
         }
     }
 
@@ -386,7 +482,6 @@ impl Coordinator {
 
     /// Makes sure this process listens for breaker transitions published by other processes.
     fn ensure_transition_feed(&self) {
-        use std::sync::atomic::Ordering;
         let Backend::Redis(redis) = &self.inner.backend else {
             return;
         };
@@ -397,8 +492,15 @@ impl Coordinator {
         let started = redis.subscribe_transitions(Arc::clone(&self.inner.feed), move |message| {
             match weak.upgrade() {
                 Some(inner) => {
-                    if let Some(message) = message {
-                        inner.breakers.on_message(message);
+                    match message.and_then(feed::parse) {
+                        Some(feed::Message::Transition(transition)) => {
+                            inner.breakers.on_message(transition);
+                            let _ = inner.changes.send(());
+                        }
+                        Some(feed::Message::Config { version }) => {
+                            inner.fleet.announced(version);
+                        }
+                        None => {}
                     }
                     true
                 }
@@ -427,11 +529,17 @@ impl Coordinator {
     }
 }
 
+/// A fresh lease or probe token: a version-4 UUID, as the TypeScript library's tokens are,
+/// drawn from the thread's generator (seeded from the OS once) rather than from a system call
+/// per token, which `Uuid::new_v4` makes.
+pub(crate) fn fresh_token() -> uuid::Uuid {
+    uuid::Builder::from_random_bytes(rand::random()).into_uuid()
+}
+
 /// A generation for an epoch started after its state was lost: random, non-zero, and below
 /// 2^44 so it survives Lua's double-precision numbers exactly.
 fn mint_generation() -> u64 {
-    let random = (Uuid::new_v4().as_u128() >> 64) as u64;
-    (random & ((1 << 44) - 1)).max(1)
+    (rand::random::<u64>() & ((1 << 44) - 1)).max(1)
 }
 
 static INSTALLED: OnceLock<Coordinator> = OnceLock::new();
@@ -458,6 +566,17 @@ pub fn install(coordinator: Coordinator) -> Result<(), Error> {
         .map_err(|_| Error::AlreadyInstalled)
 }
 
+/// The coordinator whose overrides apply to the current task's local policies: none at all
+/// (without a lookup) while no coordinator of the process overrides anything.
+#[inline]
+pub(crate) fn overriding() -> Option<Coordinator> {
+    if crate::config::overrides::anywhere() {
+        current().ok()
+    } else {
+        None
+    }
+}
+
 /// The coordinator in force for the current task: a [`Coordinator::scoped`] one, else the
 /// installed one.
 pub(crate) fn current() -> Result<Coordinator, Error> {
@@ -466,4 +585,93 @@ pub(crate) fn current() -> Result<Coordinator, Error> {
         .ok()
         .or_else(|| INSTALLED.get().cloned())
         .ok_or(Error::NotInstalled)
+}
+
+/// The fleet's overrides' version, and the overrides (`"<kind>.<name>.<key>"`, value) unless
+/// the caller held that version already.
+pub(crate) type FleetOverrides = (u64, Option<Vec<(String, String)>>);
+
+/// The coordinator behind `weak`, while it lives.
+fn upgrade(weak: &Weak<Inner>) -> Option<Coordinator> {
+    weak.upgrade().map(|inner| Coordinator { inner })
+}
+
+/// The coordinator behind `weak`, while it lives and has not been shut down: what a
+/// background loop of it runs for.
+fn live(weak: &Weak<Inner>) -> Option<Coordinator> {
+    upgrade(weak).filter(|coordinator| !coordinator.is_shut_down())
+}
+
+impl Coordinator {
+    /// Spawns `work` (given a weak handle on this coordinator) unless `running` says it runs
+    /// already. It needs a runtime: without one it is left for a later call that has one.
+    fn start_once<F>(&self, running: &AtomicBool, work: impl FnOnce(Weak<Inner>) -> F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        if running.load(Ordering::Acquire)
+            || tokio::runtime::Handle::try_current().is_err()
+            || running.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        tokio::spawn(work(Arc::downgrade(&self.inner)));
+    }
+}
+
+/// The registry, fleet overrides and state reads, on either backend.
+impl Coordinator {
+    async fn registry_report(&self, reports: &[Report]) -> Result<Vec<bool>, Error> {
+        match &self.inner.backend {
+            Backend::Memory(memory) => memory.registry_report(reports),
+            Backend::Redis(redis) => redis.registry_report(&self.namespace_base(), reports).await,
+        }
+    }
+
+    pub(crate) async fn registry_read(&self) -> Result<Vec<Registered>, Error> {
+        match &self.inner.backend {
+            Backend::Memory(memory) => memory.registry_read(),
+            Backend::Redis(redis) => redis.registry_read(&self.namespace_base()).await,
+        }
+    }
+
+    async fn overrides_read(&self, known: Option<u64>) -> Result<FleetOverrides, Error> {
+        match &self.inner.backend {
+            Backend::Memory(memory) => memory.overrides_read(known),
+            Backend::Redis(redis) => redis.overrides_read(&self.namespace_base(), known).await,
+        }
+    }
+
+    pub(crate) async fn identity_read(&self, kind: Kind, key: &KeyBase) -> Result<Snapshot, Error> {
+        match &self.inner.backend {
+            Backend::Memory(memory) => memory.identity_read(kind, key),
+            Backend::Redis(redis) => redis.identity_read(kind, key).await,
+        }
+    }
+
+    /// The fleet's overrides as this process applies them.
+    pub(crate) fn fleet_overrides(&self) -> crate::config::Tables {
+        self.inner.overrides.fleet()
+    }
+
+    /// Completes on the next change an operator would see.
+    pub(crate) fn subscribe_changes(&self) -> tokio::sync::broadcast::Receiver<()> {
+        self.ensure_transition_feed();
+        self.inner.changes.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Tokens are what the TypeScript library writes (version-4 UUIDs), and never repeat.
+    #[test]
+    fn fresh_tokens_are_distinct_version_4_uuids() {
+        let tokens: std::collections::HashSet<uuid::Uuid> =
+            (0..10_000).map(|_| super::fresh_token()).collect();
+        assert_eq!(tokens.len(), 10_000);
+        for token in tokens {
+            assert_eq!(token.get_version(), Some(uuid::Version::Random));
+            assert_eq!(token.get_variant(), uuid::Variant::RFC4122);
+        }
+    }
 }

@@ -2,6 +2,7 @@
 
 pub(crate) mod breaker;
 pub(crate) mod bulkhead;
+pub(crate) mod fallback;
 pub(crate) mod rate_limit;
 mod registry;
 pub(crate) mod retry;

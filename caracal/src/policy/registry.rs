@@ -25,18 +25,30 @@ pub(crate) struct Registry<V> {
     idle: fn(&V) -> bool,
 }
 
-/// A call site's handle on its default-scope value.
-pub(crate) struct SiteCache<V>(OnceLock<Arc<V>>);
+/// A call site's handle on its default-scope value, and on what its policy derives from the
+/// attribute alone (computed once rather than on every call).
+pub(crate) struct SiteCache<V, A = ()> {
+    value: OnceLock<Arc<V>>,
+    attribute: OnceLock<A>,
+}
 
-impl<V> std::fmt::Debug for SiteCache<V> {
+impl<V, A> std::fmt::Debug for SiteCache<V, A> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("SiteCache")
     }
 }
 
-impl<V> SiteCache<V> {
+impl<V, A> SiteCache<V, A> {
     pub(crate) const fn new() -> Self {
-        SiteCache(OnceLock::new())
+        SiteCache {
+            value: OnceLock::new(),
+            attribute: OnceLock::new(),
+        }
+    }
+
+    /// What the policy derives from the attribute, made by `make` on first use.
+    pub(crate) fn attribute(&self, make: impl FnOnce() -> A) -> &A {
+        self.attribute.get_or_init(make)
     }
 }
 
@@ -54,12 +66,13 @@ impl<V> Registry<V> {
     }
 
     /// The value of (name, operation, scope), made by `make` if there is none yet.
-    pub(crate) fn get(
+    #[inline]
+    pub(crate) fn get<'s, A>(
         &self,
-        site: &'static SiteCache<V>,
+        site: &'s SiteCache<V, A>,
         (name, operation, scope): (&'static str, &'static str, &Scope),
         make: impl FnOnce() -> V,
-    ) -> Held<V> {
+    ) -> Held<'s, V> {
         let lookup = || {
             let mut values = lock(self.map());
             if self
@@ -77,7 +90,7 @@ impl<V> Registry<V> {
             )
         };
         if *scope == Scope::GLOBAL {
-            Held::Site(site.0.get_or_init(lookup))
+            Held::Site(site.value.get_or_init(lookup))
         } else {
             Held::Shared(lookup())
         }
@@ -85,10 +98,11 @@ impl<V> Registry<V> {
 
     /// Called by a user of `held` when it is done: forgets the entry if nobody else holds it
     /// and it is idle.
+    #[inline]
     pub(crate) fn release(
         &self,
         (name, operation, scope): (&'static str, &'static str, &Scope),
-        held: &Held<V>,
+        held: &Held<'_, V>,
     ) {
         let Held::Shared(value) = held else {
             return;
@@ -107,12 +121,12 @@ impl<V> Registry<V> {
 
 /// A value from the registry: borrowed from the call site's cache (the default scope, which
 /// costs no reference count), or shared from the map.
-pub(crate) enum Held<V: 'static> {
-    Site(&'static Arc<V>),
+pub(crate) enum Held<'s, V> {
+    Site(&'s Arc<V>),
     Shared(Arc<V>),
 }
 
-impl<V> std::ops::Deref for Held<V> {
+impl<V> std::ops::Deref for Held<'_, V> {
     type Target = V;
 
     fn deref(&self) -> &V {

@@ -4,14 +4,15 @@ use std::ops::ControlFlow;
 use std::time::Duration;
 
 use crate::ctx::CallCtx;
+use crate::identity::{FunctionIdentity, Scope};
 use crate::{Error, events};
 
 /// The settings of one `#[retry]` call site.
 #[doc(hidden)]
 #[derive(Debug)]
 pub struct RetryConfig {
-    /// The annotated function's name, for events.
-    pub function: &'static str,
+    /// Who the events are about.
+    pub identity: FunctionIdentity,
     /// Attempts in all, counting the first; at least 1.
     pub max_attempts: u32,
     /// The delay before the second attempt; it doubles for each later one.
@@ -58,7 +59,7 @@ impl<E, F: Fn(&E) -> bool> RetryWhen<E> for F {
 /// The retry loop's state, driven by the code the macro emits:
 ///
 /// ```text
-/// let mut retry = Retry::new(&CONFIG, &ctx, when);
+/// let mut retry = Retry::new(&CONFIG, &ctx, &scope, when);
 /// loop {
 ///     let outcome = attempt.await;
 ///     if let ControlFlow::Break(result) = retry.settle(outcome).await { break result; }
@@ -71,17 +72,24 @@ impl<E, F: Fn(&E) -> bool> RetryWhen<E> for F {
 pub struct Retry<'a, W> {
     config: &'static RetryConfig,
     ctx: &'a CallCtx,
+    scope: &'a Result<Scope, Error>,
     when: W,
     attempt: u32,
 }
 
 impl<'a, W> Retry<'a, W> {
-    /// Starts the first attempt.
-    pub fn new(config: &'static RetryConfig, ctx: &'a CallCtx, when: W) -> Self {
+    /// Starts the first attempt; `scope` is the function's, for events.
+    pub fn new(
+        config: &'static RetryConfig,
+        ctx: &'a CallCtx,
+        scope: &'a Result<Scope, Error>,
+        when: W,
+    ) -> Self {
         ctx.clear();
         Retry {
             config,
             ctx,
+            scope,
             when,
             attempt: 1,
         }
@@ -101,17 +109,21 @@ impl<'a, W> Retry<'a, W> {
             return ControlFlow::Break(outcome);
         }
         if self.attempt >= self.config.max_attempts {
-            events::retry_exhausted(self.config.function, self.attempt);
+            events::retry_exhausted(&self.call(), self.attempt);
             return ControlFlow::Break(outcome);
         }
         self.attempt += 1;
         let delay = jitter(self.config.ceiling(self.attempt));
-        events::retry_scheduled(self.config.function, self.attempt, delay);
+        events::retry_scheduled(&self.call(), self.attempt, delay);
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }
         self.ctx.clear();
         ControlFlow::Continue(())
+    }
+
+    fn call(&self) -> events::Call<'a> {
+        self.config.identity.call("retry", self.scope)
     }
 }
 
@@ -121,8 +133,7 @@ fn jitter(ceiling: Duration) -> Duration {
         return ceiling;
     }
     let nanos = u64::try_from(ceiling.as_nanos()).unwrap_or(u64::MAX);
-    let random = (uuid::Uuid::new_v4().as_u128() >> 64) as u64;
-    Duration::from_nanos(random % nanos.saturating_add(1))
+    Duration::from_nanos(rand::random_range(0..=nanos))
 }
 
 #[cfg(test)]
@@ -130,7 +141,11 @@ mod tests {
     use super::*;
 
     static CONFIG: RetryConfig = RetryConfig {
-        function: "f",
+        identity: FunctionIdentity {
+            function: "f",
+            name: "f",
+            operation: "f",
+        },
         max_attempts: 10,
         backoff: Duration::from_millis(100),
         max_backoff: Duration::from_millis(1000),

@@ -9,7 +9,7 @@ impl From<caracal::Error> for ApiError {
     }
 }
 
-#[bulkhead(limit = 1, name = api)]
+#[bulkhead(limit = 1, name = 42)]
 async fn f() -> Result<(), ApiError> {
     Ok(())
 }

@@ -61,12 +61,10 @@ async fn get_order(region: &str, id: u64) -> Result<Order, ApiError> {
     Ok(Order(id))
 }
 
-// Several of each kind: two retries (outer and inner), two bulkheads, integer threshold and rate.
+// Another order, a `when` from another module, an integer threshold and rate.
 #[retry(max_attempts = 2, when = policies::never)]
-#[bulkhead(name = "global", limit = 100)]
-#[timeout("500ms")]
-#[retry(max_attempts = 5)]
 #[bulkhead(name = "per-user", limit = 1, scope = user, local)]
+#[timeout("500ms")]
 #[circuit_breaker(failure_threshold = 0.25, window_size = 20, minimum_throughput = 20)]
 #[rate_limit(rate = 1_000_000)]
 async fn nested(user: u64) -> Result<u64, ApiError> {

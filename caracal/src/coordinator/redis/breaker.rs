@@ -1,4 +1,4 @@
-//! The breaker's three scripts: their arguments and the strict decoding of their replies.
+//! The breaker's scripts: their arguments and the strict decoding of their replies.
 
 use redis::ToRedisArgs;
 use uuid::Uuid;
@@ -6,21 +6,29 @@ use uuid::Uuid;
 use super::scripts::Script;
 use super::{RedisBackend, reply, scripts, token_text};
 use crate::Error;
-use crate::coordinator::BreakerTarget;
-use crate::policy::breaker::kernel::{
-    AdmitReply, ObserveReply, Phase, ProbeOutcome, Settings, SettleReply,
+use crate::coordinator::{BreakerTarget, feed};
+use crate::identity::KeyBase;
+use crate::kernel::breaker::{
+    AdmitReply, Counts, Force, ForceReply, Observation, ObserveReply, Phase, ProbeOutcome,
+    Settings, SettleReply,
 };
 
 /// The three keys of a breaker identity.
-fn keys(target: &BreakerTarget) -> [String; 3] {
-    ["brk:state", "brk:window", "brk:probes"].map(|suffix| target.key.key(suffix))
+fn keys(key: &KeyBase) -> [String; 3] {
+    ["brk:state", "brk:window", "brk:probes"].map(|suffix| key.key(suffix))
 }
 
-/// ARGV 1..=10, shared by the three scripts.
-fn common_args(channel: &str, target: &BreakerTarget) -> impl ToRedisArgs {
+/// ARGV 1..=11, shared by the admission, observation and settlement scripts: where transitions
+/// are published (`""`: nowhere), the prefix of those messages, and the settings.
+pub(crate) fn common_args(
+    channel: &str,
+    prefix: &str,
+    settings: &Settings,
+) -> impl ToRedisArgs + use<> {
     let Settings {
         minimum_throughput,
         threshold_permille,
+        slow_threshold_permille,
         window_size,
         window_ms,
         open_ms,
@@ -28,18 +36,17 @@ fn common_args(channel: &str, target: &BreakerTarget) -> impl ToRedisArgs {
         half_open_successes,
         probe_lease_ms,
         closed_expires: _,
-    } = target.settings;
+    } = *settings;
     (
         channel.to_owned(),
-        target.key.tag().to_owned(),
+        prefix.to_owned(),
         minimum_throughput,
         threshold_permille,
+        slow_threshold_permille,
         window_size,
         window_ms,
         open_ms,
-        half_open_probes,
-        half_open_successes,
-        probe_lease_ms,
+        (half_open_probes, half_open_successes, probe_lease_ms),
     )
 }
 
@@ -51,12 +58,9 @@ fn generation(script: &str, n: i64) -> Result<u64, Error> {
     u64::try_from(n).map_err(|_| reply::malformed(script, format_args!("generation {n}")))
 }
 
-/// Outcomes as the window stores them: one `s` or `f` per observation.
-pub(crate) fn outcome_text(failures: &[bool]) -> String {
-    failures
-        .iter()
-        .map(|&failed| if failed { 'f' } else { 's' })
-        .collect()
+/// Observations as the window stores them: one letter each.
+pub(crate) fn outcome_text(observations: &[Observation]) -> String {
+    observations.iter().map(|o| o.letter()).collect()
 }
 
 pub(crate) fn probe_outcome_text(outcome: ProbeOutcome) -> &'static str {
@@ -67,22 +71,41 @@ pub(crate) fn probe_outcome_text(outcome: ProbeOutcome) -> &'static str {
     }
 }
 
+/// The command and duration a force script takes.
+pub(crate) fn force_args(force: Force) -> (&'static str, u64, u64) {
+    match force {
+        Force::Open { lasts_ms } => ("open", lasts_ms, 0),
+        Force::Closed { lasts_ms } => ("closed", lasts_ms, 0),
+        Force::Reset { closed_ttl_ms } => ("reset", 0, closed_ttl_ms),
+    }
+}
+
 pub(crate) fn decode_admit(value: redis::Value) -> Result<AdmitReply, Error> {
     let name = scripts::BREAKER_ADMIT.name;
     let [kind, generation_n, retry_after, transitioned] = reply::integers::<4>(name, value)?;
     let generation = generation(name, generation_n)?;
+    let retry_after = u64::try_from(retry_after)
+        .map_err(|_| reply::malformed(name, format_args!("retry after {retry_after}")))?;
+    let transitioned = reply::flag(name, transitioned)?;
     Ok(match kind {
-        0 => AdmitReply::Closed { generation },
+        0 => AdmitReply::Closed {
+            generation,
+            transitioned,
+        },
         1 => AdmitReply::Open {
             generation,
-            retry_after_ms: u64::try_from(retry_after)
-                .map_err(|_| reply::malformed(name, format_args!("retry after {retry_after}")))?,
+            retry_after_ms: retry_after,
         },
         2 => AdmitReply::ProbeLimit { generation },
         3 => AdmitReply::Probe {
             generation,
-            transitioned: reply::flag(name, transitioned)?,
+            transitioned,
         },
+        4 => AdmitReply::ForcedOpen {
+            generation,
+            retry_after_ms: (retry_after > 0).then_some(retry_after),
+        },
+        5 => AdmitReply::ForcedClosed { generation },
         other => {
             return Err(reply::malformed(
                 name,
@@ -94,24 +117,21 @@ pub(crate) fn decode_admit(value: redis::Value) -> Result<AdmitReply, Error> {
 
 pub(crate) fn decode_observe(value: redis::Value) -> Result<ObserveReply, Error> {
     let name = scripts::BREAKER_OBSERVE.name;
-    let [kind, phase_code, generation_n, total, failures] = reply::integers::<5>(name, value)?;
+    let [kind, phase_code, generation_n, total, failures, slow] =
+        reply::integers::<6>(name, value)?;
     let generation = generation(name, generation_n)?;
-    let (total, failures) = (reply::to_u32(name, total)?, reply::to_u32(name, failures)?);
+    let window = Counts {
+        total: reply::to_u32(name, total)?,
+        failures: reply::to_u32(name, failures)?,
+        slow: reply::to_u32(name, slow)?,
+    };
     Ok(match kind {
         0 => ObserveReply::Stale {
             phase: phase(name, phase_code)?,
             generation,
         },
-        1 => ObserveReply::Recorded {
-            generation,
-            total,
-            failures,
-        },
-        2 => ObserveReply::Opened {
-            generation,
-            total,
-            failures,
-        },
+        1 => ObserveReply::Recorded { generation, window },
+        2 => ObserveReply::Opened { generation, window },
         other => {
             return Err(reply::malformed(
                 name,
@@ -141,6 +161,15 @@ pub(crate) fn decode_settle(value: redis::Value) -> Result<SettleReply, Error> {
     })
 }
 
+pub(crate) fn decode_force(value: redis::Value) -> Result<ForceReply, Error> {
+    let name = scripts::BREAKER_FORCE.name;
+    let [from, generation_n] = reply::integers::<2>(name, value)?;
+    Ok(ForceReply {
+        from: phase(name, from)?,
+        generation: generation(name, generation_n)?,
+    })
+}
+
 impl RedisBackend {
     /// Runs one breaker script on `target`'s three keys: the shared arguments, then `args`.
     async fn breaker_script(
@@ -149,12 +178,16 @@ impl RedisBackend {
         target: &BreakerTarget,
         args: impl ToRedisArgs,
     ) -> Result<redis::Value, Error> {
-        self.eval(
-            script,
-            &keys(target),
-            (common_args(self.channel(), target), args),
-        )
-        .await
+        let key = &target.identity.key;
+        let prefix = feed::prefix(feed::Origin::Call, key);
+        self.link
+            .eval(
+                script,
+                key,
+                &keys(key),
+                (common_args(self.channel(), &prefix, &target.settings), args),
+            )
+            .await
     }
 
     pub(in crate::coordinator) async fn breaker_admit(
@@ -173,10 +206,10 @@ impl RedisBackend {
         &self,
         target: &BreakerTarget,
         generation: u64,
-        failures: &[bool],
+        observations: &[Observation],
         mint: u64,
     ) -> Result<ObserveReply, Error> {
-        let args = (generation, outcome_text(failures), mint);
+        let args = (generation, outcome_text(observations), mint);
         decode_observe(
             self.breaker_script(&scripts::BREAKER_OBSERVE, target, args)
                 .await?,
@@ -195,5 +228,25 @@ impl RedisBackend {
             self.breaker_script(&scripts::BREAKER_SETTLE, target, args)
                 .await?,
         )
+    }
+
+    /// An operator's command on the breaker of `key`.
+    pub(in crate::coordinator) async fn breaker_force(
+        &self,
+        key: &KeyBase,
+        force: Force,
+    ) -> Result<ForceReply, Error> {
+        let script = &*scripts::BREAKER_FORCE;
+        let prefix = feed::prefix(feed::Origin::Operator, key);
+        let value = self
+            .link
+            .eval(
+                script,
+                key,
+                &keys(key),
+                (self.channel(), prefix, force_args(force)),
+            )
+            .await?;
+        decode_force(value)
     }
 }

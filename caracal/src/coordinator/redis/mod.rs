@@ -1,30 +1,36 @@
 //! The Redis backend: policy state in Redis, changed only by atomic Lua scripts.
 
+mod admin;
 mod breaker;
 #[cfg(test)]
 mod differential;
+mod lanes;
+mod link;
 mod pool;
 mod reply;
 mod scripts;
+mod server;
+mod shards;
 
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use redis::{ToRedisArgs, Value};
 use tokio::time::Instant;
 use uuid::Uuid;
 
+use self::link::{Acquire, Arrival, Link, Release};
 use self::pool::Pool;
-pub(crate) use self::pool::Topology;
-use self::scripts::Script;
-use super::{LeaseCommand, LeaseReply, RateCommand};
+pub(crate) use self::pool::{Topology, Trust};
+use super::background::Background;
+use super::incarnation::Incarnation;
+use super::{LeaseCommand, RateCommand};
 use crate::Error;
 use crate::identity::KeyBase;
+use crate::kernel::lease::{LeaseAction, LeaseReply};
 
 pub(super) struct RedisBackend {
-    pool: Pool,
+    link: Arc<Link>,
     cluster: bool,
     /// Where breaker scripts publish transitions, one channel per namespace.
     channel: String,
@@ -32,17 +38,56 @@ pub(super) struct RedisBackend {
 
 impl RedisBackend {
     pub(super) async fn connect(
-        topology: Topology,
+        (topology, trust): (Topology, Trust),
         timeout: Duration,
         pool_size: usize,
         namespace: &str,
+        (incarnation, background): (Arc<Incarnation>, Background),
     ) -> Result<Self, Error> {
         let cluster = matches!(topology, Topology::Cluster(_));
-        Ok(RedisBackend {
-            pool: Pool::connect(&topology, timeout, pool_size).await?,
+        let pool = Pool::connect((&topology, &trust), timeout, pool_size, incarnation)
+            .await
+            .map_err(credentials_refused)?;
+        let backend = RedisBackend {
+            link: Arc::new(Link::new(pool, background)),
             cluster,
             channel: transitions_channel(namespace),
-        })
+        };
+        backend.check_grants().await?;
+        Ok(backend)
+    }
+
+    /// Fails with [`Error::InvalidConfig`] naming what is missing when the Redis user may not
+    /// run every command caracal needs on its keys and channel.
+    async fn check_grants(&self) -> Result<(), Error> {
+        let script = &*scripts::ACL_CHECK;
+        let denied = |what: String| {
+            Error::config(format!(
+                "the Redis user lacks permissions caracal needs: {what}; grant it at least \
+                 `{REDIS_ACL_RULES}`"
+            ))
+        };
+        let probe = KeyBase::from_tag(&"0".repeat(64)).unwrap_or_else(|| unreachable!());
+        let keys = [probe.key("acl-check")];
+        let value = match self.link.eval(script, &probe, &keys, self.channel()).await {
+            Ok(value) => value,
+            Err(error) => {
+                return Err(
+                    match redis_cause(&error).filter(|e| e.code() == Some("NOPERM")) {
+                        Some(refusal) => denied(format!(
+                            "running caracal's scripts on its keys `caracal:v1:*` ({refusal})"
+                        )),
+                        None => error,
+                    },
+                );
+            }
+        };
+        let commands = reply::strings(script.name, value)?;
+        if commands.is_empty() {
+            Ok(())
+        } else {
+            Err(denied(format!("{} on `caracal:v1:*`", commands.join(", "))))
+        }
     }
 
     fn channel(&self) -> &str {
@@ -54,11 +99,11 @@ impl RedisBackend {
     }
 
     pub(super) fn command_timeout(&self) -> Duration {
-        self.pool.timeout()
+        self.link.pool.timeout()
     }
 
     pub(super) fn close(&self) {
-        self.pool.close();
+        self.link.pool.close();
     }
 
     /// Listens on the namespace's transition channel until the pool closes or `deliver`
@@ -75,10 +120,10 @@ impl RedisBackend {
             return false;
         };
         let running = ClearOnDrop(running);
-        let connector = self.pool.connector();
-        let closed = self.pool.closed_flag();
+        let connector = self.link.pool.connector();
+        let closed = self.link.pool.closed_flag();
         let channel = self.channel.clone();
-        let timeout = self.pool.timeout();
+        let timeout = self.link.pool.timeout();
         runtime.spawn(async move {
             let _running = running;
             use futures_util::StreamExt;
@@ -117,98 +162,106 @@ impl RedisBackend {
         true
     }
 
-    /// Runs `script` with `EVALSHA`, falling back once to `EVAL` when the server does not have
-    /// it (restart, `SCRIPT FLUSH`, eviction) — safe, as the server ran nothing. Both share one
-    /// deadline.
-    async fn eval(
-        &self,
-        script: &Script,
-        keys: &[String],
-        args: impl ToRedisArgs,
-    ) -> Result<Value, Error> {
-        let deadline = Instant::now() + self.pool.timeout();
-        let mut conn = self.pool.checkout()?;
-        let call = |verb: &str, target: &str| {
-            let mut cmd = redis::cmd(verb);
-            cmd.arg(target).arg(keys.len()).arg(keys).arg(&args);
-            cmd
-        };
-        match conn.send(&call("EVALSHA", &script.sha), deadline).await {
-            Err(failure) if failure.is_noscript() => conn
-                .send(&call("EVAL", script.body), deadline)
-                .await
-                .map_err(pool::RedisFailure::into_error),
-            result => result.map_err(pool::RedisFailure::into_error),
+    /// Runs one lease command: an acquire joins its identity's lane (batched with the acquires
+    /// that queue while one is in flight), a renewal goes out at once.
+    pub(super) async fn lease(&self, command: LeaseCommand<'_>) -> Result<LeaseReply, Error> {
+        let key = &command.identity.key;
+        match command.action {
+            LeaseAction::Acquire => {
+                let acquire = Acquire {
+                    token: command.token,
+                    ttl_ms: command.ttl_ms(),
+                    limit: command.limit,
+                };
+                self.link.acquire(key, acquire).await
+            }
+            LeaseAction::Renew => {
+                let script = &*scripts::BULKHEAD_LEASE;
+                let args = (
+                    LeaseAction::Renew.as_str(),
+                    command.ttl_ms(),
+                    command.limit,
+                    token_text(command.token),
+                );
+                let value = self
+                    .link
+                    .eval(script, key, &link::lease_keys(key), args)
+                    .await?;
+                link::decode_lease(reply::integers::<3>(script.name, value)?)
+            }
         }
     }
 
-    pub(super) async fn lease(&self, command: LeaseCommand<'_>) -> Result<LeaseReply, Error> {
-        let script = &*scripts::BULKHEAD_LEASE;
-        let key = command.key.key("leases");
-        let ttl = u64::try_from(command.ttl.as_millis()).unwrap_or(u64::MAX);
-        let reply = self
-            .eval(
-                script,
-                &[key],
-                (
-                    command.action.as_str(),
-                    token_text(command.token),
-                    ttl,
-                    command.limit,
-                ),
-            )
-            .await?;
-        let [allowed, occupancy] = reply::integers::<2>(script.name, reply)?;
-        Ok(LeaseReply {
-            allowed: reply::flag(script.name, allowed)?,
-            occupancy: reply::to_u32(script.name, occupancy)?,
-        })
-    }
-
+    /// Decides one rate-limit arrival, batched with the arrivals of its identity that queue
+    /// while one is in flight.
     pub(super) async fn rate_limit(
         &self,
         command: RateCommand<'_>,
     ) -> Result<Result<(), Duration>, Error> {
-        let script = &*scripts::RATE_LIMIT;
-        let interval = u64::try_from(command.interval.as_nanos()).unwrap_or(u64::MAX);
-        let value = self
-            .eval(
-                script,
-                &[command.key.key("rate:ns")],
-                (interval, command.burst),
-            )
-            .await?;
-        let [allowed, wait] = reply::integers::<2>(script.name, value)?;
-        match (reply::flag(script.name, allowed)?, u64::try_from(wait)) {
-            (true, Ok(0)) => Ok(Ok(())),
-            (false, Ok(wait)) if wait > 0 => Ok(Err(Duration::from_nanos(wait))),
-            _ => Err(reply::malformed(
-                script.name,
-                format_args!("{{{allowed}, {wait}}}"),
-            )),
-        }
+        let arrival = Arrival {
+            interval: command.interval,
+            burst: command.burst,
+        };
+        self.link.arrive(&command.identity.key, arrival).await
     }
 
-    /// A release of `token`'s lease (a bare `ZREM`: the member is the token, so only the holder
-    /// can free its own slot). The returned future owns everything it needs; the request is
-    /// queued on the connection at its first poll.
+    /// Releases `token`'s lease without the caller waiting (see [`Link::release`]); `done`
+    /// hears whether the lease was there to remove, or the failure. Until `until`, when the
+    /// lease would have expired anyway, a release whose outcome is unknown is sent again.
     pub(super) fn release(
         &self,
         key: &KeyBase,
         token: Uuid,
-    ) -> impl Future<Output = Result<bool, Error>> + Send + 'static {
-        let checkout = self.pool.checkout();
-        let deadline = Instant::now() + self.pool.timeout();
-        let mut cmd = redis::cmd("ZREM");
-        cmd.arg(key.key("leases")).arg(token_text(token));
-        async move {
-            let value = checkout?
-                .send(&cmd, deadline)
-                .await
-                .map_err(pool::RedisFailure::into_error)?;
-            reply::integer_in("ZREM", value, 0..=1).map(|n| n == 1)
-        }
+        until: Instant,
+        done: impl FnOnce(Result<bool, Error>) + Send + 'static,
+    ) {
+        self.link.release(
+            key,
+            Release {
+                token,
+                until,
+                done: Box::new(done),
+            },
+        );
     }
+}
+
+/// The Redis ACL rules caracal needs, and no more (standalone and cluster alike): every
+/// command it sends or its scripts run, on its keys and its pub/sub channels. Give them to the
+/// user of the coordinator's connection: `ACL SETUSER <user> on ><password> ` followed by these.
+/// [`RedisBuilder::connect`](crate::RedisBuilder::connect) checks them and names any missing
+/// (but for `CLUSTER SLOTS` and `CLUSTER MYID`, which only a cluster needs: the client reads
+/// the slot map, and caracal asks each primary who it is along with its `INFO`).
+///
+/// ```
+/// assert!(caracal::REDIS_ACL_RULES.starts_with("~caracal:v1:* &caracal:v1:*"));
+/// ```
+pub const REDIS_ACL_RULES: &str = "~caracal:v1:* &caracal:v1:* +hello +ping \
+     +info +evalsha +eval +zrem +subscribe +time +zscore +zmscore +zcard +zadd +zrange \
+     +zremrangebyscore +zcount +pexpireat +persist +get +set +del +hmget +hset +hdel +hgetall \
+     +lindex +lpop +rpush +lset +llen +publish +cluster|slots +cluster|myid";
+
+/// A connection refused for its credentials is a configuration error, not an outage.
+fn credentials_refused(error: Error) -> Error {
+    let refusal = redis_cause(&error)
+        .filter(|cause| {
+            cause.kind() == redis::ErrorKind::AuthenticationFailed
+                || matches!(cause.code(), Some("NOAUTH" | "WRONGPASS"))
+        })
+        .map(ToString::to_string);
+    match refusal {
+        Some(refusal) => Error::config(format!("Redis refused the credentials: {refusal}")),
+        None => error,
+    }
+}
+
+/// The Redis client's error behind `error`, if that is what caused it.
+fn redis_cause(error: &Error) -> Option<&redis::RedisError> {
+    use std::error::Error as _;
+    let Error::CoordinatorUnavailable { cause } = error else {
+        return None;
+    };
+    cause.source()?.downcast_ref::<redis::RedisError>()
 }
 
 /// A token as @gkoos/caracal writes it: a hyphenated lowercase UUID.

@@ -7,23 +7,33 @@
 //! - nothing is replayed: a command whose outcome is unknown (timeout, broken connection) is
 //!   reported as such, never sent again;
 //! - a connection that keeps timing out, reports its disconnection, or answers READONLY (it now
-//!   talks to a replica) is dropped and replaced.
+//!   talks to a replica) is dropped and replaced;
+//! - on a cluster, one node's failure is that node's: the cluster connection repairs its link to
+//!   it, and only the identities that node serves wait, until its `run_id` has been checked
+//!   again (see [`shards`](super::shards)). A cluster connection is replaced only when no node
+//!   at all answers through it.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::task::Poll;
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, IntoConnectionInfo, PushKind, RedisError, ServerErrorKind, Value};
 use tokio::time::Instant;
 
+use super::server::{self, ServerInfo};
+use super::shards::{self, Answer, CHECK_PERIOD, Shards};
 use crate::Error;
+use crate::coordinator::incarnation::Incarnation;
 use crate::error::FailureKind;
 use crate::events;
+use crate::identity::KeyBase;
 use crate::sync::lock;
 
 /// Where the coordinator's state lives.
@@ -33,21 +43,48 @@ pub(crate) enum Topology {
     Cluster(Vec<String>),
 }
 
+/// The certificates (PEM) a `rediss://` connection trusts instead of the system's; `None`: the
+/// system's. Only with the `tls` feature; without it, a `rediss://` URL is refused.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Trust {
+    #[cfg(feature = "tls")]
+    pub(crate) roots: Option<Vec<u8>>,
+}
+
+impl Trust {
+    /// A client for `info` that trusts these certificates.
+    fn client(&self, info: redis::ConnectionInfo) -> redis::RedisResult<redis::Client> {
+        #[cfg(feature = "tls")]
+        if let Some(roots) = &self.roots {
+            return redis::Client::build_with_tls(info, self.certificates(roots));
+        }
+        redis::Client::open(info)
+    }
+
+    #[cfg(feature = "tls")]
+    fn certificates(&self, roots: &[u8]) -> redis::TlsCertificates {
+        redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(roots.to_vec()),
+        }
+    }
+}
+
 /// Consecutive timeouts after which a connection is presumed dead and replaced.
 const TIMEOUTS_BEFORE_RECONNECT: u32 = 2;
 /// The longest pause between two reconnection attempts.
 const MAX_RECONNECT_BACKOFF: Duration = Duration::from_millis(500);
 /// The shortest: while calls are waiting on a down connection, the backoff shrinks to this,
 /// so service resumes within this long of the server's return without a connect storm.
-const MIN_RECONNECT_INTERVAL: Duration = Duration::from_millis(50);
+pub(crate) const MIN_RECONNECT_INTERVAL: Duration = Duration::from_millis(50);
 
 pub(crate) enum Connector {
     Standalone(redis::Client),
-    Cluster(Box<redis::cluster::ClusterClient>, Vec<String>),
+    Cluster(Box<redis::cluster::ClusterClient>, Vec<String>, Trust),
 }
 
 impl Connector {
-    fn new(topology: &Topology, timeout: Duration) -> Result<Self, Error> {
+    fn new(topology: &Topology, trust: &Trust, timeout: Duration) -> Result<Self, Error> {
         let tcp = redis::io::tcp::TcpSettings::default().set_nodelay(true);
         let invalid = |e: RedisError| Error::config(format!("invalid Redis URL: {e}"));
         match topology {
@@ -58,22 +95,28 @@ impl Connector {
                     .clone()
                     .set_protocol(redis::ProtocolVersion::RESP3);
                 let info = info.set_tcp_settings(tcp).set_redis_settings(redis);
-                Ok(Connector::Standalone(
-                    redis::Client::open(info).map_err(invalid)?,
-                ))
+                Ok(Connector::Standalone(trust.client(info).map_err(invalid)?))
             }
             Topology::Cluster(seeds) => {
-                let client =
+                let builder =
                     redis::cluster::ClusterClientBuilder::new(seeds.iter().map(String::as_str))
                         // Retries would replay commands whose outcome is unknown; redirections are
                         // followed on the next call, once the slot map is refreshed.
                         .retries(0)
                         .connection_timeout(timeout)
                         .response_timeout(timeout)
-                        .tcp_settings(tcp)
-                        .build()
-                        .map_err(invalid)?;
-                Ok(Connector::Cluster(Box::new(client), seeds.clone()))
+                        .tcp_settings(tcp);
+                #[cfg(feature = "tls")]
+                let builder = match &trust.roots {
+                    Some(roots) => builder.certs(trust.certificates(roots)),
+                    None => builder,
+                };
+                let client = builder.build().map_err(invalid)?;
+                Ok(Connector::Cluster(
+                    Box::new(client),
+                    seeds.clone(),
+                    trust.clone(),
+                ))
             }
         }
     }
@@ -86,11 +129,15 @@ impl Connector {
                 Connector::Standalone(client) => {
                     client.get_async_pubsub().await.map_err(|e| failure(&e))
                 }
-                Connector::Cluster(_, seeds) => {
+                Connector::Cluster(_, seeds, trust) => {
                     let mut last =
                         Error::unavailable(FailureKind::Disconnected, "no seed answered");
                     for seed in seeds {
-                        let conn = redis::Client::open(seed.as_str()).map_err(|e| failure(&e))?;
+                        let conn = seed
+                            .as_str()
+                            .into_connection_info()
+                            .and_then(|info| trust.client(info))
+                            .map_err(|e| failure(&e))?;
                         match conn.get_async_pubsub().await {
                             Ok(pubsub) => return Ok(pubsub),
                             Err(e) => last = failure(&e),
@@ -110,14 +157,17 @@ impl Connector {
             })
     }
 
+    /// A new connection, and what a standalone server told about itself on it (asked before
+    /// the connection serves anything, all within `timeout`). A cluster's primaries are
+    /// checked one by one instead, by its [`Checker`].
     async fn connect(
         &self,
         slot: Weak<Slot>,
         generation: u64,
         timeout: Duration,
-    ) -> Result<Conn, Error> {
+    ) -> Result<(Conn, Option<ServerInfo>), Error> {
         let attempt = async {
-            match self {
+            let mut conn = match self {
                 Connector::Standalone(client) => {
                     // The connection reports its own end, so a restarted server is reconnected
                     // before the next command has to fail on the dead socket.
@@ -136,19 +186,30 @@ impl Connector {
                     client
                         .get_multiplexed_async_connection_with_config(&config)
                         .await
-                        .map(Conn::Single)
+                        .map(Conn::Single)?
                 }
-                Connector::Cluster(client, _) => {
-                    client.get_async_connection().await.map(Conn::Cluster)
+                Connector::Cluster(client, ..) => {
+                    let conn = client.get_async_connection().await.map(Conn::Cluster)?;
+                    return Ok((conn, None));
                 }
-            }
+            };
+            let info = conn.send(&server::info_command()).await?;
+            Ok::<_, RedisError>((conn, Some(info)))
         };
-        match tokio::time::timeout(timeout, attempt).await {
-            Ok(Ok(conn)) => Ok(conn),
+        // A cluster node that takes connections but never answers costs the client one
+        // connection timeout when it links to the seeds, and another when it links to the
+        // primaries of the slot map; it must not keep the others from being reached.
+        let budget = match self {
+            Connector::Standalone(_) => timeout,
+            Connector::Cluster(..) => timeout * 3,
+        };
+        match tokio::time::timeout(budget, attempt).await {
+            Ok(Ok((conn, None))) => Ok((conn, None)),
+            Ok(Ok((conn, Some(info)))) => Ok((conn, Some(ServerInfo::parse("", &info)?))),
             Ok(Err(e)) => Err(failure(&e)),
             Err(_) => Err(Error::unavailable(
                 FailureKind::Timeout,
-                "connecting took longer than the command timeout",
+                "connecting took too long",
             )),
         }
     }
@@ -171,11 +232,16 @@ impl Conn {
 
 /// One pooled connection and its reconnection state.
 pub(crate) struct Slot {
+    /// Its place in the pool.
+    index: usize,
     state: Mutex<SlotState>,
     /// Nudged by calls that found the connection down: the reconnect loop stops backing off.
     demand: tokio::sync::Notify,
     closed: Arc<AtomicBool>,
     connector: Arc<Connector>,
+    incarnation: Arc<Incarnation>,
+    /// A cluster's: what checks its primaries.
+    checker: Option<Arc<Checker>>,
     timeout: Duration,
 }
 
@@ -212,6 +278,15 @@ impl Slot {
         };
         if give_up {
             self.mark_down(generation, "repeated timeouts");
+        }
+    }
+
+    /// A cluster command for `key_slot` failed in a way that may mean its primary restarted or
+    /// was replaced: that primary serves nothing until checked again.
+    fn suspect(&self, key_slot: u16) {
+        if let Some(checker) = &self.checker {
+            checker.shards.suspect(key_slot, self.index);
+            checker.nudge();
         }
     }
 
@@ -262,15 +337,26 @@ impl Slot {
                 let result = connector.connect(weak.clone(), generation, timeout).await;
                 let Some(slot) = weak.upgrade() else { return };
                 match result {
-                    Ok(conn) => {
+                    Ok((conn, info)) => {
+                        // Before the connection serves a call: a server that lost its data
+                        // must end every lease held there first.
+                        if let Some(info) = info {
+                            slot.incarnation.observe(&info.primaries(), &info.run_ids);
+                        }
                         slot.up(conn);
+                        match &slot.checker {
+                            // Its primaries were suspected when it went down: each serves once
+                            // checked, and the check wakes the holders.
+                            Some(checker) => checker.nudge(),
+                            None => slot.incarnation.reconnected(),
+                        }
                         events::connection_restored(failures + 1);
                         return;
                     }
                     Err(_) => failures += 1,
                 }
                 let attempted = tokio::time::Instant::now();
-                let backoff = MAX_RECONNECT_BACKOFF.min(MIN_RECONNECT_INTERVAL * failures);
+                let backoff = reconnect_backoff(failures);
                 tokio::select! {
                     () = tokio::time::sleep(backoff) => {}
                     () = slot.demand.notified() => {
@@ -279,6 +365,12 @@ impl Slot {
                 }
             }
         });
+    }
+
+    /// The connection, if up, without starting a reconnection.
+    fn current(&self) -> Option<(Conn, u64)> {
+        let state = lock(&self.state);
+        state.conn.clone().map(|conn| (conn, state.generation))
     }
 
     fn checkout(self: &Arc<Self>) -> Option<(Conn, u64)> {
@@ -299,6 +391,13 @@ impl Slot {
     }
 }
 
+/// The pause after `failures` failed reconnection attempts in a row when no call is waiting:
+/// growing by [`MIN_RECONNECT_INTERVAL`] per failure up to [`MAX_RECONNECT_BACKOFF`]. (A call
+/// finding the connection down cuts it short, to `MIN_RECONNECT_INTERVAL` after the attempt.)
+fn reconnect_backoff(failures: u32) -> Duration {
+    MAX_RECONNECT_BACKOFF.min(MIN_RECONNECT_INTERVAL.saturating_mul(failures))
+}
+
 /// Clears a slot's `reconnecting` flag when its reconnect loop ends, for whatever reason.
 struct ReconnectDone(Weak<Slot>);
 
@@ -310,26 +409,41 @@ impl Drop for ReconnectDone {
     }
 }
 
-/// The pool: commands of one task always use the same slot (while it is up), so a task's
-/// release can never be overtaken by its own next acquire.
+/// The pool: commands of one identity always use the same slot (while it is up), so a release
+/// can never be overtaken by a later acquire of the same identity.
 pub(crate) struct Pool {
-    slots: Box<[Arc<Slot>]>,
+    slots: Arc<[Arc<Slot>]>,
     connector: Arc<Connector>,
+    /// A cluster's: what checks its primaries, and keeps identities off those in doubt.
+    checker: Option<Arc<Checker>>,
     closed: Arc<AtomicBool>,
     timeout: Duration,
 }
 
 impl Pool {
     pub(crate) async fn connect(
-        topology: &Topology,
+        (topology, trust): (&Topology, &Trust),
         timeout: Duration,
         size: usize,
+        incarnation: Arc<Incarnation>,
     ) -> Result<Self, Error> {
-        let connector = Arc::new(Connector::new(topology, timeout)?);
+        let connector = Arc::new(Connector::new(topology, trust, timeout)?);
         let closed = Arc::new(AtomicBool::new(false));
-        let slots: Box<[Arc<Slot>]> = (0..size)
-            .map(|_| {
+        let checker = matches!(topology, Topology::Cluster(_)).then(|| {
+            Arc::new(Checker {
+                shards: Shards::default(),
+                wake: tokio::sync::Notify::new(),
+                running: AtomicBool::new(false),
+                slots: OnceLock::new(),
+                incarnation: Arc::clone(&incarnation),
+                timeout,
+                closed: Arc::clone(&closed),
+            })
+        });
+        let slots: Arc<[Arc<Slot>]> = (0..size)
+            .map(|index| {
                 Arc::new(Slot {
+                    index,
                     state: Mutex::new(SlotState {
                         conn: None,
                         generation: 0,
@@ -339,6 +453,8 @@ impl Pool {
                     demand: tokio::sync::Notify::new(),
                     closed: Arc::clone(&closed),
                     connector: Arc::clone(&connector),
+                    incarnation: Arc::clone(&incarnation),
+                    checker: checker.clone(),
                     timeout,
                 })
             })
@@ -349,12 +465,25 @@ impl Pool {
                 .map(|slot| connector.connect(Arc::downgrade(slot), 0, timeout)),
         )
         .await;
+        let mut infos = Vec::with_capacity(conns.len());
         for (slot, conn) in slots.iter().zip(conns) {
-            slot.up(conn?);
+            let (conn, info) = conn?;
+            slot.up(conn);
+            infos.extend(info);
+        }
+        for info in infos {
+            info.check()?;
+            incarnation.observe(&info.primaries(), &info.run_ids);
+        }
+        if let Some(checker) = &checker {
+            let _ = checker.slots.set(Arc::downgrade(&slots));
+            checker.first_check().await?;
+            checker.nudge();
         }
         Ok(Pool {
             slots,
             connector,
+            checker,
             closed,
             timeout,
         })
@@ -379,26 +508,33 @@ impl Pool {
         Arc::clone(&self.closed)
     }
 
-    /// A connection for the current task: its own slot if that is up, else any slot that is.
-    pub(crate) fn checkout(&self) -> Result<Checkout, Error> {
-        let start = match tokio::task::try_id() {
-            Some(id) => BuildHasherDefault::<DefaultHasher>::default().hash_one(id) as usize,
-            None => 0,
+    /// The connection of `key`'s identity: every command about one identity takes the same
+    /// slot while it is up (else the next one that is), so the connection keeps them in order.
+    pub(crate) fn checkout(&self, key: &KeyBase) -> Result<Checkout, Error> {
+        let start = BuildHasherDefault::<DefaultHasher>::default().hash_one(key) as usize;
+        self.checkout_from(start, key)
+    }
+
+    fn checkout_from(&self, start: usize, key: &KeyBase) -> Result<Checkout, Error> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::unavailable(
+                FailureKind::ShutDown,
+                "coordinator shut down",
+            ));
+        }
+        let shard = match &self.checker {
+            Some(checker) => Some(checker.admit(key)?),
+            None => None,
         };
         let n = self.slots.len();
         for offset in 0..n {
             let slot = &self.slots[(start + offset) % n];
-            if slot.closed.load(Ordering::Acquire) {
-                return Err(Error::unavailable(
-                    FailureKind::ShutDown,
-                    "coordinator shut down",
-                ));
-            }
             if let Some((conn, generation)) = slot.checkout() {
                 return Ok(Checkout {
                     slot: Arc::clone(slot),
                     conn,
                     generation,
+                    shard,
                 });
             }
         }
@@ -414,6 +550,8 @@ pub(crate) struct Checkout {
     slot: Arc<Slot>,
     conn: Conn,
     generation: u64,
+    /// On a cluster: the slot of the command's key.
+    shard: Option<u16>,
 }
 
 impl Checkout {
@@ -455,18 +593,222 @@ impl Checkout {
                 Ok(value)
             }
             Ok(Err(error)) => {
-                if error.is_unrecoverable_error() || error.is_connection_dropped() {
-                    self.slot.mark_down(self.generation, "connection broken");
-                } else if error.kind() == redis::ErrorKind::Server(ServerErrorKind::ReadOnly) {
-                    self.slot
-                        .mark_down(self.generation, "server is a read-only replica");
+                match self.shard {
+                    Some(shard) if node_in_doubt(&error) => self.slot.suspect(shard),
+                    Some(_) => {}
+                    None if error.is_unrecoverable_error() || error.is_connection_dropped() => {
+                        self.slot.mark_down(self.generation, "connection broken");
+                    }
+                    None if error.kind() == redis::ErrorKind::Server(ServerErrorKind::ReadOnly) => {
+                        self.slot
+                            .mark_down(self.generation, "server is a read-only replica");
+                    }
+                    None => {}
                 }
                 Err(RedisFailure::Redis(error))
             }
             Err(_) => {
-                self.slot.timed_out(self.generation);
+                match self.shard {
+                    Some(shard) => self.slot.suspect(shard),
+                    None => self.slot.timed_out(self.generation),
+                }
                 Err(RedisFailure::Timeout)
             }
+        }
+    }
+}
+
+/// Whether a cluster command's failure may mean that the primary serving its slot restarted
+/// or was replaced: it timed out, its link broke, the primary is loading its data, or the
+/// slot is served elsewhere now (a failover, a replica answering).
+fn node_in_doubt(error: &RedisError) -> bool {
+    error.is_timeout()
+        || error.is_connection_dropped()
+        || error.is_unrecoverable_error()
+        || matches!(
+            error.kind(),
+            redis::ErrorKind::Server(
+                ServerErrorKind::Moved
+                    | ServerErrorKind::Ask
+                    | ServerErrorKind::ReadOnly
+                    | ServerErrorKind::BusyLoading
+            )
+        )
+}
+
+/// Checks a cluster's primaries in the background (see [`shards`](super::shards)): one check
+/// at a time, at once when nudged, again and again while a primary is in doubt, and every
+/// [`CHECK_PERIOD`] anyway.
+pub(crate) struct Checker {
+    shards: Shards,
+    /// Nudged by a suspicion, a call turned away, a reconnection: check now.
+    wake: tokio::sync::Notify,
+    /// Whether a check loop runs: it dies with its runtime, and the next nudge starts another.
+    running: AtomicBool,
+    slots: OnceLock<Weak<[Arc<Slot>]>>,
+    incarnation: Arc<Incarnation>,
+    timeout: Duration,
+    closed: Arc<AtomicBool>,
+}
+
+impl Checker {
+    /// The slot of `key`, if the primary serving it may serve now; else nudges a check.
+    fn admit(self: &Arc<Self>, key: &KeyBase) -> Result<u16, Error> {
+        let shard = shards::key_slot(&key.key(""));
+        if self.shards.serves(shard) {
+            return Ok(shard);
+        }
+        self.nudge();
+        Err(Error::unavailable(
+            FailureKind::Disconnected,
+            "the cluster node serving this identity is being checked after a failure",
+        ))
+    }
+
+    fn nudge(self: &Arc<Self>) {
+        self.wake.notify_one();
+        if self.running.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(check_loop(Arc::downgrade(self)));
+            }
+            Err(_) => self.running.store(false, Ordering::Release),
+        }
+    }
+
+    /// The first check, at `connect`: a primary answering with an error fails it, and so does
+    /// a cluster where none answers; one that does not answer in time is checked later.
+    async fn first_check(&self) -> Result<(), Error> {
+        let checked = self.check().await;
+        if let Some(refused) = checked.refused {
+            return Err(refused);
+        }
+        if checked.info.run_ids.is_empty() {
+            return Err(Error::unavailable(
+                FailureKind::Timeout,
+                "no primary of the cluster answered `INFO` within the command timeout",
+            ));
+        }
+        checked.info.check()
+    }
+
+    /// Checks the primaries once, through the connection that saw the last suspicion if it is
+    /// up (else any that is).
+    async fn check(&self) -> Checked {
+        let begun = self.shards.begin();
+        let mut checked = Checked::default();
+        let Some((slot, conn, generation)) = self.connection(begun.probe) else {
+            return checked;
+        };
+        let ranges = shards::read_map(&conn, &begun.known, self.timeout).await;
+        checked.reached = ranges.is_some();
+        let routes = shards::primaries(ranges.as_deref().unwrap_or(&begun.known));
+        let primaries: BTreeSet<String> = routes.keys().cloned().collect();
+        if ranges.is_some() {
+            // A primary gone from the map (failed over) is lost, whatever the others answer.
+            self.incarnation.observe(&primaries, &BTreeMap::new());
+            self.shards.record(begun.start, ranges, []);
+        }
+        // Each primary serves again as soon as it has answered: one that does not answer
+        // holds up no other.
+        let mut answers = std::pin::pin!(shards::ask_info(&conn, &routes, self.timeout));
+        while let Some((primary, answer)) = answers.next().await {
+            match answer {
+                Answer::Info(info) => {
+                    checked.reached = true;
+                    self.incarnation.observe(&primaries, &info.run_ids);
+                    if self.shards.record(begun.start, None, [&primary]) {
+                        self.incarnation.reconnected();
+                    }
+                    checked.info.merge(info);
+                }
+                Answer::Refused(error) => {
+                    checked.reached = true;
+                    checked.refused.get_or_insert(error);
+                }
+                Answer::Silent => {}
+            }
+        }
+        if !checked.reached {
+            // Nothing answers through this connection: it may be dead (its runtime gone), or
+            // every node may be. A new one is the cure either way, and whatever it reaches is
+            // checked before it serves.
+            self.shards.suspect_all();
+            slot.mark_down(generation, "no node of the cluster answered");
+        }
+        checked
+    }
+
+    /// A cluster connection that is up: pool slot `probe`'s if it is, else the first.
+    fn connection(&self, probe: Option<usize>) -> Option<(Arc<Slot>, ClusterConnection, u64)> {
+        let slots = self.slots.get()?.upgrade()?;
+        probe
+            .into_iter()
+            .chain(0..slots.len())
+            .filter_map(|index| slots.get(index))
+            .find_map(|slot| match slot.current()? {
+                (Conn::Cluster(conn), generation) => Some((Arc::clone(slot), conn, generation)),
+                (Conn::Single(_), _) => None,
+            })
+    }
+}
+
+/// What one check found.
+#[derive(Default)]
+struct Checked {
+    /// Whether any node answered anything.
+    reached: bool,
+    /// The first error a primary answered to `INFO`.
+    refused: Option<Error>,
+    /// What the primaries that answered told.
+    info: ServerInfo,
+}
+
+/// Checks until the pool is gone: again soon while a primary is in doubt (sooner when calls
+/// are turned away), every [`CHECK_PERIOD`] otherwise.
+async fn check_loop(checker: Weak<Checker>) {
+    let _running = CheckDone(checker.clone());
+    let mut failures = 0u32;
+    loop {
+        let Some(this) = checker.upgrade() else {
+            return;
+        };
+        let pool_gone = this
+            .slots
+            .get()
+            .is_none_or(|slots| slots.strong_count() == 0);
+        if pool_gone || this.closed.load(Ordering::Acquire) {
+            return;
+        }
+        let mut nudged = std::pin::pin!(this.wake.notified());
+        nudged.as_mut().enable();
+        let attempted = tokio::time::Instant::now();
+        this.check().await;
+        let pause = if this.shards.settled() {
+            failures = 0;
+            CHECK_PERIOD
+        } else {
+            failures += 1;
+            reconnect_backoff(failures)
+        };
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            () = nudged => {
+                tokio::time::sleep_until(attempted + MIN_RECONNECT_INTERVAL).await;
+            }
+        }
+    }
+}
+
+/// Clears a checker's `running` flag when its loop ends, for whatever reason.
+struct CheckDone(Weak<Checker>);
+
+impl Drop for CheckDone {
+    fn drop(&mut self) {
+        if let Some(checker) = self.0.upgrade() {
+            checker.running.store(false, Ordering::Release);
         }
     }
 }
@@ -495,12 +837,71 @@ impl RedisFailure {
 }
 
 fn failure(error: &RedisError) -> Error {
-    let kind = if error.is_timeout() {
-        FailureKind::Timeout
-    } else if matches!(error.kind(), redis::ErrorKind::Server(_)) {
-        FailureKind::Server
+    use redis::ErrorKind;
+    let (kind, detail) = if error.is_timeout() {
+        (FailureKind::Timeout, "the Redis client timed out")
+    } else if error.code().is_some()
+        || matches!(
+            error.kind(),
+            ErrorKind::Server(_) | ErrorKind::Extension | ErrorKind::AuthenticationFailed
+        )
+    {
+        // Every error the server itself answered — WRONGTYPE, OOM, NOPERM, NOAUTH, WRONGPASS
+        // included — not only those the client has a name for.
+        (FailureKind::Server, "Redis answered with an error")
+    } else if matches!(
+        error.kind(),
+        ErrorKind::Parse | ErrorKind::UnexpectedReturnType
+    ) {
+        (
+            FailureKind::MalformedReply,
+            "Redis replied something unreadable",
+        )
     } else {
-        FailureKind::Disconnected
+        (FailureKind::Disconnected, "the connection to Redis failed")
     };
-    Error::unavailable(kind, error.to_string())
+    Error::unavailable_because(kind, detail, error.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_error_the_server_answers_is_a_server_error() {
+        for reply in [
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+            "OOM command not allowed when used memory > 'maxmemory'.",
+            "NOAUTH Authentication required.",
+            "WRONGPASS invalid username-password pair or user is disabled.",
+            "NOPERM this user has no permissions to run the 'zrem' command",
+            "ERR unknown command",
+        ] {
+            let parsed = redis::parse_redis_value(format!("-{reply}\r\n").as_bytes())
+                .and_then(|value| value.extract_error());
+            let error = parsed.expect_err("an error reply");
+            assert_eq!(
+                failure(&error).failure_kind(),
+                Some(FailureKind::Server),
+                "{reply}"
+            );
+        }
+        let dropped = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert_eq!(
+            failure(&dropped).failure_kind(),
+            Some(FailureKind::Disconnected)
+        );
+    }
+
+    /// Service resumes within a second of the server's return: no pause between attempts is
+    /// ever longer than half of that, however long the outage.
+    #[test]
+    fn reconnect_backoff_grows_to_a_bound() {
+        assert_eq!(reconnect_backoff(1), MIN_RECONNECT_INTERVAL);
+        assert!(reconnect_backoff(2) > reconnect_backoff(1));
+        for failures in [10, 1_000, u32::MAX] {
+            assert_eq!(reconnect_backoff(failures), MAX_RECONNECT_BACKOFF);
+        }
+        assert!(MAX_RECONNECT_BACKOFF <= Duration::from_millis(500));
+    }
 }

@@ -43,6 +43,52 @@ pub(crate) fn integers<const N: usize>(script: &str, value: Value) -> Result<[i6
     Ok(out)
 }
 
+/// Decodes a flat array of `count` groups of `N` integers (one group per request of a batch).
+pub(crate) fn integer_groups<const N: usize>(
+    script: &str,
+    value: Value,
+    count: usize,
+) -> Result<Vec<[i64; N]>, Error> {
+    let Value::Array(items) = value else {
+        return Err(malformed(
+            script,
+            format_args!("{} instead of an array", kind(&value)),
+        ));
+    };
+    if items.len() != N * count {
+        return Err(malformed(
+            script,
+            format_args!("{} items instead of {N} × {count}", items.len()),
+        ));
+    }
+    let mut items = items.into_iter();
+    (0..count)
+        .map(|_| integers::<N>(script, Value::Array(items.by_ref().take(N).collect())))
+        .collect()
+}
+
+/// Decodes an array of strings.
+pub(crate) fn strings(script: &str, value: Value) -> Result<Vec<String>, Error> {
+    let Value::Array(items) = value else {
+        return Err(malformed(
+            script,
+            format_args!("{} instead of an array", kind(&value)),
+        ));
+    };
+    items
+        .into_iter()
+        .map(|item| match item {
+            Value::BulkString(bytes) => String::from_utf8(bytes)
+                .map_err(|_| malformed(script, "a string that is not UTF-8")),
+            Value::SimpleString(text) => Ok(text),
+            other => Err(malformed(
+                script,
+                format_args!("{} where a string belongs", kind(&other)),
+            )),
+        })
+        .collect()
+}
+
 /// Decodes an integer reply that must lie in `range`.
 pub(crate) fn integer_in(
     script: &str,

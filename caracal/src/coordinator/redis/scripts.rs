@@ -24,7 +24,7 @@ macro_rules! scripts {
     ($($static:ident => $file:literal),* $(,)?) => {
         $(
             pub(crate) static $static: LazyLock<Script> = LazyLock::new(|| {
-                Script::new($file, include_str!(concat!("../../../../lua/", $file, ".lua")))
+                Script::new($file, include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/", $file, ".lua")))
             });
         )*
 
@@ -37,11 +37,18 @@ macro_rules! scripts {
 }
 
 scripts! {
+    ACL_CHECK => "acl_check",
     BULKHEAD_LEASE => "bulkhead_lease",
     BREAKER_ADMIT => "breaker_admit",
     BREAKER_OBSERVE => "breaker_observe",
     BREAKER_SETTLE => "breaker_settle",
+    BREAKER_FORCE => "breaker_force",
     RATE_LIMIT => "rate_limit",
+    REGISTRY_REPORT => "registry_report",
+    REGISTRY_READ => "registry_read",
+    OVERRIDES_WRITE => "overrides_write",
+    OVERRIDES_READ => "overrides_read",
+    IDENTITY_READ => "identity_read",
 }
 
 #[cfg(test)]

@@ -10,15 +10,16 @@
 
 use std::future::Future;
 
-use super::kernel::Phase;
 use super::{BreakerSite, Classify, OnCoordinatorError, ProbeSlot, run_admitted};
 use crate::coordinator::{self, Admission, BreakerTarget};
 use crate::ctx::CallCtx;
-use crate::identity::{KeyBase, Kind, Scope};
-use crate::{Error, Outcome, events};
+use crate::identity::{Kind, Scope};
+use crate::kernel::breaker::Phase;
+use crate::metrics::Stopwatch;
+use crate::{Error, events};
 
 pub(super) async fn run<T, E, C, F>(
-    site: &'static BreakerSite,
+    site: &BreakerSite,
     ctx: &CallCtx,
     scope: &Scope,
     classify: C,
@@ -29,32 +30,31 @@ where
     C: Classify<T, E>,
     F: Future<Output = Result<T, E>>,
 {
+    let arrival = Stopwatch::start();
     let config = &site.config;
     let coordinator = match coordinator::current() {
         Ok(coordinator) => coordinator,
         Err(error) => return Err(ctx.reject(error)),
     };
+    let identity = coordinator.identity(Kind::CircuitBreaker, config.name, config.operation, scope);
+    let resolved = site.resolve(Some(&coordinator));
+    coordinator.note_use(&identity, site, &resolved);
+    let values = resolved.values;
     let target = BreakerTarget {
-        key: KeyBase::derive(
-            coordinator.namespace(),
-            Kind::Breaker,
-            config.name,
-            config.operation,
-            scope,
-        ),
-        settings: site.settings(),
-        name: config.name,
-        operation: config.operation,
-        scope: scope.clone(),
+        identity,
+        settings: values.settings(false),
     };
-    let at = site.at(scope);
+    let at = target.identity.at();
     let admission = match coordinator.breaker_admission(&target).await {
         Ok(admission) => admission,
         Err(error) => {
             events::breaker_coordinator_error(&at, "admit", &error);
             let last_known = coordinator.breaker_last_known(&target);
-            let last_seen_open = matches!(last_known, Some(Phase::Open | Phase::HalfOpen));
-            if last_seen_open || config.on_coordinator_error == OnCoordinatorError::FailClosed {
+            let last_seen_open = matches!(
+                last_known,
+                Some(Phase::Open | Phase::HalfOpen | Phase::ForcedOpen)
+            );
+            if last_seen_open || values.on_coordinator_error == OnCoordinatorError::FailClosed {
                 events::breaker_degraded(&at, "fail_closed", last_known);
                 let error = if last_seen_open {
                     site.open_error(scope, None)
@@ -70,25 +70,35 @@ where
     };
     match admission {
         Admission::Closed { generation } => {
-            run_admitted(ctx, &classify, body, |outcome| match outcome {
-                Outcome::Success => coordinator.breaker_record(&target, generation, false),
-                Outcome::Failure => coordinator.breaker_record(&target, generation, true),
-                Outcome::Ignored => {}
+            events::breaker_admitted(&at, Phase::Closed, generation, arrival);
+            run_admitted(values.slow_after(), ctx, &classify, body, |verdict| {
+                if let Some(observation) = verdict.observation() {
+                    coordinator.breaker_record(&target, generation, observation);
+                }
             })
             .await
         }
+        // An operator forced it closed: the call runs and counts for nothing.
+        Admission::Unrecorded { generation } => {
+            events::breaker_admitted(&at, Phase::ForcedClosed, generation, arrival);
+            body.await
+        }
         Admission::Probe { generation, token } => {
-            events::breaker_probe_started(&at, generation);
+            events::breaker_probe_started(&at, generation, arrival);
             let slot = ProbeSlot(Some(|outcome| {
                 coordinator.breaker_settle_later(&target, token, outcome, generation);
             }));
-            run_admitted(ctx, &classify, body, |outcome| slot.settle(outcome)).await
+            run_admitted(values.slow_after(), ctx, &classify, body, |verdict| {
+                slot.settle(verdict);
+            })
+            .await
         }
         Admission::Open {
+            phase,
             generation,
             retry_after,
         } => {
-            events::breaker_rejected(&at, Phase::Open, Some(generation), retry_after);
+            events::breaker_rejected(&at, phase, Some(generation), retry_after);
             Err(ctx.reject(site.open_error(scope, retry_after)))
         }
         Admission::ProbeLimit { generation } => {

@@ -1,11 +1,11 @@
 //! `#[circuit_breaker]`: one shared failure window per identity.
 //!
-//! The state machine is [`kernel`]; the distributed breaker runs it in the coordinator (Lua in
-//! Redis, or the in-memory backend) and admits closed-path calls from this process's view of
-//! the state (see `coordinator::breakers`); the local breaker runs it under a mutex.
+//! The state machine is [`crate::kernel::breaker`]; the distributed breaker runs it in the
+//! coordinator (Lua in Redis, or the in-memory backend) and admits closed-path calls from this
+//! process's view of the state (see `coordinator::breakers`); the local breaker runs it under a
+//! mutex.
 
 mod distributed;
-pub(crate) mod kernel;
 mod local;
 
 use std::future::Future;
@@ -14,10 +14,13 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 
-use self::kernel::{ProbeOutcome, Settings};
+use crate::config::Setting;
+use crate::config::overrides::{Resolved, Values};
+use crate::coordinator::Coordinator;
 use crate::ctx::{CallCtx, Rejection};
 use crate::events::At;
-use crate::identity::Scope;
+use crate::identity::{PolicyKind, Scope};
+use crate::kernel::breaker::{Observation, ProbeOutcome, Settings};
 use crate::{Error, Outcome};
 
 /// What the breaker does when the coordinator cannot answer.
@@ -54,10 +57,199 @@ pub struct BreakerConfig {
     pub half_open_successes: u32,
     /// A probe that never settles frees its slot after this.
     pub probe_lease: Duration,
+    /// When calls count as slow, and how many slow ones open it.
+    pub slow_call: Option<SlowCall>,
     /// Behaviour when the coordinator cannot answer.
     pub on_coordinator_error: OnCoordinatorError,
     /// Per-process only.
     pub local: bool,
+}
+
+/// `slow_call` and `slow_call_threshold`.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SlowCall {
+    /// A call that takes longer counts as slow.
+    pub after: Duration,
+    /// Opens when slow calls / observations reach this, in [0.001, 0.999].
+    pub threshold: f64,
+}
+
+/// The values of a breaker that configuration may change.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct BreakerValues {
+    minimum_throughput: u32,
+    failure_threshold: f64,
+    window_size: u32,
+    window: Duration,
+    open: Duration,
+    half_open_probes: u32,
+    half_open_successes: u32,
+    probe_lease: Duration,
+    slow_call: Option<SlowCall>,
+    on_coordinator_error: OnCoordinatorError,
+}
+
+impl BreakerValues {
+    /// How long a call may take before it counts as slow, if any.
+    fn slow_after(&self) -> Option<Duration> {
+        self.slow_call.map(|slow_call| slow_call.after)
+    }
+
+    /// The settings every command carries; `local` breakers' closed state never expires.
+    fn settings(&self, local: bool) -> Settings {
+        let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1);
+        // Thousandths, as @gkoos/caracal resolves it, so both fleets agree on the boundary.
+        let permille = |fraction: f64| ((fraction * 1000.0).round() as u32).clamp(1, 999);
+        Settings {
+            minimum_throughput: self.minimum_throughput,
+            threshold_permille: permille(self.failure_threshold),
+            slow_threshold_permille: self
+                .slow_call
+                .map_or(0, |slow_call| permille(slow_call.threshold)),
+            window_size: self.window_size,
+            window_ms: millis(self.window),
+            open_ms: millis(self.open),
+            half_open_probes: self.half_open_probes,
+            half_open_successes: self.half_open_successes,
+            probe_lease_ms: millis(self.probe_lease),
+            closed_expires: !local,
+        }
+    }
+}
+
+impl Values for BreakerValues {
+    const KIND: PolicyKind = PolicyKind::CircuitBreaker;
+
+    fn get(&self, key: &str) -> Option<Setting> {
+        Some(match key {
+            "minimum_throughput" => Setting::Count(self.minimum_throughput),
+            "failure_threshold" => Setting::Number(self.failure_threshold),
+            "window_size" => Setting::Count(self.window_size),
+            "window" => Setting::Duration(self.window),
+            "open" => Setting::Duration(self.open),
+            "half_open_probes" => Setting::Count(self.half_open_probes),
+            "half_open_successes" => Setting::Count(self.half_open_successes),
+            "probe_lease" => Setting::Duration(self.probe_lease),
+            "slow_call" => Setting::Duration(self.slow_call?.after),
+            "slow_call_threshold" => Setting::Number(self.slow_call?.threshold),
+            "on_coordinator_error" => Setting::Choice(match self.on_coordinator_error {
+                OnCoordinatorError::FailOpen => "fail_open",
+                OnCoordinatorError::FailClosed => "fail_closed",
+            }),
+            _ => return None,
+        })
+    }
+
+    fn set(&mut self, key: &str, setting: Setting) {
+        match (key, setting) {
+            ("minimum_throughput", Setting::Count(n)) => self.minimum_throughput = n,
+            ("failure_threshold", Setting::Number(x)) => self.failure_threshold = x,
+            ("window_size", Setting::Count(n)) => self.window_size = n,
+            ("window", Setting::Duration(d)) => self.window = d,
+            ("open", Setting::Duration(d)) => self.open = d,
+            ("half_open_probes", Setting::Count(n)) => self.half_open_probes = n,
+            ("half_open_successes", Setting::Count(n)) => self.half_open_successes = n,
+            ("probe_lease", Setting::Duration(d)) => self.probe_lease = d,
+            // A slow-call threshold alone changes nothing until there is a slow call.
+            ("slow_call", Setting::Duration(after)) => {
+                let threshold = self
+                    .slow_call
+                    .map_or(DEFAULT_SLOW_CALL_THRESHOLD, |s| s.threshold);
+                self.slow_call = Some(SlowCall { after, threshold });
+            }
+            ("slow_call_threshold", Setting::Number(threshold)) => {
+                if let Some(slow_call) = &mut self.slow_call {
+                    slow_call.threshold = threshold;
+                }
+            }
+            ("on_coordinator_error", Setting::Choice(choice)) => {
+                self.on_coordinator_error = if choice == "fail_closed" {
+                    OnCoordinatorError::FailClosed
+                } else {
+                    OnCoordinatorError::FailOpen
+                };
+            }
+            _ => {}
+        }
+    }
+
+    fn lifetime(&self) -> Duration {
+        self.window.max(self.open * 2)
+    }
+
+    fn consistent(&self) -> bool {
+        self.minimum_throughput <= self.window_size
+    }
+}
+
+/// The slow-call threshold when `slow_call` is given alone.
+pub(crate) const DEFAULT_SLOW_CALL_THRESHOLD: f64 = 0.5;
+
+/// A breaker's values before it has a site: the attribute's defaults (which `caracal-macros`
+/// applies at compile time), for breakers built at run time.
+#[cfg(feature = "tower")]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Defaults {
+    pub(crate) minimum_throughput: u32,
+    pub(crate) failure_threshold: f64,
+    pub(crate) window_size: u32,
+    /// `max(3 × open, 60s)` when not given.
+    pub(crate) window: Option<Duration>,
+    pub(crate) open: Duration,
+    pub(crate) half_open_probes: u32,
+    pub(crate) half_open_successes: u32,
+    /// `2 × open` when not given.
+    pub(crate) probe_lease: Option<Duration>,
+    pub(crate) slow_call: Option<SlowCall>,
+    pub(crate) on_coordinator_error: OnCoordinatorError,
+}
+
+#[cfg(feature = "tower")]
+impl Default for Defaults {
+    fn default() -> Self {
+        Defaults {
+            minimum_throughput: 20,
+            failure_threshold: 0.5,
+            window_size: 100,
+            window: None,
+            open: Duration::from_secs(30),
+            half_open_probes: 3,
+            half_open_successes: 2,
+            probe_lease: None,
+            slow_call: None,
+            on_coordinator_error: OnCoordinatorError::FailOpen,
+        }
+    }
+}
+
+#[cfg(feature = "tower")]
+impl Defaults {
+    /// The site's configuration.
+    pub(crate) fn config(
+        &self,
+        name: &'static str,
+        operation: &'static str,
+        local: bool,
+    ) -> BreakerConfig {
+        BreakerConfig {
+            name,
+            operation,
+            minimum_throughput: self.minimum_throughput,
+            failure_threshold: self.failure_threshold,
+            window_size: self.window_size,
+            window: self
+                .window
+                .unwrap_or_else(|| (self.open * 3).max(Duration::from_secs(60))),
+            open: self.open,
+            half_open_probes: self.half_open_probes,
+            half_open_successes: self.half_open_successes,
+            probe_lease: self.probe_lease.unwrap_or(self.open * 2),
+            slow_call: self.slow_call,
+            on_coordinator_error: self.on_coordinator_error,
+            local,
+        }
+    }
 }
 
 /// One `#[circuit_breaker]` call site: its settings and its cached process-local state.
@@ -77,22 +269,22 @@ impl BreakerSite {
         }
     }
 
-    /// The settings every command of this site carries.
-    fn settings(&self) -> Settings {
+    /// The values in force: the attribute's, with `coordinator`'s overrides applied.
+    fn resolve(&self, coordinator: Option<&Coordinator>) -> Resolved<BreakerValues> {
         let config = &self.config;
-        let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1);
-        Settings {
+        let attribute = BreakerValues {
             minimum_throughput: config.minimum_throughput,
-            // Thousandths, as @gkoos/caracal resolves it, so both fleets agree on the boundary.
-            threshold_permille: ((config.failure_threshold * 1000.0).round() as u32).clamp(1, 999),
+            failure_threshold: config.failure_threshold,
             window_size: config.window_size,
-            window_ms: millis(config.window),
-            open_ms: millis(config.open),
+            window: config.window,
+            open: config.open,
             half_open_probes: config.half_open_probes,
             half_open_successes: config.half_open_successes,
-            probe_lease_ms: millis(config.probe_lease),
-            closed_expires: !config.local,
-        }
+            probe_lease: config.probe_lease,
+            slow_call: config.slow_call,
+            on_coordinator_error: config.on_coordinator_error,
+        };
+        Coordinator::resolve(coordinator, config.name, &attribute)
     }
 
     fn at<'a>(&self, scope: &'a Scope) -> At<'a> {
@@ -155,7 +347,7 @@ impl<T, E, F: Fn(&Result<T, E>) -> Outcome> Classify<T, E> for F {
 /// Admits `body` through the breaker and records its outcome.
 #[doc(hidden)]
 pub async fn circuit_breaker<T, E, C, F>(
-    site: &'static BreakerSite,
+    site: &BreakerSite,
     ctx: &CallCtx,
     scope: &Result<Scope, Error>,
     classify: C,
@@ -176,25 +368,70 @@ where
     }
 }
 
-/// Runs an admitted call and hands its outcome to `record`. A panic in the body is recorded
-/// as a failure, then resumed: it reaches the caller as if the breaker were not there.
+/// How an admitted call turned out, as the breaker counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Verdict {
+    outcome: Outcome,
+    /// It took longer than the site's `slow_call`.
+    slow: bool,
+}
+
+impl Verdict {
+    /// The window's observation of a closed-path call; `None` when it is ignored.
+    fn observation(self) -> Option<Observation> {
+        let failed = match self.outcome {
+            Outcome::Success => false,
+            Outcome::Failure => true,
+            Outcome::Ignored => return None,
+        };
+        Some(Observation {
+            failed,
+            slow: self.slow,
+        })
+    }
+
+    /// A probe's result: a slow success says the downstream has not recovered, so it counts
+    /// as a failure.
+    fn probe_outcome(self) -> ProbeOutcome {
+        match self.outcome {
+            Outcome::Success if self.slow => ProbeOutcome::Failure,
+            Outcome::Success => ProbeOutcome::Success,
+            Outcome::Failure => ProbeOutcome::Failure,
+            Outcome::Ignored => ProbeOutcome::Ignored,
+        }
+    }
+}
+
+/// Runs an admitted call and hands its verdict to `record`. A panic in the body is recorded
+/// as a failure, then resumed: it reaches the caller as if the breaker were not there. The
+/// clock is read only when the site has a `slow_call`.
 async fn run_admitted<T, E, C, F>(
+    slow_after: Option<Duration>,
     ctx: &CallCtx,
     classify: &C,
     body: F,
-    record: impl FnOnce(Outcome),
+    record: impl FnOnce(Verdict),
 ) -> Result<T, E>
 where
     C: Classify<T, E>,
     F: Future<Output = Result<T, E>>,
 {
-    match AssertUnwindSafe(body).catch_unwind().await {
+    let started = slow_after.map(|_| tokio::time::Instant::now());
+    let result = AssertUnwindSafe(body).catch_unwind().await;
+    let slow = started
+        .zip(slow_after)
+        .is_some_and(|(started, after)| started.elapsed() > after);
+    match result {
         Ok(result) => {
-            record(classify.classify(&result, ctx.rejection()));
+            let outcome = classify.classify(&result, ctx.rejection());
+            record(Verdict { outcome, slow });
             result
         }
         Err(panic) => {
-            record(Outcome::Failure);
+            record(Verdict {
+                outcome: Outcome::Failure,
+                slow,
+            });
             std::panic::resume_unwind(panic)
         }
     }
@@ -206,13 +443,9 @@ where
 struct ProbeSlot<S: FnOnce(ProbeOutcome)>(Option<S>);
 
 impl<S: FnOnce(ProbeOutcome)> ProbeSlot<S> {
-    fn settle(mut self, outcome: Outcome) {
+    fn settle(mut self, verdict: Verdict) {
         if let Some(settle) = self.0.take() {
-            settle(match outcome {
-                Outcome::Success => ProbeOutcome::Success,
-                Outcome::Failure => ProbeOutcome::Failure,
-                Outcome::Ignored => ProbeOutcome::Ignored,
-            });
+            settle(verdict.probe_outcome());
         }
     }
 }

@@ -21,6 +21,7 @@ const fn config(name: &'static str, local: bool) -> BreakerConfig {
         half_open_probes: 1,
         half_open_successes: 2,
         probe_lease: Duration::from_secs(20),
+        slow_call: None,
         on_coordinator_error: OnCoordinatorError::FailOpen,
         local,
     }
@@ -30,14 +31,36 @@ static LOCAL: BreakerSite = BreakerSite::new(config("unit-local", true));
 static SHARED: BreakerSite = BreakerSite::new(config("unit-shared", false));
 static PANICS: BreakerSite = BreakerSite::new(config("unit-panics", true));
 static DROPS: BreakerSite = BreakerSite::new(config("unit-drops", false));
+static STORM: BreakerSite = BreakerSite::new(config("unit-storm", false));
+
+const SLOW_CALL: Duration = Duration::from_secs(1);
+
+const fn slow_config(name: &'static str, local: bool) -> BreakerConfig {
+    let mut config = config(name, local);
+    // Failures alone would need 4 of 4 here (0.999); slow calls need half.
+    config.failure_threshold = 0.999;
+    config.slow_call = Some(SlowCall {
+        after: SLOW_CALL,
+        threshold: 0.5,
+    });
+    config
+}
+
+static SLOW_LOCAL: BreakerSite = BreakerSite::new(slow_config("unit-slow-local", true));
+static SLOW_SHARED: BreakerSite = BreakerSite::new(slow_config("unit-slow-shared", false));
 
 async fn call(site: &'static BreakerSite, fail: bool) -> Result<(), Error> {
+    call_taking(site, fail, Duration::ZERO).await
+}
+
+async fn call_taking(site: &'static BreakerSite, fail: bool, takes: Duration) -> Result<(), Error> {
     circuit_breaker(
         site,
         &CallCtx::new(),
         &global_scope(),
         ClassifyByResult,
         async move {
+            tokio::time::sleep(takes).await;
             if fail {
                 Err(Error::config("downstream failed"))
             } else {
@@ -132,6 +155,78 @@ async fn a_dropped_probe_frees_its_slot() {
         .await;
 }
 
+/// A sequential caller of an instantly failing function: its own unflushed failures count, so
+/// at most `minimum_throughput` bodies run before the first rejection — no batch delay (the
+/// clock never moves here) lets more through.
+#[tokio::test(start_paused = true)]
+async fn a_failure_storm_is_cut_off_after_minimum_throughput_calls() {
+    let coordinator = Coordinator::in_memory();
+    let bodies = coordinator
+        .scoped(async {
+            let mut bodies = 0;
+            for _ in 0..100 {
+                match call(&STORM, true).await {
+                    Err(Error::CircuitOpen { .. }) => break,
+                    _ => bodies += 1,
+                }
+            }
+            bodies
+        })
+        .await;
+    assert_eq!(bodies, STORM.config.minimum_throughput);
+}
+
+/// Successful calls that take longer than `slow_call` open it once they are half the window;
+/// a probe that succeeds slowly reopens it, quick ones close it.
+async fn slow_calls_open_it(site: &'static BreakerSite) {
+    let slow = SLOW_CALL + Duration::from_millis(1);
+    let almost = SLOW_CALL - Duration::from_millis(1);
+    // Window after each: (total, slow) = (1, 0), (2, 1), (3, 1), (4, 1), (5, 2).
+    for takes in [Duration::ZERO, slow, almost, Duration::ZERO, slow] {
+        assert!(call_taking(site, false, takes).await.is_ok());
+        settle_background().await;
+    }
+    // (6, 3): half of them slow.
+    assert!(call_taking(site, false, slow).await.is_ok());
+    settle_background().await;
+    assert!(matches!(
+        call(site, false).await,
+        Err(Error::CircuitOpen { .. })
+    ));
+    tokio::time::sleep(OPEN).await;
+    assert!(
+        call_taking(site, false, slow).await.is_ok(),
+        "the probe ran"
+    );
+    settle_background().await;
+    assert!(
+        matches!(call(site, false).await, Err(Error::CircuitOpen { .. })),
+        "a slow probe reopens it"
+    );
+    tokio::time::sleep(OPEN).await;
+    for _ in 0..2 {
+        assert!(call(site, false).await.is_ok());
+        settle_background().await;
+    }
+    for _ in 0..4 {
+        assert!(
+            call_taking(site, false, almost).await.is_ok(),
+            "closed again"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn slow_calls_open_the_local_breaker() {
+    slow_calls_open_it(&SLOW_LOCAL).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn slow_calls_open_the_distributed_breaker() {
+    let coordinator = Coordinator::in_memory();
+    coordinator.scoped(slow_calls_open_it(&SLOW_SHARED)).await;
+}
+
 #[test]
 fn inner_admission_rejections_are_not_failures() {
     let result: Result<(), Error> = Err(Error::config("x"));
@@ -152,13 +247,21 @@ fn thresholds_resolve_to_thousandths() {
     let mut site_config = config("t", true);
     site_config.failure_threshold = 0.5004;
     assert_eq!(
-        BreakerSite::new(site_config).settings().threshold_permille,
+        BreakerSite::new(site_config)
+            .resolve(None)
+            .values
+            .settings(true)
+            .threshold_permille,
         500
     );
     let mut site_config = config("t", true);
     site_config.failure_threshold = 0.001;
     assert_eq!(
-        BreakerSite::new(site_config).settings().threshold_permille,
+        BreakerSite::new(site_config)
+            .resolve(None)
+            .values
+            .settings(true)
+            .threshold_permille,
         1
     );
 }

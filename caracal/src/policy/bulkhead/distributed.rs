@@ -1,17 +1,32 @@
 //! The distributed bulkhead: one lease per running body in the identity's lease set.
 //!
+//! A lease is trusted only while the server would still hold it:
+//!
 //! - **Acquire** is one awaited round trip. Any coordinator failure rejects the call (fail
 //!   closed); since the acquire may still have taken a lease, its release is sent anyway.
-//! - **Admission expiry**: the lease deadline is measured from when the acquire was *sent*; if
-//!   it has already passed when the reply arrives, the body never starts.
-//! - **Renewal** every `lease / 3` while the body runs, each pushing the deadline to
-//!   `send time + lease`. A renewal that fails is retried until the deadline (a renewal only
-//!   moves a deadline, so sending it twice is harmless); one that is denied, or a deadline
-//!   that passes, loses the lease: the body is dropped and the call returns
-//!   [`Error::LeaseLost`].
+//! - **Trust deadline.** The server sets a lease's deadline when it runs the acquire (or a
+//!   renewal), which is after this process *sent* it; so the lease is certainly held until
+//!   `send time + lease`. The holder trusts it only until a [safety margin](safety_margin)
+//!   before that, for clock-rate drift and a timer that fires late. If the deadline has
+//!   already passed when the acquire's reply arrives, the body never starts.
+//! - **Checked before every step.** Every poll of the body first checks the trust deadline and
+//!   the server's incarnation: a process resumed after a stall (SIGSTOP, a starved runtime)
+//!   or a server found to have lost its data ends the call with [`Error::LeaseLost`] without
+//!   letting the body take another step.
+//! - **Renewal** every `lease / 3` counted from when the previous acquire or renewal was
+//!   sent (so a slow acquire is renewed soon), and at once after any reconnection. Each success
+//!   moves the trust deadline to its own send time + lease − margin. A failed renewal is
+//!   retried until the trust deadline (a renewal only moves a deadline, so sending it twice is
+//!   harmless); a denied one, or a deadline that passes, loses the lease: the body is dropped.
 //! - **Release** is a guard: however the call ends (returned, failed, panicked, dropped), its
 //!   `Drop` queues the release on the connection and lets it finish in the background. The
-//!   caller never waits for it, and the task's next command cannot overtake it.
+//!   caller never waits for it, the task's next command cannot overtake it, and one whose
+//!   outcome is unknown is sent again until the lease would have expired anyway.
+//! - **A server that lost its data** (restarted without persistence, failed over) ends every
+//!   lease held there: holders in this process are cancelled before the connection that
+//!   noticed serves anything, and no new caller is admitted through this process for one lease
+//!   period, by when every lease granted before the loss has expired at its holder.
+//! - **Fencing.** Every lease comes with a fencing token, [`crate::fencing_token`] in the body.
 //! - **`max_wait`**: a denied acquire is retried with the same token, after a pause that
 //!   starts at 2 ms and doubles up to 50 ms (capped by the time left), or at once when a lease
 //!   of the same identity is released in this process. Waiting costs one acquire round trip
@@ -19,23 +34,41 @@
 
 use std::future::Future;
 use std::pin::pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::BulkheadSite;
+use super::{BulkheadSite, BulkheadValues};
 use crate::Error;
-use crate::coordinator::{self, Coordinator, LeaseAction, LeaseCommand};
+use crate::coordinator::{self, Coordinator, LeaseCommand};
 use crate::ctx::{CallCtx, Rejection};
+use crate::error::FailureKind;
 use crate::events::{self, BulkheadRejection, Degraded};
-use crate::identity::{KeyBase, Kind, Scope};
+use crate::fencing;
+use crate::identity::{Identity, Kind, Scope};
+use crate::kernel::lease::LeaseAction;
+use crate::metrics::Stopwatch;
 
 const FIRST_WAIT_PAUSE: Duration = Duration::from_millis(2);
 const MAX_WAIT_PAUSE: Duration = Duration::from_millis(50);
+/// The least time between a failed renewal and the next attempt.
+const MIN_RENEWAL_RETRY: Duration = Duration::from_millis(10);
+
+/// How long before the earliest moment the server could expire a lease its holder stops
+/// trusting it: a tenth of the lease (10 ms at the 100 ms minimum, 3 s at the 30 s default).
+/// It covers the drift between this host's clock rate and the server's (well under 0.1 %),
+/// timer granularity, and a runtime late by up to a tenth of the lease to fire the deadline;
+/// with renewals every third of the lease, a holder still has more than half the lease to
+/// retry a failed renewal before it gives up.
+pub(crate) fn safety_margin(lease: Duration) -> Duration {
+    lease / 10
+}
 
 pub(super) async fn run<T, E, F>(
-    site: &'static BulkheadSite,
+    site: &BulkheadSite,
     ctx: &CallCtx,
     scope: &Scope,
     body: F,
@@ -44,51 +77,61 @@ where
     E: From<Error>,
     F: Future<Output = Result<T, E>>,
 {
+    let arrival = Stopwatch::start();
     let config = &site.config;
     let coordinator = match coordinator::current() {
         Ok(coordinator) => coordinator,
         Err(error) => return Err(ctx.reject(error)),
     };
-    let key = KeyBase::derive(
-        coordinator.namespace(),
-        Kind::Bulkhead,
-        config.name,
-        config.operation,
-        scope,
-    );
-    let token = Uuid::new_v4();
-    let (sent, occupancy) = match admit(site, &coordinator, &key, token, scope).await {
-        Ok(admitted) => admitted,
+    let identity = coordinator.identity(Kind::Bulkhead, config.name, config.operation, scope);
+    let resolved = site.resolve(Some(&coordinator));
+    coordinator.note_use(&identity, site, &resolved);
+    let values = resolved.values;
+    let token = coordinator::fresh_token();
+    // Read before the acquire is sent: a loss of data noticed at any point after that may
+    // have taken this lease with it.
+    let epoch = coordinator.incarnation().epoch();
+    let grant = match admit(site, &values, &coordinator, &identity, token).await {
+        Ok(grant) => grant,
         Err(error) => return Err(ctx.reject(error)),
     };
-    let lease = Lease {
+    let lease = Lease::new(
         coordinator,
-        key,
+        identity,
         token,
-        site,
-        scope: scope.clone(),
-        since: Instant::now(),
-    };
-    let deadline = sent + config.lease;
-    if Instant::now() >= deadline {
+        values.lease,
+        grant.sent,
+        epoch,
+    );
+    let at = lease.identity.at();
+    if lease.check(Instant::now()).is_err() {
         events::bulkhead_rejected(
-            &site.at(scope),
+            &at,
             BulkheadRejection::AdmissionExpired,
-            Some(occupancy),
-            config.limit,
+            Some(grant.occupancy),
+            values.limit,
         );
         // The body never started: for an outer breaker this is a refusal, not a failure.
         return Err(ctx.reject_as(lost(site, scope), Rejection::Admission));
     }
-    events::bulkhead_admitted(&site.at(scope), occupancy, config.limit);
-
-    let body = pin!(body);
-    let keep = pin!(lease.keep(deadline));
-    tokio::select! {
-        biased;
-        result = body => result,
-        cause = keep => {
-            events::bulkhead_lease_lost(&site.at(scope), cause);
+    let _running = events::bulkhead_admitted(&at, grant.occupancy, values.limit, arrival);
+    let mut keep = pin!(lease.keep(grant.sent, values.limit));
+    let mut body = pin!(fencing::scope(Some(grant.fence), body));
+    // Before each step of the body: the lease must still be trusted, and its renewals must not
+    // have found it gone.
+    let held = std::future::poll_fn(|cx| {
+        if let Err(cause) = lease.check(Instant::now()) {
+            return Poll::Ready(Err(cause));
+        }
+        if let Poll::Ready(cause) = keep.as_mut().poll(cx) {
+            return Poll::Ready(Err(cause));
+        }
+        body.as_mut().poll(cx).map(Ok)
+    });
+    match held.await {
+        Ok(result) => result,
+        Err(cause) => {
+            events::bulkhead_lease_lost(&at, cause);
             Err(ctx.reject(lost(site, scope)))
         }
     }
@@ -101,42 +144,70 @@ fn lost(site: &BulkheadSite, scope: &Scope) -> Error {
     }
 }
 
-/// Takes a lease, waiting up to `max_wait` for one. Returns when the successful acquire was
-/// sent, and the occupancy it reported.
+/// A granted lease, as the acquire answered it.
+struct Grant {
+    /// When the successful acquire was sent.
+    sent: Instant,
+    occupancy: u32,
+    fence: u64,
+}
+
+/// Takes a lease, waiting up to `max_wait` for one.
 async fn admit(
-    site: &'static BulkheadSite,
+    site: &BulkheadSite,
+    values: &BulkheadValues,
     coordinator: &Coordinator,
-    key: &KeyBase,
+    identity: &Identity,
     token: Uuid,
-    scope: &Scope,
-) -> Result<(Instant, u32), Error> {
-    let config = &site.config;
-    let give_up = config.max_wait.map(|wait| Instant::now() + wait);
+) -> Result<Grant, Error> {
+    if coordinator.incarnation().lost_within(values.lease) {
+        let error = Error::unavailable(
+            FailureKind::DataLost,
+            "the server lost its data; admissions resume once every lease granted before has \
+             expired at its holder",
+        );
+        let at = identity.at();
+        events::bulkhead_rejected(
+            &at,
+            BulkheadRejection::CoordinatorUnavailable,
+            None,
+            values.limit,
+        );
+        return Err(error);
+    }
+    let give_up = values.max_wait.map(|wait| Instant::now() + wait);
     let mut pause = FIRST_WAIT_PAUSE;
     loop {
         // Registered before the attempt, so a release that lands during it is not missed.
-        let released = give_up.map(|_| coordinator.released(key));
+        let released = give_up.map(|_| coordinator.released(&identity.key));
         let sent = Instant::now();
         let command = LeaseCommand {
-            key,
+            identity,
             action: LeaseAction::Acquire,
             token,
-            ttl: config.lease,
-            limit: config.limit,
+            ttl: values.lease,
+            limit: values.limit,
         };
         // Until the reply is read, the acquire may have taken a lease nobody knows of: if this
         // call is dropped meanwhile, or the outcome stays unknown, it is released right away
         // rather than held until it expires.
         let mut unclaimed = UnclaimedLease {
             coordinator,
-            key,
+            identity,
             token,
+            lease: values.lease,
             armed: true,
         };
         let reply = coordinator.lease(command).await;
         unclaimed.armed = reply.is_err();
         match reply {
-            Ok(reply) if reply.allowed => return Ok((sent, reply.occupancy)),
+            Ok(reply) if reply.allowed => {
+                return Ok(Grant {
+                    sent,
+                    occupancy: reply.occupancy,
+                    fence: reply.fence,
+                });
+            }
             Ok(reply) => {
                 let now = Instant::now();
                 match give_up.zip(released) {
@@ -151,23 +222,23 @@ async fn admit(
                             BulkheadRejection::Capacity
                         };
                         events::bulkhead_rejected(
-                            &site.at(scope),
+                            &identity.at(),
                             reason,
                             Some(reply.occupancy),
-                            config.limit,
+                            values.limit,
                         );
-                        return Err(site.full(scope));
+                        return Err(site.full(&identity.scope, values.limit));
                     }
                 }
             }
             Err(error) => {
-                let at = site.at(scope);
+                let at = identity.at();
                 events::bulkhead_degraded(&at, Degraded::AdmissionUnknown, &error);
                 events::bulkhead_rejected(
                     &at,
                     BulkheadRejection::CoordinatorUnavailable,
                     None,
-                    config.limit,
+                    values.limit,
                 );
                 return Err(error);
             }
@@ -178,15 +249,21 @@ async fn admit(
 /// An acquire whose outcome the caller has not seen; see [`admit`].
 struct UnclaimedLease<'a> {
     coordinator: &'a Coordinator,
-    key: &'a KeyBase,
+    identity: &'a Identity,
     token: Uuid,
+    lease: Duration,
     armed: bool,
 }
 
 impl Drop for UnclaimedLease<'_> {
     fn drop(&mut self) {
         if self.armed {
-            self.coordinator.release(self.key, self.token, |_| ());
+            // Counted from now, not from when `admit` asked: the acquire may have waited in its
+            // identity's lane before it was sent. Sent by now, it ran within a command timeout
+            // (one still waiting is withdrawn, or released when its reply comes).
+            let until = Instant::now() + self.lease + self.coordinator.command_timeout();
+            self.coordinator
+                .release(self.identity, self.token, until, |_| ());
         }
     }
 }
@@ -194,75 +271,135 @@ impl Drop for UnclaimedLease<'_> {
 /// A held lease. Dropping it releases the lease in the background.
 struct Lease {
     coordinator: Coordinator,
-    key: KeyBase,
+    identity: Identity,
     token: Uuid,
-    site: &'static BulkheadSite,
-    scope: Scope,
+    /// Its time to live.
+    ttl: Duration,
+    /// The origin of the two times below, which are kept as nanoseconds since it so that the
+    /// renewal loop can move them while the guard reads them.
     since: Instant,
+    /// Until when the lease is trusted: last successful send + lease − margin.
+    trusted_until: AtomicU64,
+    /// When the server has certainly expired the lease: last successful reply + lease.
+    expired_by: AtomicU64,
+    /// The server's incarnation when the acquire was sent.
+    epoch: u64,
 }
 
 impl Lease {
+    fn new(
+        coordinator: Coordinator,
+        identity: Identity,
+        token: Uuid,
+        ttl: Duration,
+        sent: Instant,
+        epoch: u64,
+    ) -> Self {
+        let lease = Lease {
+            coordinator,
+            identity,
+            token,
+            ttl,
+            since: Instant::now(),
+            trusted_until: AtomicU64::new(0),
+            expired_by: AtomicU64::new(0),
+            epoch,
+        };
+        lease.confirmed(sent, lease.since);
+        lease
+    }
+
+    /// Records that the server set the lease's deadline in answer to a request sent at `sent`
+    /// and answered at `answered`.
+    fn confirmed(&self, sent: Instant, answered: Instant) {
+        let lease = self.ttl;
+        let trusted = (sent + lease - safety_margin(lease)).saturating_duration_since(self.since);
+        let expired = (answered + lease).saturating_duration_since(self.since);
+        self.trusted_until.store(nanos(trusted), Ordering::Release);
+        self.expired_by.store(nanos(expired), Ordering::Release);
+    }
+
+    fn trusted_until(&self) -> Instant {
+        self.since + Duration::from_nanos(self.trusted_until.load(Ordering::Acquire))
+    }
+
+    /// Whether the lease may still be relied on at `now`: before its trust deadline, and held
+    /// by a server that has not lost its data since; else why not.
+    fn check(&self, now: Instant) -> Result<(), &'static str> {
+        if self.coordinator.incarnation().epoch() != self.epoch {
+            Err("the server lost its data (restarted without persistence, or failed over)")
+        } else if now >= self.trusted_until() {
+            Err("the lease's trust deadline passed before it was renewed")
+        } else {
+            Ok(())
+        }
+    }
+
     /// Keeps the lease alive while the body runs; completes only when it is lost, with the
-    /// cause.
-    async fn keep(&self, mut deadline: Instant) -> &'static str {
-        let config = &self.site.config;
-        let period = config.lease / 3;
-        let mut next = Instant::now() + period;
+    /// cause. `sent` is when the acquire was sent.
+    async fn keep(&self, sent: Instant, limit: u32) -> &'static str {
+        let period = self.ttl / 3;
+        let mut due = sent + period;
         loop {
-            tokio::time::sleep_until(next.min(deadline)).await;
+            let reconnected = self.coordinator.incarnation().changed();
+            tokio::select! {
+                () = tokio::time::sleep_until(due.min(self.trusted_until())) => {}
+                () = reconnected => {}
+            }
             let sent = Instant::now();
-            if sent >= deadline {
-                return "no renewal succeeded before the lease deadline";
+            if let Err(cause) = self.check(sent) {
+                return cause;
             }
             let command = LeaseCommand {
-                key: &self.key,
+                identity: &self.identity,
                 action: LeaseAction::Renew,
                 token: self.token,
-                ttl: config.lease,
-                limit: config.limit,
+                ttl: self.ttl,
+                limit,
             };
-            match tokio::time::timeout_at(deadline, self.coordinator.lease(command)).await {
+            let renewal = self.coordinator.lease(command);
+            match tokio::time::timeout_at(self.trusted_until(), renewal).await {
                 Ok(Ok(reply)) if reply.allowed => {
-                    deadline = sent + config.lease;
-                    next = Instant::now() + period;
+                    self.confirmed(sent, Instant::now());
+                    due = sent + period;
                 }
                 Ok(Ok(_)) => return "the coordinator no longer holds the lease",
                 Ok(Err(error)) => {
                     events::bulkhead_degraded(
-                        &self.site.at(&self.scope),
+                        &self.identity.at(),
                         Degraded::LeaseUncertain,
                         &error,
                     );
-                    // Try again soon, while the lease still has time left.
-                    next = Instant::now() + (period / 4).max(Duration::from_millis(10));
+                    // Try again soon, while the lease is still trusted.
+                    due = Instant::now() + (period / 4).max(MIN_RENEWAL_RETRY);
                 }
-                Err(_) => return "no renewal succeeded before the lease deadline",
+                Err(_) => return "no renewal succeeded before the lease's trust deadline",
             }
         }
     }
 }
 
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
 impl Drop for Lease {
     fn drop(&mut self) {
-        events::bulkhead_released(&self.site.at(&self.scope), None, self.since.elapsed());
-        let site = self.site;
-        let scope = self.scope.clone();
+        events::bulkhead_released(&self.identity.at(), None, self.since.elapsed());
         let coordinator = self.coordinator.clone();
-        let key = self.key.clone();
+        let identity = self.identity.clone();
+        let until = self.since + Duration::from_nanos(self.expired_by.load(Ordering::Acquire));
         self.coordinator
-            .release(&self.key, self.token, move |result| {
+            .release(&self.identity, self.token, until, move |result| {
+                let at = identity.at();
                 match result {
                     Ok(true) => {}
-                    Ok(false) => events::bulkhead_release_found_nothing(&site.at(&scope)),
+                    Ok(false) => events::bulkhead_release_found_nothing(&at),
                     Err(error) => {
-                        events::bulkhead_degraded(
-                            &site.at(&scope),
-                            Degraded::ReleaseUnknown,
-                            &error,
-                        );
+                        events::bulkhead_degraded(&at, Degraded::ReleaseUnknown, &error);
                     }
                 }
-                coordinator.wake(&key);
+                coordinator.wake(&identity.key);
             });
     }
 }

@@ -1,52 +1,203 @@
-//! The local bulkhead: a FIFO semaphore per identity in this process.
+//! The local bulkhead: a counter of taken slots per identity in this process, and a FIFO
+//! queue of the callers waiting for one.
 //!
-//! `tokio::sync::Semaphore` hands a freed permit straight to the longest waiter, so waiting
-//! callers are served in arrival order and a newcomer can never barge past them.
+//! While nobody waits, taking and freeing a slot are one atomic update each (no lock: this is
+//! the path every call takes). A freed slot passes straight to the longest waiter, so waiting
+//! callers are served in arrival order, and a newcomer can never barge past them: while
+//! anyone waits, the counter refuses newcomers and every change goes through the queue's lock.
 
+use std::collections::VecDeque;
 use std::future::Future;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
 
-use tokio::sync::Semaphore;
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::BulkheadSite;
+use super::{BulkheadSite, BulkheadValues};
 use crate::Error;
+use crate::coordinator;
 use crate::ctx::CallCtx;
 use crate::events::{self, BulkheadRejection};
+use crate::fencing;
 use crate::identity::Scope;
+use crate::metrics::Stopwatch;
 use crate::policy::registry::{self, Held, Registry};
+use crate::sync::lock;
 
-/// One identity's budget.
+/// The bit of [`Budget::state`] set while callers wait. While it is set, the state changes only
+/// under the queue's lock.
+const WAITING: u64 = 1 << 63;
+
+/// Slots taken, in a state word.
+fn taken(state: u64) -> u32 {
+    // The count never exceeds a `u32` limit plus the slots of a shrunk one, all below 2^32.
+    u32::try_from(state & !WAITING).unwrap_or(u32::MAX)
+}
+
+/// One identity's budget. Its limit follows configuration: a larger one admits waiters at
+/// once; a smaller one admits nobody until enough running bodies have ended, so running calls
+/// are never disturbed.
 #[derive(Debug)]
 pub(super) struct Budget {
-    semaphore: Semaphore,
-    limit: u32,
+    /// Slots taken, and [`WAITING`].
+    state: AtomicU64,
+    limit: AtomicU32,
+    /// The callers waiting for a slot, oldest first. A slot is passed to one by a send; one
+    /// that has stopped waiting can no longer receive, and is skipped.
+    queue: Mutex<VecDeque<oneshot::Sender<()>>>,
 }
 
 impl Budget {
+    fn new(limit: u32) -> Self {
+        Budget {
+            state: AtomicU64::new(0),
+            limit: AtomicU32::new(limit),
+            queue: Mutex::default(),
+        }
+    }
+
+    #[inline]
     fn occupancy(&self) -> u32 {
-        let free = u32::try_from(self.semaphore.available_permits()).unwrap_or(u32::MAX);
-        self.limit.saturating_sub(free)
+        taken(self.state.load(Ordering::Acquire))
+    }
+
+    /// Takes a slot if one is free and nobody waits for one.
+    #[inline]
+    fn try_take(&self) -> bool {
+        let limit = self.limit.load(Ordering::Acquire);
+        self.state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |state| {
+                (state & WAITING == 0 && taken(state) < limit).then_some(state + 1)
+            })
+            .is_ok()
+    }
+
+    /// Waits in line, up to `wait`, for a slot.
+    async fn take_within(&self, wait: Duration) -> bool {
+        let mut place = {
+            let mut queue = lock(&self.queue);
+            // Callers that gave up leave their place behind until it is passed over; clearing
+            // them here keeps the line as long as the callers still in it.
+            queue.retain(|waiter| !waiter.is_closed());
+            if queue.is_empty() && self.try_take() {
+                return true;
+            }
+            // Once the bit is set, a slot freed elsewhere comes through this lock to the queue;
+            // one freed since the attempt above shows in `before`. (The bit is set only now, so
+            // that newcomers are not turned away while a slot is free.)
+            let before = self.state.fetch_or(WAITING, Ordering::AcqRel);
+            if queue.is_empty() && taken(before) < self.limit.load(Ordering::Acquire) {
+                self.state
+                    .store(u64::from(taken(before)) + 1, Ordering::Release);
+                return true;
+            }
+            let (sender, granted) = oneshot::channel();
+            queue.push_back(sender);
+            Place {
+                budget: self,
+                granted,
+            }
+        };
+        matches!(
+            tokio::time::timeout(wait, &mut place.granted).await,
+            Ok(Ok(()))
+        )
+    }
+
+    /// Brings the budget to `limit`.
+    #[inline]
+    fn resize(&self, limit: u32) {
+        // Every call brings its budget to its limit; nearly always it is there already.
+        if self.limit.load(Ordering::Acquire) == limit {
+            return;
+        }
+        let previous = self.limit.swap(limit, Ordering::AcqRel);
+        if limit > previous {
+            // Storing the limit before looking at the queue: a caller queued meanwhile either
+            // saw the new limit or is found here.
+            self.pass_on(0);
+        }
+    }
+
+    /// Frees a slot: it passes to the longest waiter, if the limit allows one to run.
+    #[inline]
+    fn free(&self) {
+        let freed = self
+            .state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |state| {
+                (state & WAITING == 0).then(|| state - 1)
+            });
+        if freed.is_err() {
+            self.pass_on(1);
+        }
+    }
+
+    /// With `freed` slots just given back: hands slots to waiters, oldest first, while the
+    /// limit allows. Nothing to do when nobody waits (then `freed` is given back as usual).
+    fn pass_on(&self, freed: u32) {
+        let mut queue = lock(&self.queue);
+        let waiting = self
+            .state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |state| {
+                (state & WAITING == 0).then(|| state - u64::from(freed))
+            })
+            .is_err();
+        if !waiting {
+            return;
+        }
+        // The bit is set and the lock held: nothing else changes the state now.
+        let limit = self.limit.load(Ordering::Acquire);
+        let mut taken = taken(self.state.load(Ordering::Acquire)) - freed;
+        while taken < limit {
+            let Some(waiter) = queue.pop_front() else {
+                break;
+            };
+            if waiter.send(()).is_ok() {
+                taken += 1;
+            }
+        }
+        let still = if queue.is_empty() { 0 } else { WAITING };
+        self.state
+            .store(u64::from(taken) | still, Ordering::Release);
+    }
+}
+
+/// A caller's place in a budget's queue. Dropped before its grant was taken (the wait timed
+/// out, or the caller gave up), it frees a slot that was passed to it meanwhile.
+struct Place<'a> {
+    budget: &'a Budget,
+    granted: oneshot::Receiver<()>,
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        self.granted.close();
+        if self.granted.try_recv().is_ok() {
+            self.budget.free();
+        }
     }
 }
 
 /// Every local budget of the process. A budget is idle when no slot is taken.
 static BUDGETS: Registry<Budget> = Registry::new(|budget| budget.occupancy() == 0);
 
-/// A call site's handle on its default-scope budget.
-pub(super) type SiteCache = registry::SiteCache<Budget>;
+/// A call site's handle on its default-scope budget, and on its attribute's values.
+pub(super) type SiteCache = registry::SiteCache<Budget, BulkheadValues>;
 
-/// A held local slot; dropping it frees the slot. (Its permit was forgotten at admission and
-/// is given back here, so the slot needs no second reference to the semaphore.)
-struct Slot {
-    budget: Held<Budget>,
-    site: &'static BulkheadSite,
+/// A held local slot; dropping it frees the slot.
+struct Slot<'a> {
+    budget: Held<'a, Budget>,
+    site: &'a BulkheadSite,
     scope: Scope,
     since: Option<Instant>,
 }
 
-impl Drop for Slot {
+impl Drop for Slot<'_> {
+    #[inline]
     fn drop(&mut self) {
-        self.budget.semaphore.add_permits(1);
+        self.budget.free();
         if let Some(since) = self.since {
             events::bulkhead_released(
                 &self.site.at(&self.scope),
@@ -60,7 +211,7 @@ impl Drop for Slot {
 }
 
 pub(super) async fn run<T, E, F>(
-    site: &'static BulkheadSite,
+    site: &BulkheadSite,
     ctx: &CallCtx,
     scope: &Scope,
     body: F,
@@ -69,49 +220,74 @@ where
     E: From<Error>,
     F: Future<Output = Result<T, E>>,
 {
+    let arrival = Stopwatch::start();
     let config = &site.config;
-    let budget = BUDGETS.get(&site.local, (config.name, config.operation, scope), || {
-        Budget {
-            semaphore: Semaphore::new(config.limit as usize),
-            limit: config.limit,
-        }
-    });
-    let permit = match budget.semaphore.try_acquire() {
-        Ok(permit) => permit,
-        Err(_) => {
-            let waited = match config.max_wait {
-                Some(wait) => tokio::time::timeout(wait, budget.semaphore.acquire())
-                    .await
-                    .ok()
-                    .and_then(Result::ok),
-                None => None,
-            };
-            match waited {
-                Some(permit) => permit,
-                None => {
-                    let reason = if config.max_wait.is_some() {
-                        BulkheadRejection::WaitTimeout
-                    } else {
-                        BulkheadRejection::Capacity
-                    };
-                    events::bulkhead_rejected(
-                        &site.at(scope),
-                        reason,
-                        Some(budget.occupancy()),
-                        config.limit,
-                    );
-                    return Err(ctx.reject(site.full(scope)));
-                }
-            }
-        }
+    let values = match coordinator::overriding() {
+        None => *site.local.attribute(|| site.resolve(None).values),
+        overriding => site.resolve(overriding.as_ref()).values,
     };
-    permit.forget();
-    events::bulkhead_admitted(&site.at(scope), budget.occupancy(), config.limit);
+    let budget = BUDGETS.get(&site.local, (config.name, config.operation, scope), || {
+        Budget::new(values.limit)
+    });
+    budget.resize(values.limit);
+    let admitted = budget.try_take()
+        || match values.max_wait {
+            Some(wait) => budget.take_within(wait).await,
+            None => false,
+        };
+    if !admitted {
+        let reason = if values.max_wait.is_some() {
+            BulkheadRejection::WaitTimeout
+        } else {
+            BulkheadRejection::Capacity
+        };
+        events::bulkhead_rejected(
+            &site.at(scope),
+            reason,
+            Some(budget.occupancy()),
+            values.limit,
+        );
+        return Err(ctx.reject(site.full(scope, values.limit)));
+    }
+    let _running =
+        events::bulkhead_admitted(&site.at(scope), budget.occupancy(), values.limit, arrival);
     let _slot = Slot {
         budget,
         site,
         scope: scope.clone(),
         since: events::debug_enabled().then(Instant::now),
     };
-    body.await
+    // A local slot carries no fencing token, even inside a distributed bulkhead's body.
+    if fencing::inside_fenced_body() {
+        fencing::scope(None, body).await
+    } else {
+        body.await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Callers that time out in line leave no trace that grows: with a body that never ends,
+    /// the line stays as long as the callers still in it.
+    #[tokio::test(start_paused = true)]
+    async fn callers_that_gave_up_do_not_lengthen_the_line() {
+        let budget = Budget::new(1);
+        assert!(budget.try_take(), "the body that never ends");
+        for _ in 0..1000 {
+            assert!(!budget.take_within(Duration::from_millis(1)).await);
+        }
+        assert!(
+            lock(&budget.queue).len() <= 1,
+            "{} in line",
+            lock(&budget.queue).len()
+        );
+        budget.free();
+        assert_eq!(budget.occupancy(), 0);
+        assert!(
+            budget.try_take(),
+            "the freed slot is not held for anyone who left"
+        );
+    }
 }

@@ -2,19 +2,22 @@
 //!
 //! Distributed, a slot is a lease in the identity's Redis lease set (or the in-memory
 //! coordinator's equivalent), renewed while the body runs and released when the call ends —
-//! returned, failed, panicked or dropped. Local, a slot is a permit of a FIFO semaphore shared
-//! by every call site with the same identity in this process.
+//! returned, failed, panicked or dropped. Local, a slot is a count in a budget shared by every
+//! call site with the same identity in this process, with a FIFO line for callers that wait.
 
-mod distributed;
+pub(crate) mod distributed;
 mod local;
 
 use std::future::Future;
 use std::time::Duration;
 
 use crate::Error;
+use crate::config::Setting;
+use crate::config::overrides::{Resolved, Values};
+use crate::coordinator::Coordinator;
 use crate::ctx::CallCtx;
 use crate::events::At;
-use crate::identity::Scope;
+use crate::identity::{PolicyKind, Scope};
 
 /// The settings of one `#[bulkhead]` call site.
 #[doc(hidden)]
@@ -32,6 +35,45 @@ pub struct BulkheadConfig {
     pub max_wait: Option<Duration>,
     /// Per-process only.
     pub local: bool,
+}
+
+/// The lease when none is given (the attribute's default, which `caracal-macros` applies at
+/// compile time).
+#[cfg(feature = "tower")]
+pub(crate) const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
+/// The values of a bulkhead that configuration may change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BulkheadValues {
+    pub(crate) limit: u32,
+    pub(crate) lease: Duration,
+    pub(crate) max_wait: Option<Duration>,
+}
+
+impl Values for BulkheadValues {
+    const KIND: PolicyKind = PolicyKind::Bulkhead;
+
+    fn get(&self, key: &str) -> Option<Setting> {
+        match key {
+            "limit" => Some(Setting::Count(self.limit)),
+            "lease" => Some(Setting::Duration(self.lease)),
+            "max_wait" => self.max_wait.map(Setting::Duration),
+            _ => None,
+        }
+    }
+
+    fn set(&mut self, key: &str, setting: Setting) {
+        match (key, setting) {
+            ("limit", Setting::Count(n)) => self.limit = n,
+            ("lease", Setting::Duration(d)) => self.lease = d,
+            ("max_wait", Setting::Duration(d)) => self.max_wait = Some(d),
+            _ => {}
+        }
+    }
+
+    fn lifetime(&self) -> Duration {
+        self.lease
+    }
 }
 
 /// One `#[bulkhead]` call site: its settings and its cached process-local state.
@@ -65,11 +107,22 @@ impl BulkheadSite {
         }
     }
 
-    fn full(&self, scope: &Scope) -> Error {
+    /// The values in force: the attribute's, with `coordinator`'s overrides applied.
+    fn resolve(&self, coordinator: Option<&Coordinator>) -> Resolved<BulkheadValues> {
+        let config = &self.config;
+        let attribute = BulkheadValues {
+            limit: config.limit,
+            lease: config.lease,
+            max_wait: config.max_wait,
+        };
+        Coordinator::resolve(coordinator, config.name, &attribute)
+    }
+
+    fn full(&self, scope: &Scope, limit: u32) -> Error {
         Error::BulkheadFull {
             policy: self.config.name,
             scope: scope.to_string(),
-            limit: self.config.limit,
+            limit,
         }
     }
 }
@@ -77,7 +130,7 @@ impl BulkheadSite {
 /// Runs `body` once a slot is free, holding the slot until the call ends.
 #[doc(hidden)]
 pub async fn bulkhead<T, E, F>(
-    site: &'static BulkheadSite,
+    site: &BulkheadSite,
     ctx: &CallCtx,
     scope: &Result<Scope, Error>,
     body: F,

@@ -89,12 +89,61 @@ async fn a_lease_that_cannot_be_renewed_cancels_the_body() {
         .await;
     assert!(matches!(result, Err(Error::LeaseLost { .. })), "{result:?}");
     assert!(dropped.load(Ordering::SeqCst), "the body was dropped");
-    // Lost at the deadline (renewals were retried until then), not at the first failure.
-    let elapsed = started.elapsed();
+    // Lost at the trust deadline (renewals were retried until then), not at the first
+    // failure, and before the server could expire the lease. (Paused time: exact.)
+    assert_eq!(started.elapsed(), LEASE - distributed::safety_margin(LEASE));
+}
+
+/// A process frozen past its lease (SIGSTOP, a starved runtime) resumes: the body must not take
+/// another step, though every timer it waits for has fired.
+#[tokio::test(start_paused = true)]
+async fn a_holder_resumed_past_its_lease_never_takes_another_step() {
+    let coordinator = Coordinator::in_memory();
+    let stepped = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stepped);
+    let mut call = Box::pin(coordinator.scoped(guarded(&DISTRIBUTED, async move {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        flag.store(true, Ordering::SeqCst);
+        Ok(())
+    })));
     assert!(
-        elapsed >= LEASE && elapsed < LEASE + Duration::from_millis(100),
-        "{elapsed:?}"
+        futures_util::poll!(call.as_mut()).is_pending(),
+        "admitted, body waiting"
     );
+    // Frozen: the clock moves past the lease while nothing is polled.
+    tokio::time::advance(LEASE * 2).await;
+    let result = call.await;
+    assert!(matches!(result, Err(Error::LeaseLost { .. })), "{result:?}");
+    assert!(
+        !stepped.load(Ordering::SeqCst),
+        "the body took a step after the stall"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_body_sees_the_fencing_token_of_its_lease() {
+    let coordinator = Coordinator::in_memory();
+    coordinator
+        .scoped(async {
+            assert_eq!(crate::fencing_token(), None);
+            let first = guarded(&DISTRIBUTED, async { Ok(crate::fencing_token()) }).await;
+            let local_inside = guarded(&DISTRIBUTED, async {
+                guarded(&LOCAL_FIFO, async { Ok(crate::fencing_token()) }).await
+            })
+            .await;
+            let second = guarded(&DISTRIBUTED, async { Ok(crate::fencing_token()) }).await;
+            let (first, second) = (first.expect("first"), second.expect("second"));
+            assert!(
+                first.is_some() && second > first,
+                "{first:?} then {second:?}"
+            );
+            assert_eq!(
+                local_inside.expect("nested"),
+                None,
+                "a local bulkhead has none"
+            );
+        })
+        .await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -190,4 +239,200 @@ async fn a_rejection_names_the_policy_and_scope() {
             }
         })
         .await;
+}
+
+const fn reloaded(name: &'static str, local: bool) -> BulkheadSite {
+    BulkheadSite::new(BulkheadConfig {
+        name,
+        operation: name,
+        limit: 2,
+        lease: LEASE,
+        max_wait: None,
+        local,
+    })
+}
+
+static RELOADED_LOCAL: BulkheadSite = reloaded("unit-reload-local", true);
+static RELOADED_SHARED: BulkheadSite = reloaded("unit-reload-shared", false);
+
+/// A reload lowers a running limit: calls already admitted run on, new ones see the new limit
+/// as the running ones end; clearing the configuration restores the attribute's.
+async fn a_reload_changes_a_running_limit(site: &'static BulkheadSite, coordinator: Coordinator) {
+    let name = site.config.name;
+    let gates: Vec<_> = (0..2)
+        .map(|_| Arc::new(tokio::sync::Semaphore::new(0)))
+        .collect();
+    let held: Vec<_> = gates
+        .iter()
+        .map(|gate| {
+            let gate = Arc::clone(gate);
+            tokio::spawn(coordinator.scoped(guarded(site, async move {
+                gate.acquire().await.map(|permit| permit.forget()).ok();
+                Ok(())
+            })))
+        })
+        .collect();
+    let quick = || coordinator.scoped(guarded(site, async { Ok(()) }));
+    let full = |result: &Result<(), Error>| matches!(result, Err(Error::BulkheadFull { .. }));
+    // Both admitted (limit 2).
+    for _ in 0..100 {
+        if full(&quick().await) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert!(full(&quick().await), "two held at limit 2");
+    let config = crate::Config::from_toml_str(&format!("[bulkhead.{name}]\nlimit = 1")).unwrap();
+    coordinator.set_config(config);
+    let mut held = held.into_iter();
+    gates[0].add_permits(1);
+    let first = held.next().expect("two held");
+    assert!(
+        first.await.unwrap().is_ok(),
+        "a running call is not disturbed"
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    match quick().await {
+        Err(Error::BulkheadFull { limit, .. }) => assert_eq!(limit, 1, "the new limit"),
+        other => panic!("one still runs at the new limit of 1: {other:?}"),
+    }
+    gates[1].add_permits(1);
+    let second = held.next().expect("two held");
+    assert!(
+        second.await.unwrap().is_ok(),
+        "a running call is not disturbed"
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(quick().await.is_ok(), "none running: one may run");
+    coordinator.set_config(crate::Config::default());
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let again: Vec<_> = (0..2)
+        .map(|_| {
+            let gate = Arc::clone(&gate);
+            tokio::spawn(coordinator.scoped(guarded(site, async move {
+                gate.acquire().await.map(|permit| permit.forget()).ok();
+                Ok(())
+            })))
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(full(&quick().await), "back to the attribute's limit of 2");
+    gate.add_permits(2);
+    for call in again {
+        assert!(call.await.unwrap().is_ok(), "both admitted under limit 2");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reload_changes_a_running_local_limit() {
+    a_reload_changes_a_running_limit(&RELOADED_LOCAL, Coordinator::in_memory()).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reload_changes_a_running_distributed_limit() {
+    a_reload_changes_a_running_limit(&RELOADED_SHARED, Coordinator::in_memory()).await;
+}
+
+static CONTENDED: BulkheadSite = BulkheadSite::new(BulkheadConfig {
+    name: "unit-contended",
+    operation: "unit-contended",
+    limit: 3,
+    lease: LEASE,
+    max_wait: Some(Duration::from_millis(2)),
+    local: true,
+});
+
+/// Counts a body as running until it ends or is dropped.
+struct Running<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The local budget's lock-free path and its queue under real threads: callers that take a
+/// slot at once, wait in line, time out in line, or give up while in line or running. No
+/// more than `limit` bodies ever run at once, and no slot is lost: afterwards, `limit`
+/// holders fit at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn contended_local_slots_never_exceed_the_limit_and_none_are_lost() {
+    use std::sync::atomic::AtomicUsize;
+    static RUNNING: AtomicUsize = AtomicUsize::new(0);
+    static MOST: AtomicUsize = AtomicUsize::new(0);
+    let callers: Vec<_> = (0..32usize)
+        .map(|caller| {
+            tokio::spawn(async move {
+                for call in 0..1000usize {
+                    let body = async move {
+                        let now = RUNNING.fetch_add(1, Ordering::SeqCst) + 1;
+                        let _running = Running(&RUNNING);
+                        MOST.fetch_max(now, Ordering::SeqCst);
+                        if (caller + call) % 3 == 0 {
+                            tokio::task::yield_now().await;
+                        }
+                        Ok(())
+                    };
+                    let attempt = guarded(&CONTENDED, body);
+                    if (caller + call) % 5 == 0 {
+                        let _ = tokio::time::timeout(Duration::from_micros(50), attempt).await;
+                    } else {
+                        let _ = attempt.await;
+                    }
+                }
+            })
+        })
+        .collect();
+    for caller in callers {
+        caller.await.expect("caller");
+    }
+    assert!(
+        MOST.load(Ordering::SeqCst) <= 3,
+        "{} ran at once",
+        MOST.load(Ordering::SeqCst)
+    );
+    assert_eq!(RUNNING.load(Ordering::SeqCst), 0);
+
+    static HOLDING: AtomicUsize = AtomicUsize::new(0);
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let holders: Vec<_> = (0..3)
+        .map(|_| {
+            let gate = Arc::clone(&gate);
+            tokio::spawn(async move {
+                // Patient: the holders may reach the budget together, and only its line
+                // decides who goes first.
+                for _ in 0..1000 {
+                    let gate = Arc::clone(&gate);
+                    let held = guarded(&CONTENDED, async move {
+                        HOLDING.fetch_add(1, Ordering::SeqCst);
+                        gate.acquire().await.map(|permit| permit.forget()).ok();
+                        Ok(())
+                    })
+                    .await;
+                    if held.is_ok() {
+                        return true;
+                    }
+                }
+                false
+            })
+        })
+        .collect();
+    for _ in 0..10_000 {
+        if HOLDING.load(Ordering::SeqCst) == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(HOLDING.load(Ordering::SeqCst), 3, "a slot was lost");
+    assert!(
+        matches!(
+            guarded(&CONTENDED, async { Ok(()) }).await,
+            Err(Error::BulkheadFull { .. })
+        ),
+        "a fourth call fits beside three holders"
+    );
+    gate.add_permits(3);
+    for holder in holders {
+        assert!(holder.await.expect("holder"), "a holder was never admitted");
+    }
 }

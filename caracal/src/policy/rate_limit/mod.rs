@@ -5,23 +5,21 @@
 //! possible. Coordinator failure rejects (fail closed): a rate limit that silently stopped
 //! limiting would be worse than one that refuses while it cannot count.
 
-mod gcra;
-
 use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use crate::Error;
-use crate::coordinator::{self, RateCommand};
+use crate::clock::Clock;
+use crate::config::Setting;
+use crate::config::overrides::Values;
+use crate::coordinator::{self, Coordinator, RateCommand};
 use crate::ctx::CallCtx;
 use crate::events::{self, At};
-use crate::identity::{KeyBase, Kind, Scope};
+use crate::identity::{Kind, PolicyKind, Scope};
+use crate::kernel::{Seen, gcra};
 use crate::policy::registry::{self, Registry};
 use crate::sync::lock;
-
-pub(crate) use gcra::admit as gcra_admit;
 
 /// The settings of one `#[rate_limit]` call site.
 #[doc(hidden)]
@@ -39,13 +37,60 @@ pub struct RateLimitConfig {
     pub local: bool,
 }
 
-/// One identity's local cell: its theoretical arrival time.
-#[derive(Debug, Default)]
-pub(crate) struct Cell(Mutex<Option<Instant>>);
+/// The values of a rate limit that configuration may change.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct RateValues {
+    rate: f64,
+    burst: u32,
+}
 
-/// Every local cell of the process; a cell whose TAT has passed no longer matters.
-static CELLS: Registry<Cell> =
-    Registry::new(|cell| lock(&cell.0).is_none_or(|tat| tat <= Instant::now()));
+impl Values for RateValues {
+    const KIND: PolicyKind = PolicyKind::RateLimit;
+
+    fn get(&self, key: &str) -> Option<Setting> {
+        match key {
+            "rate" => Some(Setting::Number(self.rate)),
+            "burst" => Some(Setting::Count(self.burst)),
+            _ => None,
+        }
+    }
+
+    fn set(&mut self, key: &str, setting: Setting) {
+        match (key, setting) {
+            ("rate", Setting::Number(rate)) => self.rate = rate,
+            ("burst", Setting::Count(burst)) => self.burst = burst,
+            _ => {}
+        }
+    }
+
+    fn lifetime(&self) -> Duration {
+        Duration::from_secs_f64(f64::from(self.burst) / self.rate)
+    }
+}
+
+/// One identity's local cell: its theoretical arrival time on its own clock.
+#[derive(Debug)]
+pub(crate) struct Cell {
+    clock: Clock,
+    tat: Mutex<Option<u64>>,
+}
+
+impl Cell {
+    fn new() -> Self {
+        Cell {
+            clock: Clock::start(),
+            tat: Mutex::new(None),
+        }
+    }
+
+    /// A cell whose TAT has passed no longer matters.
+    fn idle(&self) -> bool {
+        lock(&self.tat).is_none_or(|tat| tat <= self.clock.ns())
+    }
+}
+
+/// Every local cell of the process.
+static CELLS: Registry<Cell> = Registry::new(Cell::idle);
 
 /// One `#[rate_limit]` call site: its settings and its cached process-local cell.
 #[doc(hidden)]
@@ -79,33 +124,42 @@ impl RateLimitSite {
     }
 
     /// The decision for one arrival: `Ok(Ok(()))` admitted, `Ok(Err(wait))` rejected.
-    async fn decide(&'static self, scope: &Scope) -> Result<Result<(), Duration>, Error> {
+    async fn decide(&self, scope: &Scope) -> Result<Result<(), Duration>, Error> {
         let config = &self.config;
-        let interval = gcra::interval(config.rate);
+        let attribute = RateValues {
+            rate: config.rate,
+            burst: config.burst,
+        };
+        // A local rate needs a coordinator only for its overrides.
+        let coordinator = if config.local {
+            coordinator::overriding().ok_or(Error::NotInstalled)
+        } else {
+            coordinator::current()
+        };
+        let resolved = Coordinator::resolve(coordinator.as_ref().ok(), config.name, &attribute);
+        let RateValues { rate, burst } = resolved.values;
+        let interval = gcra::interval_ns(rate);
         if config.local {
             let identity = (config.name, config.operation, scope);
-            let cell = CELLS.get(&self.local, identity, Cell::default);
+            let cell = CELLS.get(&self.local, identity, Cell::new);
             let decision = {
-                let mut tat = lock(&cell.0);
-                gcra::admit(*tat, Instant::now(), interval, config.burst)
+                let mut tat = lock(&cell.tat);
+                let now = cell.clock.ns();
+                gcra::admit(*tat, now, interval, burst, &mut Seen::default())
                     .map(|next| *tat = Some(next))
+                    .map_err(Duration::from_nanos)
             };
             CELLS.release(identity, &cell);
             return Ok(decision);
         }
-        let coordinator = coordinator::current()?;
-        let key = KeyBase::derive(
-            coordinator.namespace(),
-            Kind::RateLimit,
-            config.name,
-            config.operation,
-            scope,
-        );
+        let coordinator = coordinator?;
+        let identity = coordinator.identity(Kind::RateLimit, config.name, config.operation, scope);
+        coordinator.note_use(&identity, self, &resolved);
         coordinator
             .rate_limit(RateCommand {
-                key: &key,
+                identity: &identity,
                 interval,
-                burst: config.burst,
+                burst,
             })
             .await
             .inspect_err(|error| {
@@ -117,7 +171,7 @@ impl RateLimitSite {
 /// Admits `body` if the site's rate allows it now.
 #[doc(hidden)]
 pub async fn rate_limit<T, E, F>(
-    site: &'static RateLimitSite,
+    site: &RateLimitSite,
     ctx: &CallCtx,
     scope: &Result<Scope, Error>,
     body: F,
@@ -126,10 +180,11 @@ where
     E: From<Error>,
     F: Future<Output = Result<T, E>>,
 {
+    let arrival = crate::metrics::Stopwatch::start();
     let scope = ctx.scope(scope)?;
     match site.decide(scope).await {
         Ok(Ok(())) => {
-            events::rate_limit_admitted(&site.at(scope));
+            events::rate_limit_admitted(&site.at(scope), arrival);
             body.await
         }
         Ok(Err(retry_after)) => {

@@ -1,0 +1,494 @@
+//! The `caracal` command: a thin layer over [`caracal::admin`].
+//!
+//! ```text
+//! caracal [--url URL] [--namespace NS] status [--json]
+//! caracal [--url URL] [--namespace NS] watch
+//! caracal [--url URL] [--namespace NS] breaker open  NAME [--operation OP] [--scope S] [--for DURATION]
+//! caracal [--url URL] [--namespace NS] breaker close NAME [--operation OP] [--scope S] [--for DURATION]
+//! caracal [--url URL] [--namespace NS] breaker reset NAME [--operation OP] [--scope S]
+//! caracal [--url URL] [--namespace NS] config get [KEY] | config set KEY VALUE | config unset KEY
+//! ```
+//!
+//! Exit status: 0 on success, 2 on a usage error (including a malformed `--for` duration,
+//! and a setting, value, name or scope the library rejects as invalid), 1 when the
+//! coordinator fails (Redis unreachable or refusing, missing permissions). Every error is one
+//! line on stderr, `caracal: <message>`. The reference is the operations guide of the
+//! `caracal` crate.
+//!
+//! The library exists so that a package can build this same command as a binary of its own
+//! ([`run`] is all of `main`): caracal's integration suites do.
+
+mod args;
+mod render;
+
+use std::ffi::OsString;
+use std::fmt;
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use caracal::Coordinator;
+use caracal::admin::{Admin, BreakerCommand, BreakerId};
+use clap::Parser;
+use clap::error::ErrorKind;
+
+use crate::args::{BreakerTarget, Cli, Command, ConfigCommand};
+
+/// Runs the command with these arguments (the first is the program's name), printing its
+/// output and errors; returns its exit status.
+pub fn run<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(error) => return clap_error(&error),
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => return fail(&Failure::Coordinator(format!("cannot start: {error}"))),
+    };
+    match runtime.block_on(execute(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Quiet) => ExitCode::SUCCESS,
+        Err(failure) => fail(&failure),
+    }
+}
+
+/// Why the command failed.
+#[derive(Debug)]
+enum Failure {
+    /// What was asked cannot be done as written: exit 2.
+    Usage(String),
+    /// The coordinator (or the terminal) failed: exit 1.
+    Coordinator(String),
+    /// The reader of our output went away (`caracal status | head -1`): stop, quietly.
+    Quiet,
+}
+
+impl Failure {
+    fn code(&self) -> u8 {
+        match self {
+            Failure::Usage(_) => 2,
+            Failure::Coordinator(_) => 1,
+            Failure::Quiet => 0,
+        }
+    }
+
+    /// A failure of a command on a connected coordinator: what the user gave that the
+    /// library rejects (a setting, a value, a name, a scope) is theirs to fix, anything else
+    /// is the coordinator's.
+    fn of(error: &caracal::Error) -> Self {
+        match error {
+            caracal::Error::InvalidConfig { .. } | caracal::Error::InvalidScope { .. } => {
+                Failure::Usage(one_line(error))
+            }
+            _ => Failure::Coordinator(one_line(error)),
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Usage(message) | Failure::Coordinator(message) => f.write_str(message),
+            Failure::Quiet => Ok(()),
+        }
+    }
+}
+
+/// Prints `failure` as one line on stderr; its exit status.
+fn fail(failure: &Failure) -> ExitCode {
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "caracal: {}",
+        single(&failure.to_string())
+    );
+    ExitCode::from(failure.code())
+}
+
+/// An error with its causes, on one line.
+fn one_line(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        source = cause.source();
+    }
+    single(&message)
+}
+
+/// `text` with every run of whitespace (newlines included) made one space.
+fn single(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Help and the version go to stdout (exit 0); a usage error is one line on stderr: clap's
+/// own first line, its tip if it has one, and where to read more (exit 2).
+fn clap_error(error: &clap::Error) -> ExitCode {
+    if matches!(
+        error.kind(),
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
+    ) {
+        let _ = write!(std::io::stdout().lock(), "{}", error.render());
+        return ExitCode::SUCCESS;
+    }
+    let rendered = error.render().to_string();
+    // The first paragraph is the error (a list of missing arguments continues it on the
+    // lines below); a tip and the usage come in later paragraphs.
+    let lines: Vec<&str> = rendered.lines().map(str::trim).collect();
+    let first: Vec<&str> = lines
+        .iter()
+        .copied()
+        .skip_while(|line| line.is_empty())
+        .take_while(|line| !line.is_empty())
+        .collect();
+    let first = single(&first.join(" "));
+    let mut message = first.strip_prefix("error: ").unwrap_or(&first).to_owned();
+    if message.is_empty() {
+        message = "invalid arguments".to_owned();
+    }
+    if let Some(tip) = lines.iter().find_map(|line| line.strip_prefix("tip: ")) {
+        message.push_str(&format!(" ({tip})"));
+    }
+    match lines.iter().find_map(|line| line.strip_prefix("Usage: ")) {
+        Some(usage) => message.push_str(&format!("; usage: {usage}")),
+        None => message.push_str("; see 'caracal --help'"),
+    }
+    fail(&Failure::Usage(message))
+}
+
+/// Where to connect, from the options and the environment.
+struct Target {
+    urls: Vec<String>,
+    namespace: String,
+}
+
+impl Target {
+    fn of(cli: &Cli) -> Result<Self, Failure> {
+        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let Some(url) = cli.url.clone().or_else(|| env("CARACAL_REDIS_URL")) else {
+            return Err(Failure::Usage(
+                "no Redis to connect to: pass --url or set CARACAL_REDIS_URL".to_owned(),
+            ));
+        };
+        let urls: Vec<String> = url.split(',').map(|u| u.trim().to_owned()).collect();
+        if urls.iter().any(String::is_empty) {
+            return Err(Failure::Usage(format!(
+                "the Redis URL `{}` lists an empty URL (a stray comma?)",
+                redact(&url)
+            )));
+        }
+        let namespace = match &cli.namespace {
+            Some(namespace) => namespace.clone(),
+            None => env("CARACAL_NAMESPACE").unwrap_or_else(|| "default".to_owned()),
+        };
+        if namespace.trim().is_empty() {
+            return Err(Failure::Usage("the namespace is blank".to_owned()));
+        }
+        Ok(Target { urls, namespace })
+    }
+
+    /// Connects as `Coordinator::from_env` would: one URL is a standalone server, several
+    /// are cluster seeds. Any failure here is the coordinator's (exit 1): unreachable,
+    /// refused credentials, missing permissions, a URL the client cannot use.
+    async fn connect(&self) -> Result<Coordinator, Failure> {
+        let builder = match &self.urls[..] {
+            [url] => Coordinator::redis(url.clone()),
+            seeds => Coordinator::redis_cluster(seeds.to_vec()),
+        };
+        builder
+            .namespace(self.namespace.clone())
+            .connect()
+            .await
+            .map_err(|error| {
+                let urls: Vec<String> = self.urls.iter().map(|u| redact(u)).collect();
+                Failure::Coordinator(format!(
+                    "cannot connect to {} (namespace `{}`): {}",
+                    urls.join(","),
+                    self.namespace,
+                    one_line(&error)
+                ))
+            })
+    }
+}
+
+/// `url` without its password (`redis://user:***@host`).
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => {
+            let user = rest[..at].split(':').next().unwrap_or("");
+            format!("{scheme}://{user}:***{}", &rest[at..])
+        }
+        None => url.to_owned(),
+    }
+}
+
+async fn execute(cli: Cli) -> Result<(), Failure> {
+    let target = Target::of(&cli)?;
+    let coordinator = target.connect().await?;
+    let admin = coordinator.admin();
+    let result = match cli.command {
+        Command::Status { json } => status(&admin, &target.namespace, json).await,
+        Command::Watch => watch(&admin, &target.namespace).await,
+        Command::Breaker(command) => breaker(&admin, command).await,
+        Command::Config(command) => config(&admin, command).await,
+    };
+    coordinator.shutdown().await;
+    result
+}
+
+/// Writes `text` to stdout.
+fn print(text: &str) -> Result<(), Failure> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|error| match error.kind() {
+            std::io::ErrorKind::BrokenPipe => Failure::Quiet,
+            _ => Failure::Coordinator(format!("cannot write the output: {error}")),
+        })
+}
+
+async fn status(admin: &Admin, namespace: &str, json: bool) -> Result<(), Failure> {
+    let identities = admin.status().await.map_err(|e| Failure::of(&e))?;
+    if json {
+        print(&render::json_lines(&identities))
+    } else {
+        print(&render::table(&identities, namespace))
+    }
+}
+
+/// How often `watch` redraws when nothing changed (occupancy moves without a change event).
+const REDRAW_EVERY: Duration = Duration::from_secs(1);
+
+async fn watch(admin: &Admin, namespace: &str) -> Result<(), Failure> {
+    let terminal = std::io::stdout().is_terminal();
+    // Listening from the start: an interrupt while the first frame is drawn ends the watch
+    // cleanly too.
+    let mut interrupts = Interrupts::listen()?;
+    let mut first = true;
+    loop {
+        let now = humantime::format_rfc3339_seconds(SystemTime::now());
+        let body = match admin.status().await {
+            Ok(identities) => render::table(&identities, namespace),
+            // A watch outlives a blip: say so in the snapshot, and try again.
+            Err(error) => format!("unavailable: {}\n", one_line(&error)),
+        };
+        let heading = format!("caracal watch: namespace `{namespace}`, {now} (Ctrl-C to stop)\n");
+        let frame = if terminal {
+            // Home, clear the screen, draw.
+            format!("\x1b[H\x1b[2J{heading}\n{body}")
+        } else if first {
+            format!("{heading}{body}")
+        } else {
+            format!("\n{heading}{body}")
+        };
+        print(&frame)?;
+        first = false;
+        tokio::select! {
+            () = admin.changed(REDRAW_EVERY) => {}
+            () = interrupts.next() => return Ok(()),
+        }
+    }
+}
+
+/// Ctrl-C (and, on Unix, SIGTERM): what ends a watch.
+struct Interrupts {
+    #[cfg(unix)]
+    signals: [tokio::signal::unix::Signal; 2],
+}
+
+impl Interrupts {
+    fn listen() -> Result<Self, Failure> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let listen = |kind| {
+                signal(kind).map_err(|error| {
+                    Failure::Coordinator(format!("cannot listen for Ctrl-C: {error}"))
+                })
+            };
+            Ok(Interrupts {
+                signals: [
+                    listen(SignalKind::interrupt())?,
+                    listen(SignalKind::terminate())?,
+                ],
+            })
+        }
+        #[cfg(not(unix))]
+        Ok(Interrupts {})
+    }
+
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        {
+            let [interrupt, terminate] = &mut self.signals;
+            tokio::select! {
+                _ = interrupt.recv() => {}
+                _ = terminate.recv() => {}
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            if tokio::signal::ctrl_c().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+}
+
+fn breaker_id(target: &BreakerTarget) -> BreakerId {
+    let mut id = BreakerId::new(target.name.clone());
+    if let Some(operation) = &target.operation {
+        id = id.operation(operation.clone());
+    }
+    if let Some(scope) = &target.scope {
+        id = id.scope(scope.clone());
+    }
+    id
+}
+
+/// `partner-api`, or `partner-api (operation get, scope region:eu)` off the defaults.
+fn breaker_label(target: &BreakerTarget) -> String {
+    let mut qualifiers = Vec::new();
+    if let Some(operation) = target.operation.as_ref().filter(|op| **op != target.name) {
+        qualifiers.push(format!("operation {operation}"));
+    }
+    if let Some(scope) = target.scope.as_ref().filter(|scope| *scope != "global") {
+        qualifiers.push(format!("scope {scope}"));
+    }
+    if qualifiers.is_empty() {
+        target.name.clone()
+    } else {
+        format!("{} ({})", target.name, qualifiers.join(", "))
+    }
+}
+
+async fn breaker(admin: &Admin, command: args::BreakerCommand) -> Result<(), Failure> {
+    let (target, command, lasts) = match command {
+        args::BreakerCommand::Open { breaker, lasts } => (
+            breaker,
+            BreakerCommand::Open { lasts: lasts.lasts },
+            lasts.lasts,
+        ),
+        args::BreakerCommand::Close { breaker, lasts } => (
+            breaker,
+            BreakerCommand::Close { lasts: lasts.lasts },
+            lasts.lasts,
+        ),
+        args::BreakerCommand::Reset { breaker } => (breaker, BreakerCommand::Reset, None),
+    };
+    let changed = admin
+        .breaker(&breaker_id(&target), command)
+        .await
+        .map_err(|e| Failure::of(&e))?;
+    let until = match lasts {
+        Some(lasts) => format!(" for {}", humantime::format_duration(lasts)),
+        None => String::new(),
+    };
+    print(&format!(
+        "{}: {} → {}{until} (generation {})\n",
+        breaker_label(&target),
+        changed.from.as_str(),
+        changed.to.as_str(),
+        changed.generation
+    ))
+}
+
+async fn config(admin: &Admin, command: ConfigCommand) -> Result<(), Failure> {
+    match command {
+        ConfigCommand::Get { key } => {
+            let values = admin
+                .config(key.as_deref())
+                .await
+                .map_err(|e| Failure::of(&e))?;
+            let mut out = String::new();
+            for value in values {
+                out.push_str(&format!(
+                    "{} = {} ({})\n",
+                    value.setting, value.value, value.source
+                ));
+            }
+            print(&out)
+        }
+        ConfigCommand::Set { key, value } => {
+            admin
+                .set_override(&key, &value)
+                .await
+                .map_err(|e| Failure::of(&e))?;
+            // The value as stored (`0.5s` reads back as `500ms`).
+            let stored = admin
+                .config(Some(&key))
+                .await
+                .ok()
+                .and_then(|values| {
+                    values
+                        .into_iter()
+                        .find(|v| v.setting == key && v.source == "fleet")
+                })
+                .map_or(value, |v| v.value);
+            print(&format!(
+                "{key} = {stored} (fleet): every process applies it within a second\n"
+            ))
+        }
+        ConfigCommand::Unset { key } => {
+            let removed = admin
+                .unset_override(&key)
+                .await
+                .map_err(|e| Failure::of(&e))?;
+            print(&if removed {
+                format!("{key}: fleet override removed\n")
+            } else {
+                format!("{key}: there was no fleet override\n")
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_not_shown() {
+        assert_eq!(
+            redact("redis://user:secret@h:6379/0"),
+            "redis://user:***@h:6379/0"
+        );
+        assert_eq!(redact("rediss://:secret@h"), "rediss://:***@h");
+        assert_eq!(redact("redis://h:6379"), "redis://h:6379");
+        assert_eq!(redact("not a url"), "not a url");
+    }
+
+    #[test]
+    fn messages_are_one_line() {
+        assert_eq!(single("a\n  b\tc\n"), "a b c");
+    }
+
+    #[test]
+    fn labels_name_operation_and_scope_off_the_defaults() {
+        let target = |operation: Option<&str>, scope: Option<&str>| BreakerTarget {
+            name: "api".to_owned(),
+            operation: operation.map(str::to_owned),
+            scope: scope.map(str::to_owned),
+        };
+        assert_eq!(breaker_label(&target(None, None)), "api");
+        assert_eq!(breaker_label(&target(Some("api"), Some("global"))), "api");
+        assert_eq!(
+            breaker_label(&target(Some("get"), Some("eu"))),
+            "api (operation get, scope eu)"
+        );
+    }
+}

@@ -1,0 +1,456 @@
+//! Operating a fleet: list every identity in use, force a breaker open or closed, change a
+//! value for every process at once. The `caracal` command (crate `caracal-cli`) is a thin
+//! layer over this.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use caracal::admin::{BreakerCommand, PolicyState};
+//!
+//! # async fn drill() -> Result<(), caracal::Error> {
+//! let coordinator = caracal::Coordinator::redis("redis://127.0.0.1:6379").connect().await?;
+//! let admin = coordinator.admin();
+//! for identity in admin.status().await? {
+//!     if let PolicyState::CircuitBreaker { state, .. } = &identity.state {
+//!         println!("{} {}: {}", identity.name, identity.scope, state.as_str());
+//!     }
+//! }
+//! // Every process rejects calls to partner-api for a minute, then probes it.
+//! let breaker = caracal::admin::BreakerId::new("partner-api");
+//! admin.breaker(&breaker, BreakerCommand::Open { lasts: Some(Duration::from_secs(60)) }).await?;
+//! // Every process runs partner-api's bulkhead with a limit of 40 within a second.
+//! admin.set_override("bulkhead.partner-api.limit", "40").await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Identities appear once a process has used them, and stay while their state lives (at least
+//! a few seconds after the last use). Policies marked `local` have no shared state and are not
+//! listed.
+
+use std::time::Duration;
+
+use crate::Error;
+use crate::config::OverrideKey;
+use crate::config::overrides::text;
+use crate::coordinator::Coordinator;
+use crate::coordinator::registry::{Registered, Snapshot};
+use crate::identity::{Identity, PolicyKind, Scope, check_part};
+use crate::kernel::breaker::{Force, Phase};
+
+/// The operations of [`Coordinator::admin`].
+#[derive(Debug, Clone)]
+pub struct Admin {
+    coordinator: Coordinator,
+}
+
+/// One identity in use, and its state now.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct IdentityStatus {
+    /// Its policy kind.
+    pub kind: PolicyKind,
+    /// The policy name.
+    pub name: String,
+    /// The operation.
+    pub operation: String,
+    /// The scope.
+    pub scope: String,
+    /// Whether processes use it with different values.
+    pub drift: bool,
+    /// What its state holds.
+    pub state: PolicyState,
+}
+
+/// What an identity's state holds.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum PolicyState {
+    /// A bulkhead.
+    Bulkhead {
+        /// The limit processes use (the last one reported).
+        limit: Option<u32>,
+        /// Bodies running now, across the fleet.
+        occupancy: u32,
+    },
+    /// A circuit breaker.
+    CircuitBreaker {
+        /// Its state.
+        state: BreakerState,
+        /// Its generation: every change of state starts a new one.
+        generation: u64,
+        /// Observations in its window.
+        window_total: u32,
+        /// Failures among them.
+        window_failures: u32,
+        /// Slow calls among them.
+        window_slow: u32,
+        /// While open: how long until a probe may be admitted (forced open without an end:
+        /// `None`).
+        retry_after: Option<Duration>,
+    },
+    /// A rate limit.
+    RateLimit {
+        /// Admissions per second processes use (the last reported).
+        rate: Option<f64>,
+        /// Its burst (the last reported).
+        burst: Option<u32>,
+    },
+}
+
+/// A circuit breaker's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BreakerState {
+    /// Calls pass and are observed.
+    Closed,
+    /// Calls are rejected until the open time passes.
+    Open,
+    /// A few probes are admitted; their results close or reopen it.
+    HalfOpen,
+    /// An operator forced it open: every call is rejected.
+    ForcedOpen,
+    /// An operator forced it closed: every call passes, nothing is recorded.
+    ForcedClosed,
+}
+
+impl BreakerState {
+    /// `closed`, `open`, `half_open`, `forced_open` or `forced_closed`.
+    pub fn as_str(self) -> &'static str {
+        self.phase().as_str()
+    }
+
+    /// The value of the `caracal_circuit_breaker_state` gauge: 0 to 4 in the order above.
+    pub fn code(self) -> u8 {
+        self.phase().code()
+    }
+
+    fn phase(self) -> Phase {
+        match self {
+            BreakerState::Closed => Phase::Closed,
+            BreakerState::Open => Phase::Open,
+            BreakerState::HalfOpen => Phase::HalfOpen,
+            BreakerState::ForcedOpen => Phase::ForcedOpen,
+            BreakerState::ForcedClosed => Phase::ForcedClosed,
+        }
+    }
+
+    fn of(phase: Phase) -> Self {
+        match phase {
+            Phase::Closed => BreakerState::Closed,
+            Phase::Open => BreakerState::Open,
+            Phase::HalfOpen => BreakerState::HalfOpen,
+            Phase::ForcedOpen => BreakerState::ForcedOpen,
+            Phase::ForcedClosed => BreakerState::ForcedClosed,
+        }
+    }
+}
+
+/// Which breaker an operator's command is for: a name, and the operation (the name by
+/// default) and scope (`global` by default) of the identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BreakerId {
+    name: String,
+    operation: Option<String>,
+    scope: Option<String>,
+}
+
+impl BreakerId {
+    /// The breaker `name`, with the default operation and scope.
+    pub fn new(name: impl Into<String>) -> Self {
+        BreakerId {
+            name: name.into(),
+            operation: None,
+            scope: None,
+        }
+    }
+
+    /// Its operation.
+    pub fn operation(mut self, operation: impl Into<String>) -> Self {
+        self.operation = Some(operation.into());
+        self
+    }
+
+    /// Its scope.
+    pub fn scope(mut self, scope: impl Into<String>) -> Self {
+        self.scope = Some(scope.into());
+        self
+    }
+
+    fn identity(&self, coordinator: &Coordinator) -> Result<Identity, Error> {
+        let operation = self.operation.clone().unwrap_or_else(|| self.name.clone());
+        for (part, value) in [("name", &self.name), ("operation", &operation)] {
+            check_part(value).map_err(|why| Error::config(format!("the {part} {why}")))?;
+        }
+        let scope = match &self.scope {
+            Some(scope) => Scope::new(scope.clone())?,
+            None => Scope::GLOBAL,
+        };
+        Ok(coordinator.identity(
+            PolicyKind::CircuitBreaker,
+            self.name.clone(),
+            operation,
+            &scope,
+        ))
+    }
+}
+
+/// An operator's command on a breaker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BreakerCommand {
+    /// Reject every call, until `lasts` elapses (then half-open at the next call, as after
+    /// an ordinary open) or a reset.
+    Open {
+        /// How long; `None` until a reset.
+        lasts: Option<Duration>,
+    },
+    /// Admit every call, recording nothing, until `lasts` elapses (then closed) or a reset.
+    Close {
+        /// How long; `None` until a reset.
+        lasts: Option<Duration>,
+    },
+    /// Closed, with an empty window and a new generation.
+    Reset,
+}
+
+/// What a breaker command did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BreakerChanged {
+    /// The state it ended.
+    pub from: BreakerState,
+    /// The state it started.
+    pub to: BreakerState,
+    /// The new generation.
+    pub generation: u64,
+}
+
+/// One value in force, and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConfigValue {
+    /// `<kind>.<name>.<key>`, as `config set` takes it.
+    pub setting: String,
+    /// The value (`none` for an optional value not set).
+    pub value: String,
+    /// `fleet` (a fleet-wide override), `config` (a process's [`Config`](crate::Config)) or
+    /// `attribute`.
+    pub source: String,
+}
+
+/// The longest a forced state may be asked to last.
+const MAX_FORCED: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
+impl Coordinator {
+    /// The fleet's operations, on this coordinator's namespace.
+    pub fn admin(&self) -> Admin {
+        Admin {
+            coordinator: self.clone(),
+        }
+    }
+}
+
+impl Admin {
+    /// Every identity in use in the namespace, by kind, name, operation and scope, with its
+    /// state now.
+    pub async fn status(&self) -> Result<Vec<IdentityStatus>, Error> {
+        let registered = self.coordinator.registry_read().await?;
+        let mut listed = Vec::with_capacity(registered.len());
+        for identity in registered {
+            let snapshot = self
+                .coordinator
+                .identity_read(identity.kind, &identity.key)
+                .await?;
+            listed.push(status(identity, snapshot));
+        }
+        listed.sort_by(|a, b| {
+            (a.kind, &a.name, &a.operation, &a.scope).cmp(&(
+                b.kind,
+                &b.name,
+                &b.operation,
+                &b.scope,
+            ))
+        });
+        Ok(listed)
+    }
+
+    /// Carries out an operator's command on a breaker. Every process using it follows within
+    /// one pub/sub delivery (a process that misses the message, within 250 ms).
+    pub async fn breaker(
+        &self,
+        breaker: &BreakerId,
+        command: BreakerCommand,
+    ) -> Result<BreakerChanged, Error> {
+        let identity = breaker.identity(&self.coordinator)?;
+        let lasts_ms = |lasts: Option<Duration>| -> Result<u64, Error> {
+            match lasts {
+                None => Ok(0),
+                Some(lasts) if !lasts.is_zero() && lasts <= MAX_FORCED => {
+                    Ok(u64::try_from(lasts.as_millis()).unwrap_or(u64::MAX).max(1))
+                }
+                Some(lasts) => Err(Error::config(format!(
+                    "a forced state lasts from 1ms to a year, not {}",
+                    humantime::format_duration(lasts)
+                ))),
+            }
+        };
+        let (force, to) = match command {
+            BreakerCommand::Open { lasts } => (
+                Force::Open {
+                    lasts_ms: lasts_ms(lasts)?,
+                },
+                BreakerState::ForcedOpen,
+            ),
+            BreakerCommand::Close { lasts } => (
+                Force::Closed {
+                    lasts_ms: lasts_ms(lasts)?,
+                },
+                BreakerState::ForcedClosed,
+            ),
+            BreakerCommand::Reset => (
+                Force::Reset {
+                    closed_ttl_ms: RESET_CLOSED_TTL_MS,
+                },
+                BreakerState::Closed,
+            ),
+        };
+        let reply = self.coordinator.breaker_force(&identity, force).await?;
+        Ok(BreakerChanged {
+            from: BreakerState::of(reply.from),
+            to,
+            generation: reply.generation,
+        })
+    }
+
+    /// The values in force: for each identity in use, every value and where it came from;
+    /// and every fleet override, used or not. With `setting`, only those of that
+    /// `<kind>.<name>.<key>` (or, without the key, `<kind>.<name>`).
+    pub async fn config(&self, setting: Option<&str>) -> Result<Vec<ConfigValue>, Error> {
+        self.coordinator.sync_fleet().await?;
+        let registered = self.coordinator.registry_read().await?;
+        let mut values: Vec<ConfigValue> = Vec::new();
+        let mut push = |value: ConfigValue| {
+            if !values.contains(&value) {
+                values.push(value);
+            }
+        };
+        for identity in &registered {
+            for (key, value, source) in identity.entries() {
+                push(ConfigValue {
+                    setting: format!("{}.{}.{key}", identity.kind, identity.name),
+                    value: value.to_owned(),
+                    source: source.to_owned(),
+                });
+            }
+        }
+        for (kind, policies) in self.coordinator.fleet_overrides() {
+            for (name, table) in policies {
+                for (key, value) in table {
+                    push(ConfigValue {
+                        setting: format!("{kind}.{name}.{key}"),
+                        value: text(Some(value)),
+                        source: "fleet".to_owned(),
+                    });
+                }
+            }
+        }
+        if let Some(wanted) = setting {
+            values.retain(|value| {
+                value.setting == wanted
+                    || value
+                        .setting
+                        .strip_prefix(wanted)
+                        .is_some_and(|rest| rest.starts_with('.') && !rest[1..].contains('.'))
+            });
+        }
+        values.sort_by(|a, b| (&a.setting, &a.source).cmp(&(&b.setting, &b.source)));
+        Ok(values)
+    }
+
+    /// Sets a fleet-wide override (`bulkhead.partner-api.limit`, `"40"`): every connected
+    /// process applies it within a second, to calls admitted from then on. The value is
+    /// checked as the attribute would check it.
+    pub async fn set_override(&self, setting: &str, value: &str) -> Result<(), Error> {
+        let key = OverrideKey::parse(setting)?;
+        self.coordinator.write_override(&key, Some(value)).await?;
+        Ok(())
+    }
+
+    /// Removes a fleet-wide override; answers whether there was one.
+    pub async fn unset_override(&self, setting: &str) -> Result<bool, Error> {
+        let key = OverrideKey::parse(setting)?;
+        self.coordinator.write_override(&key, None).await
+    }
+
+    /// Completes at the next change an operator would see: a breaker's state anywhere in the
+    /// namespace, an override (or, at the latest, after `at_most`). `caracal watch` redraws
+    /// the status each time.
+    pub async fn changed(&self, at_most: Duration) {
+        let mut changes = self.coordinator.subscribe_changes();
+        let _ = tokio::time::timeout(at_most, changes.recv()).await;
+    }
+}
+
+/// How long a reset's closed state lasts without observations: the operator does not know
+/// the breaker's window, and processes that use it keep it alive anyway.
+const RESET_CLOSED_TTL_MS: u64 = 60_000;
+
+/// A reported value of `identity`, parsed.
+fn parsed<T: std::str::FromStr>(identity: &Registered, key: &str) -> Option<T> {
+    identity.value(key)?.parse().ok()
+}
+
+fn status(identity: Registered, snapshot: Snapshot) -> IdentityStatus {
+    let state = match snapshot {
+        Snapshot::Bulkhead { occupancy } => PolicyState::Bulkhead {
+            limit: parsed(&identity, "limit"),
+            occupancy,
+        },
+        Snapshot::RateLimit => PolicyState::RateLimit {
+            rate: parsed(&identity, "rate"),
+            burst: parsed(&identity, "burst"),
+        },
+        Snapshot::Breaker { now_ms, state } => {
+            let open_ms = identity
+                .value("open")
+                .and_then(|open| humantime::parse_duration(open).ok())
+                .map(|open| u64::try_from(open.as_millis()).unwrap_or(u64::MAX));
+            match state {
+                None => PolicyState::CircuitBreaker {
+                    state: BreakerState::Closed,
+                    generation: 0,
+                    window_total: 0,
+                    window_failures: 0,
+                    window_slow: 0,
+                    retry_after: None,
+                },
+                Some(state) => {
+                    let retry_after_ms = match state.phase {
+                        Phase::Open => open_ms.map(|open| {
+                            state.opened_at.saturating_add(open).saturating_sub(now_ms)
+                        }),
+                        Phase::ForcedOpen if state.forced_until != 0 => {
+                            Some(state.forced_until.saturating_sub(now_ms))
+                        }
+                        _ => None,
+                    };
+                    PolicyState::CircuitBreaker {
+                        state: BreakerState::of(state.phase),
+                        generation: state.generation,
+                        window_total: state.counts.total,
+                        window_failures: state.counts.failures,
+                        window_slow: state.counts.slow,
+                        retry_after: retry_after_ms.map(Duration::from_millis),
+                    }
+                }
+            }
+        }
+    };
+    IdentityStatus {
+        kind: identity.kind,
+        name: identity.name,
+        operation: identity.operation,
+        scope: identity.scope,
+        drift: identity.drift,
+        state,
+    }
+}

@@ -1,0 +1,195 @@
+//! Every rejection path of the TOML loader, and the fleet override address.
+
+use std::time::Duration;
+
+use super::*;
+
+fn rejection(text: &str) -> String {
+    match Config::from_toml_str(text) {
+        Err(Error::InvalidConfig { reason }) => reason,
+        other => panic!("expected InvalidConfig for {text:?}, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_full_configuration_is_read() {
+    let config = Config::from_toml_str(
+        r#"
+        [bulkhead.partner-api]
+        limit = 40
+        max_wait = "50ms"
+
+        [circuit_breaker.partner-api]
+        failure_threshold = 0.3
+        open = "10s"
+        on_coordinator_error = "fail_closed"
+
+        [rate_limit.search]
+        rate = 200
+        burst = 20
+
+        [bulkhead."name.with.dots"]
+        lease = "1m"
+        "#,
+    )
+    .expect("valid");
+    let table = |kind, name: &str| table(&config.tables, kind, name).expect("present");
+    let bulkhead = table(PolicyKind::Bulkhead, "partner-api");
+    assert_eq!(bulkhead["limit"], Setting::Count(40));
+    assert_eq!(
+        bulkhead["max_wait"],
+        Setting::Duration(Duration::from_millis(50))
+    );
+    let breaker = table(PolicyKind::CircuitBreaker, "partner-api");
+    assert_eq!(breaker["failure_threshold"], Setting::Number(0.3));
+    assert_eq!(
+        breaker["on_coordinator_error"],
+        Setting::Choice("fail_closed")
+    );
+    assert_eq!(
+        table(PolicyKind::RateLimit, "search")["rate"],
+        Setting::Number(200.0)
+    );
+    assert_eq!(
+        table(PolicyKind::Bulkhead, "name.with.dots")["lease"],
+        Setting::Duration(Duration::from_secs(60))
+    );
+    assert!(
+        Config::from_toml_str("")
+            .expect("empty is valid")
+            .is_empty()
+    );
+}
+
+#[test]
+fn every_rejection_names_the_table_and_the_key() {
+    let cases = [
+        (
+            "[bulkhead.a]\nlimit = 0",
+            "table [bulkhead.a], key `limit`: must be an integer from 1 to 1000000, got 0",
+        ),
+        (
+            "[bulkhead.a]\nlimit = \"40\"",
+            "table [bulkhead.a], key `limit`: must be an integer from 1 to 1000000, not a string",
+        ),
+        (
+            "[bulkhead.a]\nlimit = -1",
+            "key `limit`: must be an integer from 1 to 1000000, got -1",
+        ),
+        (
+            "[bulkhead.a]\nlimt = 4",
+            "table [bulkhead.a], key `limt`: unknown key `limt` for `bulkhead`; expected one of `limit`, `lease`, `max_wait`",
+        ),
+        (
+            "[bulkhead.a]\nscope = \"x\"",
+            "key `scope`: `scope` cannot be set at run time",
+        ),
+        (
+            "[circuit_breaker.b]\nfailure_threshold = 50",
+            "table [circuit_breaker.b], key `failure_threshold`: must be a number from 0.001 to 0.999 (a fraction: 0.5 is half the observations), got 50",
+        ),
+        (
+            "[circuit_breaker.b]\nopen = \"10\"",
+            "key `open`: must be a duration with a unit",
+        ),
+        (
+            "[circuit_breaker.b]\nopen = 10",
+            "key `open`: must be a duration with a unit from 1ms to 1day, like \"250ms\" or \"2s\", not a integer",
+        ),
+        (
+            "[circuit_breaker.b]\non_coordinator_error = \"closed\"",
+            "key `on_coordinator_error`: must be \"fail_open\" or \"fail_closed\", got `closed`",
+        ),
+        (
+            "[circuit_breaker.b]\nclassify = \"f\"",
+            "key `classify`: `classify` cannot be set at run time",
+        ),
+        (
+            "[circuit_breaker.b]\nminimum_throughput = 50\nwindow_size = 10",
+            "table [circuit_breaker.b]: `minimum_throughput` (50) is larger than `window_size` (10)",
+        ),
+        (
+            "[rate_limit.c]\nrate = 0",
+            "table [rate_limit.c], key `rate`: must be a number from 0.000001 to 1000000 (admissions per second), got 0",
+        ),
+        (
+            "[rate_limit.c]\nwhen = \"f\"",
+            "`when` cannot be set at run time",
+        ),
+        (
+            "[retry.d]\nmax_attempts = 3",
+            "table [retry]: unknown policy kind `retry`",
+        ),
+        (
+            "[bulkhead]\nlimit = 3",
+            "table [bulkhead]: `limit` is outside a named table: write [bulkhead.<name>]",
+        ),
+        (
+            "bulkhead = 3",
+            "table [bulkhead]: `bulkhead` must be a table of named policies",
+        ),
+        (
+            "[bulkhead.\" \"]\nlimit = 3",
+            "table [bulkhead. ]: the name must not be blank",
+        ),
+        ("[bulkhead.a]\nlimit = ", "line 2: "),
+    ];
+    for (text, expected) in cases {
+        let reason = rejection(text);
+        assert!(
+            reason.contains(expected),
+            "{text:?}\n  gave {reason:?}\n  expected {expected:?}"
+        );
+    }
+}
+
+#[test]
+fn a_file_is_named_in_its_errors() {
+    let dir = std::env::temp_dir().join(format!("caracal-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("caracal.toml");
+    std::fs::write(&path, "[bulkhead.a]\nlimit = 0\n").unwrap();
+    let reason = match Config::from_toml_file(&path) {
+        Err(Error::InvalidConfig { reason }) => reason,
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        reason.starts_with(&format!(
+            "file {}, table [bulkhead.a], key `limit`",
+            path.display()
+        )),
+        "{reason}"
+    );
+    let missing = Config::from_toml_file(dir.join("missing.toml")).unwrap_err();
+    assert!(
+        missing.to_string().contains("cannot read the file"),
+        "{missing}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn override_keys_are_kind_name_key() {
+    let key = OverrideKey::parse("bulkhead.partner.api.limit").expect("valid");
+    assert_eq!(
+        (key.kind, key.name.as_str(), key.key.name),
+        (PolicyKind::Bulkhead, "partner.api", "limit")
+    );
+    assert_eq!(key.to_string(), "bulkhead.partner.api.limit");
+    assert_eq!(key.value("7").expect("valid"), Setting::Count(7));
+    assert!(
+        key.value("0")
+            .unwrap_err()
+            .to_string()
+            .contains("bulkhead.partner.api.limit: must be an integer")
+    );
+    for bad in [
+        "bulkhead",
+        "bulkhead.limit",
+        "retry.a.max_attempts",
+        "bulkhead.a.scope",
+        "bulkhead. .limit",
+    ] {
+        assert!(OverrideKey::parse(bad).is_err(), "{bad}");
+    }
+}

@@ -1,0 +1,141 @@
+//! Fleet-wide overrides: stored in the coordinator under the namespace (`caracal config set`),
+//! applied by every connected process. A change is published on the namespace's feed, so
+//! processes usually apply it within one pub/sub delivery; each also checks the version every
+//! [`CHECK_EVERY`], so one that missed the message (its subscription reconnecting) is right
+//! again within that bound.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use super::{Backend, Coordinator};
+use crate::Error;
+use crate::config::{OverrideKey, Tables, check_table};
+use crate::events;
+
+/// The longest a process goes without checking the fleet's overrides.
+pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// What this process knows of the fleet's overrides.
+#[derive(Debug, Default)]
+pub(super) struct Fleet {
+    /// The version applied; `u64::MAX` before the first read.
+    version: AtomicU64,
+    /// Wakes the check at once (a feed message said the version moved).
+    changed: Arc<Notify>,
+    running: AtomicBool,
+}
+
+impl Fleet {
+    pub(super) fn new() -> Self {
+        Fleet {
+            version: AtomicU64::new(u64::MAX),
+            ..Fleet::default()
+        }
+    }
+
+    /// The version of the overrides this process applies (`u64::MAX` before the first read).
+    pub(super) fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
+    }
+
+    /// A feed message announced `version`.
+    pub(super) fn announced(&self, version: u64) {
+        if self.version.load(Ordering::Acquire) != version {
+            self.changed.notify_one();
+        }
+    }
+}
+
+/// Reads stored overrides; one that does not read (written by another version, or by hand) is
+/// skipped with an event rather than failing the rest.
+fn tables(pairs: Vec<(String, String)>) -> Tables {
+    let mut tables = Tables::new();
+    for (setting, value) in pairs {
+        let read = OverrideKey::parse(&setting).and_then(|key| {
+            let value = key.value(&value)?;
+            Ok((key, value))
+        });
+        match read {
+            Ok((key, value)) => {
+                let table = tables
+                    .entry(key.kind)
+                    .or_default()
+                    .entry(key.name)
+                    .or_default();
+                table.insert(key.key.name, value);
+            }
+            Err(error) => events::config_override_ignored(&setting, &error),
+        }
+    }
+    // A pair that breaks its table as a whole (a minimum throughput above the window) leaves
+    // that table out.
+    for policies in tables.values_mut() {
+        policies.retain(|name, table| match check_table(table) {
+            Ok(()) => true,
+            Err(why) => {
+                events::config_override_ignored(name, &Error::config(why));
+                false
+            }
+        });
+    }
+    tables
+}
+
+impl Coordinator {
+    /// Reads the fleet's overrides if their version moved, and applies them.
+    pub(crate) async fn sync_fleet(&self) -> Result<(), Error> {
+        let fleet = &self.inner.fleet;
+        let known = fleet.version.load(Ordering::Acquire);
+        let known = (known != u64::MAX).then_some(known);
+        let (version, pairs) = self.overrides_read(known).await?;
+        if let Some(pairs) = pairs {
+            let count = pairs.len();
+            self.inner.overrides.set_fleet(tables(pairs));
+            fleet.version.store(version, Ordering::Release);
+            // Only once they are in force: a call that starts after the event uses them.
+            events::config_applied(version, count);
+            self.changed();
+        }
+        Ok(())
+    }
+
+    /// Keeps this process's copy of the fleet's overrides current, from now until the
+    /// coordinator shuts down or is dropped. Needs a runtime; without one it starts with the
+    /// first call that has one.
+    pub(super) fn start_fleet_sync(&self) {
+        self.start_once(&self.inner.fleet.running, |weak| async move {
+            while let Some(coordinator) = super::live(&weak) {
+                // A failed check is retried at the next; the overrides in force stay.
+                let _ = coordinator.sync_fleet().await;
+                let changed = Arc::clone(&coordinator.inner.fleet.changed);
+                drop(coordinator);
+                let _ = tokio::time::timeout(CHECK_EVERY, changed.notified()).await;
+            }
+        });
+    }
+
+    /// Sets (`Some(value)`) or removes one fleet override and applies it here at once;
+    /// answers whether it changed anything.
+    pub(crate) async fn write_override(
+        &self,
+        key: &OverrideKey,
+        value: Option<&str>,
+    ) -> Result<bool, Error> {
+        let setting = key.to_string();
+        let canonical = value.map(|value| key.value(value)).transpose()?;
+        let canonical = canonical.map(|value| value.to_string());
+        let changed = match &self.inner.backend {
+            Backend::Memory(memory) => memory.overrides_write(&setting, canonical.as_deref())?,
+            Backend::Redis(redis) => {
+                redis
+                    .overrides_write(&self.namespace_base(), &setting, canonical.as_deref())
+                    .await?
+            }
+        };
+        self.sync_fleet().await?;
+        Ok(changed)
+    }
+}

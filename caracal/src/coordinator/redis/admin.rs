@@ -1,0 +1,247 @@
+//! The registry, fleet overrides and state reads on Redis (see `coordinator::registry` and
+//! `coordinator::fleet`).
+
+use redis::Value;
+
+use super::{RedisBackend, reply, scripts};
+use crate::Error;
+use crate::coordinator::FleetOverrides;
+use crate::coordinator::registry::{DRIFT_WINDOW, MAX_IDENTITIES, Registered, Report, Snapshot};
+use crate::identity::{KeyBase, PolicyKind};
+use crate::kernel::breaker::{Counts, Phase, State};
+
+fn registry_keys(base: &KeyBase) -> [String; 2] {
+    [base.key("registry"), base.key("registry:expiry")]
+}
+
+fn override_keys(base: &KeyBase) -> [String; 2] {
+    [base.key("overrides"), base.key("overrides:version")]
+}
+
+/// An array reply's items.
+fn items(script: &str, value: Value) -> Result<Vec<Value>, Error> {
+    match value {
+        Value::Array(items) => Ok(items),
+        other => Err(reply::malformed(
+            script,
+            format_args!("{other:?} instead of an array"),
+        )),
+    }
+}
+
+fn string(script: &str, value: Value) -> Result<String, Error> {
+    reply::strings(script, Value::Array(vec![value]))?
+        .pop()
+        .ok_or_else(|| reply::malformed(script, "no string"))
+}
+
+fn integer(script: &str, value: Value) -> Result<i64, Error> {
+    match value {
+        Value::Int(n) => Ok(n),
+        other => Err(reply::malformed(
+            script,
+            format_args!("{other:?} where an integer belongs"),
+        )),
+    }
+}
+
+fn unsigned(script: &str, n: i64) -> Result<u64, Error> {
+    u64::try_from(n)
+        .map_err(|_| reply::malformed(script, format_args!("{n} where a count belongs")))
+}
+
+impl RedisBackend {
+    pub(in crate::coordinator) async fn registry_report(
+        &self,
+        base: &KeyBase,
+        reports: &[Report],
+    ) -> Result<Vec<bool>, Error> {
+        let script = &*scripts::REGISTRY_REPORT;
+        let drift_ms = u64::try_from(DRIFT_WINDOW.as_millis()).unwrap_or(u64::MAX);
+        let mut args: Vec<String> = vec![MAX_IDENTITIES.to_string(), drift_ms.to_string()];
+        for report in reports {
+            args.extend([
+                report.key.tag().to_owned(),
+                report.description.clone(),
+                report.values.clone(),
+                report.sources.clone(),
+                report.reporter.clone(),
+                report.ttl_ms.to_string(),
+                report.fleet.to_string(),
+            ]);
+        }
+        let value = self
+            .link
+            .eval(script, base, &registry_keys(base), args)
+            .await?;
+        let groups = reply::integer_groups::<1>(script.name, value, reports.len())?;
+        groups
+            .into_iter()
+            .map(|[flag]| reply::flag(script.name, flag))
+            .collect()
+    }
+
+    pub(in crate::coordinator) async fn registry_read(
+        &self,
+        base: &KeyBase,
+    ) -> Result<Vec<Registered>, Error> {
+        let script = &*scripts::REGISTRY_READ;
+        let value = self
+            .link
+            .eval(script, base, &registry_keys(base), Vec::<String>::new())
+            .await?;
+        let mut items = items(script.name, value)?.into_iter();
+        let _now = integer(script.name, items.next().unwrap_or(Value::Nil))?;
+        let items: Vec<Value> = items.collect();
+        if !items.len().is_multiple_of(5) {
+            return Err(reply::malformed(
+                script.name,
+                format_args!("{} items after the time, not groups of 5", items.len()),
+            ));
+        }
+        let mut listed = Vec::new();
+        let mut items = items.into_iter();
+        while let (Some(tag), Some(description), Some(values), Some(sources), Some(drift)) = (
+            items.next(),
+            items.next(),
+            items.next(),
+            items.next(),
+            items.next(),
+        ) {
+            let drift = reply::flag(script.name, integer(script.name, drift)?)?;
+            let entry = Registered::read(
+                &string(script.name, tag)?,
+                &string(script.name, description)?,
+                string(script.name, values)?,
+                string(script.name, sources)?,
+                drift,
+            );
+            listed.extend(entry);
+        }
+        Ok(listed)
+    }
+
+    /// The fleet's overrides and their version, unless `known` is already the version.
+    pub(in crate::coordinator) async fn overrides_read(
+        &self,
+        base: &KeyBase,
+        known: Option<u64>,
+    ) -> Result<FleetOverrides, Error> {
+        let script = &*scripts::OVERRIDES_READ;
+        let known = known.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX));
+        let value = self
+            .link
+            .eval(script, base, &override_keys(base), known)
+            .await?;
+        let mut items = items(script.name, value)?.into_iter();
+        let version = unsigned(
+            script.name,
+            integer(script.name, items.next().unwrap_or(Value::Nil))?,
+        )?;
+        let rest = reply::strings(script.name, Value::Array(items.collect()))?;
+        if u64::try_from(known).ok() == Some(version) {
+            return Ok((version, None));
+        }
+        if rest.len() % 2 != 0 {
+            return Err(reply::malformed(script.name, "an odd number of fields"));
+        }
+        let pairs = rest
+            .chunks_exact(2)
+            .map(|pair| (pair[0].clone(), pair[1].clone()))
+            .collect();
+        Ok((version, Some(pairs)))
+    }
+
+    /// Sets (`value`) or removes (`None`) one fleet override; answers whether it changed
+    /// anything.
+    pub(in crate::coordinator) async fn overrides_write(
+        &self,
+        base: &KeyBase,
+        setting: &str,
+        value: Option<&str>,
+    ) -> Result<bool, Error> {
+        let script = &*scripts::OVERRIDES_WRITE;
+        let command = if value.is_some() { "set" } else { "unset" };
+        let args = (self.channel(), command, setting, value.unwrap_or(""));
+        let value = self
+            .link
+            .eval(script, base, &override_keys(base), args)
+            .await?;
+        let [_version, changed] = reply::integers::<2>(script.name, value)?;
+        reply::flag(script.name, changed)
+    }
+
+    pub(in crate::coordinator) async fn identity_read(
+        &self,
+        kind: PolicyKind,
+        key: &KeyBase,
+    ) -> Result<Snapshot, Error> {
+        let script = &*scripts::IDENTITY_READ;
+        match kind {
+            PolicyKind::Bulkhead => {
+                let value = self
+                    .link
+                    .eval(script, key, &[key.key("leases")], "bulkhead")
+                    .await?;
+                let [_now, occupancy] = reply::integers::<2>(script.name, value)?;
+                let occupancy = u32::try_from(occupancy).map_err(|_| {
+                    reply::malformed(script.name, format_args!("occupancy {occupancy}"))
+                })?;
+                Ok(Snapshot::Bulkhead { occupancy })
+            }
+            PolicyKind::CircuitBreaker => {
+                let value = self
+                    .link
+                    .eval(script, key, &[key.key("brk:state")], "breaker")
+                    .await?;
+                let fields = reply::integers::<9>(script.name, value)?;
+                decode_breaker(script.name, fields)
+            }
+            PolicyKind::RateLimit => Ok(Snapshot::RateLimit),
+        }
+    }
+}
+
+fn decode_breaker(script: &str, fields: [i64; 9]) -> Result<Snapshot, Error> {
+    let [
+        now,
+        phase,
+        generation,
+        opened_at,
+        total,
+        failures,
+        slow,
+        closed_until,
+        forced_until,
+    ] = fields;
+    let now_ms = unsigned(script, now)?;
+    if phase < 0 {
+        return Ok(Snapshot::Breaker {
+            now_ms,
+            state: None,
+        });
+    }
+    let count = |n: i64| u32::try_from(n.max(0)).map_err(|_| reply::malformed(script, n));
+    let time = |n: i64| u64::try_from(n.max(0)).map_err(|_| reply::malformed(script, n));
+    let phase = Phase::from_code(phase)
+        .ok_or_else(|| reply::malformed(script, format_args!("phase {phase}")))?;
+    let state = State {
+        phase,
+        generation: unsigned(script, generation)?,
+        opened_at: time(opened_at)?,
+        probe_successes: 0,
+        counts: Counts {
+            total: count(total)?,
+            failures: count(failures)?,
+            slow: count(slow)?,
+        },
+        closed_until: time(closed_until)?,
+        forced_until: time(forced_until)?,
+    };
+    // A closed state past its time counts as absent, as the scripts treat it.
+    let live = phase != Phase::Closed || state.closed_until > now_ms;
+    Ok(Snapshot::Breaker {
+        now_ms,
+        state: live.then_some(state),
+    })
+}

@@ -1,0 +1,219 @@
+//! `bulkhead_lease.lua` (and the release, a bare `ZREM`) against [`LeaseSet`]: generated
+//! acquires (single and batched), renewals and releases of a few tokens, with ttls of their
+//! own and clock moves to just before, at and after lease deadlines. Fencing tokens, the lease
+//! set, the counter and both keys' expiries are compared.
+
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
+use uuid::Uuid;
+
+use super::{Env, decode_failed, differential};
+use crate::coordinator::redis::link::decode_lease;
+use crate::coordinator::redis::{reply, scripts, token_text};
+use crate::kernel::Seen;
+use crate::kernel::lease::{Branch, LeaseAction, LeaseReply, LeaseSet, Token};
+
+/// A token by its index among those used so far (modulo how many), or a new one.
+type Pick = Option<usize>;
+
+#[derive(Debug, Clone)]
+enum Command {
+    /// One script call acquiring every token in order.
+    Acquire {
+        tokens: Vec<Pick>,
+        ttl_ms: u64,
+    },
+    Renew {
+        token: Pick,
+        ttl_ms: u64,
+    },
+    Release {
+        token: Pick,
+    },
+    Advance {
+        ms: u64,
+    },
+    /// To the `lease`-th lease's deadline, offset by -1, 0 or 1 ms (where off-by-ones live).
+    ToDeadline {
+        lease: usize,
+        offset: i8,
+    },
+}
+
+fn command() -> impl Strategy<Value = Command> {
+    let token = || prop::option::weighted(0.7, 0usize..6);
+    let ttl = prop_oneof![Just(100u64), 100u64..2_000];
+    prop_oneof![
+        5 => (token(), ttl.clone()).prop_map(|(token, ttl_ms)| Command::Acquire { tokens: vec![token], ttl_ms }),
+        2 => (prop::collection::vec(token(), 2..6), ttl)
+            .prop_map(|(tokens, ttl_ms)| Command::Acquire { tokens, ttl_ms }),
+        3 => (token(), 100u64..2_000).prop_map(|(token, ttl_ms)| Command::Renew { token, ttl_ms }),
+        2 => token().prop_map(|token| Command::Release { token }),
+        2 => (0u64..700).prop_map(|ms| Command::Advance { ms }),
+        2 => (0usize..6, -1i8..=1).prop_map(|(lease, offset)| Command::ToDeadline { lease, offset }),
+    ]
+}
+
+/// One case: the limit every caller uses, and what they do.
+fn case() -> impl Strategy<Value = (u32, Vec<Command>)> {
+    (1u32..5, prop::collection::vec(command(), 1..50))
+}
+
+/// A case's tokens: every one used so far, so later commands can pick them again.
+#[derive(Default)]
+struct Tokens(Vec<Token>);
+
+impl Tokens {
+    fn pick(&mut self, pick: Pick) -> Token {
+        match pick {
+            Some(i) if !self.0.is_empty() => self.0[i % self.0.len()],
+            _ => {
+                let token = Uuid::new_v4().as_u128();
+                self.0.push(token);
+                token
+            }
+        }
+    }
+}
+
+/// Runs the lease script for `tokens` at `now_ms`: one reply per token.
+fn script<C: redis::ConnectionLike>(
+    env: &mut Env<'_, C>,
+    action: LeaseAction,
+    tokens: &[Token],
+    ttl_ms: u64,
+    limit: u32,
+    now_ms: u64,
+) -> Result<Vec<LeaseReply>, TestCaseError> {
+    let keys = [env.key("leases"), env.key("fence")];
+    let texts: Vec<String> = tokens
+        .iter()
+        .map(|&token| token_text(Uuid::from_u128(token)))
+        .collect();
+    let value = env.eval(
+        &scripts::BULKHEAD_LEASE,
+        &keys,
+        (action.as_str(), ttl_ms, limit, texts),
+        now_ms * 1000,
+    )?;
+    let redis::Value::Array(items) = value else {
+        return Err(TestCaseError::fail(format!("not an array: {value:?}")));
+    };
+    items
+        .chunks(3)
+        .map(|chunk| {
+            let triple =
+                reply::integers::<3>("bulkhead_lease", redis::Value::Array(chunk.to_vec()))
+                    .and_then(decode_lease);
+            triple.map_err(decode_failed)
+        })
+        .collect()
+}
+
+pub(super) fn run(conn: impl redis::ConnectionLike, cases: u32) {
+    differential(
+        conn,
+        cases,
+        case(),
+        &Branch::ALL,
+        |env, (limit, commands)| {
+            let mut model = LeaseSet::default();
+            let mut seen = Seen::default();
+            let mut tokens = Tokens::default();
+            let mut now_ms = env.start_us / 1000;
+            for command in commands {
+                match command {
+                    Command::Acquire {
+                        tokens: picks,
+                        ttl_ms,
+                    } => {
+                        let batch: Vec<Token> = picks.into_iter().map(|p| tokens.pick(p)).collect();
+                        let expected: Vec<LeaseReply> = batch
+                            .iter()
+                            .map(|&token| model.acquire(now_ms, token, ttl_ms, limit, &mut seen))
+                            .collect();
+                        let got = script(env, LeaseAction::Acquire, &batch, ttl_ms, limit, now_ms)?;
+                        prop_assert_eq!(expected, got, "acquire of {:?} at {}", batch, now_ms);
+                    }
+                    Command::Renew { token, ttl_ms } => {
+                        let token = tokens.pick(token);
+                        let expected = model.apply(
+                            LeaseAction::Renew,
+                            now_ms,
+                            token,
+                            ttl_ms,
+                            limit,
+                            &mut seen,
+                        );
+                        let got = script(env, LeaseAction::Renew, &[token], ttl_ms, limit, now_ms)?;
+                        prop_assert_eq!(vec![expected], got, "renewal of {} at {}", token, now_ms);
+                    }
+                    Command::Release { token } => {
+                        let token = tokens.pick(token);
+                        let expected = model.release(token, &mut seen);
+                        let removed: i64 = env.query(
+                            redis::cmd("ZREM")
+                                .arg(env.key("leases"))
+                                .arg(token_text(Uuid::from_u128(token))),
+                        )?;
+                        prop_assert_eq!(expected, removed == 1, "release of {}", token);
+                    }
+                    Command::Advance { ms } => now_ms += ms,
+                    Command::ToDeadline { lease, offset } => {
+                        if !model.leases.is_empty() {
+                            let deadline = model.leases[lease % model.leases.len()].1;
+                            now_ms = now_ms.max(deadline.saturating_add_signed(i64::from(offset)));
+                        }
+                    }
+                }
+            }
+            compare_final_state(env, &model)?;
+            Ok(seen)
+        },
+    );
+}
+
+/// The sorted set, the counter and their expiries in Redis against the model's.
+fn compare_final_state<C: redis::ConnectionLike>(
+    env: &mut Env<'_, C>,
+    model: &LeaseSet,
+) -> Result<(), TestCaseError> {
+    let (leases, fences) = (env.key("leases"), env.key("fence"));
+    let members: Vec<(String, u64)> = env.query(
+        redis::cmd("ZRANGE")
+            .arg(&leases)
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES"),
+    )?;
+    let mut stored: Vec<(Token, u64)> = members
+        .iter()
+        .map(|(token, deadline)| {
+            let token = Uuid::parse_str(token).map_or(0, |token| token.as_u128());
+            (token, *deadline)
+        })
+        .collect();
+    stored.sort_unstable();
+    let mut expected = model.leases.clone();
+    expected.sort_unstable();
+    prop_assert_eq!(&expected, &stored, "final lease set");
+    let expiry = env.expiry(&leases)?;
+    let expected_expiry = (!model.leases.is_empty()).then_some(model.expires_at);
+    prop_assert_eq!(expected_expiry, expiry, "the lease set's expiry");
+    let fence: Option<u64> = env.query(redis::cmd("GET").arg(&fences))?;
+    let granted = model.fence > 0;
+    prop_assert_eq!(granted.then_some(model.fence), fence, "the fencing counter");
+    let expiry = env.expiry(&fences)?;
+    prop_assert_eq!(
+        granted.then_some(model.fence_expires_at),
+        expiry,
+        "the counter's expiry"
+    );
+    Ok(())
+}
+
+#[test]
+fn bulkhead_lease_agrees_with_the_kernel() {
+    let server = caracal_tests::RedisServer::start();
+    run(server.connection(), 300);
+}

@@ -1,0 +1,125 @@
+//! `rate_limit.lua` against [`gcra::admit`]: generated arrivals at one cell, with intervals
+//! from a nanosecond to seconds (so sums carry across whole seconds in the script's
+//! seconds:nanoseconds arithmetic) and clock moves to just before, at and after the moment
+//! the next arrival becomes admissible.
+
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
+
+use super::{Env, decode_failed, differential};
+use crate::coordinator::redis::{reply, scripts};
+use crate::kernel::Seen;
+use crate::kernel::gcra::{self, Branch};
+
+#[derive(Debug, Clone)]
+enum Command {
+    /// This many arrivals in one script call, decided one after the other at one instant.
+    Arrive { count: usize },
+    /// Moves the clock on by this many microseconds (the resolution of `TIME`).
+    Advance { us: u64 },
+    /// To the moment an arrival becomes admissible, offset by -1, 0 or 1 µs.
+    ToAdmissible { offset: i8 },
+}
+
+fn command() -> impl Strategy<Value = Command> {
+    prop_oneof![
+        5 => Just(Command::Arrive { count: 1 }),
+        2 => (2usize..5).prop_map(|count| Command::Arrive { count }),
+        2 => prop_oneof![0u64..2_000, 0u64..3_000_000].prop_map(|us| Command::Advance { us }),
+        2 => (-1i8..=1).prop_map(|offset| Command::ToAdmissible { offset }),
+    ]
+}
+
+/// One case: the interval (ns) and burst of every arrival, and the commands.
+fn case() -> impl Strategy<Value = (u64, u32, Vec<Command>)> {
+    let interval = prop_oneof![
+        1u64..2_000,
+        1_000u64..5_000_000,
+        100_000_000u64..2_500_000_000
+    ];
+    (interval, 1u32..6, prop::collection::vec(command(), 1..40))
+}
+
+pub(super) fn run(conn: impl redis::ConnectionLike, cases: u32) {
+    differential(
+        conn,
+        cases,
+        case(),
+        &Branch::ALL,
+        |env, (interval, burst, commands)| {
+            let mut tat: Option<u64> = None;
+            let mut seen = Seen::default();
+            let mut now_us = env.start_us;
+            let key = env.key("rate:ns");
+            for command in commands {
+                match command {
+                    Command::Arrive { count } => {
+                        let want: Vec<[i64; 2]> = (0..count)
+                            .map(|_| {
+                                match gcra::admit(tat, now_us * 1000, interval, burst, &mut seen) {
+                                    Ok(next) => {
+                                        tat = Some(next);
+                                        [1, 0]
+                                    }
+                                    Err(wait) => [0, wait as i64],
+                                }
+                            })
+                            .collect();
+                        let value = env.eval(
+                            &scripts::RATE_LIMIT,
+                            std::slice::from_ref(&key),
+                            (interval, burst, count),
+                            now_us,
+                        )?;
+                        let got = reply::integer_groups::<2>("rate_limit", value, count)
+                            .map_err(decode_failed)?;
+                        prop_assert_eq!(want, got, "{} arrivals at {} µs", count, now_us);
+                    }
+                    Command::Advance { us } => now_us += us,
+                    Command::ToAdmissible { offset } => {
+                        let burst_delay = interval * u64::from(burst - 1);
+                        if let Some(tat) = tat {
+                            let admissible = tat.saturating_sub(burst_delay).div_ceil(1000);
+                            now_us = now_us.max(admissible.saturating_add_signed(offset.into()));
+                        }
+                    }
+                }
+            }
+            compare_final_state(env, &key, tat)?;
+            Ok(seen)
+        },
+    );
+}
+
+/// The stored TAT (`"<seconds>:<nanoseconds>"`) and the key's expiry (the TAT, rounded up to
+/// a millisecond) against the model's.
+fn compare_final_state<C: redis::ConnectionLike>(
+    env: &mut Env<'_, C>,
+    key: &str,
+    tat: Option<u64>,
+) -> Result<(), TestCaseError> {
+    let stored: Option<String> = env.query(redis::cmd("GET").arg(key))?;
+    let stored = stored.map(|text| {
+        let (seconds, nanos) = text.split_once(':').unwrap_or(("x", "x"));
+        match (seconds.parse::<u64>(), nanos.parse::<u64>()) {
+            (Ok(seconds), Ok(nanos)) if nanos < 1_000_000_000 => {
+                Ok(seconds * 1_000_000_000 + nanos)
+            }
+            _ => Err(text),
+        }
+    });
+    prop_assert_eq!(tat.map(Ok), stored, "final TAT");
+    let expiry = env.expiry(key)?;
+    prop_assert_eq!(
+        tat.map(|tat| tat.div_ceil(1_000_000)),
+        expiry,
+        "the cell's expiry"
+    );
+    Ok(())
+}
+
+#[test]
+fn rate_limit_agrees_with_the_kernel() {
+    let server = caracal_tests::RedisServer::start();
+    run(server.connection(), 300);
+}

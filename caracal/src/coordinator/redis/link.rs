@@ -1,0 +1,480 @@
+//! The link to Redis that every command takes: the pool, the per-identity lanes that order and
+//! batch lease acquires, releases and rate-limit arrivals (see [`lanes`](super::lanes)), and
+//! the background tracker that finishes what callers do not wait for.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::{ToRedisArgs, Value};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::lanes::{Admitted, Driven, Lanes, Queued, Request, answer};
+use super::pool::{self, Pool};
+use super::scripts::{self, Script};
+use super::{reply, token_text};
+use crate::Error;
+use crate::coordinator::background::Background;
+use crate::error::FailureKind;
+use crate::identity::KeyBase;
+use crate::kernel::lease::{LeaseAction, LeaseReply};
+use crate::sync::lock;
+
+/// How long a release whose outcome is unknown waits before it is sent again (unless an
+/// acquire of its identity sends it sooner): the pool's shortest reconnection interval, so a
+/// retry finds the replacement connection.
+const RELEASE_RETRY_PAUSE: Duration = pool::MIN_RECONNECT_INTERVAL;
+
+pub(super) struct Link {
+    pub(super) pool: Pool,
+    acquires: Lanes<Acquire>,
+    arrivals: Lanes<Arrival>,
+    releases: Mutex<HashMap<KeyBase, Releases>>,
+    background: Background,
+}
+
+/// One lease acquire: its token and the settings of its call site.
+pub(super) struct Acquire {
+    pub(super) token: Uuid,
+    pub(super) ttl_ms: u64,
+    pub(super) limit: u32,
+}
+
+impl Request for Acquire {
+    type Reply = LeaseReply;
+
+    fn batches_with(&self, other: &Self) -> bool {
+        (self.ttl_ms, self.limit) == (other.ttl_ms, other.limit)
+    }
+}
+
+/// One rate-limit arrival: the settings of its call site. Answered `Ok` when admitted, else
+/// with the wait until an admission is possible.
+pub(super) struct Arrival {
+    pub(super) interval: u64,
+    pub(super) burst: u32,
+}
+
+impl Request for Arrival {
+    type Reply = Result<(), Duration>;
+
+    fn batches_with(&self, other: &Self) -> bool {
+        (self.interval, self.burst) == (other.interval, other.burst)
+    }
+}
+
+/// The releases of one identity: how many `ZREM`s are in flight, those waiting to go out
+/// together (new ones, and those whose `ZREM` may not have run), and whether a retry of the
+/// latter is scheduled.
+#[derive(Default)]
+struct Releases {
+    in_flight: u32,
+    waiting: Vec<Release>,
+    retry_scheduled: bool,
+}
+
+impl Releases {
+    /// Takes everything waiting as the next batch to send, counted in flight.
+    fn take(&mut self) -> Option<Vec<Release>> {
+        if self.waiting.is_empty() {
+            return None;
+        }
+        self.in_flight += 1;
+        Some(std::mem::take(&mut self.waiting))
+    }
+
+    fn idle(&self) -> bool {
+        self.in_flight == 0 && self.waiting.is_empty() && !self.retry_scheduled
+    }
+}
+
+/// One release: its token, until when it is worth sending, and who hears how it ended.
+pub(super) struct Release {
+    pub(super) token: Uuid,
+    pub(super) until: Instant,
+    pub(super) done: Box<dyn FnOnce(Result<bool, Error>) + Send>,
+}
+
+/// A request kind with a lane of its own, and how a batch of it is sent.
+trait Batched: Request + Sized {
+    fn lanes(link: &Link) -> &Lanes<Self>;
+
+    /// Sends `batch` as one script call: one reply per request, in order.
+    fn call(
+        link: &Arc<Link>,
+        key: &KeyBase,
+        batch: &[Queued<Self>],
+    ) -> impl Future<Output = Result<Vec<Self::Reply>, Error>> + Send;
+
+    /// Undoes what `reply` granted to `request`, whose caller gave up before it arrived.
+    fn unheard(link: &Arc<Link>, key: &KeyBase, request: Self, reply: Self::Reply);
+}
+
+impl Batched for Acquire {
+    fn lanes(link: &Link) -> &Lanes<Self> {
+        &link.acquires
+    }
+
+    async fn call(
+        link: &Arc<Link>,
+        key: &KeyBase,
+        batch: &[Queued<Self>],
+    ) -> Result<Vec<LeaseReply>, Error> {
+        // Releases still queued go first, on the same connection: the acquire of a task that
+        // just released must see its own slot free.
+        link.flush_releases(key);
+        let first = &batch[0].request;
+        let tokens: Vec<String> = batch
+            .iter()
+            .map(|queued| token_text(queued.request.token))
+            .collect();
+        let script = &*scripts::BULKHEAD_LEASE;
+        let value = link
+            .eval(
+                script,
+                key,
+                &lease_keys(key),
+                (
+                    LeaseAction::Acquire.as_str(),
+                    first.ttl_ms,
+                    first.limit,
+                    tokens,
+                ),
+            )
+            .await?;
+        reply::integer_groups::<3>(script.name, value, batch.len())?
+            .into_iter()
+            .map(decode_lease)
+            .collect()
+    }
+
+    /// Released at once: the caller's own release, sent when it gave up, may have reached the
+    /// server before this acquire and found nothing.
+    fn unheard(link: &Arc<Link>, key: &KeyBase, request: Self, reply: LeaseReply) {
+        if reply.allowed {
+            // The server set the lease's deadline before it replied.
+            let until = Instant::now() + Duration::from_millis(request.ttl_ms);
+            link.release(
+                key,
+                Release {
+                    token: request.token,
+                    until,
+                    done: Box::new(|_| ()),
+                },
+            );
+        }
+    }
+}
+
+impl Batched for Arrival {
+    fn lanes(link: &Link) -> &Lanes<Self> {
+        &link.arrivals
+    }
+
+    async fn call(
+        link: &Arc<Link>,
+        key: &KeyBase,
+        batch: &[Queued<Self>],
+    ) -> Result<Vec<Result<(), Duration>>, Error> {
+        let script = &*scripts::RATE_LIMIT;
+        let first = &batch[0].request;
+        let value = link
+            .eval(
+                script,
+                key,
+                &[key.key("rate:ns")],
+                (first.interval, first.burst, batch.len()),
+            )
+            .await?;
+        reply::integer_groups::<2>(script.name, value, batch.len())?
+            .into_iter()
+            .map(|[allowed, wait]| match (allowed, u64::try_from(wait)) {
+                (1, Ok(0)) => Ok(Ok(())),
+                (0, Ok(wait)) if wait > 0 => Ok(Err(Duration::from_nanos(wait))),
+                _ => Err(reply::malformed(
+                    script.name,
+                    format_args!("{{{allowed}, {wait}}}"),
+                )),
+            })
+            .collect()
+    }
+
+    /// Charged all the same: an admission is never refunded.
+    fn unheard(_: &Arc<Link>, _: &KeyBase, _: Self, _: Result<(), Duration>) {}
+}
+
+/// The lease script's keys: the lease set and its fencing counter.
+pub(super) fn lease_keys(key: &KeyBase) -> [String; 2] {
+    [key.key("leases"), key.key("fence")]
+}
+
+/// One token's answer from the lease script, `{allowed, occupancy, fence}`.
+pub(super) fn decode_lease([allowed, occupancy, fence]: [i64; 3]) -> Result<LeaseReply, Error> {
+    let name = scripts::BULKHEAD_LEASE.name;
+    let allowed = reply::flag(name, allowed)?;
+    let fence = u64::try_from(fence)
+        .ok()
+        .filter(|&fence| fence == 0 || allowed)
+        .ok_or_else(|| {
+            reply::malformed(name, format_args!("fence {fence} (allowed: {allowed})"))
+        })?;
+    Ok(LeaseReply {
+        allowed,
+        occupancy: reply::to_u32(name, occupancy)?,
+        fence,
+    })
+}
+
+impl Link {
+    pub(super) fn new(pool: Pool, background: Background) -> Self {
+        Link {
+            pool,
+            acquires: Lanes::default(),
+            arrivals: Lanes::default(),
+            releases: Mutex::default(),
+            background,
+        }
+    }
+
+    /// Runs `script` on the connection of `key`'s identity with `EVALSHA`, falling back once
+    /// to `EVAL` when the server does not have it (restart, `SCRIPT FLUSH`, eviction) — safe,
+    /// as the server ran nothing. Both share one deadline.
+    pub(super) async fn eval(
+        &self,
+        script: &Script,
+        key: &KeyBase,
+        keys: &[String],
+        args: impl ToRedisArgs,
+    ) -> Result<Value, Error> {
+        let deadline = Instant::now() + self.pool.timeout();
+        let mut conn = self.pool.checkout(key)?;
+        let call = |verb: &str, target: &str| {
+            let mut cmd = redis::cmd(verb);
+            cmd.arg(target).arg(keys.len()).arg(keys).arg(&args);
+            cmd
+        };
+        match conn.send(&call("EVALSHA", &script.sha), deadline).await {
+            Err(failure) if failure.is_noscript() => conn
+                .send(&call("EVAL", script.body), deadline)
+                .await
+                .map_err(pool::RedisFailure::into_error),
+            result => result.map_err(pool::RedisFailure::into_error),
+        }
+    }
+
+    /// Acquires a lease for `request` in `key`'s lease set, batched with the acquires of the
+    /// same identity that queue while one is in flight.
+    pub(super) fn acquire(
+        self: &Arc<Self>,
+        key: &KeyBase,
+        request: Acquire,
+    ) -> impl Future<Output = Result<LeaseReply, Error>> + Send + 'static {
+        self.submit(key, request)
+    }
+
+    /// Decides a rate-limit arrival at `key`'s cell, batched like [`acquire`](Self::acquire).
+    pub(super) fn arrive(
+        self: &Arc<Self>,
+        key: &KeyBase,
+        request: Arrival,
+    ) -> impl Future<Output = Result<Result<(), Duration>, Error>> + Send + 'static {
+        self.submit(key, request)
+    }
+
+    /// Enters `request` in its lane. If the lane was idle, this caller drives the call (its
+    /// request is queued on the connection at the first poll); else it waits for the batch it
+    /// joined, sent once the call in flight is answered.
+    fn submit<R: Batched>(
+        self: &Arc<Self>,
+        key: &KeyBase,
+        request: R,
+    ) -> impl Future<Output = Result<R::Reply, Error>> + Send + 'static {
+        let (answer, answered) = oneshot::channel();
+        let driven = match R::lanes(self).enter(key, Queued { request, answer }) {
+            Admitted::Send(batch) => Some(Driven::new(
+                Arc::clone(self).run(key.clone(), batch),
+                &self.background,
+            )),
+            Admitted::Wait => None,
+        };
+        async move {
+            if let Some(driven) = driven {
+                driven.await;
+            }
+            // No timer of its own: every call of the lane ends within the command timeout and
+            // answers its batch (a timeout included), so the answer comes. A timer here would
+            // tell a waiter whose request was not even sent that its outcome is unknown.
+            answered.await.unwrap_or_else(|_| {
+                Err(Error::unavailable(
+                    FailureKind::Disconnected,
+                    "the request was dropped with the runtime carrying it; the outcome is unknown",
+                ))
+            })
+        }
+    }
+
+    /// Sends `batch`, answers it, then sends whatever queued meanwhile (in the background:
+    /// the caller that drove this batch does not wait for the next).
+    fn run<R: Batched>(
+        self: Arc<Self>,
+        key: KeyBase,
+        batch: Vec<Queued<R>>,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        Box::pin(async move {
+            let replies = R::call(&self, &key, &batch).await;
+            for (request, reply) in answer(batch, replies) {
+                R::unheard(&self, &key, request, reply);
+            }
+            if let Some(next) = R::lanes(&self).next(&key) {
+                let background = self.background.clone();
+                background.start(self.run(key, next));
+            }
+        })
+    }
+
+    /// Releases a lease without the caller waiting: sent at once (queued on the identity's
+    /// connection before this returns) unless a release of the identity is in flight, in which
+    /// case it goes out with the others that queue meanwhile as one `ZREM`.
+    pub(super) fn release(self: &Arc<Self>, key: &KeyBase, release: Release) {
+        let mut lanes = lock(&self.releases);
+        let lane = lanes.entry(key.clone()).or_default();
+        lane.waiting.push(release);
+        if lane.in_flight == 0 {
+            self.send_waiting(key, lane);
+        }
+    }
+
+    /// Sends the releases queued for `key` now.
+    fn flush_releases(self: &Arc<Self>, key: &KeyBase) {
+        if let Some(lane) = lock(&self.releases).get_mut(key) {
+            self.send_waiting(key, lane);
+        }
+    }
+
+    /// Takes what waits in `key`'s `lane` and queues its `ZREM` on the identity's connection.
+    /// Called with the releases' lock held: a batch taken out of the lane must be on the
+    /// connection before an acquire can find the lane empty and go out itself, or that acquire
+    /// would overtake it. (The lock is taken again only after a real wait: see
+    /// [`run_releases`](Self::run_releases).)
+    fn send_waiting(self: &Arc<Self>, key: &KeyBase, lane: &mut Releases) {
+        if let Some(batch) = lane.take() {
+            self.background
+                .start(Arc::clone(self).run_releases(key.clone(), batch));
+        }
+    }
+
+    /// Sends one `ZREM` for `batch` and reports it, then sends what queued meanwhile.
+    ///
+    /// A `ZREM` of unique tokens is idempotent, so one whose outcome is unknown (a timeout, a
+    /// dropped connection) is sent again until it is answered or the last of its leases would
+    /// have expired anyway: back in the identity's queue, it goes out just before the
+    /// identity's next acquire, on the acquire's connection, so that acquire cannot overtake
+    /// it; and after a pause if no acquire comes first.
+    fn run_releases(
+        self: Arc<Self>,
+        key: KeyBase,
+        batch: Vec<Release>,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        Box::pin(async move {
+            let tokens: Vec<Uuid> = batch.iter().map(|release| release.token).collect();
+            let sent = self.zrem(&key, &tokens).await;
+            // Whoever started this holds the releases' lock until its first poll returns; a
+            // `ZREM` that failed at once (no connection) must not take the lock in that poll.
+            tokio::task::yield_now().await;
+            let again = match sent {
+                Err(error) if outcome_unknown(&error) => {
+                    let retry_by = Instant::now() + RELEASE_RETRY_PAUSE;
+                    let (again, over): (Vec<_>, Vec<_>) = batch
+                        .into_iter()
+                        .partition(|release| retry_by < release.until);
+                    report_releases(over, Err(error));
+                    again
+                }
+                result => {
+                    report_releases(batch, result);
+                    Vec::new()
+                }
+            };
+            let failed = !again.is_empty();
+            let schedule = {
+                let mut lanes = lock(&self.releases);
+                let lane = lanes.entry(key.clone()).or_default();
+                lane.in_flight = lane.in_flight.saturating_sub(1);
+                lane.waiting.splice(0..0, again);
+                // After a failure the connection is likely still down: what waits goes out with
+                // the retry, or before an acquire.
+                if !failed && lane.in_flight == 0 {
+                    self.send_waiting(&key, lane);
+                }
+                let schedule = failed && !std::mem::replace(&mut lane.retry_scheduled, true);
+                if lane.idle() {
+                    lanes.remove(&key);
+                }
+                schedule
+            };
+            if schedule {
+                let background = self.background.clone();
+                background.start(async move {
+                    tokio::time::sleep(RELEASE_RETRY_PAUSE).await;
+                    let mut lanes = lock(&self.releases);
+                    if let Some(lane) = lanes.get_mut(&key) {
+                        lane.retry_scheduled = false;
+                        self.send_waiting(&key, lane);
+                        if lane.idle() {
+                            lanes.remove(&key);
+                        }
+                    }
+                });
+            }
+        })
+    }
+
+    /// `ZREM key t1 t2 …` on the identity's connection (queued there at the first poll): how
+    /// many of the tokens held a lease.
+    async fn zrem(&self, key: &KeyBase, tokens: &[Uuid]) -> Result<u64, Error> {
+        let mut cmd = redis::cmd("ZREM");
+        cmd.arg(key.key("leases"));
+        for &token in tokens {
+            cmd.arg(token_text(token));
+        }
+        let mut conn = self.pool.checkout(key)?;
+        let value = conn
+            .send(&cmd, Instant::now() + self.pool.timeout())
+            .await
+            .map_err(pool::RedisFailure::into_error)?;
+        let tokens = i64::try_from(tokens.len()).unwrap_or(i64::MAX);
+        reply::integer_in("ZREM", value, 0..=tokens).map(|n| n as u64)
+    }
+}
+
+/// Tells each release how its batch ended. A batched `ZREM` says how many tokens it removed,
+/// not which: so many of the releases hear that theirs was there, the rest that it had expired
+/// or been released already.
+fn report_releases(batch: Vec<Release>, result: Result<u64, Error>) {
+    match result {
+        Ok(removed) => {
+            for (index, release) in batch.into_iter().enumerate() {
+                (release.done)(Ok((index as u64) < removed));
+            }
+        }
+        Err(error) => {
+            for release in batch {
+                (release.done)(Err(error.clone()));
+            }
+        }
+    }
+}
+
+/// Whether a failed command may not have run (or not been sent at all): worth sending again
+/// when it is idempotent. A server error, a malformed reply or a shut-down coordinator would
+/// only fail again.
+fn outcome_unknown(error: &Error) -> bool {
+    matches!(
+        error.failure_kind(),
+        Some(FailureKind::Timeout | FailureKind::Disconnected)
+    )
+}

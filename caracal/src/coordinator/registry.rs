@@ -1,0 +1,497 @@
+//! The identity registry: which identities the namespace's processes use, by name (keys hold
+//! only hashes), with the values each uses them with — for `caracal status` and `config get`,
+//! and to notice drift (processes using one identity with different values).
+//!
+//! Each process keeps, per identity and call site, the values it last used; every
+//! [`REPORT_EVERY`] it reports those used since its previous report in one command, and
+//! reports at once an identity it starts using or whose values change. The coordinator keeps
+//! each identity until its ttl (the life of the state it describes, at least a few report
+//! periods) passes without a report, and at most [`MAX_IDENTITIES`]. A report answers whether
+//! another reporter used other values within [`DRIFT_WINDOW`]; a change of that answer is a
+//! `config.drift` event.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use super::{Coordinator, feed};
+use crate::config::overrides::{Resolved, Values};
+use crate::events;
+use crate::identity::{Identity, KeyBase, PolicyKind};
+use crate::sync::lock;
+
+/// How often a process reports the identities it uses.
+pub(crate) const REPORT_EVERY: Duration = Duration::from_secs(5);
+/// How long a new identity or a change of values waits to be reported with others.
+const REPORT_SOON: Duration = Duration::from_millis(20);
+/// How long a reporter's values count as in use, for drift.
+pub(crate) const DRIFT_WINDOW: Duration = Duration::from_secs(15);
+/// The most identities a namespace's registry keeps.
+pub(crate) const MAX_IDENTITIES: u32 = 10_000;
+/// The most call sites a process remembers, and how long one unused is remembered.
+const MAX_USES: usize = 10_000;
+const FORGET_AFTER_REPORTS: u32 = 120;
+
+/// One identity as a process reports it.
+#[derive(Debug, Clone)]
+pub(crate) struct Report {
+    pub(crate) key: KeyBase,
+    /// JSON `[kind, name, operation, scope]`.
+    pub(crate) description: String,
+    pub(crate) values: String,
+    pub(crate) sources: String,
+    /// This process and call site.
+    pub(crate) reporter: String,
+    pub(crate) ttl_ms: u64,
+    /// The version of the fleet's overrides the values were resolved under: reporters under
+    /// different versions are in the middle of applying a fleet-wide change, not drifting.
+    pub(crate) fleet: u64,
+}
+
+/// One identity as the registry holds it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Registered {
+    pub(crate) kind: PolicyKind,
+    pub(crate) name: String,
+    pub(crate) operation: String,
+    pub(crate) scope: String,
+    pub(crate) key: KeyBase,
+    pub(crate) values: String,
+    pub(crate) sources: String,
+    pub(crate) drift: bool,
+}
+
+impl Registered {
+    /// Reads a registry entry; `None` for one this version cannot read (say, written by a
+    /// later one), which is skipped rather than failing the whole listing.
+    pub(crate) fn read(
+        tag: &str,
+        description: &str,
+        values: String,
+        sources: String,
+        drift: bool,
+    ) -> Option<Self> {
+        let [kind, name, operation, scope]: [String; 4] = serde_json::from_str(description).ok()?;
+        Some(Registered {
+            kind: kind.parse().ok()?,
+            name,
+            operation,
+            scope,
+            key: KeyBase::from_tag(tag)?,
+            values,
+            sources,
+            drift,
+        })
+    }
+
+    /// The value of `key` as reported (`None` if it was not, or is unset).
+    pub(crate) fn value(&self, key: &str) -> Option<&str> {
+        self.values
+            .split(' ')
+            .find_map(|pair| pair.strip_prefix(key)?.strip_prefix('='))
+            .filter(|value| *value != "none")
+    }
+
+    /// Each key's value and where it came from, in the kind's key order.
+    pub(crate) fn entries(&self) -> impl Iterator<Item = (&str, &str, &str)> {
+        self.values
+            .split(' ')
+            .zip(self.sources.split(' '))
+            .filter_map(|(pair, source)| {
+                let (key, value) = pair.split_once('=')?;
+                Some((key, value, source))
+            })
+    }
+}
+
+/// What an identity's shared state holds now, for `caracal status`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Snapshot {
+    Bulkhead {
+        occupancy: u32,
+    },
+    /// The breaker's live state (`None`: closed with an empty window), at `now_ms`.
+    Breaker {
+        now_ms: u64,
+        state: Option<crate::kernel::breaker::State>,
+    },
+    /// A rate limit's state says nothing an operator reads.
+    RateLimit,
+}
+
+fn describe(identity: &Identity) -> String {
+    let parts = [
+        identity.kind.as_str(),
+        &identity.name,
+        &identity.operation,
+        identity.scope.as_str(),
+    ];
+    serde_json::to_string(&parts).unwrap_or_default()
+}
+
+/// What this process remembers of one call site's use of an identity.
+#[derive(Debug)]
+struct Use {
+    site: usize,
+    identity: Identity,
+    values: String,
+    sources: String,
+    ttl_ms: u64,
+    /// The overrides' generation the values were resolved under.
+    generation: u64,
+    /// The fleet overrides' version they were resolved under.
+    fleet: u64,
+    /// Used since the last report.
+    used: bool,
+    /// Not reported since it changed.
+    changed: bool,
+    /// Whether the registry last said processes disagree on it.
+    drift: bool,
+    /// Reports since it was last used.
+    idle: u32,
+}
+
+/// The identities this process uses.
+#[derive(Debug, Default)]
+pub(super) struct Usage {
+    uses: Mutex<HashMap<KeyBase, Vec<Use>>>,
+    soon: Arc<Notify>,
+    reporting: AtomicBool,
+}
+
+impl Coordinator {
+    /// Notes that the call site `site` uses `identity` with `resolved` values. Costs a lookup
+    /// when nothing changed; the report goes out in the background.
+    pub(crate) fn note_use<S, V: Values>(
+        &self,
+        identity: &Identity,
+        site: &S,
+        resolved: &Resolved<V>,
+    ) {
+        let usage = &self.inner.usage;
+        let site = std::ptr::from_ref(site) as usize;
+        let generation = self.inner.overrides.generation();
+        let fleet = self.inner.fleet.version();
+        {
+            let mut uses = lock(&usage.uses);
+            let found = uses
+                .get_mut(&identity.key)
+                .and_then(|uses| uses.iter_mut().find(|u| u.site == site));
+            if let Some(found) = found {
+                found.used = true;
+                found.idle = 0;
+                if found.generation == generation {
+                    return;
+                }
+                found.generation = generation;
+                found.fleet = fleet;
+                let values = resolved.values_text();
+                if values == found.values {
+                    return;
+                }
+                found.values = values;
+                found.sources = resolved.sources_text();
+                found.changed = true;
+            } else {
+                if uses.len() >= MAX_USES {
+                    uses.retain(|_, uses| uses.iter().any(|u| u.used));
+                }
+                let lifetime =
+                    u64::try_from(resolved.values.lifetime().as_millis()).unwrap_or(u64::MAX);
+                let floor = u64::try_from((REPORT_EVERY * 3).as_millis()).unwrap_or(u64::MAX);
+                uses.entry(identity.key.clone()).or_default().push(Use {
+                    site,
+                    identity: identity.clone(),
+                    values: resolved.values_text(),
+                    sources: resolved.sources_text(),
+                    ttl_ms: lifetime.max(floor),
+                    generation,
+                    fleet,
+                    used: true,
+                    changed: true,
+                    drift: false,
+                    idle: 0,
+                });
+            }
+        }
+        usage.soon.notify_one();
+        self.start_reporting();
+    }
+
+    fn start_reporting(&self) {
+        self.start_once(&self.inner.usage.reporting, |weak| async move {
+            while let Some(coordinator) = super::live(&weak) {
+                let soon = Arc::clone(&coordinator.inner.usage.soon);
+                drop(coordinator);
+                let woken = tokio::time::timeout(REPORT_EVERY, soon.notified())
+                    .await
+                    .is_ok();
+                if woken {
+                    tokio::time::sleep(REPORT_SOON).await;
+                }
+                match super::upgrade(&weak) {
+                    Some(coordinator) => coordinator.report_uses().await,
+                    None => return,
+                }
+            }
+        });
+    }
+
+    /// Sends one report of every use since the last, and announces changes of drift.
+    async fn report_uses(&self) {
+        let reports: Vec<(Report, usize)> = {
+            let mut uses = lock(&self.inner.usage.uses);
+            uses.retain(|_, uses| {
+                uses.retain(|u| u.idle < FORGET_AFTER_REPORTS);
+                !uses.is_empty()
+            });
+            uses.values_mut()
+                .flatten()
+                .filter_map(|u| {
+                    let due = u.used || u.changed;
+                    if !u.used {
+                        u.idle += 1;
+                    }
+                    u.used = false;
+                    u.changed = false;
+                    due.then(|| {
+                        let report = Report {
+                            key: u.identity.key.clone(),
+                            description: describe(&u.identity),
+                            values: u.values.clone(),
+                            sources: u.sources.clone(),
+                            reporter: format!("{}/{:x}", feed::process_id(), u.site),
+                            ttl_ms: u.ttl_ms,
+                            fleet: u.fleet,
+                        };
+                        (report, u.site)
+                    })
+                })
+                .collect()
+        };
+        if reports.is_empty() {
+            return;
+        }
+        let sent: Vec<Report> = reports.iter().map(|(report, _)| report.clone()).collect();
+        let drifts = match self.registry_report(&sent).await {
+            Ok(drifts) => drifts,
+            Err(_) => {
+                // Reported again with the next round.
+                let mut uses = lock(&self.inner.usage.uses);
+                for (report, site) in &reports {
+                    if let Some(u) = find(&mut uses, &report.key, *site) {
+                        u.changed = true;
+                    }
+                }
+                return;
+            }
+        };
+        let mut announced = Vec::new();
+        {
+            let mut uses = lock(&self.inner.usage.uses);
+            for ((report, site), drift) in reports.iter().zip(drifts) {
+                if let Some(u) = find(&mut uses, &report.key, *site)
+                    && u.drift != drift
+                {
+                    u.drift = drift;
+                    announced.push((u.identity.clone(), u.values.clone(), drift));
+                }
+            }
+        }
+        for (identity, values, drift) in announced {
+            events::config_drift(&identity.at(), &values, drift);
+        }
+    }
+}
+
+fn find<'a>(
+    uses: &'a mut HashMap<KeyBase, Vec<Use>>,
+    key: &KeyBase,
+    site: usize,
+) -> Option<&'a mut Use> {
+    uses.get_mut(key)?.iter_mut().find(|u| u.site == site)
+}
+
+/// The registry as the in-memory backend keeps it: the same rules as
+/// `lua/registry_report.lua` and `lua/registry_read.lua`.
+#[derive(Debug, Default)]
+pub(super) struct Store {
+    entries: HashMap<KeyBase, Entry>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    description: String,
+    values: String,
+    sources: String,
+    reporter: String,
+    fleet: u64,
+    reported_at: u64,
+    drift_until: u64,
+    expires: u64,
+}
+
+impl Store {
+    pub(super) fn report(&mut self, now: u64, reports: &[Report]) -> Vec<bool> {
+        self.entries.retain(|_, entry| entry.expires > now);
+        let drift_ms = u64::try_from(DRIFT_WINDOW.as_millis()).unwrap_or(u64::MAX);
+        let drifts = reports
+            .iter()
+            .map(|report| {
+                let entry = self.entries.entry(report.key.clone()).or_insert(Entry {
+                    description: String::new(),
+                    values: report.values.clone(),
+                    sources: String::new(),
+                    reporter: report.reporter.clone(),
+                    fleet: report.fleet,
+                    reported_at: now,
+                    drift_until: 0,
+                    expires: 0,
+                });
+                if entry.values != report.values
+                    && entry.reporter != report.reporter
+                    && entry.fleet == report.fleet
+                    && now.saturating_sub(entry.reported_at) < drift_ms
+                {
+                    entry.drift_until = now + drift_ms;
+                }
+                entry.description.clone_from(&report.description);
+                entry.values.clone_from(&report.values);
+                entry.sources.clone_from(&report.sources);
+                entry.reporter.clone_from(&report.reporter);
+                entry.fleet = report.fleet;
+                entry.reported_at = now;
+                entry.expires = entry.expires.max(now.saturating_add(report.ttl_ms));
+                entry.drift_until > now
+            })
+            .collect();
+        let excess = self.entries.len().saturating_sub(MAX_IDENTITIES as usize);
+        if excess > 0 {
+            let mut soonest: Vec<_> = self
+                .entries
+                .iter()
+                .map(|(key, entry)| (entry.expires, key.clone()))
+                .collect();
+            soonest.sort_unstable();
+            for (_, key) in soonest.into_iter().take(excess) {
+                self.entries.remove(&key);
+            }
+        }
+        drifts
+    }
+
+    pub(super) fn read(&self, now: u64) -> Vec<Registered> {
+        let mut listed: Vec<_> = self
+            .entries
+            .iter()
+            .filter(|(_, entry)| entry.expires > now)
+            .filter_map(|(key, entry)| {
+                Registered::read(
+                    key.tag(),
+                    &entry.description,
+                    entry.values.clone(),
+                    entry.sources.clone(),
+                    entry.drift_until > now,
+                )
+            })
+            .collect();
+        listed.sort_by(|a, b| a.key.tag().cmp(b.key.tag()));
+        listed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::identity::Scope;
+
+    fn report(values: &str, reporter: &str) -> Report {
+        under_fleet(0, values, reporter)
+    }
+
+    fn under_fleet(fleet: u64, values: &str, reporter: &str) -> Report {
+        let identity = Identity::new("ns", PolicyKind::Bulkhead, "b", "op", &Scope::GLOBAL);
+        Report {
+            key: identity.key.clone(),
+            description: describe(&identity),
+            values: values.to_owned(),
+            sources: "attribute attribute attribute".to_owned(),
+            reporter: reporter.to_owned(),
+            ttl_ms: 1_000,
+            fleet,
+        }
+    }
+
+    /// While a fleet-wide change spreads, processes report the old values and the new ones
+    /// side by side: that is the change being applied, not processes that disagree.
+    #[test]
+    fn reporters_under_different_fleet_overrides_are_no_drift() {
+        let mut store = Store::default();
+        assert_eq!(store.report(0, &[under_fleet(1, "limit=3", "a")]), [false]);
+        assert_eq!(store.report(10, &[under_fleet(2, "limit=1", "b")]), [false]);
+        assert_eq!(store.report(20, &[under_fleet(1, "limit=3", "a")]), [false]);
+        assert_eq!(store.report(30, &[under_fleet(2, "limit=1", "a")]), [false]);
+        assert_eq!(store.report(40, &[under_fleet(2, "limit=5", "b")]), [true]);
+    }
+
+    #[test]
+    fn two_reporters_with_different_values_are_drift_until_they_agree_for_a_window() {
+        let mut store = Store::default();
+        let drift_ms = DRIFT_WINDOW.as_millis() as u64;
+        assert_eq!(store.report(0, &[report("limit=3", "a")]), [false]);
+        assert_eq!(store.report(10, &[report("limit=3", "b")]), [false]);
+        assert_eq!(store.report(20, &[report("limit=5", "a")]), [true]);
+        assert_eq!(store.report(30, &[report("limit=3", "b")]), [true]);
+        let listed = store.read(40);
+        assert_eq!(listed.len(), 1);
+        let entry = &listed[0];
+        assert!(entry.drift);
+        assert_eq!(
+            (
+                entry.kind,
+                entry.name.as_str(),
+                entry.operation.as_str(),
+                entry.scope.as_str()
+            ),
+            (PolicyKind::Bulkhead, "b", "op", "global")
+        );
+        assert_eq!(entry.value("limit"), Some("3"));
+        // Both agree again: drift lapses a window after the last disagreement.
+        assert_eq!(store.report(40, &[report("limit=3", "a")]), [true]);
+        assert_eq!(
+            store.report(30 + drift_ms + 1, &[report("limit=3", "a")]),
+            [false]
+        );
+    }
+
+    #[test]
+    fn an_identity_is_forgotten_once_its_ttl_passes_unreported() {
+        let mut store = Store::default();
+        store.report(0, &[report("limit=3", "a")]);
+        assert_eq!(store.read(999).len(), 1);
+        assert!(store.read(1_000).is_empty());
+    }
+
+    #[test]
+    fn entries_read_values_and_sources_by_key() {
+        let mut store = Store::default();
+        let mut r = report("limit=3 lease=30s max_wait=none", "a");
+        r.sources = "fleet config attribute".to_owned();
+        store.report(0, &[r]);
+        let entry = &store.read(1)[0];
+        assert_eq!(entry.value("lease"), Some("30s"));
+        assert_eq!(entry.value("max_wait"), None);
+        let entries: Vec<_> = entry.entries().collect();
+        assert_eq!(
+            entries,
+            [
+                ("limit", "3", "fleet"),
+                ("lease", "30s", "config"),
+                ("max_wait", "none", "attribute")
+            ]
+        );
+    }
+}

@@ -1,0 +1,159 @@
+//! The bulkhead across real OS processes: a fleet of workers sharing one budget, witnessed
+//! from outside the processes, and a holder killed with SIGKILL.
+
+use std::time::Duration;
+
+use caracal::bulkhead;
+use caracal_tests::{RedisCluster, RedisServer, Witness};
+
+use crate::common::worker::Worker;
+use crate::common::{Leases, PATIENCE, TestError, code, server_time_ms, unique};
+
+/// Admissions each worker of the fleet waits for before it stops.
+const ADMISSIONS_PER_WORKER: u64 = 250;
+
+/// 4 processes × `tasks` tasks on `limit = 3`, each process until its bodies have run
+/// [`ADMISSIONS_PER_WORKER`] times: never more than 3 bodies at once, witnessed on a separate
+/// server; no live lease left at the end. Returns how many calls the fleet made, admitted or
+/// rejected.
+pub(crate) fn fleet(redis_url: &str, mut leases: Leases, tasks: u64) -> u64 {
+    let witness_server = RedisServer::start();
+    let witness_key = unique("witness");
+    let witness = Witness::new(&witness_server.url(), &witness_key, 3);
+    let namespace = unique("fleet");
+    let args = [
+        format!("scope={}", unique("fleet")),
+        format!("tasks={tasks}"),
+        format!("admissions={ADMISSIONS_PER_WORKER}"),
+        format!("witness={}", witness_server.url()),
+        format!("witness_key={witness_key}"),
+        "limit=3".to_owned(),
+    ];
+    let workers: Vec<_> = (0..4)
+        .map(|_| Worker::spawn(redis_url, &namespace, "bulkhead-load", &args))
+        .collect();
+    let mut calls = 0;
+    for worker in &workers {
+        let line = worker.expect_line("result", Duration::from_secs(120));
+        assert_eq!(Worker::field(&line, "errors"), 0, "{line}");
+        let admitted = Worker::field(&line, "admitted");
+        assert!(
+            admitted >= ADMISSIONS_PER_WORKER,
+            "a worker stopped short of its admissions: {line}"
+        );
+        calls += admitted + Worker::field(&line, "rejected");
+    }
+    let report = witness.report();
+    assert_eq!(
+        report.violations, 0,
+        "more than 3 bodies at once: {report:?}"
+    );
+    assert_eq!(
+        report.max_seen, 3,
+        "the budget was contended and fully used: {report:?}"
+    );
+    assert_eq!(leases.live(), 0, "live leases after every worker finished");
+    calls
+}
+
+#[test]
+fn a_fleet_of_processes_shares_one_budget() {
+    let server = RedisServer::start();
+    fleet(&server.url(), Leases::on(&server), 16);
+}
+
+#[test]
+fn a_fleet_of_processes_shares_one_budget_on_a_cluster() {
+    let cluster = RedisCluster::start(3);
+    fleet(
+        &cluster.seed_urls().join(","),
+        Leases::on_cluster(&cluster),
+        16,
+    );
+}
+
+/// The worker's `bulkhead-hold` lease.
+const HOLD_LEASE_MS: u64 = 2000;
+
+/// The same identity as the worker's `bulkhead-hold` (name, limit and lease).
+#[bulkhead(name = "mp-hold", limit = 1, lease = "2s", scope = scope)]
+async fn contend(scope: &str) -> Result<(), TestError> {
+    Ok(())
+}
+
+/// Ordered by server time: the killed holder's lease ends no later than a lease after the kill,
+/// no call is admitted before it ends, and the first call after it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_holder_frees_its_slot_when_its_lease_expires_and_not_before() {
+    let server = RedisServer::start();
+    let namespace = unique("killed");
+    let scope = unique("killed");
+    let mut holder = Worker::spawn(
+        &server.url(),
+        &namespace,
+        "bulkhead-hold",
+        &[format!("scope={scope}")],
+    );
+    holder.expect_line("admitted", Duration::from_secs(30));
+    let coordinator = caracal::Coordinator::redis(server.url())
+        .namespace(namespace)
+        .connect()
+        .await
+        .expect("connect");
+    assert_eq!(
+        code(&coordinator.scoped(contend(&scope)).await),
+        "bulkhead_full"
+    );
+
+    holder.child.kill().expect("SIGKILL the holder");
+    holder.child.wait().expect("reap the holder");
+    let mut conn = server.connection();
+    let killed = server_time_ms(&mut conn);
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("caracal:v1:*:leases")
+        .query(&mut conn)
+        .expect("KEYS");
+    let deadline = {
+        let leases: Vec<(String, f64)> = redis::cmd("ZRANGE")
+            .arg(&keys[0])
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query(&mut conn)
+            .expect("ZRANGE");
+        assert_eq!(leases.len(), 1, "the killed holder's lease is still there");
+        // Deadlines are whole milliseconds, exact in an f64 score.
+        leases[0].1 as u64
+    };
+    assert!(
+        deadline <= killed + HOLD_LEASE_MS,
+        "the lease outlives its holder by {} ms, more than the lease",
+        deadline - killed
+    );
+    let patience = killed + PATIENCE.as_millis() as u64;
+    loop {
+        let before = server_time_ms(&mut conn);
+        let result = coordinator.scoped(contend(&scope)).await;
+        let after = server_time_ms(&mut conn);
+        match code(&result) {
+            // The script prunes a lease once server time reaches its deadline.
+            "bulkhead_full" => assert!(
+                before < deadline,
+                "still full {} ms after the deadline",
+                before - deadline
+            ),
+            "ok" => {
+                assert!(
+                    after >= deadline,
+                    "admitted {} ms before the dead lease expired",
+                    deadline - after
+                );
+                break;
+            }
+            other => panic!("unexpected {other}"),
+        }
+        assert!(before < patience, "still full {PATIENCE:?} after the kill");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    coordinator.shutdown().await;
+}

@@ -1,0 +1,88 @@
+//! Worker processes: one OS process of a fleet each, configured like a real service.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const WORKER: &str = env!("CARGO_BIN_EXE_caracal-worker");
+
+/// A worker process and the lines it printed.
+pub(crate) struct Worker {
+    pub(crate) child: Child,
+    stdin: ChildStdin,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Worker {
+    pub(crate) fn spawn(redis_url: &str, namespace: &str, scenario: &str, args: &[String]) -> Self {
+        let mut child = Command::new(WORKER)
+            .arg(scenario)
+            .args(args)
+            .env("CARACAL_REDIS_URL", redis_url)
+            .env("CARACAL_NAMESPACE", namespace)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn the worker");
+        let stdin = child.stdin.take().expect("worker stdin");
+        let stdout = child.stdout.take().expect("worker stdout");
+        let (send, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if send.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Worker {
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    /// Starts the scenario of a worker spawned with `start=on-go`.
+    pub(crate) fn go(&mut self) {
+        writeln!(self.stdin, "go")
+            .and_then(|()| self.stdin.flush())
+            .expect("tell the worker to go");
+    }
+
+    /// Sends the worker a signal (`"STOP"`, `"CONT"`, `"KILL"`).
+    pub(crate) fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} {}", self.child.id());
+    }
+
+    /// The next line starting with `prefix`, within `timeout`.
+    pub(crate) fn expect_line(&self, prefix: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.starts_with(prefix) => return line,
+                Ok(_) => {}
+                Err(_) => panic!("worker printed no `{prefix}` line within {timeout:?}"),
+            }
+        }
+    }
+
+    pub(crate) fn field(line: &str, name: &str) -> u64 {
+        line.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name}= in {line:?}"))
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

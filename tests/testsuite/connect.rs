@@ -1,0 +1,252 @@
+//! What `connect` says when it cannot give a working coordinator.
+
+use std::time::Duration;
+
+use caracal::{Coordinator, FailureKind};
+use caracal_tests::{FaultProxy, RedisServer};
+
+use crate::common::ends;
+
+fn code(result: Result<Coordinator, caracal::Error>) -> &'static str {
+    result.map_or_else(|error| error.code(), |_| "connected")
+}
+
+#[tokio::test]
+async fn a_malformed_url_is_invalid_config() {
+    let result = Coordinator::redis("not a url").connect().await;
+    assert_eq!(code(result), "invalid_config");
+    let result = Coordinator::redis_cluster(["redis://127.0.0.1:1", "::"])
+        .connect()
+        .await;
+    assert_eq!(code(result), "invalid_config");
+}
+
+#[tokio::test]
+async fn bad_settings_are_invalid_config() {
+    let server = RedisServer::start();
+    for builder in [
+        Coordinator::redis(server.url()).namespace("  "),
+        Coordinator::redis(server.url()).namespace("n".repeat(1025)),
+        Coordinator::redis(server.url()).command_timeout(Duration::ZERO),
+        Coordinator::redis(server.url()).command_timeout(Duration::MAX),
+        Coordinator::redis(server.url()).pool_size(0),
+    ] {
+        assert_eq!(code(builder.connect().await), "invalid_config");
+    }
+}
+
+/// Why `connect` failed, when it did with `CoordinatorUnavailable`.
+fn failure(result: &Result<Coordinator, caracal::Error>) -> Option<FailureKind> {
+    match result {
+        Err(caracal::Error::CoordinatorUnavailable { cause, .. }) => Some(cause.kind()),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn an_unreachable_server_is_coordinator_unavailable() {
+    // A port nothing listens on: reserve one by binding, then close it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("free port")
+        .port();
+    let connecting = Coordinator::redis(format!("redis://127.0.0.1:{port}"))
+        .command_timeout(Duration::from_millis(300))
+        .connect();
+    let result = ends("connect to a closed port", connecting).await;
+    assert_eq!(
+        failure(&result),
+        Some(FailureKind::Disconnected),
+        "{result:?}"
+    );
+}
+
+/// A server that accepts the connection but never answers: `connect` gives up when the command
+/// timeout fires, and says so.
+#[tokio::test]
+async fn a_silent_server_is_coordinator_unavailable_when_the_timeout_fires() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    proxy.blackhole();
+    let connecting = Coordinator::redis(proxy.url())
+        .command_timeout(Duration::from_millis(300))
+        .connect();
+    let result = ends("connect to a blackholed server", connecting).await;
+    assert_eq!(failure(&result), Some(FailureKind::Timeout), "{result:?}");
+}
+
+/// Creates the ACL user `name` (password `pw`) with `rules` on `server`.
+pub(crate) fn acl_user(server: &RedisServer, name: &str, rules: &str) {
+    let mut cmd = redis::cmd("ACL");
+    cmd.arg("SETUSER").arg(name).arg("on").arg(">pw");
+    for rule in rules.split_whitespace() {
+        cmd.arg(rule);
+    }
+    cmd.exec(&mut server.connection()).expect("ACL SETUSER");
+}
+
+/// The URL of `server` as the ACL user `name`.
+pub(crate) fn as_user(server: &RedisServer, name: &str) -> String {
+    format!("redis://{name}:pw@127.0.0.1:{}", server.port())
+}
+
+/// The message of a connect that must fail with `InvalidConfig`.
+fn invalid_config(result: Result<Coordinator, caracal::Error>) -> String {
+    match result {
+        Err(error @ caracal::Error::InvalidConfig { .. }) => error.to_string(),
+        other => panic!("expected InvalidConfig, got {other:?}"),
+    }
+}
+
+/// An ACL user missing one command caracal needs used to connect, then fail silently (no ZREM:
+/// releases never landed; no HMGET: a breaker never opened). `connect` checks the grant and
+/// names what is missing; the documented rules are enough.
+#[tokio::test]
+async fn connect_checks_the_acl_grant_and_names_what_is_missing() {
+    let server = RedisServer::start();
+    for missing in ["zrem", "hmget", "subscribe", "evalsha"] {
+        let user = format!("no-{missing}");
+        acl_user(
+            &server,
+            &user,
+            &format!("{} -{missing}", caracal::REDIS_ACL_RULES),
+        );
+        let message = invalid_config(Coordinator::redis(as_user(&server, &user)).connect().await);
+        assert!(
+            message.to_ascii_lowercase().contains(missing),
+            "{missing}: {message}"
+        );
+    }
+    acl_user(&server, "other-keys", "~other:* &* +@all");
+    let message = invalid_config(
+        Coordinator::redis(as_user(&server, "other-keys"))
+            .connect()
+            .await,
+    );
+    assert!(message.contains("keys `caracal:v1:*`"), "{message}");
+    acl_user(&server, "minimal", caracal::REDIS_ACL_RULES);
+    let coordinator = Coordinator::redis(as_user(&server, "minimal"))
+        .connect()
+        .await
+        .expect("the documented rules are enough");
+    coordinator.shutdown().await;
+}
+
+/// On a cluster too, the documented rules are enough: the client reads the slot map, and each
+/// primary is asked who it is along with its `INFO`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_rules_are_enough_on_a_cluster() {
+    let cluster = caracal_tests::RedisCluster::start(3);
+    for node in cluster.nodes() {
+        acl_user(node, "minimal", caracal::REDIS_ACL_RULES);
+    }
+    let seeds = cluster.nodes().iter().map(|node| as_user(node, "minimal"));
+    let coordinator = Coordinator::redis_cluster(seeds)
+        .connect()
+        .await
+        .expect("the documented rules are enough");
+    let scope = crate::common::unique("acl-cluster");
+    assert_eq!(
+        crate::common::code(&coordinator.scoped(crate::bulkhead::one(&scope)).await),
+        "ok"
+    );
+    coordinator.shutdown().await;
+}
+
+#[tokio::test]
+async fn refused_credentials_are_invalid_config() {
+    let server = RedisServer::start();
+    acl_user(&server, "someone", caracal::REDIS_ACL_RULES);
+    let url = format!("redis://someone:wrong@127.0.0.1:{}", server.port());
+    let message = invalid_config(Coordinator::redis(url).connect().await);
+    assert!(message.contains("refused the credentials"), "{message}");
+}
+
+/// The server answering an error (here WRONGTYPE: a lease set's key holds a string) is a
+/// server error, not a lost connection.
+#[tokio::test]
+async fn errors_the_server_answers_are_server_errors() {
+    let server = RedisServer::start();
+    let coordinator = crate::common::redis(&server.url()).await;
+    let scope = crate::common::unique("wrongtype");
+    assert_eq!(
+        crate::common::code(&coordinator.scoped(crate::bulkhead::one(&scope)).await),
+        "ok"
+    );
+    let mut conn = server.connection();
+    let mut leases = crate::common::Leases::on(&server);
+    crate::common::eventually("the call's release", || leases.live() == 0).await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("caracal:v1:*:fence")
+        .query(&mut conn)
+        .expect("KEYS");
+    let leases_key = keys[0].replace(":fence", ":leases");
+    redis::cmd("SET")
+        .arg(&leases_key)
+        .arg("not a sorted set")
+        .exec(&mut conn)
+        .expect("SET");
+    let result = coordinator.scoped(crate::bulkhead::one(&scope)).await;
+    assert_eq!(
+        crate::common::failure_kind(&result),
+        Some(FailureKind::Server),
+        "{result:?}"
+    );
+    coordinator.shutdown().await;
+}
+
+/// `rediss://` with the feature `tls`: the server's certificate is checked, against a CA given
+/// to the builder (or, without one, the system's, which does not know the test's CA).
+#[tokio::test]
+async fn tls_connections_check_the_certificate() {
+    let server = caracal_tests::TlsRedisServer::start();
+    // TLS handshakes in a debug build on a loaded machine can take longer than the default
+    // timeout: a timeout here would say nothing about certificates.
+    let patience = crate::common::PATIENCE;
+    let coordinator = Coordinator::redis(server.url())
+        .namespace(crate::common::unique("tls"))
+        .tls_root_certificates(server.ca_pem())
+        .command_timeout(patience)
+        .connect()
+        .await
+        .expect("connect over TLS");
+    let scope = crate::common::unique("tls");
+    assert_eq!(
+        crate::common::code(&coordinator.scoped(crate::bulkhead::one(&scope)).await),
+        "ok"
+    );
+    coordinator.shutdown().await;
+    let untrusted = Coordinator::redis(server.url())
+        .command_timeout(patience)
+        .connect()
+        .await;
+    let error = untrusted.expect_err("a certificate the system does not trust");
+    assert!(
+        format!("{error:?}")
+            .to_ascii_lowercase()
+            .contains("certificate"),
+        "{error:?}"
+    );
+}
+
+/// A server that may evict caracal's keys under memory pressure is reported at connect.
+#[tokio::test(flavor = "current_thread")]
+async fn an_evicting_server_is_reported() {
+    let (log, _guard) = caracal_tests::EventLog::capture_thread_default();
+    let evicting = RedisServer::start_with_args(&["--maxmemory-policy", "allkeys-lru"]);
+    let coordinator = Coordinator::redis(evicting.url())
+        .connect()
+        .await
+        .expect("connect");
+    let event = log.wait_for("coordinator.eviction_risk", Duration::from_secs(1));
+    assert_eq!(event.field("maxmemory_policy"), Some("allkeys-lru"));
+    coordinator.shutdown().await;
+    log.clear();
+    let safe = RedisServer::start();
+    let coordinator = Coordinator::redis(safe.url())
+        .connect()
+        .await
+        .expect("connect");
+    assert_eq!(log.count("coordinator.eviction_risk"), 0);
+    coordinator.shutdown().await;
+}

@@ -1,0 +1,582 @@
+//! Operating a fleet with the `caracal` command: worker processes follow a breaker forced open,
+//! reset, or forced open for a while; a limit set and unset fleet-wide; `status` lists what
+//! they use, drift included.
+//!
+//! Nothing here asserts how long anything took. "Within 250 ms" is checked against the clock
+//! the processes share: every call a worker started 250 ms or more after the command had
+//! exited must have been rejected without running its body (the library never trusts a closed
+//! view longer than that after confirming it). Everything else is awaited with [`PATIENCE`].
+
+use std::collections::BTreeMap;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use caracal_tests::wait::wait_until;
+use caracal_tests::{RedisServer, Witness};
+use serde_json::Value;
+
+use crate::cli::{caracal, generation};
+use crate::common::worker::Worker;
+use crate::common::{PATIENCE, unique};
+
+/// CLOCK_REALTIME in µs, as the workers stamp their calls.
+fn now_us() -> u64 {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("the clock is past 1970");
+    u64::try_from(since.as_micros()).expect("µs fit in u64")
+}
+
+/// The longest a process may trust a closed view of a breaker after confirming it.
+const STALE_US: u64 = 250_000;
+
+/// One call a `cli-breaker` worker made.
+#[derive(Debug, Clone)]
+struct Call {
+    start_us: u64,
+    code: String,
+    ran: bool,
+}
+
+/// A worker and every line it printed so far, read as they come.
+struct Stream {
+    worker: Worker,
+    calls: Vec<Call>,
+    events: Vec<BTreeMap<String, String>>,
+    lines: Vec<String>,
+}
+
+/// `key=value` fields of a line.
+fn fields(line: &str) -> BTreeMap<String, String> {
+    line.split_whitespace()
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+impl Stream {
+    fn spawn(url: &str, namespace: &str, scenario: &str, args: &[String]) -> Self {
+        Stream {
+            worker: Worker::spawn(url, namespace, scenario, args),
+            calls: Vec::new(),
+            events: Vec::new(),
+            lines: Vec::new(),
+        }
+    }
+
+    /// Reads lines until `done` holds.
+    ///
+    /// # Panics
+    /// After [`PATIENCE`] (or when the worker goes silent that long), naming `what`.
+    fn until(&mut self, what: &str, done: impl Fn(&Stream) -> bool) {
+        let deadline = Instant::now() + PATIENCE;
+        while !done(self) {
+            assert!(
+                Instant::now() < deadline,
+                "waited {PATIENCE:?} for {what}; last lines: {:?}",
+                &self.lines[self.lines.len().saturating_sub(5)..]
+            );
+            let line = self.worker.expect_line("", PATIENCE);
+            if let Some(rest) = line.strip_prefix("call ") {
+                let f = fields(rest);
+                self.calls.push(Call {
+                    start_us: f["start_us"].parse().expect("start_us"),
+                    code: f["code"].clone(),
+                    ran: f["ran"] == "1",
+                });
+            } else if let Some(rest) = line.strip_prefix("event ") {
+                let mut f = fields(rest);
+                let name = rest.split_whitespace().next().unwrap_or_default();
+                f.insert("event".to_owned(), name.to_owned());
+                self.events.push(f);
+                self.lines.push(line);
+            } else {
+                assert!(!line.starts_with("error"), "the worker failed: {line}");
+                self.lines.push(line);
+            }
+        }
+    }
+
+    /// The events named `name` whose fields include every pair of `with`.
+    fn events(&self, name: &str, with: &[(&str, &str)]) -> Vec<&BTreeMap<String, String>> {
+        self.events
+            .iter()
+            .filter(|e| {
+                e["event"] == name
+                    && with
+                        .iter()
+                        .all(|(k, v)| e.get(*k).map(String::as_str) == Some(v))
+            })
+            .collect()
+    }
+
+    fn has_line(&self, line: &str) -> bool {
+        self.lines.iter().any(|l| l == line)
+    }
+}
+
+fn event_generation(event: &BTreeMap<String, String>) -> u64 {
+    event["generation"].parse().expect("generation")
+}
+
+/// A breaker is forced open with `caracal breaker open`: in every worker process, each call
+/// started 250 ms or more after the command exited is rejected with `circuit_open` and runs
+/// no body. `reset` admits calls again. `--for 1s` ends by itself: half-open at the next call,
+/// closed after the probes.
+#[test]
+fn breaker_open_reaches_every_process_and_reset_or_for_ends_it() {
+    let server = RedisServer::start();
+    let (url, namespace, scope) = (server.url(), unique("ops-breaker"), unique("scope"));
+    let args = [
+        format!("scope={scope}"),
+        "events=circuit_breaker.state_changed".to_owned(),
+    ];
+    let mut workers: Vec<Stream> = (0..3)
+        .map(|_| Stream::spawn(&url, &namespace, "cli-breaker", &args))
+        .collect();
+    for worker in &mut workers {
+        worker.until("an admitted call", |w| {
+            w.calls.iter().any(|c| c.code == "ok" && c.ran)
+        });
+    }
+    let caracal = |args: &[&str]| caracal(&url, &namespace, args);
+
+    // Open, until a reset.
+    let opened = caracal(&["breaker", "open", "cli-breaker", "--scope", &scope]).ok();
+    let opened_at = now_us();
+    assert_eq!(
+        opened,
+        format!(
+            "cli-breaker (scope {scope}): closed → forced_open (generation {})\n",
+            generation(&opened)
+        )
+    );
+    let bound = opened_at + STALE_US;
+    // Half a second of calls past the bound, in every process.
+    for worker in &mut workers {
+        worker.until("calls well past the bound", |w| {
+            w.calls.iter().any(|c| c.start_us >= bound + 500_000)
+        });
+        // Every process announces the change. (Its `origin` is `operator` when the feed's
+        // message is what told the process, but `remote` when the reply to one of its own
+        // calls came first: not asserted here.)
+        let open_generation = generation(&opened).to_string();
+        worker.until("the operator's open, announced", |w| {
+            !w.events(
+                "circuit_breaker.state_changed",
+                &[("to", "forced_open"), ("generation", &open_generation)],
+            )
+            .is_empty()
+        });
+    }
+    let reset_at = now_us();
+    let reset = caracal(&["breaker", "reset", "cli-breaker", "--scope", &scope]).ok();
+    let reset_done = now_us();
+    assert!(
+        reset.starts_with(&format!(
+            "cli-breaker (scope {scope}): forced_open → closed"
+        )),
+        "{reset}"
+    );
+    for (n, worker) in workers.iter().enumerate() {
+        let after: Vec<&Call> = worker
+            .calls
+            .iter()
+            .filter(|c| c.start_us >= bound && c.start_us < reset_at)
+            .collect();
+        assert!(!after.is_empty(), "worker {n} made no call past the bound");
+        let admitted: Vec<_> = after
+            .iter()
+            .filter(|c| c.code != "circuit_open" || c.ran)
+            .collect();
+        assert!(
+            admitted.is_empty(),
+            "worker {n}: calls started ≥ 250 ms after `breaker open` exited (at {opened_at} µs) \
+             that were not rejected, or ran: {admitted:?}"
+        );
+    }
+
+    // Reset: admitted again, everywhere.
+    for worker in &mut workers {
+        worker.until("an admitted call after the reset", |w| {
+            w.calls
+                .iter()
+                .any(|c| c.start_us >= reset_done && c.code == "ok" && c.ran)
+        });
+    }
+
+    // Open for a second: it ends by itself, through half-open, in every process.
+    let for_at = now_us();
+    let opened = caracal(&[
+        "breaker",
+        "open",
+        "cli-breaker",
+        "--scope",
+        &scope,
+        "--for",
+        "1s",
+    ])
+    .ok();
+    assert!(
+        opened.starts_with(&format!(
+            "cli-breaker (scope {scope}): closed → forced_open for 1s (generation "
+        )),
+        "{opened}"
+    );
+    let forced = generation(&opened);
+    for worker in &mut workers {
+        worker.until("the forced open, then closed again by probes", |w| {
+            let after = |to: &str| {
+                w.events("circuit_breaker.state_changed", &[("to", to)])
+                    .into_iter()
+                    .any(|e| event_generation(e) > forced)
+            };
+            !w.events(
+                "circuit_breaker.state_changed",
+                &[("to", "forced_open"), ("generation", &forced.to_string())],
+            )
+            .is_empty()
+                && after("closed")
+        });
+        worker.until("an admitted call after the second", |w| {
+            w.calls
+                .iter()
+                .any(|c| c.start_us >= for_at + 1_000_000 && c.code == "ok" && c.ran)
+        });
+    }
+    // Some process admitted the probes (each learns of half-open from the feed, or makes
+    // the transition itself).
+    assert!(
+        workers.iter().any(|w| {
+            w.events(
+                "circuit_breaker.state_changed",
+                &[("from", "forced_open"), ("to", "half_open")],
+            )
+            .into_iter()
+            .any(|e| event_generation(e) >= forced)
+        }),
+        "no process saw the breaker half-open (forced open in generation {forced}): {:?}",
+        workers.iter().map(|w| &w.events).collect::<Vec<_>>()
+    );
+    let status = caracal(&["status", "--json"]).ok();
+    let breaker: Value = serde_json::from_str(status.trim()).expect("one JSON line");
+    assert_eq!(breaker["state"], "closed", "{status}");
+    assert!(breaker["generation"].as_u64() > Some(forced), "{status}");
+}
+
+/// `config set bulkhead.cli-config.limit 1` while 3 processes run `limit = 3`: once every
+/// process has applied it and every body admitted before has ended, at most 1 body runs at a
+/// time. `unset`: back to 3, never more.
+#[test]
+fn config_set_limit_reaches_every_process_and_unset_restores_it() {
+    let server = RedisServer::start();
+    let witness_server = RedisServer::start();
+    let (url, namespace) = (server.url(), unique("ops-config"));
+    let witness_base = unique("ops-config-witness");
+    let args = [
+        format!("scope={}", unique("scope")),
+        "tasks=2".to_owned(),
+        "hold_ms=10".to_owned(),
+        format!("witness_url={}", witness_server.url()),
+        format!("witness_base={witness_base}"),
+        "events=config.applied".to_owned(),
+    ];
+    let mut workers: Vec<Stream> = (0..3)
+        .map(|_| Stream::spawn(&url, &namespace, "cli-config-load", &args))
+        .collect();
+    let witness = |version: u64| {
+        Witness::new(
+            &witness_server.url(),
+            &format!("{witness_base}:v{version}"),
+            3,
+        )
+    };
+    let caracal = |args: &[&str]| caracal(&url, &namespace, args);
+
+    // Under the attribute's limit, 6 tasks use all 3 slots.
+    for worker in &mut workers {
+        worker.until("the overrides applied at start", |w| {
+            !w.events("config.applied", &[]).is_empty()
+        });
+    }
+    let initial = first_applied_version(&workers[0]);
+    wait_until(PATIENCE, "3 bodies at once under limit = 3", || {
+        witness(initial).max_seen() == 3
+    });
+
+    // Limit 1.
+    assert_eq!(
+        caracal(&["config", "set", "bulkhead.cli-config.limit", "1"]).ok(),
+        "bulkhead.cli-config.limit = 1 (fleet): every process applies it within a second\n"
+    );
+    let limited = settle(&mut workers, "1", initial);
+    for worker in &mut workers {
+        admissions(worker, limited, 10);
+    }
+    let report = witness(limited).report();
+    assert_eq!(
+        report.max_seen, 1,
+        "bodies at once after limit 1 settled: {report:?}"
+    );
+    let got = caracal(&["config", "get", "bulkhead.cli-config.limit"]).ok();
+    assert!(
+        got.lines()
+            .all(|l| l == "bulkhead.cli-config.limit = 1 (fleet)")
+            && !got.is_empty(),
+        "{got}"
+    );
+    // The processes reported the old limit and the new one side by side while the change
+    // spread: that was the change being applied, not drift.
+    let mut listed = Vec::new();
+    wait_until(PATIENCE, "the registry to list the new limit", || {
+        listed = status_json(&url, &namespace);
+        identity(&listed, "bulkhead", "cli-config").is_some_and(|b| b["limit"] == 1)
+    });
+    let limited_bulkhead = identity(&listed, "bulkhead", "cli-config").expect("cli-config");
+    assert_eq!(limited_bulkhead["drift"], false, "{limited_bulkhead}");
+
+    // Back to the attribute's 3.
+    assert_eq!(
+        caracal(&["config", "unset", "bulkhead.cli-config.limit"]).ok(),
+        "bulkhead.cli-config.limit: fleet override removed\n"
+    );
+    let restored = settle(&mut workers, "0", limited);
+    wait_until(PATIENCE, "3 bodies at once again after unset", || {
+        witness(restored).max_seen() == 3
+    });
+    for worker in &mut workers {
+        admissions(worker, restored, 10);
+    }
+    let report = witness(restored).report();
+    assert_eq!(report.max_seen, 3, "never more than 3: {report:?}");
+    assert_eq!(report.violations, 0, "never more than 3: {report:?}");
+}
+
+/// The version of `worker`'s first `config.applied` event.
+fn first_applied_version(worker: &Stream) -> u64 {
+    worker.events("config.applied", &[])[0]["version"]
+        .parse()
+        .expect("a version")
+}
+
+/// Waits until every worker has applied a version newer than `after` (with `overrides` of
+/// them), the same in all, and then until every call started before it has ended; returns it.
+fn settle(workers: &mut [Stream], overrides: &str, after: u64) -> u64 {
+    let newer = |w: &Stream| {
+        w.events("config.applied", &[("overrides", overrides)])
+            .into_iter()
+            .map(|e| e["version"].parse::<u64>().expect("version"))
+            .find(|v| *v > after)
+    };
+    for worker in workers.iter_mut() {
+        worker.until("the new overrides applied", |w| newer(w).is_some());
+    }
+    let version = newer(&workers[0]).expect("applied");
+    for worker in workers.iter_mut() {
+        assert_eq!(newer(worker), Some(version), "one version for the fleet");
+        let line = format!("settled version={version}");
+        worker.until("every call started before it ended", |w| w.has_line(&line));
+    }
+    version
+}
+
+/// Waits until `worker` has admitted at least `count` calls under `version`.
+fn admissions(worker: &mut Stream, version: u64, count: u64) {
+    let prefix = format!("progress version={version} ");
+    worker.until("admissions under the new version", |w| {
+        w.lines.iter().any(|line| {
+            line.strip_prefix(&prefix)
+                .and_then(|rest| rest.strip_prefix("admitted="))
+                .and_then(|n| n.parse::<u64>().ok())
+                .is_some_and(|n| n >= count)
+        })
+    });
+}
+
+/// `caracal status --json`, a JSON object per identity.
+fn status_json(url: &str, namespace: &str) -> Vec<Value> {
+    caracal(url, namespace, &["status", "--json"])
+        .ok()
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON object per line"))
+        .collect()
+}
+
+/// The object of `kind`/`name` in `status --json` output.
+fn identity<'a>(lines: &'a [Value], kind: &str, name: &str) -> Option<&'a Value> {
+    lines
+        .iter()
+        .find(|line| line["kind"] == kind && line["name"] == name)
+}
+
+fn keys(value: &Value) -> Vec<&str> {
+    let mut keys: Vec<&str> = value
+        .as_object()
+        .expect("an object")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    keys
+}
+
+/// Two processes use a bulkhead (with different limits: drift), a bulkhead each holds a slot
+/// of, a breaker and a rate limit: `status --json` lists exactly those, with their fields;
+/// the table too.
+#[test]
+fn status_lists_every_identity_of_the_fleet_with_drift() {
+    let server = RedisServer::start();
+    let (url, namespace, scope) = (server.url(), unique("ops-status"), unique("scope"));
+    let mut workers: Vec<Stream> = ["2", "4"]
+        .iter()
+        .map(|limit| {
+            let args = [format!("scope={scope}"), format!("drift_limit={limit}")];
+            Stream::spawn(&url, &namespace, "cli-status", &args)
+        })
+        .collect();
+    for worker in &mut workers {
+        worker.until("both policies in use", |w| {
+            w.has_line("using") && w.has_line("holding")
+        });
+    }
+    let caracal = |args: &[&str]| caracal(&url, &namespace, args);
+    let status = || status_json(&url, &namespace);
+    let mut last = Vec::new();
+    let settled = |lines: &[Value]| {
+        let drifted = identity(lines, "bulkhead", "cli-status").is_some_and(|b| b["drift"] == true);
+        let held =
+            identity(lines, "bulkhead", "cli-status-held").is_some_and(|b| b["occupancy"] == 2);
+        let observed = identity(lines, "circuit_breaker", "cli-status-breaker")
+            .is_some_and(|b| b["window_total"].as_u64() > Some(0));
+        lines.len() == 4 && drifted && held && observed
+    };
+    wait_until(
+        PATIENCE,
+        "every identity, the drift, the held slots",
+        || {
+            last = status();
+            settled(&last)
+        },
+    );
+    for line in &last {
+        assert_eq!(line["scope"], scope.as_str(), "{line}");
+        assert_eq!(line["operation"], line["name"], "{line}");
+    }
+    let common = ["drift", "kind", "name", "operation", "scope"];
+    let with = |extra: &[&'static str]| {
+        let mut keys: Vec<&str> = common.iter().chain(extra).copied().collect();
+        keys.sort_unstable();
+        keys
+    };
+
+    let drifted = identity(&last, "bulkhead", "cli-status").expect("cli-status");
+    assert_eq!(keys(drifted), with(&["limit", "occupancy"]), "{drifted}");
+    assert!(
+        [Some(2), Some(4)].contains(&drifted["limit"].as_u64()),
+        "{drifted}"
+    );
+    assert!(drifted["occupancy"].as_u64() <= Some(2), "{drifted}");
+
+    let held = identity(&last, "bulkhead", "cli-status-held").expect("cli-status-held");
+    assert_eq!(keys(held), with(&["limit", "occupancy"]), "{held}");
+    assert_eq!(
+        (&held["drift"], &held["limit"], &held["occupancy"]),
+        (&Value::Bool(false), &Value::from(5), &Value::from(2)),
+        "{held}"
+    );
+
+    let breaker = identity(&last, "circuit_breaker", "cli-status-breaker").expect("breaker");
+    assert_eq!(
+        keys(breaker),
+        with(&[
+            "generation",
+            "retry_after_ms",
+            "state",
+            "window_failures",
+            "window_total"
+        ]),
+        "{breaker}"
+    );
+    assert_eq!(
+        (
+            &breaker["drift"],
+            &breaker["state"],
+            &breaker["window_failures"],
+            &breaker["retry_after_ms"]
+        ),
+        (
+            &Value::Bool(false),
+            &Value::from("closed"),
+            &Value::from(0),
+            &Value::Null
+        ),
+        "{breaker}"
+    );
+    assert!(breaker["generation"].is_u64(), "{breaker}");
+
+    let rate = identity(&last, "rate_limit", "cli-status-rate").expect("rate limit");
+    assert_eq!(keys(rate), with(&["burst", "rate"]), "{rate}");
+    assert_eq!(
+        (&rate["drift"], rate["rate"].as_f64(), &rate["burst"]),
+        (&Value::Bool(false), Some(100.0), &Value::from(7)),
+        "{rate}"
+    );
+
+    // The table: a header and a row per identity, columns aligned.
+    let table = caracal(&["status"]).ok();
+    println!("caracal status:\n{table}");
+    println!("caracal status --json:");
+    for line in &last {
+        println!("{line}");
+    }
+    let rows: Vec<&str> = table.lines().collect();
+    assert_eq!(rows.len(), 5, "{table}");
+    assert!(
+        rows[0].starts_with("KIND") && rows[0].contains("SCOPE") && rows[0].contains("STATE"),
+        "{table}"
+    );
+    let scope_column = rows[0].find("SCOPE").expect("SCOPE");
+    for row in &rows[1..] {
+        assert_eq!(row.find(scope.as_str()), Some(scope_column), "{table}");
+    }
+    let row = |name: &str| {
+        rows.iter()
+            .find(|row| row.split_whitespace().nth(1) == Some(name))
+            .unwrap_or_else(|| panic!("no row for {name}: {table}"))
+    };
+    assert!(row("cli-status-held").contains("2/5 in use"), "{table}");
+    assert!(row("cli-status").contains(" yes "), "{table}");
+    assert!(row("cli-status-rate").contains("100/s"), "{table}");
+    assert!(row("cli-status-breaker").contains(" closed "), "{table}");
+
+    // Forced open for an hour: the time left is there.
+    let opened = caracal(&[
+        "breaker",
+        "open",
+        "cli-status-breaker",
+        "--scope",
+        &scope,
+        "--for",
+        "1h",
+    ])
+    .ok();
+    let lines = status();
+    let breaker = identity(&lines, "circuit_breaker", "cli-status-breaker").expect("breaker");
+    assert_eq!(breaker["state"], "forced_open", "{breaker}");
+    assert_eq!(breaker["generation"].as_u64(), Some(generation(&opened)));
+    let left = breaker["retry_after_ms"].as_u64().expect("retry_after_ms");
+    assert!(left > 0 && left <= 3_600_000, "{breaker}");
+    let table = caracal(&["status"]).ok();
+    assert!(
+        row_of(&table, "cli-status-breaker").contains("forced_open"),
+        "{table}"
+    );
+    println!("after `breaker open --for 1h`:\n{table}");
+    drop(workers);
+}
+
+fn row_of<'a>(table: &'a str, name: &str) -> &'a str {
+    table
+        .lines()
+        .find(|row| row.split_whitespace().nth(1) == Some(name))
+        .unwrap_or_else(|| panic!("no row for {name}: {table}"))
+}

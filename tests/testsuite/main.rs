@@ -1,0 +1,40 @@
+//! Every integration suite of caracal, as modules of one test binary (like cargo's own
+//! `tests/testsuite/`): each integration binary would link tokio and redis again, and on two
+//! cores the links cost more than the tests.
+//!
+//! Suites run against real `redis-server` processes and clusters the harness spawns on free
+//! ports, through a fault proxy where they need one, and across real worker processes
+//! (`caracal-worker`). Run one suite with `cargo test -p caracal-tests --test testsuite
+//! bulkhead_faults::`.
+//!
+//! The process-wide coordinator belongs to [`install`]: every other test passes its
+//! coordinator with `Coordinator::scoped`, and none may call `caracal::install`.
+
+mod common;
+
+mod attribute_forms;
+mod batching;
+mod breaker_events;
+mod breaker_faults;
+mod breaker_fleet;
+mod bulkhead;
+mod bulkhead_events;
+mod bulkhead_faults;
+mod bulkhead_fleet;
+mod call_events;
+mod cli;
+mod cluster_faults;
+mod connect;
+mod fallback;
+mod fleet_ops;
+mod harness;
+mod install;
+mod lease_safety;
+mod lease_script;
+mod macro_expansion;
+mod metrics;
+mod pipeline;
+mod rate_limit_fleet;
+mod runtime_edges;
+mod tower;
+mod ui;

@@ -1,0 +1,380 @@
+//! The metrics (feature `metrics`), read back from a recorder: one decision per admission with
+//! its reason, for each policy kind; the admission histogram; the bulkhead occupancy back to 0
+//! however calls end; the breaker state in a process that did not change it; the coordinator's
+//! connectivity.
+//!
+//! The suites share one recorder ([`MetricsLog::global`]): each test reads only the series of
+//! policy names its own functions use. Label-less series (`caracal_coordinator_up`) and
+//! cross-process views are read in worker processes, each with a recorder of its own.
+
+use std::future::Future;
+use std::time::Duration;
+
+use caracal::admin::{BreakerCommand, BreakerId};
+use caracal::metrics::{
+    ADMISSION_SECONDS, BULKHEAD_IN_FLIGHT, CIRCUIT_BREAKER_STATE, DECISIONS_TOTAL,
+};
+use caracal::{Coordinator, bulkhead, circuit_breaker, rate_limit};
+use caracal_tests::{FaultProxy, MetricsLog, RedisServer};
+use tokio::sync::{oneshot, watch};
+
+use crate::common::worker::Worker;
+use crate::common::{PATIENCE, TestError, code, eventually, unique};
+
+/// How many decisions `name`'s policy took with this `decision` and, if given, `reason`.
+fn decisions(name: &str, decision: &str, reason: Option<&str>) -> u64 {
+    let mut labels = vec![("name", name), ("decision", decision)];
+    labels.extend(reason.map(|reason| ("reason", reason)));
+    MetricsLog::global().counter(DECISIONS_TOTAL, &labels)
+}
+
+/// `name`'s decisions, as (admitted, rejected, degraded).
+fn totals(name: &str) -> (u64, u64, u64) {
+    (
+        decisions(name, "admitted", None),
+        decisions(name, "rejected", None),
+        decisions(name, "degraded", None),
+    )
+}
+
+/// How many admissions of `policy`'s `name` the histogram holds.
+fn timed_admissions(policy: &str, name: &str) -> usize {
+    MetricsLog::global()
+        .histogram(
+            ADMISSION_SECONDS,
+            &[("policy", policy), ("name", name), ("operation", name)],
+        )
+        .len()
+}
+
+#[bulkhead(name = "metrics-bulkhead", limit = 1)]
+async fn bulkheaded(gate: Option<oneshot::Receiver<()>>) -> Result<(), TestError> {
+    if let Some(gate) = gate {
+        let _ = gate.await;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_bulkhead_counts_each_decision_once_with_its_reason() {
+    let name = "metrics-bulkhead";
+    let metrics = MetricsLog::global();
+    let coordinator = Coordinator::in_memory();
+    let (open, gate) = oneshot::channel();
+    let holder = coordinator.scoped(bulkheaded(Some(gate)));
+    let second = async {
+        tokio::task::yield_now().await;
+        let result = coordinator.scoped(bulkheaded(None)).await;
+        let _ = open.send(());
+        result
+    };
+    let (held, refused) = tokio::join!(holder, second);
+    assert_eq!((code(&held), code(&refused)), ("ok", "bulkhead_full"));
+    assert_eq!(decisions(name, "admitted", Some("admitted")), 1);
+    assert_eq!(decisions(name, "rejected", Some("capacity")), 1);
+    assert_eq!(timed_admissions("bulkhead", name), 1, "{metrics:?}");
+
+    // The coordinator cannot answer: the admission fails closed, a degraded decision.
+    coordinator.shutdown().await;
+    let unavailable = coordinator.scoped(bulkheaded(None)).await;
+    assert_eq!(code(&unavailable), "coordinator_unavailable");
+    assert_eq!(decisions(name, "degraded", Some("fail_closed")), 1);
+    assert_eq!(totals(name), (1, 1, 1), "{metrics:?}");
+    assert_eq!(
+        timed_admissions("bulkhead", name),
+        1,
+        "only admissions are timed"
+    );
+    assert_eq!(
+        metrics.counter(DECISIONS_TOTAL, &[("policy", "bulkhead"), ("name", name)]),
+        3
+    );
+}
+
+#[rate_limit(name = "metrics-rate", rate = 0.001)]
+async fn limited() -> Result<(), TestError> {
+    Ok(())
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_rate_limit_counts_each_decision_once_with_its_reason() {
+    let name = "metrics-rate";
+    MetricsLog::global();
+    let coordinator = Coordinator::in_memory();
+    assert_eq!(code(&coordinator.scoped(limited()).await), "ok");
+    assert_eq!(code(&coordinator.scoped(limited()).await), "rate_limited");
+    assert_eq!(decisions(name, "admitted", Some("admitted")), 1);
+    assert_eq!(decisions(name, "rejected", Some("rate_exceeded")), 1);
+    assert_eq!(timed_admissions("rate_limit", name), 1);
+
+    coordinator.shutdown().await;
+    let unavailable = coordinator.scoped(limited()).await;
+    assert_eq!(code(&unavailable), "coordinator_unavailable");
+    assert_eq!(decisions(name, "degraded", Some("fail_closed")), 1);
+    assert_eq!(totals(name), (1, 1, 1), "{:?}", MetricsLog::global());
+}
+
+#[circuit_breaker(name = "metrics-breaker", scope = scope, minimum_throughput = 2,
+                  failure_threshold = 0.6, open = "1s", half_open_probes = 1,
+                  half_open_successes = 1)]
+async fn breakered(scope: &str, fail: bool) -> Result<(), TestError> {
+    if fail {
+        Err(TestError::Body("downstream failed"))
+    } else {
+        Ok(())
+    }
+}
+
+/// The state gauge of `name`'s breaker in `scope`.
+fn breaker_state(name: &str, scope: &str) -> Option<f64> {
+    MetricsLog::global().gauge(
+        CIRCUIT_BREAKER_STATE,
+        &[("name", name), ("operation", name), ("scope", scope)],
+    )
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_circuit_breaker_counts_each_decision_once_with_its_reason() {
+    let name = "metrics-breaker";
+    // Installed before the first call: a recorder only sees what happens after it.
+    MetricsLog::global();
+    let coordinator = Coordinator::in_memory();
+    let (failing, untouched) = (unique("failing"), unique("untouched"));
+    coordinator
+        .scoped(async {
+            assert_eq!(code(&breakered(&failing, false).await), "ok");
+            assert_eq!(
+                breaker_state(name, &failing),
+                Some(0.0),
+                "closed, once used"
+            );
+            // 1 success, 2 failures: 2/3 of the window failed.
+            for _ in 0..2 {
+                assert_eq!(code(&breakered(&failing, true).await), "body");
+            }
+            // Outcomes are sent in batches: wait for the one that opens it.
+            until_state(name, &failing, 1.0).await;
+            assert_eq!(code(&breakered(&failing, false).await), "circuit_open");
+            assert_eq!(decisions(name, "admitted", Some("closed")), 3);
+            assert_eq!(decisions(name, "rejected", Some("open")), 1);
+
+            // After `open`, one probe is admitted and its success closes the breaker.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            assert_eq!(code(&breakered(&failing, false).await), "ok");
+            assert_eq!(decisions(name, "admitted", Some("half_open")), 1);
+            until_state(name, &failing, 0.0).await;
+
+            // Open again, then the coordinator goes away: a scope last seen open fails
+            // closed; one never seen fails open (the default), running the body.
+            for _ in 0..2 {
+                assert_eq!(code(&breakered(&failing, true).await), "body");
+            }
+            until_state(name, &failing, 1.0).await;
+        })
+        .await;
+    coordinator.shutdown().await;
+    // Once a probe is due the view cannot decide alone: the coordinator is asked, and fails.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    coordinator
+        .scoped(async {
+            assert_eq!(code(&breakered(&failing, false).await), "circuit_open");
+            assert_eq!(code(&breakered(&untouched, false).await), "ok");
+        })
+        .await;
+    assert_eq!(decisions(name, "degraded", Some("fail_closed")), 1);
+    assert_eq!(decisions(name, "degraded", Some("fail_open")), 1);
+    assert_eq!(decisions(name, "admitted", Some("closed")), 5);
+    assert_eq!(totals(name), (6, 1, 2), "{:?}", MetricsLog::global());
+    assert_eq!(timed_admissions("circuit_breaker", name), 6);
+}
+
+/// Waits until the state gauge of `name`'s breaker in `scope` reads `state`.
+async fn until_state(name: &str, scope: &str, state: f64) {
+    let what = format!("{name}'s breaker in {scope} to be in state {state}");
+    eventually(&what, || breaker_state(name, scope) == Some(state)).await;
+}
+
+#[circuit_breaker(
+    name = "metrics-local-breaker",
+    local,
+    minimum_throughput = 2,
+    open = "60s"
+)]
+async fn local_breakered(fail: bool) -> Result<(), TestError> {
+    if fail {
+        Err(TestError::Body("downstream failed"))
+    } else {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_local_breaker_reports_its_state_and_decisions() {
+    let name = "metrics-local-breaker";
+    MetricsLog::global();
+    assert_eq!(breaker_state(name, "global"), None);
+    assert_eq!(code(&local_breakered(true).await), "body");
+    assert_eq!(
+        breaker_state(name, "global"),
+        Some(0.0),
+        "closed, once used"
+    );
+    assert_eq!(code(&local_breakered(true).await), "body");
+    assert_eq!(breaker_state(name, "global"), Some(1.0));
+    assert_eq!(code(&local_breakered(false).await), "circuit_open");
+    assert_eq!(totals(name), (2, 1, 0), "{:?}", MetricsLog::global());
+    assert_eq!(decisions(name, "admitted", Some("closed")), 2);
+    assert_eq!(decisions(name, "rejected", Some("open")), 1);
+}
+
+/// A body that waits for the gate to open, then returns or panics.
+async fn wait_then(mut gate: watch::Receiver<bool>, panic: bool) -> Result<(), TestError> {
+    let _ = gate.wait_for(|open| *open).await;
+    assert!(!panic, "the body panics, as asked");
+    Ok(())
+}
+
+#[bulkhead(name = "metrics-in-flight", limit = 10)]
+async fn occupy(gate: watch::Receiver<bool>, panic: bool) -> Result<(), TestError> {
+    wait_then(gate, panic).await
+}
+
+#[bulkhead(name = "metrics-in-flight-local", limit = 10, local)]
+async fn occupy_locally(gate: watch::Receiver<bool>, panic: bool) -> Result<(), TestError> {
+    wait_then(gate, panic).await
+}
+
+/// Three bodies of `name`'s bulkhead run at once; one call is cancelled, one returns, one
+/// panics: the occupancy gauge counts each while it runs and is back to 0 once all have ended.
+async fn occupancy_returns_to_zero<F, Fut>(name: &str, call: F)
+where
+    F: Fn(watch::Receiver<bool>, bool) -> Fut,
+    Fut: Future<Output = Result<(), TestError>> + Send + 'static,
+{
+    MetricsLog::global();
+    let in_flight =
+        || MetricsLog::global().gauge(BULKHEAD_IN_FLIGHT, &[("name", name), ("operation", name)]);
+    let coordinator = Coordinator::in_memory();
+    let (open, gate) = watch::channel(false);
+    let returns = tokio::spawn(coordinator.scoped(call(gate.clone(), false)));
+    let cancelled = tokio::spawn(coordinator.scoped(call(gate.clone(), false)));
+    let panics = tokio::spawn(coordinator.scoped(call(gate, true)));
+    eventually("three bodies running", || in_flight() == Some(3.0)).await;
+
+    cancelled.abort();
+    assert!(cancelled.await.is_err_and(|e| e.is_cancelled()));
+    assert_eq!(in_flight(), Some(2.0), "a cancelled call stops counting");
+
+    open.send(true).expect("the calls listen");
+    assert_eq!(code(&returns.await.expect("no panic")), "ok");
+    assert!(panics.await.is_err_and(|e| e.is_panic()));
+    eventually("no body running", || in_flight() == Some(0.0)).await;
+    assert_eq!(
+        decisions(name, "admitted", None),
+        3,
+        "{:?}",
+        MetricsLog::global()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn occupancy_returns_to_zero_however_calls_end() {
+    occupancy_returns_to_zero("metrics-in-flight", occupy).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_occupancy_returns_to_zero_however_calls_end() {
+    occupancy_returns_to_zero("metrics-in-flight-local", occupy_locally).await;
+}
+
+/// The next `gauge value=` a worker prints (see its `*-gauge` scenarios).
+fn next_gauge(worker: &Worker) -> String {
+    let line = worker.expect_line("gauge", PATIENCE);
+    line.trim_start_matches("gauge value=").to_owned()
+}
+
+/// Waits until a worker reports the gauge at `value`, and returns the values it reported
+/// before.
+fn until_gauge(worker: &Worker, value: &str) -> Vec<String> {
+    let mut before = Vec::new();
+    loop {
+        let next = next_gauge(worker);
+        if next == value {
+            return before;
+        }
+        before.push(next);
+    }
+}
+
+/// A worker process that used the breaker once and then only listens reports it opened by
+/// another process, then half-open and closed again by a third, then forced open and reset by
+/// an operator: all learned from the coordinator's feed.
+#[test]
+fn the_breaker_state_follows_changes_made_by_other_processes() {
+    let server = RedisServer::start();
+    let (namespace, scope) = (unique("metrics-fleet"), unique("metrics-fleet"));
+    let run = |scenario: &str, args: &[&str]| {
+        let mut all = vec![format!("scope={scope}")];
+        all.extend(args.iter().map(|arg| (*arg).to_owned()));
+        Worker::spawn(&server.url(), &namespace, scenario, &all)
+    };
+    let listener = run("breaker-gauge", &[]);
+    assert_eq!(next_gauge(&listener), "0", "closed, once used");
+
+    let failing = run("breaker-fail", &["calls=10"]).expect_line("result", PATIENCE);
+    assert!(Worker::field(&failing, "rejected") > 0, "opened: {failing}");
+    assert_eq!(
+        next_gauge(&listener),
+        "1",
+        "open, as another process made it"
+    );
+
+    // The workers' breaker opens for 1 s; then probes (three successes) close it.
+    std::thread::sleep(Duration::from_millis(1100));
+    let probing = run("breaker-probes", &["tasks=1", "runs=3"]).expect_line("result", PATIENCE);
+    assert!(Worker::field(&probing, "ran") >= 3, "probes ran: {probing}");
+    let before = until_gauge(&listener, "0");
+    assert!(
+        before.iter().all(|state| state == "2"),
+        "only half-open on the way back: {before:?}"
+    );
+
+    // An operator (this process, through the admin API) forces it open, then resets it.
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let operator = runtime.block_on(async {
+        Coordinator::redis(server.url())
+            .namespace(namespace.as_str())
+            .connect()
+            .await
+            .expect("connect")
+    });
+    let breaker = BreakerId::new("mp-breaker").scope(scope.as_str());
+    let command = |command| {
+        runtime
+            .block_on(operator.admin().breaker(&breaker, command))
+            .expect("the operator's command")
+    };
+    command(BreakerCommand::Open { lasts: None });
+    assert_eq!(next_gauge(&listener), "3", "forced open");
+    command(BreakerCommand::Reset);
+    assert_eq!(next_gauge(&listener), "0", "reset: closed");
+}
+
+/// A worker connected through a proxy reports the coordinator up, down while the proxy cuts
+/// its connections, and up again once they are restored.
+#[test]
+fn the_coordinator_gauge_follows_the_connections() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let worker = Worker::spawn(
+        &proxy.url(),
+        &unique("metrics-up"),
+        "coordinator-gauge",
+        &[format!("scope={}", unique("metrics-up"))],
+    );
+    assert_eq!(next_gauge(&worker), "1", "up once connected");
+    proxy.cut();
+    assert_eq!(until_gauge(&worker, "0"), Vec::<String>::new());
+    proxy.restore();
+    assert_eq!(until_gauge(&worker, "1"), Vec::<String>::new());
+}

@@ -1,0 +1,80 @@
+//! The rate limit across real OS processes: the fleet together is held to the rate and burst,
+//! and no rejection makes it wait longer than the rate calls for.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use caracal_tests::{RedisCluster, RedisServer};
+
+use crate::common::unique;
+use crate::common::worker::Worker;
+
+/// 3 processes × 4 tasks call for 2 s at `rate` (burst `burst`), each task again right away
+/// when admitted and after the hinted wait when not. Ordered by the clock the processes and
+/// Redis share:
+/// - admitted ≤ burst + rate × (last − first) + 1: the fleet is held to the rate;
+/// - every hint ≤ one emission interval (1/rate): GCRA admits once per interval, so a correct
+///   limiter never makes anyone wait longer; a rejection that charged the cell, or a hint that
+///   overstates the wait, shows up as a longer one (whereas a share of the ceiling reached
+///   would depend on how fast the machine lets the workers call);
+/// - the fleet got past its burst: the rate refills it.
+fn fleet(url: &str, rate: u64, burst: u64) {
+    let namespace = unique("rate-fleet");
+    let start_at =
+        SystemTime::now().duration_since(UNIX_EPOCH).expect("clock") + Duration::from_millis(1500);
+    let args = [
+        format!("scope={}", unique("rate")),
+        format!("rate={rate}"),
+        "tasks=4".to_owned(),
+        "millis=2000".to_owned(),
+        format!("start_at_ms={}", start_at.as_millis()),
+    ];
+    let workers: Vec<_> = (0..3)
+        .map(|_| Worker::spawn(url, &namespace, "rate-load", &args))
+        .collect();
+    let (mut admitted, mut first, mut last, mut longest_hint) = (0, u64::MAX, 0, 0);
+    for worker in &workers {
+        let line = worker.expect_line("result", Duration::from_secs(60));
+        assert_eq!(Worker::field(&line, "errors"), 0, "{line}");
+        admitted += Worker::field(&line, "admitted");
+        first = first.min(Worker::field(&line, "first_ms"));
+        last = last.max(Worker::field(&line, "last_ms"));
+        longest_hint = longest_hint.max(Worker::field(&line, "longest_retry_after_ns"));
+    }
+    let elapsed = (last - first) as f64 / 1000.0;
+    let ceiling = burst as f64 + rate as f64 * elapsed + 1.0;
+    eprintln!(
+        "{rate}/s, burst {burst}: {admitted} admitted in {elapsed:.3} s (at most {ceiling:.1})"
+    );
+    assert!(
+        admitted as f64 <= ceiling,
+        "{admitted} admitted in {elapsed:.3} s at {rate}/s, burst {burst}: more than {ceiling:.1}"
+    );
+    // The limiter's interval: whole nanoseconds, rounded up from 1/rate.
+    let interval_ns = 1_000_000_000_u64.div_ceil(rate);
+    assert!(
+        longest_hint <= interval_ns,
+        "a rejection hinted a {longest_hint} ns wait at {rate}/s: longer than one interval ({interval_ns} ns)"
+    );
+    assert!(
+        admitted > burst,
+        "{admitted} admitted at {rate}/s, burst {burst}: the rate never refilled the burst"
+    );
+}
+
+#[test]
+fn a_fleet_is_held_to_50_per_second_with_a_burst_of_5() {
+    let server = RedisServer::start();
+    fleet(&server.url(), 50, 5);
+}
+
+#[test]
+fn a_fleet_is_held_to_700_per_second_with_a_burst_of_5() {
+    let server = RedisServer::start();
+    fleet(&server.url(), 700, 5);
+}
+
+#[test]
+fn a_fleet_is_held_to_its_rate_on_a_cluster() {
+    let cluster = RedisCluster::start(3);
+    fleet(&cluster.seed_urls().join(","), 50, 5);
+}

@@ -1,0 +1,273 @@
+//! Cancellation and runtime edges: a call dropped while its acquire is in flight or still
+//! queued, a lease dropped outside any runtime (standalone and cluster), a connection whose
+//! reconnection task died with its runtime.
+
+use std::time::Duration;
+
+use caracal::{Coordinator, bulkhead, rate_limit};
+use caracal_tests::{FaultProxy, RedisCluster, RedisServer};
+
+use crate::common::{self, Leases, PATIENCE, TestError, code, unique, until_ok};
+
+#[bulkhead(name = "edges", limit = 1, scope = scope)]
+async fn hold(
+    scope: &str,
+    entered: Option<tokio::sync::oneshot::Sender<()>>,
+) -> Result<(), TestError> {
+    if let Some(entered) = entered {
+        let _ = entered.send(());
+        std::future::pending::<()>().await;
+    }
+    Ok(())
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// The acquire reaches the server and takes a lease, but its reply is held at the proxy until
+/// the caller has given up: the lease (30 s) is released at once all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_dropped_during_its_acquire_leaves_no_lease_behind() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let coordinator = common::connect(&proxy.url(), Duration::from_secs(60)).await;
+    let mut leases = Leases::on(&server);
+    let scope = unique("dropped-acquire");
+    // The script is cached, so the acquire below takes a lease as soon as the server gets it.
+    assert_eq!(code(&coordinator.scoped(hold(&scope, None)).await), "ok");
+    common::eventually("the first call's release", || leases.live() == 0).await;
+
+    proxy.wait_idle(PATIENCE).await;
+    proxy.hold_replies();
+    let mut call = Box::pin(coordinator.scoped(hold(&scope, None)));
+    let held = async {
+        common::eventually("the acquire's reply to be held", || {
+            proxy.held_replies() == 1
+        })
+        .await;
+    };
+    tokio::select! {
+        result = &mut call => panic!("admitted without the acquire's reply: {result:?}"),
+        () = held => {}
+    }
+    assert_eq!(leases.live(), 1, "the acquire took a lease at the server");
+    drop(call);
+    proxy.restore();
+    common::eventually("the abandoned lease to be released", || leases.live() == 0).await;
+    assert_eq!(code(&coordinator.scoped(hold(&scope, None)).await), "ok");
+}
+
+/// Room for two: a second caller's acquire would be granted while the first holds its lease,
+/// so one that nobody receives shows up as a live lease.
+#[bulkhead(name = "edges-pair", limit = 2, scope = scope)]
+async fn pair(scope: &str) -> Result<(), TestError> {
+    Ok(())
+}
+
+/// A coordinator through a proxy whose `scope` has been used once (its script is cached) and
+/// whose traffic has settled, with no live lease.
+async fn settled(proxy: &FaultProxy, leases: &mut Leases, scope: &str) -> Coordinator {
+    let coordinator = common::connect(&proxy.url(), Duration::from_secs(60)).await;
+    assert_eq!(code(&coordinator.scoped(pair(scope)).await), "ok");
+    common::eventually("the first call's release", || leases.live() == 0).await;
+    proxy.wait_idle(PATIENCE).await;
+    coordinator
+}
+
+/// A caller queued behind an acquire in flight for its identity is cancelled before its own
+/// acquire goes out. Its acquire used to go out all the same, after the release its drop sent
+/// (which found nothing), and take a lease nobody held until the lease expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_cancelled_while_queued_behind_an_acquire_leaves_no_lease_behind() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let mut leases = Leases::on(&server);
+    let scope = unique("cancelled-queued");
+    let coordinator = settled(&proxy, &mut leases, &scope).await;
+
+    proxy.hold_replies();
+    let first = tokio::spawn({
+        let (coordinator, scope) = (coordinator.clone(), scope.clone());
+        async move { coordinator.scoped(pair(&scope)).await }
+    });
+    common::eventually("the first acquire's reply to be held", || {
+        proxy.held_replies() == 1
+    })
+    .await;
+    // Polled once, the second call joins the lane behind the first acquire, then is dropped.
+    let mut second = Box::pin(coordinator.scoped(pair(&scope)));
+    tokio::select! {
+        biased;
+        result = &mut second => panic!("admitted while every reply is held: {result:?}"),
+        () = std::future::ready(()) => {}
+    }
+    drop(second);
+    common::eventually("the cancelled call's release to be answered", || {
+        proxy.held_replies() == 2
+    })
+    .await;
+    proxy.restore();
+    assert_eq!(code(&first.await.expect("first call")), "ok");
+    proxy.wait_idle(PATIENCE).await;
+    assert_eq!(leases.live(), 0, "a lease nobody holds is left behind");
+}
+
+/// Two admissions per 100 s: a third arrival charged within the test would be refused.
+#[rate_limit(name = "edges-rate", rate = 0.01, burst = 2, scope = scope)]
+async fn scarce(scope: &str) -> Result<(), TestError> {
+    Ok(())
+}
+
+/// The rate limit's lane: an arrival cancelled while queued behind one in flight used to be
+/// sent and charged all the same, spending the burst of callers still waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_arrival_cancelled_while_queued_is_not_charged() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let coordinator = common::connect(&proxy.url(), Duration::from_secs(60)).await;
+    // Another scope's arrival loads the script, so each arrival below is one request.
+    assert_eq!(
+        code(&coordinator.scoped(scarce(&unique("warm"))).await),
+        "ok"
+    );
+    proxy.wait_idle(PATIENCE).await;
+    let scope = unique("cancelled-arrival");
+
+    proxy.hold_replies();
+    let first = tokio::spawn({
+        let (coordinator, scope) = (coordinator.clone(), scope.clone());
+        async move { coordinator.scoped(scarce(&scope)).await }
+    });
+    common::eventually("the first arrival's reply to be held", || {
+        proxy.held_replies() == 1
+    })
+    .await;
+    let mut cancelled = Box::pin(coordinator.scoped(scarce(&scope)));
+    tokio::select! {
+        biased;
+        result = &mut cancelled => panic!("decided while every reply is held: {result:?}"),
+        () = std::future::ready(()) => {}
+    }
+    drop(cancelled);
+    proxy.restore();
+    assert_eq!(code(&first.await.expect("first call")), "ok");
+    proxy.wait_idle(PATIENCE).await;
+    assert_eq!(
+        code(&coordinator.scoped(scarce(&scope)).await),
+        "ok",
+        "the cancelled arrival spent the second admission of the burst"
+    );
+}
+
+/// After `SCRIPT FLUSH`, the acquire's `EVALSHA` is answered `NOSCRIPT` and sent again as
+/// `EVAL`. A caller cancelled between the two used to have its release run first, then the
+/// `EVAL` (sent in the background) took a lease nobody held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_cancelled_during_the_noscript_fallback_leaves_no_lease_behind() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let mut leases = Leases::on(&server);
+    let scope = unique("cancelled-noscript");
+    let coordinator = settled(&proxy, &mut leases, &scope).await;
+    redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .exec(&mut server.connection())
+        .expect("SCRIPT FLUSH");
+
+    proxy.hold_replies();
+    let mut call = Box::pin(coordinator.scoped(pair(&scope)));
+    let noscript_held = async {
+        common::eventually("the NOSCRIPT reply to be held", || {
+            proxy.held_replies() == 1
+        })
+        .await;
+    };
+    tokio::select! {
+        result = &mut call => panic!("admitted while every reply is held: {result:?}"),
+        () = noscript_held => {}
+    }
+    drop(call);
+    common::eventually("the cancelled call's release to be answered", || {
+        proxy.held_replies() == 2
+    })
+    .await;
+    proxy.restore();
+    proxy.wait_idle(PATIENCE).await;
+    assert_eq!(
+        leases.live(),
+        0,
+        "the EVAL fallback took a lease nobody holds"
+    );
+}
+
+/// Holds a lease of `coordinator` (built on `runtime`), drops it on this thread, outside any
+/// runtime, then waits for the slot to come back: the guard must still send its release,
+/// without panicking. The lease is 30 s, so a slot back within the wait was released.
+fn lease_dropped_outside_any_runtime(runtime: &tokio::runtime::Runtime, coordinator: &Coordinator) {
+    let scope = unique("outside");
+    let (entered, inside) = tokio::sync::oneshot::channel();
+    let mut holding = Box::pin(coordinator.scoped(hold(&scope, Some(entered))));
+    runtime.block_on(async {
+        tokio::select! {
+            _ = &mut holding => unreachable!("the body never returns"),
+            _ = inside => {}
+        }
+    });
+    drop(holding);
+    runtime.block_on(until_ok(|| coordinator.scoped(hold(&scope, None))));
+}
+
+#[test]
+fn a_lease_dropped_outside_any_runtime_is_released() {
+    let server = RedisServer::start();
+    let runtime = runtime();
+    let coordinator = runtime.block_on(common::redis(&server.url()));
+    lease_dropped_outside_any_runtime(&runtime, &coordinator);
+}
+
+/// The cluster client arms a timer (its response timeout) when a command is first polled,
+/// which needs a runtime: the release of a lease dropped outside one used to panic in `Drop`.
+#[test]
+fn a_lease_dropped_outside_any_runtime_is_released_on_a_cluster() {
+    let cluster = RedisCluster::start(3);
+    let runtime = runtime();
+    let coordinator = runtime.block_on(common::cluster(cluster.seed_urls()));
+    lease_dropped_outside_any_runtime(&runtime, &coordinator);
+}
+
+#[test]
+fn a_connection_outlives_the_runtime_that_was_reconnecting_it() {
+    let mut server = RedisServer::start();
+    let scope = unique("reconnect");
+    let first = runtime();
+    let coordinator: Coordinator = first.block_on(async {
+        let coordinator = Coordinator::redis(server.url())
+            .namespace(unique("reconnect"))
+            .pool_size(1)
+            .command_timeout(Duration::from_millis(300))
+            .connect()
+            .await
+            .expect("connect");
+        assert_eq!(code(&coordinator.scoped(short_lease(&scope)).await), "ok");
+        coordinator
+    });
+    server.stop();
+    // The lost connection is noticed and a reconnection starts on the first runtime...
+    std::thread::sleep(Duration::from_millis(200));
+    // ...which then goes away with it.
+    drop(first);
+    server.restart();
+    let second = runtime();
+    // The restarted server lost its leases: admissions resume one (short) lease later.
+    second.block_on(until_ok(|| coordinator.scoped(short_lease(&scope))));
+}
+
+#[bulkhead(name = "edges-restart", limit = 1, lease = "300ms", scope = scope)]
+async fn short_lease(scope: &str) -> Result<(), TestError> {
+    Ok(())
+}

@@ -1,0 +1,157 @@
+//! `caracal::tower` under axum: a real HTTP server (a process of its own, `caracal-http-server`,
+//! guarding `/hold` with `BulkheadLayer::new("shared-budget").limit(2)`) on a free port, a real
+//! hyper client, and `#[bulkhead(name = "shared-budget", limit = 2)]` in this process: one
+//! identity, so one budget, whichever side takes the slots.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use caracal::bulkhead;
+use caracal_tests::RedisServer;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use tokio::sync::Semaphore;
+
+use crate::common::{Leases, TestError, code, eventually, unique};
+
+const SERVER: &str = env!("CARGO_BIN_EXE_caracal-http-server");
+
+/// The server process; killed when dropped.
+struct HttpServer {
+    child: Child,
+    port: u16,
+}
+
+impl HttpServer {
+    fn start(redis_url: &str, namespace: &str) -> Self {
+        let mut child = Command::new(SERVER)
+            .env("CARACAL_REDIS_URL", redis_url)
+            .env("CARACAL_NAMESPACE", namespace)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn the HTTP server");
+        let stdout = child.stdout.take().expect("server stdout");
+        let line = BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .find(|line| line.starts_with("listening"))
+            .expect("the server says where it listens");
+        let port = line
+            .strip_prefix("listening port=")
+            .and_then(|port| port.parse().ok())
+            .unwrap_or_else(|| panic!("no port in {line:?}"));
+        HttpServer { child, port }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+type HttpClient = Client<HttpConnector, Empty<Bytes>>;
+
+/// Sends a request; answers the status and the body.
+async fn send(client: &HttpClient, method: &str, uri: String, tenant: &str) -> (u16, String) {
+    let request = axum::http::Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("tenant", tenant)
+        .body(Empty::new())
+        .expect("a request");
+    let response = client.request(request).await.expect("the server answers");
+    let status = response.status().as_u16();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("a body")
+        .to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// Holds a slot of the same identity as the server's layer until `gate` gives a permit.
+#[bulkhead(name = "shared-budget", limit = 2, scope = tenant)]
+async fn hold(tenant: &str, gate: &Semaphore) -> Result<(), TestError> {
+    gate.acquire().await.map(|permit| permit.forget()).ok();
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tower_layer_and_an_attribute_share_one_budget() {
+    let redis = RedisServer::start();
+    let namespace = unique("ns");
+    let server = HttpServer::start(&redis.url(), &namespace);
+    let coordinator = caracal::Coordinator::redis(redis.url())
+        .namespace(namespace.as_str())
+        .connect()
+        .await
+        .expect("connect");
+    let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+    let base = format!("http://127.0.0.1:{}", server.port);
+    let tenant = unique("tenant");
+
+    // Two requests take the budget through the layer...
+    let held: Vec<_> = (0..2)
+        .map(|_| {
+            let (client, uri, tenant) = (client.clone(), format!("{base}/hold"), tenant.clone());
+            tokio::spawn(async move { send(&client, "GET", uri, &tenant).await })
+        })
+        .collect();
+    // ...so the attribute is refused once both are in. (Not probed before: an attribute call
+    // in flight takes a slot, and would turn one of the two requests away.)
+    let mut leases = Leases::on(&redis);
+    eventually("both requests hold a slot", || leases.live() == 2).await;
+    let open = Semaphore::new(Semaphore::MAX_PERMITS);
+    assert_eq!(
+        code(&coordinator.scoped(hold(&tenant, &open)).await),
+        "bulkhead_full",
+        "the attribute is refused"
+    );
+    assert_eq!(
+        send(&client, "GET", format!("{base}/hold"), &tenant).await,
+        (503, "bulkhead_full".to_owned()),
+        "a third request is refused by the layer"
+    );
+    // Another tenant is another identity.
+    let other = unique("tenant");
+    assert_eq!(code(&coordinator.scoped(hold(&other, &open)).await), "ok");
+
+    send(&client, "POST", format!("{base}/release?n=2"), &tenant).await;
+    for request in held {
+        assert_eq!(
+            request.await.expect("request task"),
+            (200, "done".to_owned())
+        );
+    }
+
+    // The other way round: the attribute holds both slots, the layer refuses. (The server
+    // releases its leases in the background: wait until they are gone.)
+    eventually("the server released its slots", || leases.live() == 0).await;
+    let gate = Arc::new(Semaphore::new(0));
+    let holders: Vec<_> = (0..2)
+        .map(|_| {
+            let (coordinator, tenant, gate) =
+                (coordinator.clone(), tenant.clone(), Arc::clone(&gate));
+            tokio::spawn(async move { coordinator.scoped(hold(&tenant, &gate)).await })
+        })
+        .collect();
+    eventually("the attribute holds both slots", || leases.live() == 2).await;
+    assert_eq!(
+        send(&client, "GET", format!("{base}/hold"), &tenant).await,
+        (503, "bulkhead_full".to_owned()),
+        "the layer refuses while the attribute holds both slots"
+    );
+    gate.add_permits(2);
+    for holder in holders {
+        assert_eq!(code(&holder.await.expect("holder task")), "ok");
+    }
+    coordinator.shutdown().await;
+}
