@@ -13,7 +13,7 @@
 --          (thousandths), 5 slow-call threshold (thousandths, 0 for none), 6 window_size,
 --          7 window ms, 8 open ms, 9 half_open_probes, 10 half_open_successes,
 --          11 probe lease ms, 12 probe token
--- Reply    {kind, generation, retry_after_ms, transitioned}: kind 0 closed (admit, no probe;
+-- Reply    {kind, generation, retry_after_ms, transitioned, stamp}: kind 0 closed (admit, no probe;
 --          transitioned = 1 when this call ended a forced-closed period), 1 open (reject;
 --          retry_after_ms until a probe is possible), 2 probe limit (reject), 3 probe
 --          (admitted holding a slot; transitioned = 1 when this call turned the breaker
@@ -25,11 +25,15 @@
 -- Cost     O(log P + E): P live probes, E expired ones pruned.
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+-- Where this decision falls in the server's order (microseconds): the last element of every
+-- reply and of every message, so a process never lets an earlier decision undo a later one.
+local stamp = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local stamp_text = clock[1] .. string.format('%06d', tonumber(clock[2]))
 local state_key, window_key, probes_key = KEYS[1], KEYS[2], KEYS[3]
 
 local function publish(phase, generation)
   if ARGV[1] ~= '' then
-    redis.call('PUBLISH', ARGV[1], ARGV[2] .. ':' .. phase .. ':' .. generation)
+    redis.call('PUBLISH', ARGV[1], ARGV[2] .. ':' .. phase .. ':' .. generation .. ':' .. stamp_text)
   end
 end
 
@@ -38,33 +42,33 @@ local fields = redis.call('HMGET', state_key, 'phase', 'generation', 'opened_at'
 local phase = tonumber(fields[1])
 local generation = tonumber(fields[2]) or 0
 if phase == nil or (phase == 0 and tonumber(fields[4]) <= now) then
-  return {0, 0, 0, 0}
+  return {0, 0, 0, 0, stamp}
 end
 if phase == 0 then
-  return {0, generation, 0, 0}
+  return {0, generation, 0, 0, stamp}
 end
 local forced_until = tonumber(fields[5]) or 0
 local lapsed = forced_until ~= 0 and forced_until <= now
 if phase == 4 then
   if not lapsed then
-    return {5, generation, 0, 0}
+    return {5, generation, 0, 0, stamp}
   end
   local closed_until = now + math.max(tonumber(ARGV[7]), 2 * tonumber(ARGV[8]))
   redis.call('HSET', state_key, 'phase', 0, 'opened_at', 0, 'successes', 0, 'total', 0,
     'failures', 0, 'slow', 0, 'closed_until', closed_until, 'forced_until', 0)
   redis.call('PEXPIREAT', state_key, closed_until)
   publish(0, generation)
-  return {0, generation, 0, 1}
+  return {0, generation, 0, 1, stamp}
 end
 if phase == 3 and not lapsed then
-  return {4, generation, forced_until == 0 and 0 or forced_until - now, 0}
+  return {4, generation, forced_until == 0 and 0 or forced_until - now, 0, stamp}
 end
 
 local transitioned = 0
 if phase == 1 or phase == 3 then
   local due = tonumber(fields[3]) + tonumber(ARGV[8])
   if phase == 1 and now < due then
-    return {1, generation, due - now, 0}
+    return {1, generation, due - now, 0, stamp}
   end
   redis.call('HSET', state_key, 'phase', 2, 'successes', 0, 'forced_until', 0)
   redis.call('DEL', probes_key)
@@ -75,11 +79,11 @@ else
 end
 
 if redis.call('ZCARD', probes_key) >= tonumber(ARGV[9]) then
-  return {2, generation, 0, transitioned}
+  return {2, generation, 0, transitioned, stamp}
 end
 local deadline = now + tonumber(ARGV[11])
 redis.call('ZADD', probes_key, deadline, ARGV[12])
 local latest = redis.call('ZRANGE', probes_key, 0, 0, 'REV', 'WITHSCORES')
 redis.call('PEXPIREAT', probes_key, math.max(deadline, tonumber(latest[2])) + 1000)
 redis.call('PERSIST', state_key)
-return {3, generation, 0, transitioned}
+return {3, generation, 0, transitioned, stamp}

@@ -11,11 +11,15 @@
 --          ("<process>:operator:<identity tag>"), 3 command ("open", "closed" or "reset"),
 --          4 how long a forced state lasts (ms; 0 for "until a reset"), 5 how long the closed
 --          state of a reset lasts without observations (ms)
--- Reply    {from_phase, generation}: the phase the command ended, and the new generation
+-- Reply    {from_phase, generation, stamp}: the phase the command ended, and the new generation
 -- TTL      forced states never expire; a reset's closed state expires at now + ARGV[5].
 -- Cost     O(1).
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+-- Where this decision falls in the server's order (microseconds): the last element of every
+-- reply and of every message, so a process never lets an earlier decision undo a later one.
+local stamp = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local stamp_text = clock[1] .. string.format('%06d', tonumber(clock[2]))
 local state_key, window_key, probes_key = KEYS[1], KEYS[2], KEYS[3]
 
 local fields = redis.call('HMGET', state_key, 'phase', 'generation', 'closed_until')
@@ -45,6 +49,6 @@ else
 end
 redis.call('DEL', window_key, probes_key)
 if ARGV[1] ~= '' then
-  redis.call('PUBLISH', ARGV[1], ARGV[2] .. ':' .. new_phase .. ':' .. generation)
+  redis.call('PUBLISH', ARGV[1], ARGV[2] .. ':' .. new_phase .. ':' .. generation .. ':' .. stamp_text)
 end
-return {phase, generation}
+return {phase, generation, stamp}

@@ -14,7 +14,7 @@
 --          7 window ms, 8 open ms, 9 half_open_probes, 10 half_open_successes,
 --          11 probe lease ms, 12 expected generation, 13 outcomes (letters, oldest first),
 --          14 generation to mint if the state was lost while window data survived
--- Reply    {kind, phase, generation, total, failures, slow}: kind 0 stale (dropped; phase and
+-- Reply    {kind, phase, generation, total, failures, slow, stamp}: kind 0 stale (dropped; phase and
 --          generation are the current ones), 1 recorded, 2 opened (generation is the new one;
 --          the counts are the window that opened it)
 -- TTL      closed: the state expires at closed_until = now + max(window, 2 x open), refreshed on
@@ -26,6 +26,10 @@
 --          never scanned (totals live in the state).
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+-- Where this decision falls in the server's order (microseconds): the last element of every
+-- reply and of every message, so a process never lets an earlier decision undo a later one.
+local stamp = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local stamp_text = clock[1] .. string.format('%06d', tonumber(clock[2]))
 local state_key, window_key, probes_key = KEYS[1], KEYS[2], KEYS[3]
 local window_ms = tonumber(ARGV[7])
 local closed_ttl = math.max(window_ms, 2 * tonumber(ARGV[8]))
@@ -71,7 +75,7 @@ if phase == nil or (phase == 0 and tonumber(fields[3]) <= now) then
   redis.call('PEXPIREAT', state_key, now + closed_ttl)
 end
 if phase ~= 0 or generation ~= tonumber(ARGV[12]) then
-  return {0, phase, generation, 0, 0, 0}
+  return {0, phase, generation, 0, 0, 0, stamp}
 end
 
 local gone, gone_failures, gone_slow = expire_window()
@@ -108,12 +112,12 @@ if total >= tonumber(ARGV[3])
   redis.call('PERSIST', state_key)
   redis.call('DEL', window_key)
   if ARGV[1] ~= '' then
-    redis.call('PUBLISH', ARGV[1], ARGV[2] .. ':1:' .. generation)
+    redis.call('PUBLISH', ARGV[1], ARGV[2] .. ':1:' .. generation .. ':' .. stamp_text)
   end
-  return {2, 1, generation, total, failures, slow}
+  return {2, 1, generation, total, failures, slow, stamp}
 end
 redis.call('HSET', state_key, 'total', total, 'failures', failures, 'slow', slow,
   'closed_until', now + closed_ttl)
 redis.call('PEXPIREAT', state_key, now + closed_ttl)
 redis.call('PEXPIREAT', window_key, now + closed_ttl)
-return {1, 0, generation, total, failures, slow}
+return {1, 0, generation, total, failures, slow, stamp}

@@ -13,7 +13,7 @@
 --          7 window ms, 8 open ms, 9 half_open_probes, 10 half_open_successes,
 --          11 probe lease ms, 12 probe token, 13 outcome ('s', 'f' or 'i'), 14 expected
 --          generation
--- Reply    {kind, phase, generation, successes}: kind 0 stale, 1 released (ignored), 2 counted
+-- Reply    {kind, phase, generation, successes, stamp}: kind 0 stale, 1 released (ignored), 2 counted
 --          (a success short of closing), 3 closed (new generation), 4 re-opened (new
 --          generation)
 -- TTL      closed: the state expires at closed_until = now + max(window, 2 x open). Open and
@@ -21,11 +21,15 @@
 -- Cost     O(log P).
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+-- Where this decision falls in the server's order (microseconds): the last element of every
+-- reply and of every message, so a process never lets an earlier decision undo a later one.
+local stamp = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local stamp_text = clock[1] .. string.format('%06d', tonumber(clock[2]))
 local state_key, window_key, probes_key = KEYS[1], KEYS[2], KEYS[3]
 
 local function publish(phase, generation)
   if ARGV[1] ~= '' then
-    redis.call('PUBLISH', ARGV[1], ARGV[2] .. ':' .. phase .. ':' .. generation)
+    redis.call('PUBLISH', ARGV[1], ARGV[2] .. ':' .. phase .. ':' .. generation .. ':' .. stamp_text)
   end
 end
 
@@ -33,19 +37,19 @@ local fields = redis.call('HMGET', state_key, 'phase', 'generation', 'closed_unt
 local phase = tonumber(fields[1])
 local generation = tonumber(fields[2])
 if phase == nil or (phase == 0 and tonumber(fields[3]) <= now) then
-  return {0, 0, 0, 0}
+  return {0, 0, 0, 0, stamp}
 end
 local deadline = tonumber(redis.call('ZSCORE', probes_key, ARGV[12]))
 if deadline then
   redis.call('ZREM', probes_key, ARGV[12])
 end
 if not deadline or deadline <= now or phase ~= 2 or generation ~= tonumber(ARGV[14]) then
-  return {0, phase, generation, 0}
+  return {0, phase, generation, 0, stamp}
 end
 
 local outcome = ARGV[13]
 if outcome == 'i' then
-  return {1, 2, generation, 0}
+  return {1, 2, generation, 0, stamp}
 end
 if outcome == 'f' then
   generation = generation + 1
@@ -53,12 +57,12 @@ if outcome == 'f' then
     'successes', 0)
   redis.call('DEL', probes_key)
   publish(1, generation)
-  return {4, 1, generation, 0}
+  return {4, 1, generation, 0, stamp}
 end
 local successes = tonumber(fields[4]) + 1
 if successes < tonumber(ARGV[10]) then
   redis.call('HSET', state_key, 'successes', successes)
-  return {2, 2, generation, successes}
+  return {2, 2, generation, successes, stamp}
 end
 generation = generation + 1
 local closed_until = now + math.max(tonumber(ARGV[7]), 2 * tonumber(ARGV[8]))
@@ -68,4 +72,4 @@ redis.call('HSET', state_key, 'phase', 0, 'generation', generation, 'opened_at',
 redis.call('PEXPIREAT', state_key, closed_until)
 redis.call('DEL', probes_key, window_key)
 publish(0, generation)
-return {3, 0, generation, 0}
+return {3, 0, generation, 0, stamp}

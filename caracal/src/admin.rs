@@ -313,7 +313,11 @@ impl Admin {
                 BreakerState::Closed,
             ),
         };
-        let reply = self.coordinator.breaker_force(&identity, force).await?;
+        let reply = self
+            .coordinator
+            .breaker_force(&identity, force)
+            .await?
+            .reply;
         Ok(BreakerChanged {
             from: BreakerState::of(reply.from),
             to,

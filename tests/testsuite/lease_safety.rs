@@ -490,15 +490,22 @@ async fn storm(coordinator: &caracal::Coordinator, tasks: usize) -> u32 {
 /// Defect 6: a failure storm ran hundreds of bodies through a breaker with
 /// `minimum_throughput = 5` before it opened, its outcomes waiting in a batch. A process's own
 /// outcomes now count at once: at most `minimum_throughput` bodies run sequentially (plus one
-/// for each other task already running).
+/// for each other task already running). Several storms of many tasks: a late answer that
+/// closed the view again after the breaker opened (fixed by stamping answers) let one in
+/// about a hundred such storms run on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failure_storm_is_cut_off_at_the_threshold() {
     let server = RedisServer::start();
     let coordinator = common::redis(&server.url()).await;
     let alone = storm(&coordinator, 1).await;
     assert!(alone <= 5 + 1, "{alone} bodies ran sequentially");
-    let together = storm(&coordinator, 8).await;
-    assert!(together <= 5 + 8, "{together} bodies ran in 8 tasks");
+    for tasks in [8, 32, 8, 32, 8, 32] {
+        let together = storm(&coordinator, tasks).await;
+        assert!(
+            together <= 5 + tasks as u32,
+            "{together} bodies ran in {tasks} tasks"
+        );
+    }
     coordinator.shutdown().await;
 }
 

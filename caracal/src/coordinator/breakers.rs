@@ -38,7 +38,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::feed::{Origin, Transition};
-use super::{BreakerTarget, Coordinator, upgrade};
+use super::{BreakerTarget, Coordinator, Stamped, upgrade};
 use crate::Error;
 use crate::events::{self, ChangeOrigin};
 use crate::identity::{Identity, KeyBase};
@@ -76,6 +76,8 @@ struct View {
     window: Counts,
     /// Observations of `generation` sent and not yet answered.
     unanswered: Counts,
+    /// The stamp of the latest decision this view holds (see [`Stamped`]), if it was stamped.
+    stamp: Option<u64>,
 }
 
 impl View {
@@ -89,6 +91,7 @@ impl View {
             batch: None,
             window: Counts::default(),
             unanswered: Counts::default(),
+            stamp: learned.stamp,
         }
     }
 
@@ -131,6 +134,26 @@ struct Learned {
     probe_due: Option<Instant>,
     /// When the question was sent (for a message: when it arrived).
     asked: Instant,
+    /// Where the decision falls in the coordinator's order (see [`Stamped`]).
+    stamp: Option<u64>,
+}
+
+/// What an answer did to the view it was about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Learnt {
+    /// It was older than what the view holds, and was dropped.
+    Stale,
+    /// It was applied; the change of phase or generation it made, if any.
+    Applied(Option<BreakerTransition>),
+}
+
+impl Learnt {
+    fn change(self) -> Option<BreakerTransition> {
+        match self {
+            Learnt::Stale => None,
+            Learnt::Applied(change) => change,
+        }
+    }
 }
 
 /// Makes room in a full map of views: forgets those unconfirmed for [`LAST_KNOWN_AGE`], then,
@@ -155,28 +178,36 @@ fn evict(views: &mut HashMap<KeyBase, View>, now: Instant) {
     }
 }
 
-/// Applies what the coordinator said about `key`. Answers can cross on the wire, so one that
-/// is older than the view is ignored unless it is plainly newer state: a later generation, or
-/// the open → half-open step of the same one. A lower generation is accepted only from a
-/// question asked after the view was confirmed (a lost state restarted the epoch). The view
-/// counts as confirmed at `asked`, so its age bound holds from when it was true. Returns the
-/// change, if the view existed and its phase or generation moved; a new view (made only when
-/// `identity` is given) is no change this process saw.
+/// Applies what the coordinator said about `key`. Answers reach this process in another
+/// order than they were decided in (a batch goes out from a background task while a later
+/// question goes out at once; replies are handled by different tasks), so one decided before
+/// what the view holds is dropped: stamps order them (a lower generation from a later
+/// decision is a lost state's new epoch). An unstamped answer (a message from a version that
+/// did not stamp them) is taken only if it is plainly newer state — a later generation, or
+/// the open → half-open step of the same one — or was asked after the view was confirmed.
+/// The view counts as confirmed at `asked`, so its age bound holds from when it was true. A
+/// new view (made only when `identity` is given) is no change this process saw.
 fn learn_in(
     views: &mut HashMap<KeyBase, View>,
     key: &KeyBase,
     identity: Option<&Identity>,
     learned: Learned,
-) -> Option<BreakerTransition> {
+) -> Learnt {
     if let Some(view) = views.get_mut(key) {
         let (phase, generation) = (learned.phase, learned.generation);
-        let later_state = generation > view.generation
-            || (generation == view.generation
-                && (phase == view.phase
-                    || (matches!(view.phase, Phase::Open | Phase::ForcedOpen)
-                        && phase == Phase::HalfOpen)));
-        if !later_state && learned.asked < view.confirmed {
-            return None;
+        let newer = match (learned.stamp, view.stamp) {
+            (Some(stamp), Some(held)) => stamp >= held,
+            _ => {
+                let later_state = generation > view.generation
+                    || (generation == view.generation
+                        && (phase == view.phase
+                            || (matches!(view.phase, Phase::Open | Phase::ForcedOpen)
+                                && phase == Phase::HalfOpen)));
+                later_state || learned.asked >= view.confirmed
+            }
+        };
+        if !newer {
+            return Learnt::Stale;
         }
         let change =
             (phase != view.phase || generation != view.generation).then_some(BreakerTransition {
@@ -192,15 +223,18 @@ fn learn_in(
         view.generation = generation;
         view.confirmed = view.confirmed.max(learned.asked);
         view.probe_due = learned.probe_due;
-        return change.filter(|change| change.from != change.to);
+        view.stamp = view.stamp.max(learned.stamp);
+        return Learnt::Applied(change.filter(|change| change.from != change.to));
     }
-    let identity = identity?;
+    let Some(identity) = identity else {
+        return Learnt::Stale;
+    };
     if views.len() >= MAX_VIEWS {
         evict(views, learned.asked);
     }
     events::breaker_phase(&identity.at(), learned.phase);
     views.insert(key.clone(), View::new(identity, &learned));
-    None
+    Learnt::Applied(None)
 }
 
 /// How a call is admitted, from the view or from the coordinator.
@@ -276,7 +310,7 @@ impl Breakers {
             Some(&target.identity),
             learned,
         );
-        if let Some(change) = change {
+        if let Some(change) = change.change() {
             let (origin, window) = match ours {
                 Some(window) => (ChangeOrigin::Local, window),
                 None => (learned_origin(change), None),
@@ -295,10 +329,11 @@ impl Breakers {
             generation: transition.generation,
             probe_due: None,
             asked: Instant::now(),
+            stamp: transition.stamp,
         };
         // Only views this process holds matter; others would be made on demand anyway.
         let mut views = lock(&self.views);
-        if let Some(change) = learn_in(&mut views, &transition.key, None, learned) {
+        if let Some(change) = learn_in(&mut views, &transition.key, None, learned).change() {
             let origin = match transition.origin {
                 Origin::Call => ChangeOrigin::Remote,
                 Origin::Operator => ChangeOrigin::Operator,
@@ -362,18 +397,22 @@ impl Coordinator {
     ) -> Result<Admission, Error> {
         let breakers = &self.inner.breakers;
         self.ensure_transition_feed();
-        let mut waited = false;
+        let mut deadline = None;
         loop {
             match breakers.decide_locally(target, Instant::now()) {
                 Local::Decided(admission) => return Ok(admission),
                 Local::Ask => break,
-                // Once, bounded by the command timeout: a verdict that never comes (its task
+                // Every reply wakes every waiter, so each waits on while its own verdict is
+                // out: asking the coordinator sooner could overtake the batch that carries it.
+                // Bounded by the command timeout: a verdict that never comes (its task
                 // dropped with a runtime) must not hold admissions forever; the coordinator
                 // decides after that.
-                Local::AwaitVerdict(_) if waited => break,
                 Local::AwaitVerdict(verdict) => {
-                    let _ = tokio::time::timeout(self.command_timeout(), verdict).await;
-                    waited = true;
+                    let deadline =
+                        *deadline.get_or_insert_with(|| Instant::now() + self.command_timeout());
+                    if tokio::time::timeout_at(deadline, verdict).await.is_err() {
+                        break;
+                    }
                 }
             }
         }
@@ -387,12 +426,13 @@ impl Coordinator {
             armed: true,
         };
         let asked = Instant::now();
-        let reply = self.breaker_admit(target, token).await?;
+        let Stamped { reply, stamp } = self.breaker_admit(target, token).await?;
         let learned = |phase, generation, probe_due| Learned {
             phase,
             generation,
             probe_due,
             asked,
+            stamp: Some(stamp),
         };
         // A transition this admission made is this process's; any other it learned of.
         let ours = |transitioned: bool| transitioned.then_some(None);
@@ -487,6 +527,7 @@ impl Coordinator {
                     generation,
                     probe_due: None,
                     asked: Instant::now() - VIEW_MAX_AGE,
+                    stamp: None,
                 };
                 View::new(&target.identity, &learned)
             });
@@ -582,12 +623,12 @@ impl Coordinator {
         attempted: u64,
         counts: Counts,
         asked: Instant,
-        reply: Result<ObserveReply, Error>,
+        reply: Result<Stamped<ObserveReply>, Error>,
     ) {
         let breakers = &self.inner.breakers;
         let at = target.identity.at();
         match &reply {
-            Ok(reply) => events::breaker_observed(&at, attempted, reply),
+            Ok(stamped) => events::breaker_observed(&at, attempted, &stamped.reply),
             Err(error) => events::breaker_coordinator_error(&at, "observe", error),
         }
         let change = {
@@ -600,7 +641,7 @@ impl Coordinator {
                 view.unanswered.remove(counts);
             }
             match reply {
-                Ok(reply) => {
+                Ok(Stamped { reply, stamp }) => {
                     let (phase, generation, probe_due, opened) = match reply {
                         ObserveReply::Recorded { generation, .. } => {
                             (Phase::Closed, generation, None, None)
@@ -618,16 +659,18 @@ impl Coordinator {
                         generation,
                         probe_due,
                         asked,
+                        stamp: Some(stamp),
                     };
                     let key = &target.identity.key;
-                    let change = learn_in(&mut views, key, Some(&target.identity), learned);
+                    let learnt = learn_in(&mut views, key, Some(&target.identity), learned);
                     if let ObserveReply::Recorded { generation, window } = reply
+                        && learnt != Learnt::Stale
                         && let Some(view) = views.get_mut(key)
                         && view.generation == generation
                     {
                         view.window = window;
                     }
-                    change.map(|change| {
+                    learnt.change().map(|change| {
                         let origin = match opened {
                             Some(_) => ChangeOrigin::Local,
                             None => learned_origin(change),
@@ -662,7 +705,7 @@ impl Coordinator {
                 return;
             };
             match reply {
-                Ok(reply) => {
+                Ok(Stamped { reply, stamp }) => {
                     events::breaker_settled(&target.identity.at(), generation, &reply);
                     let (phase, generation, probe_due, ours) = match reply {
                         SettleReply::Closed { generation } => {
@@ -683,6 +726,7 @@ impl Coordinator {
                         generation,
                         probe_due,
                         asked,
+                        stamp: Some(stamp),
                     };
                     coordinator.inner.breakers.learn(&target, learned, ours);
                 }
@@ -715,5 +759,65 @@ impl Drop for UnclaimedProbe<'_> {
                 let _ = settle.await;
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::identity::{Kind, Scope};
+
+    fn identity() -> Identity {
+        Identity::new("ns", Kind::CircuitBreaker, "p", "op", &Scope::GLOBAL)
+    }
+
+    /// The race behind a failure storm running past its threshold: this process's batch that
+    /// opened the breaker was asked first but reached the server last (it is sent from a
+    /// background task), and an admission asked after it was decided by the server before
+    /// it. Its late answer must not close the view again; a later decision still may, even
+    /// under a lower generation (a lost state's new epoch).
+    #[test]
+    fn an_answer_the_server_gave_earlier_does_not_roll_the_view_back() {
+        let identity = identity();
+        let key = &identity.key;
+        let mut views = HashMap::new();
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let closed = Learned {
+            phase: Phase::Closed,
+            generation: 0,
+            probe_due: None,
+            asked: at(0),
+            stamp: Some(10),
+        };
+        learn_in(&mut views, key, Some(&identity), closed);
+        let opened = Learned {
+            phase: Phase::Open,
+            generation: 1,
+            probe_due: Some(at(30_000)),
+            asked: at(1),
+            stamp: Some(30),
+        };
+        let change = learn_in(&mut views, key, Some(&identity), opened).change();
+        assert_eq!(change.map(|change| change.to), Some(Phase::Open));
+        let late = Learned {
+            asked: at(2),
+            stamp: Some(20),
+            ..closed
+        };
+        assert_eq!(
+            learn_in(&mut views, key, Some(&identity), late),
+            Learnt::Stale
+        );
+        assert_eq!((views[key].phase, views[key].generation), (Phase::Open, 1));
+
+        let new_epoch = Learned {
+            asked: at(3),
+            stamp: Some(40),
+            ..closed
+        };
+        let change = learn_in(&mut views, key, Some(&identity), new_epoch).change();
+        assert_eq!(change.map(|change| change.to), Some(Phase::Closed));
+        assert_eq!(views[key].stamp, Some(40));
     }
 }

@@ -1,7 +1,9 @@
 //! The messages of a namespace's pub/sub feed: every script that changes a breaker's state
-//! publishes `"<process>:<origin>:<identity tag>:<phase>:<generation>"`, so every process that
-//! uses the breaker learns of the change — and of who made it — without making a call; a change
-//! of the fleet's overrides publishes `"config:<version>"`.
+//! publishes `"<process>:<origin>:<identity tag>:<phase>:<generation>:<stamp>"` (the stamp:
+//! the server time of the change, in microseconds), so every process that uses the breaker
+//! learns of the change — and of who made it — without making a call; a change of the fleet's
+//! overrides publishes `"config:<version>"`. Messages without a stamp (from a version that did
+//! not write one) are still read.
 
 use std::sync::LazyLock;
 
@@ -32,7 +34,7 @@ pub(crate) fn process_id() -> &'static str {
     &ID
 }
 
-/// What the scripts put before `:<phase>:<generation>` in the messages they publish about
+/// What the scripts put before `:<phase>:<generation>:<stamp>` in the messages they publish about
 /// `key`.
 pub(crate) fn prefix(origin: Origin, key: &KeyBase) -> String {
     format!("{}:{}:{}", process_id(), origin.as_str(), key.tag())
@@ -47,6 +49,9 @@ pub(crate) struct Transition {
     pub(crate) key: KeyBase,
     pub(crate) phase: Phase,
     pub(crate) generation: u64,
+    /// The server time (microseconds) the change was made at; absent from the messages of
+    /// versions that did not stamp them.
+    pub(crate) stamp: Option<u64>,
 }
 
 /// A message of the feed.
@@ -71,12 +76,13 @@ pub(crate) fn parse(message: &str) -> Option<Message> {
 
 fn parse_transition(message: &str) -> Option<Transition> {
     let mut parts = message.split(':');
-    let (process, origin, tag, phase, generation) = (
+    let (process, origin, tag, phase, generation, stamp) = (
         parts.next()?,
         parts.next()?,
         parts.next()?,
         parts.next()?,
         parts.next()?,
+        parts.next().map(str::parse).transpose().ok()?,
     );
     if parts.next().is_some() {
         return None;
@@ -92,6 +98,7 @@ fn parse_transition(message: &str) -> Option<Transition> {
         key: KeyBase::from_tag(tag)?,
         phase: Phase::from_code(phase.parse().ok()?)?,
         generation: generation.parse().ok()?,
+        stamp,
     })
 }
 
@@ -103,7 +110,7 @@ mod tests {
     #[test]
     fn messages_round_trip_and_anything_else_is_ignored() {
         let key = KeyBase::derive("ns", Kind::CircuitBreaker, "b", "b", &Scope::GLOBAL);
-        let message = format!("{}:3:7", prefix(Origin::Operator, &key));
+        let message = format!("{}:3:7:1764536400123456", prefix(Origin::Operator, &key));
         assert_eq!(
             parse(&message),
             Some(Message::Transition(Transition {
@@ -112,12 +119,13 @@ mod tests {
                 key: key.clone(),
                 phase: Phase::ForcedOpen,
                 generation: 7,
+                stamp: Some(1_764_536_400_123_456),
             }))
         );
         let other = format!("0000000000000000:call:{}:1:2", key.tag());
         assert!(matches!(
             parse(&other),
-            Some(Message::Transition(t)) if !t.own && t.origin == Origin::Call
+            Some(Message::Transition(t)) if !t.own && t.origin == Origin::Call && t.stamp.is_none()
         ));
         assert_eq!(parse("config:12"), Some(Message::Config { version: 12 }));
         for bad in [
@@ -125,6 +133,8 @@ mod tests {
             "a:b",
             &format!("x:call:{}:9:1", key.tag()),
             "p:call:nothex:1:1",
+            &format!("0000000000000000:call:{}:1:2:x", key.tag()),
+            &format!("0000000000000000:call:{}:1:2:3:4", key.tag()),
             "config:x",
         ] {
             assert_eq!(parse(bad), None, "{bad:?}");

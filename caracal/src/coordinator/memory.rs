@@ -10,7 +10,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use super::registry::{self, Registered, Report, Snapshot};
-use super::{BreakerTarget, FleetOverrides, LeaseCommand, RateCommand};
+use super::{BreakerTarget, FleetOverrides, LeaseCommand, RateCommand, Stamped};
 use crate::Error;
 use crate::clock::Clock;
 use crate::error::FailureKind;
@@ -45,7 +45,20 @@ struct States {
     rates: HashMap<KeyBase, u64>,
     /// Breaker stores, with the time (ms) after which nothing in each can matter any more.
     breakers: HashMap<KeyBase, (Store, u64)>,
+    /// How many breaker decisions were made: each one's stamp.
+    breaker_decisions: u64,
     commands: u32,
+}
+
+impl States {
+    /// Stamps a breaker decision with its place in the order of decisions.
+    fn stamp<T>(&mut self, reply: T) -> Stamped<T> {
+        self.breaker_decisions += 1;
+        Stamped {
+            reply,
+            stamp: self.breaker_decisions,
+        }
+    }
 }
 
 impl States {
@@ -160,7 +173,7 @@ impl MemoryBackend {
         &self,
         target: &BreakerTarget,
         step: impl FnOnce(&mut Store, u64) -> R,
-    ) -> Result<R, Error> {
+    ) -> Result<Stamped<R>, Error> {
         self.with(|states, now, _| {
             let (store, matters_until) = states
                 .breakers
@@ -168,7 +181,7 @@ impl MemoryBackend {
                 .or_default();
             let reply = step(store, now);
             *matters_until = store.matters_until(&target.settings);
-            reply
+            states.stamp(reply)
         })
     }
 
@@ -176,7 +189,7 @@ impl MemoryBackend {
         &self,
         identity: &Identity,
         force: Force,
-    ) -> Result<ForceReply, Error> {
+    ) -> Result<Stamped<ForceReply>, Error> {
         self.with(|states, now, _| {
             let (store, matters_until) = states.breakers.entry(identity.key.clone()).or_default();
             let reply = store.force(now, force, &mut Seen::default());
@@ -185,7 +198,7 @@ impl MemoryBackend {
                 Force::Reset { closed_ttl_ms } => now.saturating_add(closed_ttl_ms),
                 Force::Open { .. } | Force::Closed { .. } => u64::MAX,
             };
-            reply
+            states.stamp(reply)
         })
     }
 
@@ -193,7 +206,7 @@ impl MemoryBackend {
         &self,
         target: &BreakerTarget,
         token: Uuid,
-    ) -> Result<AdmitReply, Error> {
+    ) -> Result<Stamped<AdmitReply>, Error> {
         self.breaker(target, |store, now| {
             store.admit(now, token.as_u128(), &target.settings, &mut Seen::default())
         })
@@ -205,7 +218,7 @@ impl MemoryBackend {
         generation: u64,
         observations: &[Observation],
         mint: u64,
-    ) -> Result<ObserveReply, Error> {
+    ) -> Result<Stamped<ObserveReply>, Error> {
         self.breaker(target, |store, now| {
             store.observe(
                 now,
@@ -224,7 +237,7 @@ impl MemoryBackend {
         token: Uuid,
         outcome: ProbeOutcome,
         generation: u64,
-    ) -> Result<SettleReply, Error> {
+    ) -> Result<Stamped<SettleReply>, Error> {
         self.breaker(target, |store, now| {
             store.settle(
                 now,

@@ -406,6 +406,17 @@ impl Coordinator {
     }
 }
 
+/// A backend's answer about a breaker, with the place of its decision in the order of that
+/// breaker's decisions: Redis stamps it with the script's server time (microseconds), the
+/// in-memory backend with a count. Answers can reach this process in another order than
+/// they were decided in (a batch is sent from a background task, replies are handled by
+/// different tasks); the stamp puts them back in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Stamped<T> {
+    pub(crate) reply: T,
+    pub(crate) stamp: u64,
+}
+
 impl Coordinator {
     /// Asks whether a call may run through `target`'s breaker; `token` names the probe slot
     /// it takes if it becomes a probe.
@@ -413,7 +424,7 @@ impl Coordinator {
         &self,
         target: &BreakerTarget,
         token: Uuid,
-    ) -> Result<AdmitReply, Error> {
+    ) -> Result<Stamped<AdmitReply>, Error> {
         match &self.inner.backend {
             Backend::Memory(memory) => memory.breaker_admit(target, token),
             Backend::Redis(redis) => redis.breaker_admit(target, token).await,
@@ -427,7 +438,7 @@ impl Coordinator {
         target: BreakerTarget,
         generation: u64,
         observations: Vec<Observation>,
-    ) -> impl Future<Output = Result<ObserveReply, Error>> + Send + 'static {
+    ) -> impl Future<Output = Result<Stamped<ObserveReply>, Error>> + Send + 'static {
         let coordinator = self.clone();
         let mint = mint_generation();
         async move {
@@ -449,7 +460,7 @@ impl Coordinator {
         &self,
         identity: &Identity,
         force: Force,
-    ) -> Result<ForceReply, Error> {
+    ) -> Result<Stamped<ForceReply>, Error> {
         match &self.inner.backend {
             Backend::Memory(memory) => memory.breaker_force(identity, force),
             Backend::Redis(redis) => redis.breaker_force(&identity.key, force).await,
@@ -464,7 +475,7 @@ impl Coordinator {
         token: Uuid,
         outcome: ProbeOutcome,
         generation: u64,
-    ) -> impl Future<Output = Result<SettleReply, Error>> + Send + 'static {
+    ) -> impl Future<Output = Result<Stamped<SettleReply>, Error>> + Send + 'static {
         let coordinator = self.clone();
         async move {
             match &coordinator.inner.backend {

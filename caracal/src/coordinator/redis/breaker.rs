@@ -6,7 +6,7 @@ use uuid::Uuid;
 use super::scripts::Script;
 use super::{RedisBackend, reply, scripts, token_text};
 use crate::Error;
-use crate::coordinator::{BreakerTarget, feed};
+use crate::coordinator::{BreakerTarget, Stamped, feed};
 use crate::identity::KeyBase;
 use crate::kernel::breaker::{
     AdmitReply, Counts, Force, ForceReply, Observation, ObserveReply, Phase, ProbeOutcome,
@@ -58,6 +58,13 @@ fn generation(script: &str, n: i64) -> Result<u64, Error> {
     u64::try_from(n).map_err(|_| reply::malformed(script, format_args!("generation {n}")))
 }
 
+/// `reply` stamped with the server time (microseconds) its script decided it at.
+fn stamped<T>(script: &str, reply: T, stamp: i64) -> Result<Stamped<T>, Error> {
+    let stamp = u64::try_from(stamp)
+        .map_err(|_| reply::malformed(script, format_args!("stamp {stamp}")))?;
+    Ok(Stamped { reply, stamp })
+}
+
 /// Observations as the window stores them: one letter each.
 pub(crate) fn outcome_text(observations: &[Observation]) -> String {
     observations.iter().map(|o| o.letter()).collect()
@@ -80,14 +87,14 @@ pub(crate) fn force_args(force: Force) -> (&'static str, u64, u64) {
     }
 }
 
-pub(crate) fn decode_admit(value: redis::Value) -> Result<AdmitReply, Error> {
+pub(crate) fn decode_admit(value: redis::Value) -> Result<Stamped<AdmitReply>, Error> {
     let name = scripts::BREAKER_ADMIT.name;
-    let [kind, generation_n, retry_after, transitioned] = reply::integers::<4>(name, value)?;
+    let [kind, generation_n, retry_after, transitioned, stamp] = reply::integers::<5>(name, value)?;
     let generation = generation(name, generation_n)?;
     let retry_after = u64::try_from(retry_after)
         .map_err(|_| reply::malformed(name, format_args!("retry after {retry_after}")))?;
     let transitioned = reply::flag(name, transitioned)?;
-    Ok(match kind {
+    let admitted = match kind {
         0 => AdmitReply::Closed {
             generation,
             transitioned,
@@ -112,20 +119,21 @@ pub(crate) fn decode_admit(value: redis::Value) -> Result<AdmitReply, Error> {
                 format_args!("admission kind {other}"),
             ));
         }
-    })
+    };
+    stamped(name, admitted, stamp)
 }
 
-pub(crate) fn decode_observe(value: redis::Value) -> Result<ObserveReply, Error> {
+pub(crate) fn decode_observe(value: redis::Value) -> Result<Stamped<ObserveReply>, Error> {
     let name = scripts::BREAKER_OBSERVE.name;
-    let [kind, phase_code, generation_n, total, failures, slow] =
-        reply::integers::<6>(name, value)?;
+    let [kind, phase_code, generation_n, total, failures, slow, stamp] =
+        reply::integers::<7>(name, value)?;
     let generation = generation(name, generation_n)?;
     let window = Counts {
         total: reply::to_u32(name, total)?,
         failures: reply::to_u32(name, failures)?,
         slow: reply::to_u32(name, slow)?,
     };
-    Ok(match kind {
+    let observed = match kind {
         0 => ObserveReply::Stale {
             phase: phase(name, phase_code)?,
             generation,
@@ -138,14 +146,15 @@ pub(crate) fn decode_observe(value: redis::Value) -> Result<ObserveReply, Error>
                 format_args!("observation kind {other}"),
             ));
         }
-    })
+    };
+    stamped(name, observed, stamp)
 }
 
-pub(crate) fn decode_settle(value: redis::Value) -> Result<SettleReply, Error> {
+pub(crate) fn decode_settle(value: redis::Value) -> Result<Stamped<SettleReply>, Error> {
     let name = scripts::BREAKER_SETTLE.name;
-    let [kind, phase_code, generation_n, successes] = reply::integers::<4>(name, value)?;
+    let [kind, phase_code, generation_n, successes, stamp] = reply::integers::<5>(name, value)?;
     let generation = generation(name, generation_n)?;
-    Ok(match kind {
+    let settled = match kind {
         0 => SettleReply::Stale {
             phase: phase(name, phase_code)?,
             generation,
@@ -158,16 +167,18 @@ pub(crate) fn decode_settle(value: redis::Value) -> Result<SettleReply, Error> {
         3 => SettleReply::Closed { generation },
         4 => SettleReply::Reopened { generation },
         other => return Err(reply::malformed(name, format_args!("settle kind {other}"))),
-    })
+    };
+    stamped(name, settled, stamp)
 }
 
-pub(crate) fn decode_force(value: redis::Value) -> Result<ForceReply, Error> {
+pub(crate) fn decode_force(value: redis::Value) -> Result<Stamped<ForceReply>, Error> {
     let name = scripts::BREAKER_FORCE.name;
-    let [from, generation_n] = reply::integers::<2>(name, value)?;
-    Ok(ForceReply {
+    let [from, generation_n, stamp] = reply::integers::<3>(name, value)?;
+    let forced = ForceReply {
         from: phase(name, from)?,
         generation: generation(name, generation_n)?,
-    })
+    };
+    stamped(name, forced, stamp)
 }
 
 impl RedisBackend {
@@ -194,7 +205,7 @@ impl RedisBackend {
         &self,
         target: &BreakerTarget,
         token: Uuid,
-    ) -> Result<AdmitReply, Error> {
+    ) -> Result<Stamped<AdmitReply>, Error> {
         let args = token_text(token);
         decode_admit(
             self.breaker_script(&scripts::BREAKER_ADMIT, target, args)
@@ -208,7 +219,7 @@ impl RedisBackend {
         generation: u64,
         observations: &[Observation],
         mint: u64,
-    ) -> Result<ObserveReply, Error> {
+    ) -> Result<Stamped<ObserveReply>, Error> {
         let args = (generation, outcome_text(observations), mint);
         decode_observe(
             self.breaker_script(&scripts::BREAKER_OBSERVE, target, args)
@@ -222,7 +233,7 @@ impl RedisBackend {
         token: Uuid,
         outcome: ProbeOutcome,
         generation: u64,
-    ) -> Result<SettleReply, Error> {
+    ) -> Result<Stamped<SettleReply>, Error> {
         let args = (token_text(token), probe_outcome_text(outcome), generation);
         decode_settle(
             self.breaker_script(&scripts::BREAKER_SETTLE, target, args)
@@ -235,7 +246,7 @@ impl RedisBackend {
         &self,
         key: &KeyBase,
         force: Force,
-    ) -> Result<ForceReply, Error> {
+    ) -> Result<Stamped<ForceReply>, Error> {
         let script = &*scripts::BREAKER_FORCE;
         let prefix = feed::prefix(feed::Origin::Operator, key);
         let value = self

@@ -10,6 +10,7 @@ use proptest::test_runner::TestCaseError;
 use uuid::Uuid;
 
 use super::{Env, decode_failed, differential};
+use crate::coordinator::Stamped;
 use crate::coordinator::redis::breaker::{
     common_args, decode_admit, decode_force, decode_observe, decode_settle, force_args,
     outcome_text, probe_outcome_text,
@@ -185,6 +186,13 @@ impl<C: redis::ConnectionLike> Case<'_, '_, C> {
         }
     }
 
+    /// What a script decided, decoded; its stamp is the clock it ran at.
+    fn decided<T>(&self, decoded: Result<Stamped<T>, crate::Error>) -> Result<T, TestCaseError> {
+        let Stamped { reply, stamp } = decoded.map_err(decode_failed)?;
+        prop_assert_eq!(stamp, self.now * 1000, "the stamp is the script's clock");
+        Ok(reply)
+    }
+
     fn eval(
         &mut self,
         script: &Script,
@@ -214,7 +222,7 @@ impl<C: redis::ConnectionLike> Case<'_, '_, C> {
                     &scripts::BREAKER_OBSERVE,
                     (expected, outcome_text(observations), MINT),
                 )?;
-                let lua = decode_observe(value).map_err(decode_failed)?;
+                let lua = self.decided(decode_observe(value))?;
                 prop_assert_eq!(model, lua, "observe {:?} under {}", observations, expected);
                 self.current = match model {
                     ObserveReply::Recorded { generation, .. }
@@ -231,7 +239,7 @@ impl<C: redis::ConnectionLike> Case<'_, '_, C> {
                     &scripts::BREAKER_ADMIT,
                     Uuid::from_u128(token).hyphenated().to_string(),
                 )?;
-                let lua = decode_admit(value).map_err(decode_failed)?;
+                let lua = self.decided(decode_admit(value))?;
                 prop_assert_eq!(model, lua, "admit");
                 if let AdmitReply::Probe { .. } = model {
                     self.probes.push(token);
@@ -254,7 +262,7 @@ impl<C: redis::ConnectionLike> Case<'_, '_, C> {
                     ("", prefix, force_args(*force)),
                     self.now * 1000,
                 )?;
-                let lua = decode_force(value).map_err(decode_failed)?;
+                let lua = self.decided(decode_force(value))?;
                 prop_assert_eq!(model, lua, "{:?}", force);
                 self.current = model.generation;
                 if let Force::Open { lasts_ms } | Force::Closed { lasts_ms } = force {
@@ -286,7 +294,7 @@ impl<C: redis::ConnectionLike> Case<'_, '_, C> {
                     &scripts::BREAKER_SETTLE,
                     (token_text, probe_outcome_text(*outcome), expected),
                 )?;
-                let lua = decode_settle(value).map_err(decode_failed)?;
+                let lua = self.decided(decode_settle(value))?;
                 prop_assert_eq!(model, lua, "settle {:?} under {}", outcome, expected);
             }
             Command::Advance { ms } => self.now += ms,
@@ -404,7 +412,7 @@ fn key_expiry_never_leaves_totals_behind() {
             .arg((common_args("", "ttl", &settings), 0, outcomes, MINT))
             .invoke(&mut conn)
             .expect("observe");
-        decode_observe(value).expect("observe reply")
+        decode_observe(value).expect("observe reply").reply
     };
     observe("fff");
     std::thread::sleep(std::time::Duration::from_millis(400));
