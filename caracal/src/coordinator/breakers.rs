@@ -76,8 +76,15 @@ struct View {
     window: Counts,
     /// Observations of `generation` sent and not yet answered.
     unanswered: Counts,
-    /// The stamp of the latest decision this view holds (see [`Stamped`]), if it was stamped.
+    /// The stamp of the answer this view holds (see [`Stamped`]), if it was stamped.
     stamp: Option<u64>,
+    /// When the answer this view holds arrived: a question asked after that was decided
+    /// after it.
+    received: Instant,
+    /// Batches of observations sent, and answered (whatever their generation): an admission
+    /// waiting for a verdict waits for the batches in flight when it began.
+    batches_sent: u64,
+    batches_answered: u64,
 }
 
 impl View {
@@ -92,6 +99,9 @@ impl View {
             window: Counts::default(),
             unanswered: Counts::default(),
             stamp: learned.stamp,
+            received: learned.received,
+            batches_sent: 0,
+            batches_answered: 0,
         }
     }
 
@@ -110,6 +120,7 @@ impl View {
 
     /// Counts a batch of `generation` as in flight.
     fn sent(&mut self, generation: u64, outcomes: &[Observation]) {
+        self.batches_sent += 1;
         if generation == self.generation {
             self.unanswered.add(Counts::of(outcomes.iter().copied()));
         }
@@ -134,7 +145,9 @@ struct Learned {
     probe_due: Option<Instant>,
     /// When the question was sent (for a message: when it arrived).
     asked: Instant,
-    /// Where the decision falls in the coordinator's order (see [`Stamped`]).
+    /// When the answer arrived.
+    received: Instant,
+    /// When the coordinator decided it (see [`Stamped`]).
     stamp: Option<u64>,
 }
 
@@ -181,12 +194,14 @@ fn evict(views: &mut HashMap<KeyBase, View>, now: Instant) {
 /// Applies what the coordinator said about `key`. Answers reach this process in another
 /// order than they were decided in (a batch goes out from a background task while a later
 /// question goes out at once; replies are handled by different tasks), so one decided before
-/// what the view holds is dropped: stamps order them (a lower generation from a later
-/// decision is a lost state's new epoch). An unstamped answer (a message from a version that
-/// did not stamp them) is taken only if it is plainly newer state — a later generation, or
-/// the open → half-open step of the same one — or was asked after the view was confirmed.
-/// The view counts as confirmed at `asked`, so its age bound holds from when it was true. A
-/// new view (made only when `identity` is given) is no change this process saw.
+/// what the view holds is dropped. An answer is taken when it was decided later — by the
+/// stamps when both carry one (a lower generation decided later is a lost state's new
+/// epoch), else when it is plainly newer state: a later generation, or the open → half-open
+/// step of the same one — or when its question was asked after the answer the view holds
+/// arrived. That last rule needs no clock agreement, so a view still moves on after a
+/// failover or a clock step turned the server's time back. The view counts as confirmed at
+/// `asked`, so its age bound holds from when it was true. A new view (made only when
+/// `identity` is given) is no change this process saw.
 fn learn_in(
     views: &mut HashMap<KeyBase, View>,
     key: &KeyBase,
@@ -195,18 +210,17 @@ fn learn_in(
 ) -> Learnt {
     if let Some(view) = views.get_mut(key) {
         let (phase, generation) = (learned.phase, learned.generation);
-        let newer = match (learned.stamp, view.stamp) {
+        let decided_later = match (learned.stamp, view.stamp) {
             (Some(stamp), Some(held)) => stamp >= held,
             _ => {
-                let later_state = generation > view.generation
+                generation > view.generation
                     || (generation == view.generation
                         && (phase == view.phase
                             || (matches!(view.phase, Phase::Open | Phase::ForcedOpen)
-                                && phase == Phase::HalfOpen)));
-                later_state || learned.asked >= view.confirmed
+                                && phase == Phase::HalfOpen)))
             }
         };
-        if !newer {
+        if !decided_later && learned.asked <= view.received {
             return Learnt::Stale;
         }
         let change =
@@ -223,7 +237,8 @@ fn learn_in(
         view.generation = generation;
         view.confirmed = view.confirmed.max(learned.asked);
         view.probe_due = learned.probe_due;
-        view.stamp = view.stamp.max(learned.stamp);
+        view.stamp = learned.stamp;
+        view.received = view.received.max(learned.received);
         return Learnt::Applied(change.filter(|change| change.from != change.to));
     }
     let Some(identity) = identity else {
@@ -270,8 +285,12 @@ pub(super) struct Breakers {
 /// What the view alone can say of an admission.
 enum Local<'a> {
     Decided(Admission),
-    /// This process's own outcomes may have opened the breaker: wait for the reply.
-    AwaitVerdict(Pin<Box<Notified<'a>>>),
+    /// This process's own outcomes may have opened the breaker: wait until the batches in
+    /// flight (up to `until` sent) are answered.
+    AwaitVerdict {
+        verdict: Pin<Box<Notified<'a>>>,
+        until: u64,
+    },
     /// Ask the coordinator.
     Ask,
 }
@@ -324,11 +343,13 @@ impl Breakers {
         if transition.own {
             return;
         }
+        let now = Instant::now();
         let learned = Learned {
             phase: transition.phase,
             generation: transition.generation,
             probe_due: None,
-            asked: Instant::now(),
+            asked: now,
+            received: now,
             stamp: transition.stamp,
         };
         // Only views this process holds matter; others would be made on demand anyway.
@@ -344,8 +365,14 @@ impl Breakers {
         }
     }
 
-    /// What the view alone can say of an admission to `target` at `now`.
-    fn decide_locally(&self, target: &BreakerTarget, now: Instant) -> Local<'_> {
+    /// What the view alone can say of an admission to `target` at `now`; `waited_for`: the
+    /// batches this admission has been waiting for, if it has.
+    fn decide_locally(
+        &self,
+        target: &BreakerTarget,
+        now: Instant,
+        waited_for: Option<u64>,
+    ) -> Local<'_> {
         let views = lock(&self.views);
         let Some(view) = views.get(&target.identity.key) else {
             return Local::Ask;
@@ -358,10 +385,15 @@ impl Breakers {
         };
         match view.phase {
             Phase::Closed if view.verdict_pending(&target.settings) => {
+                let until = waited_for.unwrap_or(view.batches_sent);
+                if view.batches_answered >= until {
+                    // Answered, and still no verdict: the coordinator decides.
+                    return Local::Ask;
+                }
                 // Registered under the lock that the reply's update takes: it cannot be missed.
                 let mut verdict = Box::pin(self.verdicts.notified());
                 verdict.as_mut().enable();
-                Local::AwaitVerdict(verdict)
+                Local::AwaitVerdict { verdict, until }
             }
             Phase::Closed if view.fresh(now) => Local::Decided(Admission::Closed { generation }),
             Phase::ForcedClosed if view.fresh(now) => {
@@ -397,19 +429,21 @@ impl Coordinator {
     ) -> Result<Admission, Error> {
         let breakers = &self.inner.breakers;
         self.ensure_transition_feed();
-        let mut deadline = None;
+        // The batches waited for, and until when.
+        let mut waiting: Option<(u64, Instant)> = None;
         loop {
-            match breakers.decide_locally(target, Instant::now()) {
+            let waited_for = waiting.map(|(until, _)| until);
+            match breakers.decide_locally(target, Instant::now(), waited_for) {
                 Local::Decided(admission) => return Ok(admission),
                 Local::Ask => break,
-                // Every reply wakes every waiter, so each waits on while its own verdict is
-                // out: asking the coordinator sooner could overtake the batch that carries it.
-                // Bounded by the command timeout: a verdict that never comes (its task
-                // dropped with a runtime) must not hold admissions forever; the coordinator
-                // decides after that.
-                Local::AwaitVerdict(verdict) => {
-                    let deadline =
-                        *deadline.get_or_insert_with(|| Instant::now() + self.command_timeout());
+                // Every reply wakes every waiter, so each waits on until the batches in flight
+                // when it began are answered: asking the coordinator sooner could overtake the
+                // batch that carries its verdict. Bounded by the command timeout: a verdict
+                // that never comes (its task dropped with a runtime) must not hold admissions
+                // forever; the coordinator decides after that.
+                Local::AwaitVerdict { verdict, until } => {
+                    let (_, deadline) = *waiting
+                        .get_or_insert_with(|| (until, Instant::now() + self.command_timeout()));
                     if tokio::time::timeout_at(deadline, verdict).await.is_err() {
                         break;
                     }
@@ -427,11 +461,13 @@ impl Coordinator {
         };
         let asked = Instant::now();
         let Stamped { reply, stamp } = self.breaker_admit(target, token).await?;
+        let received = Instant::now();
         let learned = |phase, generation, probe_due| Learned {
             phase,
             generation,
             probe_due,
             asked,
+            received,
             stamp: Some(stamp),
         };
         // A transition this admission made is this process's; any other it learned of.
@@ -522,11 +558,14 @@ impl Coordinator {
         let (send, new_batch) = {
             let mut views = lock(&self.inner.breakers.views);
             let view = views.entry(target.identity.key.clone()).or_insert_with(|| {
+                // Known of nothing: stale already, and taking any answer.
+                let long_ago = Instant::now() - VIEW_MAX_AGE;
                 let learned = Learned {
                     phase: Phase::Closed,
                     generation,
                     probe_due: None,
-                    asked: Instant::now() - VIEW_MAX_AGE,
+                    asked: long_ago,
+                    received: long_ago,
                     stamp: None,
                 };
                 View::new(&target.identity, &learned)
@@ -625,6 +664,7 @@ impl Coordinator {
         asked: Instant,
         reply: Result<Stamped<ObserveReply>, Error>,
     ) {
+        let received = Instant::now();
         let breakers = &self.inner.breakers;
         let at = target.identity.at();
         match &reply {
@@ -635,10 +675,11 @@ impl Coordinator {
             // One critical section: an admission deciding from the view sees the batch either
             // in flight or recorded, never neither.
             let mut views = lock(&breakers.views);
-            if let Some(view) = views.get_mut(&target.identity.key)
-                && view.generation == attempted
-            {
-                view.unanswered.remove(counts);
+            if let Some(view) = views.get_mut(&target.identity.key) {
+                view.batches_answered += 1;
+                if view.generation == attempted {
+                    view.unanswered.remove(counts);
+                }
             }
             match reply {
                 Ok(Stamped { reply, stamp }) => {
@@ -659,6 +700,7 @@ impl Coordinator {
                         generation,
                         probe_due,
                         asked,
+                        received,
                         stamp: Some(stamp),
                     };
                     let key = &target.identity.key;
@@ -726,6 +768,7 @@ impl Coordinator {
                         generation,
                         probe_due,
                         asked,
+                        received: Instant::now(),
                         stamp: Some(stamp),
                     };
                     coordinator.inner.breakers.learn(&target, learned, ours);
@@ -771,6 +814,36 @@ mod tests {
         Identity::new("ns", Kind::CircuitBreaker, "p", "op", &Scope::GLOBAL)
     }
 
+    /// A test's clock: instants `ms` after its start.
+    struct Clock(Instant);
+
+    impl Clock {
+        fn at(&self, ms: u64) -> Instant {
+            self.0 + Duration::from_millis(ms)
+        }
+
+        /// An answer asked at `asked` and received at `received` (ms).
+        fn answer(
+            &self,
+            (phase, generation): (Phase, u64),
+            (asked, received): (u64, u64),
+            stamp: Option<u64>,
+        ) -> Learned {
+            Learned {
+                phase,
+                generation,
+                probe_due: None,
+                asked: self.at(asked),
+                received: self.at(received),
+                stamp,
+            }
+        }
+    }
+
+    fn state(views: &HashMap<KeyBase, View>, key: &KeyBase) -> (Phase, u64) {
+        (views[key].phase, views[key].generation)
+    }
+
     /// The race behind a failure storm running past its threshold: this process's batch that
     /// opened the breaker was asked first but reached the server last (it is sent from a
     /// background task), and an admission asked after it was decided by the server before
@@ -778,46 +851,73 @@ mod tests {
     /// under a lower generation (a lost state's new epoch).
     #[test]
     fn an_answer_the_server_gave_earlier_does_not_roll_the_view_back() {
-        let identity = identity();
+        let (identity, clock) = (identity(), Clock(Instant::now()));
         let key = &identity.key;
         let mut views = HashMap::new();
-        let start = Instant::now();
-        let at = |ms| start + Duration::from_millis(ms);
-        let closed = Learned {
-            phase: Phase::Closed,
-            generation: 0,
-            probe_due: None,
-            asked: at(0),
-            stamp: Some(10),
-        };
-        learn_in(&mut views, key, Some(&identity), closed);
-        let opened = Learned {
-            phase: Phase::Open,
-            generation: 1,
-            probe_due: Some(at(30_000)),
-            asked: at(1),
-            stamp: Some(30),
-        };
+        let closed = (Phase::Closed, 0);
+        learn_in(
+            &mut views,
+            key,
+            Some(&identity),
+            clock.answer(closed, (0, 1), Some(10)),
+        );
+        let opened = clock.answer((Phase::Open, 1), (1, 5), Some(30));
         let change = learn_in(&mut views, key, Some(&identity), opened).change();
         assert_eq!(change.map(|change| change.to), Some(Phase::Open));
-        let late = Learned {
-            asked: at(2),
-            stamp: Some(20),
-            ..closed
-        };
+        let late = clock.answer(closed, (2, 6), Some(20));
         assert_eq!(
             learn_in(&mut views, key, Some(&identity), late),
             Learnt::Stale
         );
-        assert_eq!((views[key].phase, views[key].generation), (Phase::Open, 1));
+        assert_eq!(state(&views, key), (Phase::Open, 1));
 
-        let new_epoch = Learned {
-            asked: at(3),
-            stamp: Some(40),
-            ..closed
-        };
+        let new_epoch = clock.answer(closed, (3, 7), Some(40));
         let change = learn_in(&mut views, key, Some(&identity), new_epoch).change();
         assert_eq!(change.map(|change| change.to), Some(Phase::Closed));
         assert_eq!(views[key].stamp, Some(40));
+    }
+
+    /// A message without a stamp (from a version that wrote none) leaves nothing to compare
+    /// a late stamped answer with: the answer is judged by its generation and by when it was
+    /// asked.
+    #[test]
+    fn after_an_unstamped_message_a_late_answer_is_still_dropped() {
+        let (identity, clock) = (identity(), Clock(Instant::now()));
+        let key = &identity.key;
+        let mut views = HashMap::new();
+        let closed = (Phase::Closed, 4);
+        learn_in(
+            &mut views,
+            key,
+            Some(&identity),
+            clock.answer(closed, (0, 1), Some(100)),
+        );
+        let opened = clock.answer((Phase::Open, 5), (3, 3), None);
+        assert!(learn_in(&mut views, key, None, opened).change().is_some());
+        let late = clock.answer(closed, (2, 4), Some(150));
+        assert_eq!(
+            learn_in(&mut views, key, Some(&identity), late),
+            Learnt::Stale
+        );
+        assert_eq!(state(&views, key), (Phase::Open, 5));
+    }
+
+    /// A failover to a server whose clock is behind (or a clock step) makes every new stamp
+    /// lower than the one the view holds; answers to questions asked after the view's last
+    /// answer arrived are later all the same, and the view moves on.
+    #[test]
+    fn a_server_clock_turned_back_does_not_freeze_the_view() {
+        let (identity, clock) = (identity(), Clock(Instant::now()));
+        let key = &identity.key;
+        let mut views = HashMap::new();
+        let opened = clock.answer((Phase::Open, 2), (0, 1), Some(5_000_000));
+        learn_in(&mut views, key, Some(&identity), opened);
+        let probe = clock.answer((Phase::HalfOpen, 2), (2, 3), Some(1_000_000));
+        let change = learn_in(&mut views, key, Some(&identity), probe).change();
+        assert_eq!(change.map(|change| change.to), Some(Phase::HalfOpen));
+        let closed = clock.answer((Phase::Closed, 3), (4, 5), Some(1_000_100));
+        learn_in(&mut views, key, Some(&identity), closed);
+        assert_eq!(state(&views, key), (Phase::Closed, 3));
+        assert_eq!(views[key].confirmed, clock.at(4));
     }
 }
