@@ -23,6 +23,11 @@
 //!   the batch goes out at once and admissions wait for its verdict instead of deciding from
 //!   the view: a failing downstream is cut off after at most `minimum_throughput` calls of
 //!   this process (plus those already running), not after a batch delay's worth.
+//! - **Order.** Answers reach a process in another order than the coordinator decided them (a
+//!   batch is sent from a background task, replies are handled by different tasks). Each one
+//!   carries the server time of its decision, and a view drops one decided before the answer
+//!   it holds — unless its question was asked after that answer arrived, which orders it
+//!   without trusting clocks (a failover can turn the server's time back).
 //! - **Last-known state.** When the coordinator cannot answer, the view is also what this
 //!   process last saw; it is remembered for at most [`LAST_KNOWN_AGE`] and at most
 //!   [`MAX_VIEWS`] identities.
