@@ -135,3 +135,32 @@ async fn coordinator_errors_and_degraded_decisions() {
     let degraded = log.wait_for("circuit_breaker.degraded", Duration::from_secs(1));
     assert_eq!(field(&degraded, "behaviour"), "fail_open");
 }
+
+/// An operator's command carried out by this process (through its own admin API) takes effect
+/// at this process's very next call, and is announced here, though the process skips its own
+/// messages: before, its view still said closed until it went stale.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn an_operators_command_made_here_is_in_force_here_at_once() {
+    use caracal::admin::{BreakerCommand, BreakerId};
+    let (log, _guard) = EventLog::capture_thread_default();
+    let coordinator = Coordinator::in_memory();
+    let breaker = BreakerId::new("events");
+    coordinator
+        .scoped(async {
+            assert_eq!(code(&call(false, Duration::ZERO).await), "ok");
+            let admin = coordinator.admin();
+            let opened = admin.breaker(&breaker, BreakerCommand::Open { lasts: None });
+            opened.await.expect("forced open");
+            assert_eq!(code(&call(false, Duration::ZERO).await), "circuit_open");
+            let reset = admin.breaker(&breaker, BreakerCommand::Reset);
+            reset.await.expect("reset");
+            assert_eq!(code(&call(false, Duration::ZERO).await), "ok");
+        })
+        .await;
+    let forced = log.wait_for_where(
+        "circuit_breaker.state_changed",
+        Duration::from_secs(1),
+        |f| f.get("to").map(String::as_str) == Some("forced_open"),
+    );
+    assert_eq!(field(&forced, "origin"), "operator");
+}

@@ -48,8 +48,8 @@ use crate::Error;
 use crate::events::{self, ChangeOrigin};
 use crate::identity::{Identity, KeyBase};
 use crate::kernel::breaker::{
-    AdmitReply, Counts, Observation, ObserveReply, Phase, ProbeOutcome, Settings, SettleReply,
-    Transition as BreakerTransition,
+    AdmitReply, Counts, Force, ForceReply, Observation, ObserveReply, Phase, ProbeOutcome,
+    Settings, SettleReply, Transition as BreakerTransition,
 };
 use crate::sync::lock;
 
@@ -357,16 +357,50 @@ impl Breakers {
             received: now,
             stamp: transition.stamp,
         };
-        // Only views this process holds matter; others would be made on demand anyway.
+        let origin = match transition.origin {
+            Origin::Call => ChangeOrigin::Remote,
+            Origin::Operator => ChangeOrigin::Operator,
+        };
+        self.apply_change(&transition.key, learned, origin);
+    }
+
+    /// An operator's command this process carried out, asked at `asked`: its own message
+    /// about it is skipped, so the answer is what tells its view.
+    pub(super) fn on_forced(
+        &self,
+        key: &KeyBase,
+        force: Force,
+        forced: Stamped<ForceReply>,
+        asked: Instant,
+    ) {
+        let (phase, probe_due) = match force {
+            Force::Open { lasts_ms } => (
+                Phase::ForcedOpen,
+                (lasts_ms > 0).then(|| asked + Duration::from_millis(lasts_ms)),
+            ),
+            Force::Closed { .. } => (Phase::ForcedClosed, None),
+            Force::Reset { .. } => (Phase::Closed, None),
+        };
+        let learned = Learned {
+            phase,
+            generation: forced.reply.generation,
+            probe_due,
+            asked,
+            received: Instant::now(),
+            stamp: Some(forced.stamp),
+        };
+        self.apply_change(key, learned, ChangeOrigin::Operator);
+    }
+
+    /// Applies a change this process learned of without a call of its own to its view of
+    /// `key`, if it holds one (others would be made on demand anyway), and announces it as
+    /// made by `origin`.
+    fn apply_change(&self, key: &KeyBase, learned: Learned, origin: ChangeOrigin) {
         let mut views = lock(&self.views);
-        if let Some(change) = learn_in(&mut views, &transition.key, None, learned).change() {
-            let origin = match transition.origin {
-                Origin::Call => ChangeOrigin::Remote,
-                Origin::Operator => ChangeOrigin::Operator,
-            };
-            if let Some(view) = views.get(&transition.key) {
-                announce(&view.identity, change, origin, None);
-            }
+        if let Some(change) = learn_in(&mut views, key, None, learned).change()
+            && let Some(view) = views.get(key)
+        {
+            announce(&view.identity, change, origin, None);
         }
     }
 

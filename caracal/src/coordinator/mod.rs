@@ -455,16 +455,22 @@ impl Coordinator {
         }
     }
 
-    /// Carries out an operator's command on the breaker of `identity`.
+    /// Carries out an operator's command on the breaker of `identity`, and applies it to this
+    /// process's own view at once.
     pub(crate) async fn breaker_force(
         &self,
         identity: &Identity,
         force: Force,
     ) -> Result<Stamped<ForceReply>, Error> {
-        match &self.inner.backend {
+        let asked = tokio::time::Instant::now();
+        let forced = match &self.inner.backend {
             Backend::Memory(memory) => memory.breaker_force(identity, force),
             Backend::Redis(redis) => redis.breaker_force(&identity.key, force).await,
-        }
+        }?;
+        self.inner
+            .breakers
+            .on_forced(&identity.key, force, forced, asked);
+        Ok(forced)
     }
 
     /// Settles the probe `token` admitted under `generation`. The request is sent at the first
