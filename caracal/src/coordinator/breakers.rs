@@ -137,6 +137,12 @@ impl View {
         self.unanswered.total > 0 && settings.threshold_reached(self.expected_window())
     }
 
+    /// Whether observations are waiting to be sent or in flight: admissions may be waiting for
+    /// their verdict.
+    fn busy(&self) -> bool {
+        self.batch.is_some() || self.batches_answered < self.batches_sent
+    }
+
     fn fresh(&self, now: Instant) -> bool {
         now.duration_since(self.confirmed) < VIEW_MAX_AGE
     }
@@ -177,7 +183,9 @@ impl Learnt {
 /// Makes room in a full map of views: forgets those unconfirmed for [`LAST_KNOWN_AGE`], then,
 /// if that is not enough, the oldest tenth — closed ones first (forgetting them only costs a
 /// round trip; forgetting an open one would let a coordinator outage fail open). A view with
-/// observations waiting to be sent is never forgotten.
+/// observations waiting to be sent is never forgotten, nor one with observations in flight
+/// among the oldest (an answer that never comes, its task dropped with a runtime, holds it no
+/// longer than the age bound).
 fn evict(views: &mut HashMap<KeyBase, View>, now: Instant) {
     views.retain(|_, view| {
         view.batch.is_some() || now.duration_since(view.confirmed) < LAST_KNOWN_AGE
@@ -187,7 +195,7 @@ fn evict(views: &mut HashMap<KeyBase, View>, now: Instant) {
     }
     let mut candidates: Vec<_> = views
         .iter()
-        .filter(|(_, view)| view.batch.is_none())
+        .filter(|(_, view)| !view.busy())
         .map(|(key, view)| (view.phase != Phase::Closed, view.confirmed, key.clone()))
         .collect();
     candidates.sort_unstable_by_key(|(open, confirmed, _)| (*open, *confirmed));
@@ -939,6 +947,37 @@ mod tests {
             Learnt::Stale
         );
         assert_eq!(state(&views, key), (Phase::Open, 5));
+    }
+
+    /// Making room among a full map of views keeps the one whose batch is still in flight,
+    /// though it is the oldest closed view: forgetting it would let the admissions waiting for
+    /// that batch's verdict ask the coordinator before the batch reaches it.
+    #[test]
+    fn a_view_with_a_batch_in_flight_is_not_forgotten() {
+        let clock = Clock(Instant::now());
+        let mut views = HashMap::new();
+        let identities: Vec<_> = (0..MAX_VIEWS)
+            .map(|i| {
+                let scope = Scope::new(format!("s{i}")).expect("scope");
+                Identity::new("ns", Kind::CircuitBreaker, "p", "op", &scope)
+            })
+            .collect();
+        for (i, identity) in (0u64..).zip(&identities) {
+            let answer = clock.answer((Phase::Closed, 0), (i, i), Some(i));
+            learn_in(&mut views, &identity.key, Some(identity), answer);
+        }
+        let oldest = &identities[0].key;
+        let in_flight = views.get_mut(oldest).expect("the oldest view");
+        in_flight.sent(0, &[Observation::default()]);
+        let newcomer = identity();
+        let answer = clock.answer((Phase::Closed, 0), (0, 0), Some(0));
+        learn_in(&mut views, &newcomer.key, Some(&newcomer), answer);
+        assert!(views.len() <= MAX_VIEWS);
+        assert!(
+            views.contains_key(oldest),
+            "the view with a batch in flight was forgotten"
+        );
+        assert!(!views.contains_key(&identities[1].key));
     }
 
     /// A failover to a server whose clock is behind (or a clock step) makes every new stamp
