@@ -190,7 +190,7 @@ pub(super) type SiteCache = registry::SiteCache<Budget, BulkheadValues>;
 struct Slot<'a> {
     budget: Held<'a, Budget>,
     site: &'a BulkheadSite,
-    scope: Scope,
+    scope: &'a Scope,
     since: Option<Instant>,
 }
 
@@ -200,13 +200,13 @@ impl Drop for Slot<'_> {
         self.budget.free();
         if let Some(since) = self.since {
             events::bulkhead_released(
-                &self.site.at(&self.scope),
+                &self.site.at(self.scope),
                 Some(self.budget.occupancy()),
                 since.elapsed(),
             );
         }
         let config = &self.site.config;
-        BUDGETS.release((config.name, config.operation, &self.scope), &self.budget);
+        BUDGETS.release((config.name, config.operation, self.scope), &self.budget);
     }
 }
 
@@ -230,9 +230,10 @@ where
         Budget::new(values.limit)
     });
     budget.resize(values.limit);
+    // Boxed: waiting in line is rare, and its timer would make every call's future larger.
     let admitted = budget.try_take()
         || match values.max_wait {
-            Some(wait) => budget.take_within(wait).await,
+            Some(wait) => Box::pin(budget.take_within(wait)).await,
             None => false,
         };
     if !admitted {
@@ -254,12 +255,12 @@ where
     let _slot = Slot {
         budget,
         site,
-        scope: scope.clone(),
+        scope,
         since: events::debug_enabled().then(Instant::now),
     };
     // A local slot carries no fencing token, even inside a distributed bulkhead's body.
     if fencing::inside_fenced_body() {
-        fencing::scope(None, body).await
+        Box::pin(fencing::scope(None, body)).await
     } else {
         body.await
     }
