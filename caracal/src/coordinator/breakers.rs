@@ -27,7 +27,8 @@
 //!   batch is sent from a background task, replies are handled by different tasks). Each one
 //!   carries the server time of its decision, and a view drops one decided before the answer
 //!   it holds — unless its question was asked after that answer arrived, which orders it
-//!   without trusting clocks (a failover can turn the server's time back).
+//!   without trusting clocks (a failover can turn the server's time back). A pub/sub message
+//!   answers no question of this process: only its time orders it.
 //! - **Last-known state.** When the coordinator cannot answer, the view is also what this
 //!   process last saw; it is remembered for at most [`LAST_KNOWN_AGE`] and at most
 //!   [`MAX_VIEWS`] identities.
@@ -154,12 +155,15 @@ struct Learned {
     phase: Phase,
     generation: u64,
     probe_due: Option<Instant>,
-    /// When the question was sent (for a message: when it arrived).
+    /// When the question was sent (for a message, which answers none: when it arrived).
     asked: Instant,
     /// When the answer arrived.
     received: Instant,
     /// When the coordinator decided it (see [`Stamped`]).
     stamp: Option<u64>,
+    /// Whether it answers a question asked at `asked` (a message answers none: it was decided
+    /// before it arrived, so its arrival orders nothing).
+    answers_question: bool,
 }
 
 /// What an answer did to the view it was about.
@@ -212,9 +216,11 @@ fn evict(views: &mut HashMap<KeyBase, View>, now: Instant) {
 /// epoch), else when it is plainly newer state: a later generation, or the open → half-open
 /// step of the same one — or when its question was asked after the answer the view holds
 /// arrived. That last rule needs no clock agreement, so a view still moves on after a
-/// failover or a clock step turned the server's time back. The view counts as confirmed at
-/// `asked`, so its age bound holds from when it was true. A new view (made only when
-/// `identity` is given) is no change this process saw.
+/// failover or a clock step turned the server's time back (its next question brings it onto
+/// the new clock). It is for replies only: a pub/sub message was decided at some moment
+/// before it arrived, so its arrival orders nothing, and it is taken only when decided
+/// later. The view counts as confirmed at `asked`, so its age bound holds from when it was
+/// true. A new view (made only when `identity` is given) is no change this process saw.
 fn learn_in(
     views: &mut HashMap<KeyBase, View>,
     key: &KeyBase,
@@ -233,7 +239,7 @@ fn learn_in(
                                 && phase == Phase::HalfOpen)))
             }
         };
-        if !decided_later && learned.asked <= view.received {
+        if !decided_later && (!learned.answers_question || learned.asked <= view.received) {
             return Learnt::Stale;
         }
         let change =
@@ -364,6 +370,7 @@ impl Breakers {
             asked: now,
             received: now,
             stamp: transition.stamp,
+            answers_question: false,
         };
         let origin = match transition.origin {
             Origin::Call => ChangeOrigin::Remote,
@@ -396,6 +403,7 @@ impl Breakers {
             asked,
             received: Instant::now(),
             stamp: Some(forced.stamp),
+            answers_question: true,
         };
         self.apply_change(key, learned, ChangeOrigin::Operator);
     }
@@ -516,6 +524,7 @@ impl Coordinator {
             asked,
             received,
             stamp: Some(stamp),
+            answers_question: true,
         };
         // A transition this admission made is this process's; any other it learned of.
         let ours = |transitioned: bool| transitioned.then_some(None);
@@ -614,6 +623,7 @@ impl Coordinator {
                     asked: long_ago,
                     received: long_ago,
                     stamp: None,
+                    answers_question: true,
                 };
                 View::new(&target.identity, &learned)
             });
@@ -749,6 +759,7 @@ impl Coordinator {
                         asked,
                         received,
                         stamp: Some(stamp),
+                        answers_question: true,
                     };
                     let key = &target.identity.key;
                     let learnt = learn_in(&mut views, key, Some(&target.identity), learned);
@@ -817,6 +828,7 @@ impl Coordinator {
                         asked,
                         received: Instant::now(),
                         stamp: Some(stamp),
+                        answers_question: true,
                     };
                     coordinator.inner.breakers.learn(&target, learned, ours);
                 }
@@ -883,6 +895,7 @@ mod tests {
                 asked: self.at(asked),
                 received: self.at(received),
                 stamp,
+                answers_question: true,
             }
         }
     }
@@ -997,5 +1010,49 @@ mod tests {
         learn_in(&mut views, key, Some(&identity), closed);
         assert_eq!(state(&views, key), (Phase::Closed, 3));
         assert_eq!(views[key].confirmed, clock.at(4));
+    }
+
+    /// Another process's probe closed generation 7; then this process's batch opened
+    /// generation 8, and its reply arrived before the pub/sub message about the close (the
+    /// subscription has no order with the command connections). The late message must not
+    /// roll the view back to closed: a message answers no question of this process, so only
+    /// its stamp says when it was decided. One decided later is still taken, also after a
+    /// server clock turned back once a reply has brought the view onto the new clock.
+    #[test]
+    fn a_late_message_does_not_roll_an_open_view_back() {
+        let identity = identity();
+        let key = &identity.key;
+        let breakers = Breakers::default();
+        // This answer arrived before the messages, which are taken at `Instant::now()`.
+        let clock = Clock(Instant::now() - Duration::from_secs(1));
+        let message = |phase, generation, stamp| Transition {
+            own: false,
+            origin: Origin::Call,
+            key: key.clone(),
+            phase,
+            generation,
+            stamp: Some(stamp),
+        };
+        let opened = clock.answer((Phase::Open, 8), (0, 1), Some(2_000));
+        learn_in(&mut lock(&breakers.views), key, Some(&identity), opened);
+        breakers.on_message(message(Phase::Closed, 7, 1_000));
+        assert_eq!(state(&lock(&breakers.views), key), (Phase::Open, 8));
+
+        breakers.on_message(message(Phase::HalfOpen, 8, 3_000));
+        assert_eq!(state(&lock(&breakers.views), key), (Phase::HalfOpen, 8));
+
+        // Asked after the messages arrived: decided later, whatever its stamp says.
+        let after_them = Clock(Instant::now() + Duration::from_millis(1));
+        let turned_back = after_them.answer((Phase::HalfOpen, 8), (0, 0), Some(500));
+        learn_in(
+            &mut lock(&breakers.views),
+            key,
+            Some(&identity),
+            turned_back,
+        );
+        breakers.on_message(message(Phase::Closed, 9, 400));
+        assert_eq!(state(&lock(&breakers.views), key), (Phase::HalfOpen, 8));
+        breakers.on_message(message(Phase::Closed, 9, 600));
+        assert_eq!(state(&lock(&breakers.views), key), (Phase::Closed, 9));
     }
 }
