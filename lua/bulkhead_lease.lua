@@ -9,7 +9,9 @@
 -- ARGV[1]  action: "acquire" or "renew"
 -- ARGV[2]  lease ttl in milliseconds
 -- ARGV[3]  limit
--- ARGV[4…] tokens (UUIDs, unique per acquisition): acquire takes one or more, in order, each
+-- ARGV[4]  the highest fencing token the caller knows to be live in this set (the fence of a
+--          lease it still trusts), 0 when it knows none
+-- ARGV[5…] tokens (UUIDs, unique per acquisition): acquire takes one or more, in order, each
 --          decided as if alone at the same instant; renew takes exactly one
 -- Reply    per token, three integers {allowed, occupancy, fence}: allowed is 1 when the token
 --          holds a lease afterwards; occupancy is the size of the set afterwards (leases that
@@ -19,24 +21,60 @@
 --          again without extending its deadline.
 --          renew: pushes a live token's deadline to now + ttl; 0 when it is gone or expired.
 --          Release is a plain ZREM of tokens, outside this script.
+--          Refused whole, changing nothing: with the error CARACAL_LOST when the counter is
+--          below ARGV[4] (the set was lost without a restart: a flush, an eviction, a deleted
+--          key; so is every caller that knows a live token, until one that knows none is
+--          granted), and with CARACAL_FENCE when granting would take the counter past
+--          2^53 - 1 or the counter holds something else than such a number.
 -- Fencing  every grant's fence is max(last + 1, now in microseconds): strictly increasing per
 --          identity, and still so after the counter is lost (expiry, a restart without
---          persistence), because no grant runs ahead of the server clock.
+--          persistence), because no grant runs ahead of the server clock. At most 2^53 - 1,
+--          so that every token is exact as a Lua (or JSON, or JavaScript) number.
 -- TTL      the lease set expires at its latest deadline (never earlier): set outright on a new
---          key, pushed later with GT otherwise. The counter expires with the last grant's lease.
--- Cost     an admission below the limit is 6 commands (TIME, ZCARD, ZADD, PEXPIREAT, GET, SET);
---          a batch that fits below the limit is 7 whatever its size (one ZMSCORE and one ZADD
---          for all its tokens), and one that does not costs up to 2 more per token. Expired
+--          key, pushed later with GT otherwise. The counter lives one ttl past the latest
+--          deadline it was granted or renewed with (never earlier), so that a caller's live
+--          token always finds it.
+-- Cost     an admission below the limit is 6 or 7 commands (TIME, GET, ZCARD, ZADD,
+--          PEXPIREAT, SET, and PEXPIREAT GT on an existing counter); a batch that fits below the
+--          limit is 8 whatever its size (one ZMSCORE and one ZADD for all its tokens), and one
+--          that does not costs up to 2 more per token; a renewal is 6. Expired
 --          leases (deadline <= now) are pruned only when the set looks full, so at most `limit`
 --          members ever wait to be pruned. O(T log N + E): T tokens, N <= limit, E pruned.
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local leases, fences = KEYS[1], KEYS[2]
-local deadline = now + tonumber(ARGV[2])
+local ttl = tonumber(ARGV[2])
+local deadline = now + ttl
 local limit = tonumber(ARGV[3])
+local known = tonumber(ARGV[4])
+local MAX_FENCE = 9007199254740991
+
+local stored = redis.call('GET', fences)
+local counter = 0
+if stored then
+  counter = string.match(stored, '^%d+$') and tonumber(stored)
+  if not counter or counter > MAX_FENCE then
+    return redis.error_reply('CARACAL_FENCE the fencing counter ' .. fences .. ' holds ' ..
+      string.sub(stored, 1, 40) .. ', not a token of at most 2^53 - 1')
+  end
+end
+-- How the counter's expiry moves: outright for a new key, never earlier for an existing one.
+local function keep_counter(value, until_ms)
+  if stored then
+    redis.call('SET', fences, string.format('%d', value), 'KEEPTTL')
+    redis.call('PEXPIREAT', fences, until_ms, 'GT')
+  else
+    redis.call('SET', fences, string.format('%d', value), 'PXAT', until_ms)
+  end
+end
+if known > counter then
+  return redis.error_reply('CARACAL_LOST the lease set lost its keys without a restart: ' ..
+    'the fencing counter was ' .. string.format('%d', counter) .. ', a live lease holds ' ..
+    string.format('%d', known))
+end
 
 if ARGV[1] == 'renew' then
-  local token = ARGV[4]
+  local token = ARGV[5]
   local held = tonumber(redis.call('ZSCORE', leases, token))
   if not held or held <= now then
     if held then redis.call('ZREM', leases, token) end
@@ -44,12 +82,17 @@ if ARGV[1] == 'renew' then
   end
   redis.call('ZADD', leases, deadline, token)
   redis.call('PEXPIREAT', leases, deadline, 'GT')
+  if stored then redis.call('PEXPIREAT', fences, deadline + ttl, 'GT') end
   return {1, redis.call('ZCARD', leases), 0}
 end
 
+if math.max(counter, now * 1000) + (#ARGV - 4) > MAX_FENCE then
+  return redis.error_reply('CARACAL_FENCE the fencing counter ' .. fences ..
+    ' would pass 2^53 - 1')
+end
 local fence = nil
 local function grant()
-  fence = math.max((fence or tonumber(redis.call('GET', fences)) or 0) + 1, now * 1000)
+  fence = math.max((fence or counter) + 1, now * 1000)
   return fence
 end
 
@@ -66,14 +109,14 @@ local reply = {}
 -- for single tokens, where ZMSCORE would be one command more). Bounded so that `unpack`
 -- stays within Lua's stack.
 local function decide_batch()
-  local tokens = #ARGV - 3
+  local tokens = #ARGV - 4
   if tokens < 2 or tokens > 1000 then return false end
-  local scores = redis.call('ZMSCORE', leases, unpack(ARGV, 4))
+  local scores = redis.call('ZMSCORE', leases, unpack(ARGV, 5))
   local held, writes, counts = {}, {}, {}
   local planned_expiry, c = expiry, count
   for i = 1, tokens do
     if c >= limit then return false end
-    local token = ARGV[i + 3]
+    local token = ARGV[i + 4]
     local until_ms = held[token] or tonumber(scores[i])
     if not until_ms then
       if c == 0 then planned_expiry = 'new' else planned_expiry = planned_expiry or 'later' end
@@ -98,7 +141,7 @@ local function decide_batch()
   return true
 end
 
-local first = decide_batch() and #ARGV + 1 or 4
+local first = decide_batch() and #ARGV + 1 or 5
 for i = first, #ARGV do
   local token = ARGV[i]
   local allowed, granted = 1, 0
@@ -135,6 +178,6 @@ elseif expiry == 'later' then
   redis.call('PEXPIREAT', leases, deadline, 'GT')
 end
 if fence then
-  redis.call('SET', fences, string.format('%d', fence), 'PXAT', deadline)
+  keep_counter(fence, deadline + ttl)
 end
 return reply

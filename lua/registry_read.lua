@@ -3,16 +3,21 @@
 --
 -- KEYS[1]  registry hash `caracal:v1:{<namespace>}:registry`
 -- KEYS[2]  expiry sorted set `caracal:v1:{<namespace>}:registry:expiry`
--- ARGV     none
--- Reply    {now_ms, then 5 per live identity: tag, description, values, sources, drift (0/1)}
---          in tag order
+-- ARGV[1]  where this page starts among the live identities (0 for the first page)
+-- ARGV[2]  how many identities the page holds at most
+-- Reply    {now_ms, next (where the next page starts, or -1 after the last), then 5 per live
+--          identity: tag, description, values, sources, drift (0/1)}, soonest to expire first
 -- TTL      reads only.
--- Cost     O(M) for M identities kept.
+-- Cost     O(log M + P) for a page of P among M identities kept: a reader pages through a
+--          large registry without holding the server for long (identities reported between
+--          two pages may be listed twice or missed once).
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local registry, expiry = KEYS[1], KEYS[2]
-local reply = {now}
-for _, tag in ipairs(redis.call('ZRANGE', expiry, '(' .. now, '+inf', 'BYSCORE')) do
+local start, count = tonumber(ARGV[1]), tonumber(ARGV[2])
+local tags = redis.call('ZRANGE', expiry, '(' .. now, '+inf', 'BYSCORE', 'LIMIT', start, count)
+local reply = {now, #tags < count and -1 or start + #tags}
+for _, tag in ipairs(tags) do
   local seen = redis.call('HMGET', registry, tag .. ':d', tag .. ':v', tag .. ':w', tag .. ':x')
   if seen[1] then
     reply[#reply + 1] = tag

@@ -15,9 +15,12 @@
 --          and the fleet overrides' version
 -- Reply    per identity, 1 when processes disagree on its values (drift), else 0
 -- TTL      an identity is forgotten at the latest reported time + its ttl (the state it
---          describes lives no longer); past the bound, the soonest to expire go first. The
---          keys themselves never expire while identities are reported.
--- Cost     O(N log M) for N identities reported among M kept, plus up to 100 expired removed.
+--          describes lives no longer); past the bound, the soonest to expire go first, at most
+--          100 + N of them per call (so a registry far past its bound shrinks over a few
+--          calls, each of bounded cost). The keys themselves never expire while identities are
+--          reported.
+-- Cost     O(N log M) for N identities reported among M kept (callers send at most 100), plus
+--          up to 100 expired and 100 + N excess removed: well under a millisecond.
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local registry, expiry = KEYS[1], KEYS[2]
@@ -57,7 +60,7 @@ for i = 3, #ARGV, 7 do
   reply[#reply + 1] = drift_until > now and 1 or 0
 end
 
-local excess = redis.call('ZCARD', expiry) - most
+local excess = math.min(redis.call('ZCARD', expiry) - most, 100 + #reply)
 if excess > 0 then
   for _, tag in ipairs(redis.call('ZRANGE', expiry, 0, excess - 1)) do
     forget(tag)

@@ -440,14 +440,16 @@ pub(crate) fn connection_restored(attempts: u32) {
     metrics::connection_restored();
 }
 
-/// The server lost its data (restarted without persistence, or a replica took its place):
-/// every lease held there is gone; holders are cancelled.
-pub(crate) fn coordinator_data_lost(epoch: u64) {
+/// The server lost its data (restarted without persistence, a replica took its place, its
+/// keys were flushed), as `cause` says how it was noticed: every lease held there is gone;
+/// holders are cancelled.
+pub(crate) fn coordinator_data_lost(epoch: u64, cause: &'static str) {
     tracing::event!(
         target: "caracal",
         tracing::Level::WARN,
         event = "coordinator.data_lost",
         epoch,
+        cause,
     );
 }
 

@@ -101,7 +101,7 @@ pub mod __private;
 
 pub use caracal_macros::{bulkhead, circuit_breaker, fallback, rate_limit, retry, timeout};
 pub use config::Config;
-pub use coordinator::{Coordinator, REDIS_ACL_RULES, RedisBuilder, install};
+pub use coordinator::{Coordinator, DataLoss, REDIS_ACL_RULES, RedisBuilder, install};
 pub use error::{CoordinatorFailure, Error, FailureKind};
 pub use fencing::fencing_token;
 pub use identity::PolicyKind;

@@ -26,6 +26,8 @@ impl<C: ConnectionLike> Lease<'_, C> {
             .arg(action)
             .arg(ttl_ms)
             .arg(limit)
+            // No live fencing token known: the lease set's own semantics, as upstream's.
+            .arg(0)
             .arg(token)
             .invoke(self.conn)
             .expect("lease script");

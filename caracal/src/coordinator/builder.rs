@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::background::Background;
+use super::incarnation::{DataLoss, Incarnation};
 use super::redis::{RedisBackend, Topology, Trust};
 use super::{Backend, Coordinator};
 use crate::identity::check_part;
@@ -38,6 +39,7 @@ pub struct RedisBuilder {
     command_timeout: Duration,
     pool_size: usize,
     trust: Trust,
+    after_data_loss: DataLoss,
 }
 
 impl RedisBuilder {
@@ -49,6 +51,7 @@ impl RedisBuilder {
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             pool_size: DEFAULT_POOL_SIZE,
             trust: Trust::default(),
+            after_data_loss: DataLoss::default(),
         }
     }
 
@@ -70,6 +73,16 @@ impl RedisBuilder {
     /// task, so one task's commands stay in order on one connection.
     pub fn pool_size(mut self, size: usize) -> Self {
         self.pool_size = size;
+        self
+    }
+
+    /// What this process does after it notices that the server lost its data (a restart
+    /// without persistence, a failover, a flush): by default ([`DataLoss::Grace`], 2 s) it
+    /// admits no bulkhead caller for two seconds, by when every process holding a lease has
+    /// cancelled its holders; [`DataLoss::WholeLease`] waits one lease period instead.
+    /// Env `CARACAL_AFTER_DATA_LOSS`: a duration (`"2s"`) or `lease`.
+    pub fn after_data_loss(mut self, after: DataLoss) -> Self {
+        self.after_data_loss = after;
         self
     }
 
@@ -111,6 +124,13 @@ impl RedisBuilder {
                 "command_timeout must be positive and at most an hour",
             ));
         }
+        if let DataLoss::Grace(grace) = self.after_data_loss
+            && (grace.is_zero() || grace > MAX_COMMAND_TIMEOUT)
+        {
+            return Err(Error::config(
+                "the grace after a data loss must be positive and at most an hour",
+            ));
+        }
         if self.pool_size == 0 {
             return Err(Error::config("pool_size must be at least 1"));
         }
@@ -126,7 +146,8 @@ impl RedisBuilder {
                 "a standalone coordinator takes exactly one URL",
             ));
         };
-        let (incarnation, background) = (Arc::default(), Background::here());
+        let incarnation = Arc::new(Incarnation::new(self.after_data_loss));
+        let background = Background::here();
         let backend = RedisBackend::connect(
             (topology, self.trust),
             self.command_timeout,
@@ -177,7 +198,11 @@ fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<(FromEnv, Option<St
     };
     let config = set("CARACAL_CONFIG")?;
     let Some(urls) = set("CARACAL_REDIS_URL")? else {
-        for name in ["CARACAL_NAMESPACE", "CARACAL_COMMAND_TIMEOUT"] {
+        for name in [
+            "CARACAL_NAMESPACE",
+            "CARACAL_COMMAND_TIMEOUT",
+            "CARACAL_AFTER_DATA_LOSS",
+        ] {
             set(name)?;
         }
         return Ok((FromEnv::Memory, config));
@@ -204,7 +229,24 @@ fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<(FromEnv, Option<St
         })?;
         builder = builder.command_timeout(timeout);
     }
+    if let Some(after) = set("CARACAL_AFTER_DATA_LOSS")? {
+        builder = builder.after_data_loss(data_loss(&after)?);
+    }
     Ok((FromEnv::Redis(builder), config))
+}
+
+/// `CARACAL_AFTER_DATA_LOSS`: `lease`, or the grace as a duration.
+fn data_loss(value: &str) -> Result<DataLoss, Error> {
+    if value == "lease" {
+        return Ok(DataLoss::WholeLease);
+    }
+    humantime::parse_duration(value)
+        .map(DataLoss::Grace)
+        .map_err(|e| {
+            Error::config(format!(
+                "CARACAL_AFTER_DATA_LOSS {value:?}: {e} (a grace such as \"2s\", or \"lease\")"
+            ))
+        })
 }
 
 /// What the environment asks for.
@@ -278,6 +320,28 @@ mod tests {
         // Settings meant for Redis are checked even when it is not used.
         assert!(message(&[("CARACAL_NAMESPACE", "")]).contains("CARACAL_NAMESPACE"));
         assert!(message(&[("CARACAL_CONFIG", " ")]).contains("CARACAL_CONFIG is set but blank"));
+        assert!(
+            message(&[url, ("CARACAL_AFTER_DATA_LOSS", "soon")])
+                .contains("CARACAL_AFTER_DATA_LOSS")
+        );
+    }
+
+    #[test]
+    fn the_wait_after_a_data_loss_comes_from_the_environment() {
+        let url = ("CARACAL_REDIS_URL", "redis://127.0.0.1:1");
+        let after = |value: &str| match from(&[url, ("CARACAL_AFTER_DATA_LOSS", value)]) {
+            Ok(FromEnv::Redis(builder)) => builder.after_data_loss,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(after("lease"), DataLoss::WholeLease);
+        assert_eq!(
+            after("5s"),
+            DataLoss::Grace(std::time::Duration::from_secs(5))
+        );
+        match from(&[url]) {
+            Ok(FromEnv::Redis(builder)) => assert_eq!(builder.after_data_loss, DataLoss::default()),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

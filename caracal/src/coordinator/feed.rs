@@ -2,8 +2,9 @@
 //! publishes `"<process>:<origin>:<identity tag>:<phase>:<generation>:<stamp>"` (the stamp:
 //! the server time of the change, in microseconds), so every process that uses the breaker
 //! learns of the change — and of who made it — without making a call; a change of the fleet's
-//! overrides publishes `"config:<version>"`. Messages without a stamp (from a version that did
-//! not write one) are still read.
+//! overrides publishes `"config:<version>"`; a process that noticed that the server lost its
+//! data publishes `"lost:<process>"`. Messages without a stamp (from a version that did not
+//! write one) are still read.
 
 use std::sync::LazyLock;
 
@@ -62,6 +63,15 @@ pub(crate) enum Message {
     Config {
         version: u64,
     },
+    /// A process noticed that the server lost its data; `own` when it was this one.
+    Lost {
+        own: bool,
+    },
+}
+
+/// What this process publishes when it noticed a loss of data.
+pub(crate) fn lost_message() -> String {
+    format!("lost:{}", process_id())
 }
 
 /// Reads a message; `None` for anything that is not well-formed.
@@ -69,6 +79,11 @@ pub(crate) fn parse(message: &str) -> Option<Message> {
     if let Some(version) = message.strip_prefix("config:") {
         return Some(Message::Config {
             version: version.parse().ok()?,
+        });
+    }
+    if let Some(process) = message.strip_prefix("lost:") {
+        return Some(Message::Lost {
+            own: process == process_id(),
         });
     }
     parse_transition(message).map(Message::Transition)
@@ -128,6 +143,11 @@ mod tests {
             Some(Message::Transition(t)) if !t.own && t.origin == Origin::Call && t.stamp.is_none()
         ));
         assert_eq!(parse("config:12"), Some(Message::Config { version: 12 }));
+        assert_eq!(parse(&lost_message()), Some(Message::Lost { own: true }));
+        assert_eq!(
+            parse("lost:0000000000000000"),
+            Some(Message::Lost { own: false })
+        );
         for bad in [
             "",
             "a:b",

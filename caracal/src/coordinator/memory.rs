@@ -10,7 +10,9 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use super::registry::{self, Registered, Report, Snapshot};
-use super::{BreakerTarget, FleetOverrides, LeaseCommand, RateCommand, Stamped};
+use super::{
+    BreakerTarget, FleetOverrides, LeaseAnswer, LeaseCommand, RateCommand, Stamped, lease_refused,
+};
 use crate::Error;
 use crate::clock::Clock;
 use crate::error::FailureKind;
@@ -20,7 +22,7 @@ use crate::kernel::breaker::{
     AdmitReply, Force, ForceReply, Observation, ObserveReply, ProbeOutcome, SettleReply, Store,
 };
 use crate::kernel::gcra;
-use crate::kernel::lease::{LeaseReply, LeaseSet};
+use crate::kernel::lease::LeaseSet;
 use crate::sync::lock;
 
 /// Forget states that can no longer matter (what key TTLs do in Redis) once every this many
@@ -127,17 +129,21 @@ impl MemoryBackend {
         })
     }
 
-    pub(super) fn lease(&self, command: LeaseCommand<'_>) -> Result<LeaseReply, Error> {
-        self.lease_set(&command.identity.key, |set, now| {
-            set.apply(
+    /// Runs one lease command. Nothing is ever lost here, so the command knows no live token
+    /// to compare the counter with.
+    pub(super) fn lease(&self, command: LeaseCommand<'_>) -> Result<LeaseAnswer, Error> {
+        let sent = tokio::time::Instant::now();
+        let replies = self.lease_set(&command.identity.key, |set, now| {
+            set.command(
                 command.action,
                 now,
-                command.token.as_u128(),
-                command.ttl_ms(),
-                command.limit,
+                &[command.token.as_u128()],
+                command.terms(0),
                 &mut Seen::default(),
             )
-        })
+        })?;
+        let reply = replies.map_err(lease_refused)?[0];
+        Ok(LeaseAnswer { reply, sent })
     }
 
     /// Removes `token`'s lease; `true` if there was one.
@@ -327,7 +333,7 @@ mod tests {
 
     use super::*;
     use crate::identity::{Identity, Kind, Scope};
-    use crate::kernel::lease::LeaseAction;
+    use crate::kernel::lease::{LeaseAction, LeaseReply};
 
     fn identity() -> Identity {
         Identity::new("ns", Kind::Bulkhead, "p", "op", &Scope::GLOBAL)
@@ -338,13 +344,15 @@ mod tests {
         identity: &Identity,
         token: Uuid,
     ) -> Result<LeaseReply, Error> {
-        memory.lease(LeaseCommand {
-            identity,
-            action: LeaseAction::Acquire,
-            token,
-            ttl: Duration::from_secs(1),
-            limit: 2,
-        })
+        memory
+            .lease(LeaseCommand {
+                identity,
+                action: LeaseAction::Acquire,
+                token,
+                ttl: Duration::from_secs(1),
+                limit: 2,
+            })
+            .map(|answer| answer.reply)
     }
 
     #[tokio::test(start_paused = true)]
@@ -373,7 +381,8 @@ mod tests {
             second > first,
             "{second} after {first} in the same millisecond"
         );
-        tokio::time::advance(Duration::from_secs(2)).await;
+        // The counter outlives the last lease by one ttl.
+        tokio::time::advance(Duration::from_secs(3)).await;
         memory
             .release(&identity.key, Uuid::new_v4())
             .expect("release");

@@ -29,7 +29,8 @@ pub(crate) use self::breakers::Admission;
 use self::breakers::Breakers;
 pub use self::builder::RedisBuilder;
 use self::fleet::Fleet;
-pub(crate) use self::incarnation::Incarnation;
+pub use self::incarnation::DataLoss;
+pub(crate) use self::incarnation::{Incarnation, LossCause};
 use self::memory::MemoryBackend;
 pub use self::redis::REDIS_ACL_RULES;
 use self::redis::RedisBackend;
@@ -38,11 +39,12 @@ use self::wakeups::Wakeups;
 use crate::Error;
 use crate::config::Config;
 use crate::config::overrides::{Overrides, Resolved, Values};
+use crate::error::FailureKind;
 use crate::identity::{Identity, KeyBase, Kind, Scope};
 use crate::kernel::breaker::{
     AdmitReply, Force, ForceReply, Observation, ObserveReply, ProbeOutcome, Settings, SettleReply,
 };
-use crate::kernel::lease::{LeaseAction, LeaseReply};
+use crate::kernel::lease::{LeaseAction, LeaseReply, Refusal, Terms};
 
 /// Where distributed policies keep their shared state.
 ///
@@ -119,6 +121,41 @@ impl LeaseCommand<'_> {
     /// The ttl as the lease set keeps deadlines: whole milliseconds.
     fn ttl_ms(&self) -> u64 {
         u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// What the lease set decides the command under, for a caller that knows `known` to be
+    /// a live fencing token of the set.
+    fn terms(&self, known: u64) -> Terms {
+        Terms {
+            ttl: self.ttl_ms(),
+            limit: self.limit,
+            known,
+        }
+    }
+}
+
+/// A lease command's answer, and when the command was sent: the server set any deadline it
+/// granted after that. An acquire may wait in its identity's lane before its batch is sent, so
+/// this is later than when its caller asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LeaseAnswer {
+    pub(crate) reply: LeaseReply,
+    pub(crate) sent: tokio::time::Instant,
+}
+
+/// The error a lease command refused whole ends in.
+fn lease_refused(refusal: Refusal) -> Error {
+    match refusal {
+        Refusal::Lost => Error::unavailable(
+            FailureKind::DataLost,
+            "the identity's lease set was lost (flushed, evicted or deleted) while a lease in it \
+             was live",
+        ),
+        Refusal::Exhausted => Error::unavailable(
+            FailureKind::Server,
+            "the identity's fencing counter reached 2^53 - 1: no further lease can carry an exact \
+             token",
+        ),
     }
 }
 
@@ -369,7 +406,7 @@ impl Coordinator {
     }
 
     /// Runs one lease command.
-    pub(crate) async fn lease(&self, command: LeaseCommand<'_>) -> Result<LeaseReply, Error> {
+    pub(crate) async fn lease(&self, command: LeaseCommand<'_>) -> Result<LeaseAnswer, Error> {
         match &self.inner.backend {
             Backend::Memory(memory) => memory.lease(command),
             Backend::Redis(redis) => redis.lease(command).await,
@@ -517,6 +554,10 @@ impl Coordinator {
                         Some(feed::Message::Config { version }) => {
                             inner.fleet.announced(version);
                         }
+                        Some(feed::Message::Lost { own: false }) => {
+                            inner.incarnation.lost(LossCause::Announced);
+                        }
+                        Some(feed::Message::Lost { own: true }) => {}
                         None => {}
                     }
                     true

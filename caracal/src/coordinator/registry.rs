@@ -248,27 +248,34 @@ impl Coordinator {
                 uses.retain(|u| u.idle < FORGET_AFTER_REPORTS);
                 !uses.is_empty()
             });
-            uses.values_mut()
+            let mut due: Vec<&mut Use> = uses
+                .values_mut()
                 .flatten()
                 .filter_map(|u| {
-                    let due = u.used || u.changed;
                     if !u.used {
                         u.idle += 1;
                     }
+                    (u.used || u.changed).then_some(u)
+                })
+                .collect();
+            // The registry keeps no more than this: a process using more identities reports
+            // the changed ones first, and the rest in later rounds.
+            due.sort_by_key(|u| !u.changed);
+            due.truncate(MAX_IDENTITIES as usize);
+            due.into_iter()
+                .map(|u| {
                     u.used = false;
                     u.changed = false;
-                    due.then(|| {
-                        let report = Report {
-                            key: u.identity.key.clone(),
-                            description: describe(&u.identity),
-                            values: u.values.clone(),
-                            sources: u.sources.clone(),
-                            reporter: format!("{}/{:x}", feed::process_id(), u.site),
-                            ttl_ms: u.ttl_ms,
-                            fleet: u.fleet,
-                        };
-                        (report, u.site)
-                    })
+                    let report = Report {
+                        key: u.identity.key.clone(),
+                        description: describe(&u.identity),
+                        values: u.values.clone(),
+                        sources: u.sources.clone(),
+                        reporter: format!("{}/{:x}", feed::process_id(), u.site),
+                        ttl_ms: u.ttl_ms,
+                        fleet: u.fleet,
+                    };
+                    (report, u.site)
                 })
                 .collect()
         };

@@ -21,6 +21,8 @@
 //! | renew | token held but expired | [`RenewExpired`](Branch::RenewExpired) | not allowed; the lease is dropped |
 //! | release | token held (live or not) | [`Released`](Branch::Released) | removed |
 //! | release | token absent | [`ReleaseFoundNothing`](Branch::ReleaseFoundNothing) | nothing |
+//! | acquire, renew | counter below `known` | [`Lost`](Branch::Lost) | refused whole, nothing changed |
+//! | acquire | counter + tokens past [`MAX_FENCE`] | [`Exhausted`](Branch::Exhausted) | refused whole |
 //!
 //! Expired leases are pruned only when the set looks full, so the occupancy a reply reports may
 //! still count leases that expired but were not in the way.
@@ -31,8 +33,23 @@
 //!
 //! Every acquire that leaves its token holding a lease grants a fencing token,
 //! `max(last + 1, now × 1000)`: strictly increasing per identity, and still so when the counter
-//! is lost (it expires with the last grant's lease; a server may restart without its data),
-//! because grants never run ahead of the clock by a millisecond's worth.
+//! is lost (a server may restart without its data), because grants never run ahead of the clock
+//! by a millisecond's worth. The counter lives at least a lease longer than every lease granted
+//! or renewed ([`LeaseSet::fence_expires_at`]). Tokens stop at [`MAX_FENCE`], 2^53 − 1, so that
+//! they are exact wherever they go (a Lua number, a JSON number, a JavaScript downstream): a
+//! command that would grant past it is refused whole ([`Refusal::Exhausted`]), never wrapped.
+//!
+//! # Noticing a lost set
+//!
+//! A command carries the highest fencing token its process knows to be live in the set
+//! (`known`: the fence of a lease it still trusts, 0 if none). While such a lease is live the
+//! counter is too, so a counter below `known` means the server lost the identity's keys (a
+//! `FLUSHALL`, an eviction, a deleted key) without restarting: the command is refused whole
+//! ([`Refusal::Lost`], branch [`Lost`](Branch::Lost)) and changes nothing: every other caller
+//! that knows a live token of the set is refused the same way until a caller that knows none
+//! is granted a lease (the counter then starts again from the clock), so every process whose
+//! holders the loss took notices it at its next command. The process then treats it as any
+//! data loss.
 //!
 //! Several tokens acquired in one command are decided one after the other at the same `now`,
 //! exactly as the same single acquires would be.
@@ -41,6 +58,19 @@ use super::Seen;
 
 /// A lease's token (a UUID).
 pub(crate) type Token = u128;
+
+/// The highest fencing token ever granted: 2^53 − 1, the largest integer every consumer of a
+/// token represents exactly (the script's Lua numbers among them).
+pub(crate) const MAX_FENCE: u64 = (1 << 53) - 1;
+
+/// Why a whole lease command was refused, before it changed anything but the counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// The counter was below the fencing token the caller knows to be live: the set was lost.
+    Lost,
+    /// Granting would take the counter past [`MAX_FENCE`].
+    Exhausted,
+}
 
 /// What a lease command asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +102,16 @@ pub(crate) struct LeaseReply {
     pub(crate) fence: u64,
 }
 
+/// What every token of one lease command is decided under: the lease's time to live (ms), the
+/// identity's limit, and the highest fencing token the caller knows to be live in the set
+/// (0 when it knows none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Terms {
+    pub(crate) ttl: u64,
+    pub(crate) limit: u32,
+    pub(crate) known: u64,
+}
+
 /// The branches of the table above, in its order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Branch {
@@ -86,12 +126,14 @@ pub(crate) enum Branch {
     RenewExpired,
     Released,
     ReleaseFoundNothing,
+    Lost,
+    Exhausted,
 }
 
 impl Branch {
     /// Every branch, indexed as [`Seen`] records them.
     #[cfg(test)]
-    pub(crate) const ALL: [Branch; 11] = [
+    pub(crate) const ALL: [Branch; 13] = [
         Branch::Pruned,
         Branch::Full,
         Branch::FullButHeld,
@@ -103,6 +145,8 @@ impl Branch {
         Branch::RenewExpired,
         Branch::Released,
         Branch::ReleaseFoundNothing,
+        Branch::Lost,
+        Branch::Exhausted,
     ];
 
     fn reach(self, seen: &mut Seen) {
@@ -117,7 +161,8 @@ pub(crate) struct LeaseSet {
     pub(crate) leases: Vec<(Token, u64)>,
     /// When the whole set expires (absolute ms; meaningful while it holds a lease).
     pub(crate) expires_at: u64,
-    /// The last fencing token granted (0: none yet), and when the counter expires.
+    /// The last fencing token granted (0: no counter), and when the counter expires: a lease
+    /// past the latest deadline it was granted or renewed with, never earlier than before.
     pub(crate) fence: u64,
     pub(crate) fence_expires_at: u64,
 }
@@ -157,31 +202,68 @@ impl LeaseSet {
         self.leases.iter().position(|&(held, _)| held == token)
     }
 
-    /// Runs `action` for `token` at `now`: see the module's table.
-    pub(crate) fn apply(
+    /// Runs `action` at `now` for `tokens` (an acquire takes several, decided one after the
+    /// other; a renewal exactly one), for a caller that knows fencing token `known` to be live:
+    /// one reply per token, or the refusal of the whole command. See the module's table.
+    pub(crate) fn command(
         &mut self,
         action: LeaseAction,
         now: u64,
-        token: Token,
-        ttl: u64,
-        limit: u32,
+        tokens: &[Token],
+        lease: Terms,
         seen: &mut Seen,
-    ) -> LeaseReply {
+    ) -> Result<Vec<LeaseReply>, Refusal> {
+        if lease.known > self.fence {
+            Branch::Lost.reach(seen);
+            return Err(Refusal::Lost);
+        }
         match action {
-            LeaseAction::Acquire => self.acquire(now, token, ttl, limit, seen),
-            LeaseAction::Renew => self.renew(now, token, ttl, seen),
+            LeaseAction::Acquire => {
+                let grants = u64::try_from(tokens.len()).unwrap_or(u64::MAX);
+                if self
+                    .fence
+                    .max(now.saturating_mul(1000))
+                    .saturating_add(grants)
+                    > MAX_FENCE
+                {
+                    Branch::Exhausted.reach(seen);
+                    return Err(Refusal::Exhausted);
+                }
+                Ok(tokens
+                    .iter()
+                    .map(|&token| self.acquire(now, token, lease.ttl, lease.limit, seen))
+                    .collect())
+            }
+            LeaseAction::Renew => Ok(tokens
+                .iter()
+                .map(|&token| self.renew(now, token, lease.ttl, seen))
+                .collect()),
         }
     }
 
-    /// Grants a fencing token for a lease ending at `deadline`.
-    fn grant(&mut self, now: u64, deadline: u64) -> u64 {
+    /// Keeps the counter until a lease after `deadline` (outright for a new counter, else
+    /// never earlier): while a lease granted or renewed up to `deadline` may be live, and
+    /// for a renewal that arrives late, the counter is there to compare a caller's `known`
+    /// token with.
+    fn keep_fence(&mut self, existed: bool, deadline: u64, ttl: u64) {
+        let until = deadline.saturating_add(ttl);
+        self.fence_expires_at = if existed {
+            self.fence_expires_at.max(until)
+        } else {
+            until
+        };
+    }
+
+    /// Grants a fencing token for a lease of `ttl` ending at `deadline`.
+    fn grant(&mut self, now: u64, deadline: u64, ttl: u64) -> u64 {
+        let existed = self.fence > 0;
         self.fence = (self.fence + 1).max(now.saturating_mul(1000));
-        self.fence_expires_at = deadline;
+        self.keep_fence(existed, deadline, ttl);
         self.fence
     }
 
     /// Acquires a lease for `token`: see the module's table.
-    pub(crate) fn acquire(
+    fn acquire(
         &mut self,
         now: u64,
         token: Token,
@@ -204,7 +286,11 @@ impl LeaseSet {
                 return LeaseReply {
                     allowed: held,
                     occupancy: self.occupancy(),
-                    fence: if held { self.grant(now, deadline) } else { 0 },
+                    fence: if held {
+                        self.grant(now, deadline, ttl)
+                    } else {
+                        0
+                    },
                 };
             }
         }
@@ -225,7 +311,7 @@ impl LeaseSet {
         LeaseReply {
             allowed: true,
             occupancy: self.occupancy(),
-            fence: self.grant(now, deadline),
+            fence: self.grant(now, deadline, ttl),
         }
     }
 
@@ -245,6 +331,9 @@ impl LeaseSet {
                 let deadline = now.saturating_add(ttl);
                 self.leases[index].1 = deadline;
                 self.extend(deadline, false);
+                if self.fence > 0 {
+                    self.keep_fence(true, deadline, ttl);
+                }
                 true
             }
         };
@@ -275,27 +364,24 @@ impl LeaseSet {
 mod tests {
     use super::*;
 
+    const TERMS: Terms = Terms {
+        ttl: 1000,
+        limit: 2,
+        known: 0,
+    };
+
+    fn one(set: &mut LeaseSet, action: LeaseAction, now: u64, token: Token) -> LeaseReply {
+        let replies = set.command(action, now, &[token], TERMS, &mut Seen::default());
+        replies.expect("not refused")[0]
+    }
+
     fn acquire(set: &mut LeaseSet, now: u64, token: Token) -> (bool, u32) {
-        let reply = set.apply(
-            LeaseAction::Acquire,
-            now,
-            token,
-            1000,
-            2,
-            &mut Seen::default(),
-        );
+        let reply = one(set, LeaseAction::Acquire, now, token);
         (reply.allowed, reply.occupancy)
     }
 
     fn renew(set: &mut LeaseSet, now: u64, token: Token) -> (bool, u32) {
-        let reply = set.apply(
-            LeaseAction::Renew,
-            now,
-            token,
-            1000,
-            2,
-            &mut Seen::default(),
-        );
+        let reply = one(set, LeaseAction::Renew, now, token);
         (reply.allowed, reply.occupancy)
     }
 
@@ -350,15 +436,7 @@ mod tests {
     fn fencing_tokens_increase_with_every_grant_and_survive_a_lost_counter() {
         let mut set = LeaseSet::default();
         let fence = |set: &mut LeaseSet, now: u64, token: Token| {
-            set.apply(
-                LeaseAction::Acquire,
-                now,
-                token,
-                1000,
-                2,
-                &mut Seen::default(),
-            )
-            .fence
+            one(set, LeaseAction::Acquire, now, token).fence
         };
         assert_eq!(fence(&mut set, 5, 1), 5000);
         assert_eq!(fence(&mut set, 5, 2), 5001, "same millisecond: one more");
@@ -372,6 +450,64 @@ mod tests {
         // The counter is lost (a restart, or it expired): the clock still orders grants.
         set = LeaseSet::default();
         assert_eq!(fence(&mut set, 7, 1), 7000);
+        assert_eq!(
+            set.fence_expires_at, 2007,
+            "a lease past the lease's deadline"
+        );
+        assert_eq!(renew(&mut set, 500, 1), (true, 1));
+        assert_eq!(set.fence_expires_at, 2500, "renewals keep the counter too");
+    }
+
+    /// A counter below the token a caller knows to be live: the keys were lost without a
+    /// restart. The command is refused whole and changes nothing, so every caller that knows a
+    /// live token is refused too; one that knows none starts the counter again.
+    #[test]
+    fn a_counter_below_a_live_token_is_a_loss_for_every_caller_that_knows_one() {
+        let mut set = LeaseSet::default();
+        let known = Terms {
+            known: 9000,
+            ..TERMS
+        };
+        let mut seen = Seen::default();
+        for action in [LeaseAction::Acquire, LeaseAction::Renew] {
+            set = LeaseSet::default();
+            assert_eq!(
+                set.command(action, 5, &[1], known, &mut seen),
+                Err(Refusal::Lost)
+            );
+            assert_eq!(set, LeaseSet::default(), "nothing changed");
+        }
+        let replies = set.command(LeaseAction::Acquire, 6, &[1, 2], TERMS, &mut seen);
+        let fences: Vec<u64> = replies
+            .expect("knows no token")
+            .iter()
+            .map(|r| r.fence)
+            .collect();
+        assert_eq!(fences, [6000, 6001], "the clock orders grants again");
+    }
+
+    /// Tokens stay exact as doubles: a command that would grant past 2^53 − 1 is refused,
+    /// never wrapped or rounded into a repeat.
+    #[test]
+    fn fencing_tokens_stop_at_two_to_the_fifty_third() {
+        let mut set = LeaseSet {
+            fence: MAX_FENCE - 2,
+            fence_expires_at: u64::MAX,
+            ..LeaseSet::default()
+        };
+        let mut seen = Seen::default();
+        assert_eq!(
+            set.command(LeaseAction::Acquire, 5, &[1, 2, 3], TERMS, &mut seen),
+            Err(Refusal::Exhausted)
+        );
+        let granted = set.command(LeaseAction::Acquire, 5, &[1, 2], TERMS, &mut seen);
+        let fences: Vec<u64> = granted.expect("two fit").iter().map(|r| r.fence).collect();
+        assert_eq!(fences, [MAX_FENCE - 1, MAX_FENCE]);
+        assert_eq!(
+            set.command(LeaseAction::Acquire, 5, &[1], TERMS, &mut seen),
+            Err(Refusal::Exhausted),
+            "even a token already held is not granted past the bound"
+        );
     }
 
     #[test]

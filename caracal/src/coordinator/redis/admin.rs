@@ -14,8 +14,20 @@ fn registry_keys(base: &KeyBase) -> [String; 2] {
     [base.key("registry"), base.key("registry:expiry")]
 }
 
+/// A page of the registry: where the next starts (`None` after the last), and its identities.
+type Page = (Option<u64>, Vec<Registered>);
+
+/// The most identities one registry script reports or lists.
+const REGISTRY_PAGE: usize = 100;
+
 fn override_keys(base: &KeyBase) -> [String; 2] {
     [base.key("overrides"), base.key("overrides:version")]
+}
+
+/// The overrides' keys and the namespace's marker (see `lua/overrides_read.lua`).
+fn override_read_keys(base: &KeyBase) -> [String; 3] {
+    let [overrides, version] = override_keys(base);
+    [overrides, version, base.key("marker")]
 }
 
 /// An array reply's items.
@@ -51,7 +63,22 @@ fn unsigned(script: &str, n: i64) -> Result<u64, Error> {
 }
 
 impl RedisBackend {
+    /// Reports `reports` in calls of at most [`REGISTRY_PAGE`] identities each: a script
+    /// holds the server while it runs, so however many identities a process uses, no call
+    /// keeps the fleet waiting for more than a fraction of a millisecond.
     pub(in crate::coordinator) async fn registry_report(
+        &self,
+        base: &KeyBase,
+        reports: &[Report],
+    ) -> Result<Vec<bool>, Error> {
+        let mut drifts = Vec::with_capacity(reports.len());
+        for page in reports.chunks(REGISTRY_PAGE) {
+            drifts.extend(self.registry_report_page(base, page).await?);
+        }
+        Ok(drifts)
+    }
+
+    async fn registry_report_page(
         &self,
         base: &KeyBase,
         reports: &[Report],
@@ -81,17 +108,46 @@ impl RedisBackend {
             .collect()
     }
 
+    /// Every identity of the namespace's registry, read a page of [`REGISTRY_PAGE`] at a
+    /// time (see [`registry_report`](Self::registry_report)); one listed on two pages (it was
+    /// reported meanwhile) is listed once.
     pub(in crate::coordinator) async fn registry_read(
         &self,
         base: &KeyBase,
     ) -> Result<Vec<Registered>, Error> {
+        let mut listed: Vec<Registered> = Vec::new();
+        let mut keys = std::collections::HashSet::new();
+        let mut start = 0;
+        loop {
+            let (next, entries) = self.registry_read_page(base, start).await?;
+            for entry in entries {
+                if keys.insert(entry.key.clone()) {
+                    listed.push(entry);
+                }
+            }
+            match next {
+                Some(next) => start = next,
+                None => break,
+            }
+        }
+        Ok(listed)
+    }
+
+    /// One page of the registry from `start`: where the next starts (`None` after the last),
+    /// and its identities.
+    async fn registry_read_page(&self, base: &KeyBase, start: u64) -> Result<Page, Error> {
         let script = &*scripts::REGISTRY_READ;
         let value = self
             .link
-            .eval(script, base, &registry_keys(base), Vec::<String>::new())
+            .eval(script, base, &registry_keys(base), (start, REGISTRY_PAGE))
             .await?;
         let mut items = items(script.name, value)?.into_iter();
         let _now = integer(script.name, items.next().unwrap_or(Value::Nil))?;
+        let next = integer(script.name, items.next().unwrap_or(Value::Nil))?;
+        let next = match next {
+            -1 => None,
+            next => Some(unsigned(script.name, next)?).filter(|&next| next > start),
+        };
         let items: Vec<Value> = items.collect();
         if !items.len().is_multiple_of(5) {
             return Err(reply::malformed(
@@ -118,7 +174,7 @@ impl RedisBackend {
             );
             listed.extend(entry);
         }
-        Ok(listed)
+        Ok((next, listed))
     }
 
     /// The fleet's overrides and their version, unless `known` is already the version.
@@ -129,20 +185,28 @@ impl RedisBackend {
     ) -> Result<FleetOverrides, Error> {
         let script = &*scripts::OVERRIDES_READ;
         let known = known.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX));
+        let incarnation = self.link.incarnation();
+        let (marker, epoch) = incarnation.marker();
+        let candidate = crate::coordinator::fresh_token().simple().to_string();
         let value = self
             .link
-            .eval(script, base, &override_keys(base), known)
+            .eval(script, base, &override_read_keys(base), (known, candidate))
             .await?;
         let mut items = items(script.name, value)?.into_iter();
         let version = unsigned(
             script.name,
             integer(script.name, items.next().unwrap_or(Value::Nil))?,
         )?;
-        let rest = reply::strings(script.name, Value::Array(items.collect()))?;
+        let mut rest = reply::strings(script.name, Value::Array(items.collect()))?.into_iter();
+        let read = rest
+            .next()
+            .ok_or_else(|| reply::malformed(script.name, "no marker"))?;
+        incarnation.marker_read(marker.as_deref(), read, epoch);
+        let rest: Vec<String> = rest.collect();
         if u64::try_from(known).ok() == Some(version) {
             return Ok((version, None));
         }
-        if rest.len() % 2 != 0 {
+        if !rest.len().is_multiple_of(2) {
             return Err(reply::malformed(script.name, "an odd number of fields"));
         }
         let pairs = rest

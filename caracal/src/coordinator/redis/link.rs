@@ -16,9 +16,10 @@ use uuid::Uuid;
 use super::lanes::{Admitted, Driven, Lanes, Queued, Request, answer};
 use super::pool::{self, Pool};
 use super::scripts::{self, Script};
-use super::{reply, token_text};
+use super::{redis_cause, reply, token_text};
 use crate::Error;
 use crate::coordinator::background::Background;
+use crate::coordinator::{Incarnation, LeaseAnswer, LossCause};
 use crate::error::FailureKind;
 use crate::identity::KeyBase;
 use crate::kernel::lease::{LeaseAction, LeaseReply};
@@ -34,8 +35,25 @@ pub(super) struct Link {
     acquires: Lanes<Acquire>,
     arrivals: Lanes<Arrival>,
     releases: Mutex<HashMap<KeyBase, Releases>>,
+    /// The fencing tokens this process knows to be live, by identity (see [`Live`]).
+    live: Mutex<HashMap<KeyBase, Live>>,
+    incarnation: Arc<Incarnation>,
     background: Background,
 }
+
+/// The latest fencing token granted here for one identity, and until when the identity's
+/// counter certainly holds at least it: the server keeps the counter one lease past the
+/// deadline of every lease it granted or renewed, so for at least a lease past the *send* of
+/// the last acquire or renewal here. Known in one epoch only: a loss forgets it.
+#[derive(Debug, Clone, Copy)]
+struct Live {
+    fence: u64,
+    until: Instant,
+    epoch: u64,
+}
+
+/// How many identities' live tokens are kept before the stale ones are swept.
+const LIVE_SWEEP_AT: usize = 4096;
 
 /// One lease acquire: its token and the settings of its call site.
 pub(super) struct Acquire {
@@ -45,7 +63,7 @@ pub(super) struct Acquire {
 }
 
 impl Request for Acquire {
-    type Reply = LeaseReply;
+    type Reply = LeaseAnswer;
 
     fn batches_with(&self, other: &Self) -> bool {
         (self.ttl_ms, self.limit) == (other.ttl_ms, other.limit)
@@ -123,7 +141,7 @@ impl Batched for Acquire {
         link: &Arc<Link>,
         key: &KeyBase,
         batch: &[Queued<Self>],
-    ) -> Result<Vec<LeaseReply>, Error> {
+    ) -> Result<Vec<LeaseAnswer>, Error> {
         // Releases still queued go first, on the same connection: the acquire of a task that
         // just released must see its own slot free.
         link.flush_releases(key);
@@ -132,29 +150,27 @@ impl Batched for Acquire {
             .iter()
             .map(|queued| token_text(queued.request.token))
             .collect();
-        let script = &*scripts::BULKHEAD_LEASE;
-        let value = link
-            .eval(
-                script,
-                key,
-                &lease_keys(key),
-                (
-                    LeaseAction::Acquire.as_str(),
-                    first.ttl_ms,
-                    first.limit,
-                    tokens,
-                ),
-            )
+        let sent = Instant::now();
+        let replies = link
+            .lease(key, LeaseAction::Acquire, first.ttl_ms, first.limit, tokens)
             .await?;
-        reply::integer_groups::<3>(script.name, value, batch.len())?
+        if let Some(fence) = replies.iter().filter(|r| r.allowed).map(|r| r.fence).max() {
+            link.granted(key, fence, sent + Duration::from_millis(first.ttl_ms));
+        }
+        Ok(replies
             .into_iter()
-            .map(decode_lease)
-            .collect()
+            .map(|reply| LeaseAnswer { reply, sent })
+            .collect())
     }
 
     /// Released at once: the caller's own release, sent when it gave up, may have reached the
     /// server before this acquire and found nothing.
-    fn unheard(link: &Arc<Link>, key: &KeyBase, request: Self, reply: LeaseReply) {
+    fn unheard(
+        link: &Arc<Link>,
+        key: &KeyBase,
+        request: Self,
+        LeaseAnswer { reply, .. }: LeaseAnswer,
+    ) {
         if reply.allowed {
             // The server set the lease's deadline before it replied.
             let until = Instant::now() + Duration::from_millis(request.ttl_ms);
@@ -230,13 +246,104 @@ pub(super) fn decode_lease([allowed, occupancy, fence]: [i64; 3]) -> Result<Leas
 }
 
 impl Link {
-    pub(super) fn new(pool: Pool, background: Background) -> Self {
+    pub(super) fn new(pool: Pool, incarnation: Arc<Incarnation>, background: Background) -> Self {
         Link {
             pool,
             acquires: Lanes::default(),
             arrivals: Lanes::default(),
             releases: Mutex::default(),
+            live: Mutex::default(),
+            incarnation,
             background,
+        }
+    }
+
+    /// Runs the lease script for `tokens` of `key`'s lease set, telling it the live fencing
+    /// token this process knows of (so that a set lost without a restart is noticed): one reply
+    /// per token. A set found lost is a data loss, noticed here before the error is returned.
+    pub(super) async fn lease(
+        &self,
+        key: &KeyBase,
+        action: LeaseAction,
+        ttl_ms: u64,
+        limit: u32,
+        tokens: Vec<String>,
+    ) -> Result<Vec<LeaseReply>, Error> {
+        let script = &*scripts::BULKHEAD_LEASE;
+        let count = tokens.len();
+        let args = (action.as_str(), ttl_ms, limit, self.known(key), tokens);
+        let value = match self.eval(script, key, &lease_keys(key), args).await {
+            Ok(value) => value,
+            Err(error) => return Err(self.lease_failed(error)),
+        };
+        reply::integer_groups::<3>(script.name, value, count)?
+            .into_iter()
+            .map(decode_lease)
+            .collect()
+    }
+
+    /// What a failed lease command tells: the script's refusals are no outage.
+    fn lease_failed(&self, error: Error) -> Error {
+        let Some(cause) = redis_cause(&error) else {
+            return error;
+        };
+        let detail = cause.detail().unwrap_or_default().to_owned();
+        match cause.code() {
+            Some("CARACAL_LOST") => {
+                self.incarnation.lost(LossCause::KeysLost);
+                Error::unavailable(FailureKind::DataLost, detail)
+            }
+            Some("CARACAL_FENCE") => Error::unavailable(FailureKind::Server, detail),
+            _ => error,
+        }
+    }
+
+    /// Which incarnation of the server this link talks to.
+    pub(super) fn incarnation(&self) -> &Incarnation {
+        &self.incarnation
+    }
+
+    /// The live fencing token this process knows of for `key` (0 for none).
+    fn known(&self, key: &KeyBase) -> u64 {
+        let epoch = self.incarnation.epoch();
+        let now = Instant::now();
+        lock(&self.live)
+            .get(key)
+            .filter(|live| live.epoch == epoch && now < live.until)
+            .map_or(0, |live| live.fence)
+    }
+
+    /// Records that the counter of `key` holds at least `fence` until `until`: a grant, or
+    /// (with the fence known already) a renewal.
+    fn granted(&self, key: &KeyBase, fence: u64, until: Instant) {
+        let epoch = self.incarnation.epoch();
+        let mut live = lock(&self.live);
+        if live.len() >= LIVE_SWEEP_AT {
+            let now = Instant::now();
+            live.retain(|_, known| known.epoch == epoch && now < known.until);
+        }
+        let entry = live.entry(key.clone()).or_insert(Live {
+            fence,
+            until,
+            epoch,
+        });
+        if entry.epoch != epoch {
+            *entry = Live {
+                fence,
+                until,
+                epoch,
+            };
+        } else {
+            entry.fence = entry.fence.max(fence);
+            entry.until = entry.until.max(until);
+        }
+    }
+
+    /// A renewal of one of `key`'s leases, sent at `sent`, succeeded: the counter lives on.
+    pub(super) fn renewed(&self, key: &KeyBase, sent: Instant, ttl: Duration) {
+        let known = self.known(key);
+        if known > 0 {
+            self.granted(key, known, sent + ttl);
         }
     }
 
@@ -272,7 +379,7 @@ impl Link {
         self: &Arc<Self>,
         key: &KeyBase,
         request: Acquire,
-    ) -> impl Future<Output = Result<LeaseReply, Error>> + Send + 'static {
+    ) -> impl Future<Output = Result<LeaseAnswer, Error>> + Send + 'static {
         self.submit(key, request)
     }
 
@@ -288,11 +395,16 @@ impl Link {
     /// Enters `request` in its lane. If the lane was idle, this caller drives the call (its
     /// request is queued on the connection at the first poll); else it waits for the batch it
     /// joined, sent once the call in flight is answered.
+    ///
+    /// Every caller hears within one command timeout of entering: one queued behind a call
+    /// that stalls gives up when its time is up, unsent (withdrawn from the lane) or, if its
+    /// batch went out meanwhile, with what that batch granted it undone when the reply comes.
     fn submit<R: Batched>(
         self: &Arc<Self>,
         key: &KeyBase,
         request: R,
     ) -> impl Future<Output = Result<R::Reply, Error>> + Send + 'static {
+        let deadline = Instant::now() + self.pool.timeout();
         let (answer, answered) = oneshot::channel();
         let driven = match R::lanes(self).enter(key, Queued { request, answer }) {
             Admitted::Send(batch) => Some(Driven::new(
@@ -302,18 +414,24 @@ impl Link {
             Admitted::Wait => None,
         };
         async move {
+            // The driver's call is bounded by its own command timeout, and answers its batch.
             if let Some(driven) = driven {
                 driven.await;
             }
-            // No timer of its own: every call of the lane ends within the command timeout and
-            // answers its batch (a timeout included), so the answer comes. A timer here would
-            // tell a waiter whose request was not even sent that its outcome is unknown.
-            answered.await.unwrap_or_else(|_| {
-                Err(Error::unavailable(
-                    FailureKind::Disconnected,
-                    "the request was dropped with the runtime carrying it; the outcome is unknown",
-                ))
-            })
+            match tokio::time::timeout_at(deadline, answered).await {
+                Ok(answer) => answer.unwrap_or_else(|_| {
+                    Err(Error::unavailable(
+                        FailureKind::Disconnected,
+                        "the request was dropped with the runtime carrying it; the outcome is \
+                         unknown",
+                    ))
+                }),
+                Err(_) => Err(Error::unavailable(
+                    FailureKind::Timeout,
+                    "no answer within the command timeout: the request waited behind a call to \
+                     Redis that did not end in time; it was withdrawn if still unsent",
+                )),
+            }
         }
     }
 
@@ -431,6 +549,21 @@ impl Link {
                 });
             }
         })
+    }
+
+    /// Publishes `message` on `channel`, from the connection of `key`'s identity, in the
+    /// background and once: a message lost with a broken connection matters little here (those
+    /// who would hear it notice the same loss on their own connections).
+    pub(super) fn publish(&self, key: &KeyBase, channel: &str, message: &str) {
+        let mut cmd = redis::cmd("PUBLISH");
+        cmd.arg(channel).arg(message);
+        let Ok(mut conn) = self.pool.checkout(key) else {
+            return;
+        };
+        let deadline = Instant::now() + self.pool.timeout();
+        self.background.start(async move {
+            let _ = conn.send(&cmd, deadline).await;
+        });
     }
 
     /// `ZREM key t1 t2 …` on the identity's connection (queued there at the first poll): how

@@ -23,11 +23,12 @@ use self::link::{Acquire, Arrival, Link, Release};
 use self::pool::Pool;
 pub(crate) use self::pool::{Topology, Trust};
 use super::background::Background;
+use super::feed;
 use super::incarnation::Incarnation;
-use super::{LeaseCommand, RateCommand};
+use super::{LeaseAnswer, LeaseCommand, RateCommand};
 use crate::Error;
 use crate::identity::KeyBase;
-use crate::kernel::lease::{LeaseAction, LeaseReply};
+use crate::kernel::lease::LeaseAction;
 
 pub(super) struct RedisBackend {
     link: Arc<Link>,
@@ -45,15 +46,28 @@ impl RedisBackend {
         (incarnation, background): (Arc<Incarnation>, Background),
     ) -> Result<Self, Error> {
         let cluster = matches!(topology, Topology::Cluster(_));
-        let pool = Pool::connect((&topology, &trust), timeout, pool_size, incarnation)
-            .await
-            .map_err(credentials_refused)?;
+        let pool = Pool::connect(
+            (&topology, &trust),
+            timeout,
+            pool_size,
+            Arc::clone(&incarnation),
+        )
+        .await
+        .map_err(credentials_refused)?;
         let backend = RedisBackend {
-            link: Arc::new(Link::new(pool, background)),
+            link: Arc::new(Link::new(pool, Arc::clone(&incarnation), background)),
             cluster,
             channel: transitions_channel(namespace),
         };
         backend.check_grants().await?;
+        let link = Arc::downgrade(&backend.link);
+        let (channel, announcement) = (backend.channel.clone(), feed::lost_message());
+        let namespace = KeyBase::namespace(namespace);
+        incarnation.announce_with(move || {
+            if let Some(link) = link.upgrade() {
+                link.publish(&namespace, &channel, &announcement);
+            }
+        });
         Ok(backend)
     }
 
@@ -164,7 +178,7 @@ impl RedisBackend {
 
     /// Runs one lease command: an acquire joins its identity's lane (batched with the acquires
     /// that queue while one is in flight), a renewal goes out at once.
-    pub(super) async fn lease(&self, command: LeaseCommand<'_>) -> Result<LeaseReply, Error> {
+    pub(super) async fn lease(&self, command: LeaseCommand<'_>) -> Result<LeaseAnswer, Error> {
         let key = &command.identity.key;
         match command.action {
             LeaseAction::Acquire => {
@@ -176,18 +190,23 @@ impl RedisBackend {
                 self.link.acquire(key, acquire).await
             }
             LeaseAction::Renew => {
-                let script = &*scripts::BULKHEAD_LEASE;
-                let args = (
-                    LeaseAction::Renew.as_str(),
-                    command.ttl_ms(),
-                    command.limit,
-                    token_text(command.token),
-                );
-                let value = self
+                let sent = Instant::now();
+                let token = vec![token_text(command.token)];
+                let replies = self
                     .link
-                    .eval(script, key, &link::lease_keys(key), args)
+                    .lease(
+                        key,
+                        LeaseAction::Renew,
+                        command.ttl_ms(),
+                        command.limit,
+                        token,
+                    )
                     .await?;
-                link::decode_lease(reply::integers::<3>(script.name, value)?)
+                let reply = replies[0];
+                if reply.allowed {
+                    self.link.renewed(key, sent, command.ttl);
+                }
+                Ok(LeaseAnswer { reply, sent })
             }
         }
     }

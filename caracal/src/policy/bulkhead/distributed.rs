@@ -6,7 +6,8 @@
 //!   closed); since the acquire may still have taken a lease, its release is sent anyway.
 //! - **Trust deadline.** The server sets a lease's deadline when it runs the acquire (or a
 //!   renewal), which is after this process *sent* it; so the lease is certainly held until
-//!   `send time + lease`. The holder trusts it only until a [safety margin](safety_margin)
+//!   `send time + lease`. A batched acquire's send time is its batch's, not when it joined its
+//!   identity's lane: under load a holder tolerates the round trips a lone caller does. The holder trusts it only until a [safety margin](safety_margin)
 //!   before that, for clock-rate drift and a timer that fires late. If the deadline has
 //!   already passed when the acquire's reply arrives, the body never starts.
 //! - **Checked before every step.** Every poll of the body first checks the trust deadline and
@@ -22,10 +23,11 @@
 //!   `Drop` queues the release on the connection and lets it finish in the background. The
 //!   caller never waits for it, the task's next command cannot overtake it, and one whose
 //!   outcome is unknown is sent again until the lease would have expired anyway.
-//! - **A server that lost its data** (restarted without persistence, failed over) ends every
-//!   lease held there: holders in this process are cancelled before the connection that
-//!   noticed serves anything, and no new caller is admitted through this process for one lease
-//!   period, by when every lease granted before the loss has expired at its holder.
+//! - **A server that lost its data** (restarted without persistence, failed over, flushed) ends
+//!   every lease held there: holders in this process are cancelled before the connection that
+//!   noticed serves anything, the loss is announced to the other processes, and no new caller
+//!   is admitted through this process for the grace after a loss ([`crate::DataLoss`]), by
+//!   when every process holding a lease has noticed it and cancelled its holders.
 //! - **Fencing.** Every lease comes with a fencing token, [`crate::fencing_token`] in the body.
 //! - **`max_wait`**: a denied acquire is retried with the same token, after a pause that
 //!   starts at 2 ms and doubles up to 50 ms (capped by the time left), or at once when a lease
@@ -43,7 +45,7 @@ use uuid::Uuid;
 
 use super::{BulkheadSite, BulkheadValues};
 use crate::Error;
-use crate::coordinator::{self, Coordinator, LeaseCommand};
+use crate::coordinator::{self, Coordinator, LeaseAnswer, LeaseCommand};
 use crate::ctx::{CallCtx, Rejection};
 use crate::error::FailureKind;
 use crate::events::{self, BulkheadRejection, Degraded};
@@ -160,11 +162,11 @@ async fn admit(
     identity: &Identity,
     token: Uuid,
 ) -> Result<Grant, Error> {
-    if coordinator.incarnation().lost_within(values.lease) {
+    if coordinator.incarnation().waiting_after_loss(values.lease) {
         let error = Error::unavailable(
             FailureKind::DataLost,
-            "the server lost its data; admissions resume once every lease granted before has \
-             expired at its holder",
+            "the server lost its data; admissions resume once every holder of a lease granted \
+             before has been cancelled",
         );
         let at = identity.at();
         events::bulkhead_rejected(
@@ -180,7 +182,6 @@ async fn admit(
     loop {
         // Registered before the attempt, so a release that lands during it is not missed.
         let released = give_up.map(|_| coordinator.released(&identity.key));
-        let sent = Instant::now();
         let command = LeaseCommand {
             identity,
             action: LeaseAction::Acquire,
@@ -201,14 +202,16 @@ async fn admit(
         let reply = coordinator.lease(command).await;
         unclaimed.armed = reply.is_err();
         match reply {
-            Ok(reply) if reply.allowed => {
+            // Trusted from when its batch was sent, not from when it joined its lane: a fleet
+            // under load tolerates the round trips a lone caller does.
+            Ok(LeaseAnswer { reply, sent }) if reply.allowed => {
                 return Ok(Grant {
                     sent,
                     occupancy: reply.occupancy,
                     fence: reply.fence,
                 });
             }
-            Ok(reply) => {
+            Ok(LeaseAnswer { reply, .. }) => {
                 let now = Instant::now();
                 match give_up.zip(released) {
                     Some((give_up, released)) if now < give_up => {
@@ -327,7 +330,7 @@ impl Lease {
     /// by a server that has not lost its data since; else why not.
     fn check(&self, now: Instant) -> Result<(), &'static str> {
         if self.coordinator.incarnation().epoch() != self.epoch {
-            Err("the server lost its data (restarted without persistence, or failed over)")
+            Err("the server lost its data (restarted without persistence, failed over, or flushed)")
         } else if now >= self.trusted_until() {
             Err("the lease's trust deadline passed before it was renewed")
         } else {
@@ -346,8 +349,7 @@ impl Lease {
                 () = tokio::time::sleep_until(due.min(self.trusted_until())) => {}
                 () = reconnected => {}
             }
-            let sent = Instant::now();
-            if let Err(cause) = self.check(sent) {
+            if let Err(cause) = self.check(Instant::now()) {
                 return cause;
             }
             let command = LeaseCommand {
@@ -359,7 +361,7 @@ impl Lease {
             };
             let renewal = self.coordinator.lease(command);
             match tokio::time::timeout_at(self.trusted_until(), renewal).await {
-                Ok(Ok(reply)) if reply.allowed => {
+                Ok(Ok(LeaseAnswer { reply, sent })) if reply.allowed => {
                     self.confirmed(sent, Instant::now());
                     due = sent + period;
                 }

@@ -1,7 +1,9 @@
 //! `bulkhead_lease.lua` (and the release, a bare `ZREM`) against [`LeaseSet`]: generated
 //! acquires (single and batched), renewals and releases of a few tokens, with ttls of their
-//! own and clock moves to just before, at and after lease deadlines. Fencing tokens, the lease
-//! set, the counter and both keys' expiries are compared.
+//! own and clock moves to just before, at and after lease deadlines; callers that know a live
+//! fencing token (the counter's, or one above it: a lost set), and counters moved next to
+//! 2^53 − 1. Fencing tokens, refusals, the lease set, the counter and both keys' expiries are
+//! compared.
 
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -11,10 +13,33 @@ use super::{Env, decode_failed, differential};
 use crate::coordinator::redis::link::decode_lease;
 use crate::coordinator::redis::{reply, scripts, token_text};
 use crate::kernel::Seen;
-use crate::kernel::lease::{Branch, LeaseAction, LeaseReply, LeaseSet, Token};
+use crate::kernel::lease::{
+    Branch, LeaseAction, LeaseReply, LeaseSet, MAX_FENCE, Refusal, Terms, Token,
+};
 
 /// A token by its index among those used so far (modulo how many), or a new one.
 type Pick = Option<usize>;
+
+/// The live fencing token a caller says it knows, relative to the counter.
+#[derive(Debug, Clone, Copy)]
+enum Known {
+    /// None (0).
+    Nothing,
+    /// The counter itself: no loss.
+    Counter,
+    /// This much above the counter: the set was lost.
+    Above(u64),
+}
+
+impl Known {
+    fn of(self, counter: u64) -> u64 {
+        match self {
+            Known::Nothing => 0,
+            Known::Counter => counter,
+            Known::Above(by) => (counter + by).min(MAX_FENCE),
+        }
+    }
+}
 
 #[derive(Debug, Clone)]
 enum Command {
@@ -22,10 +47,16 @@ enum Command {
     Acquire {
         tokens: Vec<Pick>,
         ttl_ms: u64,
+        known: Known,
     },
     Renew {
         token: Pick,
         ttl_ms: u64,
+        known: Known,
+    },
+    /// Sets the counter this far below 2^53 − 1 (as an operator, or years of grants, could).
+    NearTheEnd {
+        below: u64,
     },
     Release {
         token: Pick,
@@ -43,11 +74,21 @@ enum Command {
 fn command() -> impl Strategy<Value = Command> {
     let token = || prop::option::weighted(0.7, 0usize..6);
     let ttl = prop_oneof![Just(100u64), 100u64..2_000];
+    let known = || {
+        prop_oneof![
+            6 => Just(Known::Nothing),
+            3 => Just(Known::Counter),
+            1 => (1u64..3).prop_map(Known::Above),
+        ]
+    };
     prop_oneof![
-        5 => (token(), ttl.clone()).prop_map(|(token, ttl_ms)| Command::Acquire { tokens: vec![token], ttl_ms }),
-        2 => (prop::collection::vec(token(), 2..6), ttl)
-            .prop_map(|(tokens, ttl_ms)| Command::Acquire { tokens, ttl_ms }),
-        3 => (token(), 100u64..2_000).prop_map(|(token, ttl_ms)| Command::Renew { token, ttl_ms }),
+        5 => (token(), ttl.clone(), known())
+            .prop_map(|(token, ttl_ms, known)| Command::Acquire { tokens: vec![token], ttl_ms, known }),
+        2 => (prop::collection::vec(token(), 2..6), ttl, known())
+            .prop_map(|(tokens, ttl_ms, known)| Command::Acquire { tokens, ttl_ms, known }),
+        3 => (token(), 100u64..2_000, known())
+            .prop_map(|(token, ttl_ms, known)| Command::Renew { token, ttl_ms, known }),
+        1 => (0u64..4).prop_map(|below| Command::NearTheEnd { below }),
         2 => token().prop_map(|token| Command::Release { token }),
         2 => (0u64..700).prop_map(|ms| Command::Advance { ms }),
         2 => (0usize..6, -1i8..=1).prop_map(|(lease, offset)| Command::ToDeadline { lease, offset }),
@@ -76,26 +117,35 @@ impl Tokens {
     }
 }
 
-/// Runs the lease script for `tokens` at `now_ms`: one reply per token.
+/// What one command answers: a reply per token, or the refusal of the whole command.
+type Answer = Result<Vec<LeaseReply>, Refusal>;
+
+/// Runs the lease script for `tokens` at `now_ms`: one reply per token, or its refusal.
 fn script<C: redis::ConnectionLike>(
     env: &mut Env<'_, C>,
     action: LeaseAction,
     tokens: &[Token],
-    ttl_ms: u64,
-    limit: u32,
+    terms: Terms,
     now_ms: u64,
-) -> Result<Vec<LeaseReply>, TestCaseError> {
+) -> Result<Answer, TestCaseError> {
     let keys = [env.key("leases"), env.key("fence")];
     let texts: Vec<String> = tokens
         .iter()
         .map(|&token| token_text(Uuid::from_u128(token)))
         .collect();
-    let value = env.eval(
-        &scripts::BULKHEAD_LEASE,
-        &keys,
-        (action.as_str(), ttl_ms, limit, texts),
-        now_ms * 1000,
-    )?;
+    let args = (action.as_str(), terms.ttl, terms.limit, terms.known, texts);
+    let value = match env.eval_or_refusal(&scripts::BULKHEAD_LEASE, &keys, args, now_ms * 1000) {
+        Ok(value) => value,
+        Err(error) => {
+            return match error.code() {
+                Some("CARACAL_LOST") => Ok(Err(Refusal::Lost)),
+                Some("CARACAL_FENCE") => Ok(Err(Refusal::Exhausted)),
+                _ => Err(TestCaseError::fail(format!(
+                    "bulkhead_lease failed: {error}"
+                ))),
+            };
+        }
+    };
     let redis::Value::Array(items) = value else {
         return Err(TestCaseError::fail(format!("not an array: {value:?}")));
     };
@@ -107,7 +157,8 @@ fn script<C: redis::ConnectionLike>(
                     .and_then(decode_lease);
             triple.map_err(decode_failed)
         })
-        .collect()
+        .collect::<Result<_, _>>()
+        .map(Ok)
 }
 
 pub(super) fn run(conn: impl redis::ConnectionLike, cases: u32) {
@@ -126,27 +177,48 @@ pub(super) fn run(conn: impl redis::ConnectionLike, cases: u32) {
                     Command::Acquire {
                         tokens: picks,
                         ttl_ms,
+                        known,
                     } => {
                         let batch: Vec<Token> = picks.into_iter().map(|p| tokens.pick(p)).collect();
-                        let expected: Vec<LeaseReply> = batch
-                            .iter()
-                            .map(|&token| model.acquire(now_ms, token, ttl_ms, limit, &mut seen))
-                            .collect();
-                        let got = script(env, LeaseAction::Acquire, &batch, ttl_ms, limit, now_ms)?;
+                        let terms = Terms {
+                            ttl: ttl_ms,
+                            limit,
+                            known: known.of(model.fence),
+                        };
+                        let expected =
+                            model.command(LeaseAction::Acquire, now_ms, &batch, terms, &mut seen);
+                        let got = script(env, LeaseAction::Acquire, &batch, terms, now_ms)?;
                         prop_assert_eq!(expected, got, "acquire of {:?} at {}", batch, now_ms);
                     }
-                    Command::Renew { token, ttl_ms } => {
-                        let token = tokens.pick(token);
-                        let expected = model.apply(
-                            LeaseAction::Renew,
-                            now_ms,
-                            token,
-                            ttl_ms,
+                    Command::Renew {
+                        token,
+                        ttl_ms,
+                        known,
+                    } => {
+                        let token = [tokens.pick(token)];
+                        let terms = Terms {
+                            ttl: ttl_ms,
                             limit,
-                            &mut seen,
-                        );
-                        let got = script(env, LeaseAction::Renew, &[token], ttl_ms, limit, now_ms)?;
-                        prop_assert_eq!(vec![expected], got, "renewal of {} at {}", token, now_ms);
+                            known: known.of(model.fence),
+                        };
+                        let expected =
+                            model.command(LeaseAction::Renew, now_ms, &token, terms, &mut seen);
+                        let got = script(env, LeaseAction::Renew, &token, terms, now_ms)?;
+                        prop_assert_eq!(expected, got, "renewal of {:?} at {}", token, now_ms);
+                    }
+                    Command::NearTheEnd { below } => {
+                        let fences = env.key("fence");
+                        if model.fence == 0 {
+                            model.fence_expires_at = now_ms + 1000;
+                        }
+                        model.fence = MAX_FENCE - below;
+                        env.query::<()>(
+                            redis::cmd("SET")
+                                .arg(&fences)
+                                .arg(model.fence)
+                                .arg("PXAT")
+                                .arg(model.fence_expires_at),
+                        )?;
                     }
                     Command::Release { token } => {
                         let token = tokens.pick(token);

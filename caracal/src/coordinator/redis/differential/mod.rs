@@ -67,15 +67,25 @@ impl<C: redis::ConnectionLike> Env<'_, C> {
         args: impl redis::ToRedisArgs,
         now_us: u64,
     ) -> Result<redis::Value, TestCaseError> {
+        self.eval_or_refusal(script, keys, args, now_us)
+            .map_err(|e| TestCaseError::fail(format!("{} failed: {e}", script.name)))
+    }
+
+    /// [`eval`](Self::eval), with the script's error replies (its refusals) handed back.
+    fn eval_or_refusal(
+        &mut self,
+        script: &Script,
+        keys: &[String],
+        args: impl redis::ToRedisArgs,
+        now_us: u64,
+    ) -> redis::RedisResult<redis::Value> {
         let fixed = with_fixed_clock(script);
         let mut invocation = fixed.prepare_invoke();
         for key in keys {
             invocation.key(key);
         }
         invocation.arg(args).arg(now_us);
-        invocation
-            .invoke(self.conn)
-            .map_err(|e| TestCaseError::fail(format!("{} failed: {e}", script.name)))
+        invocation.invoke(self.conn)
     }
 
     /// Runs one plain command.
