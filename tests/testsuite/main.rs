@@ -13,6 +13,7 @@
 mod common;
 
 mod attribute_forms;
+mod availability;
 mod batching;
 mod breaker_events;
 mod breaker_faults;

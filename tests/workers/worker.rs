@@ -21,8 +21,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use caracal::{bulkhead, circuit_breaker, rate_limit};
@@ -77,6 +77,32 @@ async fn ledgered(
     let entered = ledger.enter(id).await;
     say("entered");
     tokio::time::sleep(hold).await;
+    entered.leave().await;
+    Ok(())
+}
+
+/// [`ledgered`] with the default 30 s lease: a test that sees callers admitted again within a
+/// few seconds of a loss shows the grace at work, not the lease's expiry.
+#[bulkhead(name = "mp-ledgered-long", limit = 1, scope = scope)]
+async fn ledgered_long(
+    scope: &str,
+    ledger: &AsyncLedger,
+    id: &str,
+    hold: Duration,
+) -> Result<(), WorkerError> {
+    let entered = ledger.enter(id).await;
+    say("entered");
+    tokio::time::sleep(hold).await;
+    entered.leave().await;
+    Ok(())
+}
+
+/// Many tasks of a fleet on a bulkhead of 5, for the flush test: 30 s leases (no expiry
+/// helps), waiting up to 200 ms for a slot.
+#[bulkhead(name = "mp-ledger-loop", limit = 5, max_wait = "200ms", scope = scope)]
+async fn ledgered_loop(scope: &str, ledger: &AsyncLedger, id: &str) -> Result<(), WorkerError> {
+    let entered = ledger.enter(id).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
     entered.leave().await;
     Ok(())
 }
@@ -531,6 +557,7 @@ async fn main() {
             } else {
                 (Duration::from_millis(5), number("admissions"))
             };
+            let long = options.get("lease").is_some_and(|lease| lease == "long");
             let pid = std::process::id();
             let (mut admitted, mut last) = (0, "none");
             for attempt in 0.. {
@@ -538,7 +565,11 @@ async fn main() {
                     break;
                 }
                 let id = format!("{pid}-{attempt}");
-                let result = ledgered(&scope, &ledger, &id, hold).await;
+                let result = if long {
+                    ledgered_long(&scope, &ledger, &id, hold).await
+                } else {
+                    ledgered(&scope, &ledger, &id, hold).await
+                };
                 last = code(&result);
                 if result.is_ok() {
                     admitted += 1;
@@ -550,6 +581,47 @@ async fn main() {
             }
             coordinator.shutdown().await;
             say(&format!("result code={last} admitted={admitted}"));
+        }
+        "ledger-loop" => {
+            let ledger =
+                Arc::new(AsyncLedger::connect(&get("ledger"), &get("ledger_name"), 5).await);
+            let outcomes = Arc::new(Mutex::new(BTreeMap::<&'static str, u64>::new()));
+            let next = Arc::new(AtomicU64::new(0));
+            let until = until();
+            let tasks: Vec<_> = (0..number("tasks"))
+                .map(|_| {
+                    let (scope, ledger) = (scope.clone(), Arc::clone(&ledger));
+                    let (outcomes, next) = (Arc::clone(&outcomes), Arc::clone(&next));
+                    tokio::spawn(async move {
+                        while Instant::now() < until {
+                            let id = format!(
+                                "{}-{}",
+                                std::process::id(),
+                                next.fetch_add(1, Ordering::Relaxed)
+                            );
+                            let result = ledgered_loop(&scope, &ledger, &id).await;
+                            *outcomes
+                                .lock()
+                                .expect("outcomes")
+                                .entry(code(&result))
+                                .or_default() += 1;
+                            if result.is_err() {
+                                tokio::time::sleep(Duration::from_millis(5)).await;
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for task in tasks {
+                task.await.expect("loop task");
+            }
+            coordinator.shutdown().await;
+            let outcomes = outcomes.lock().expect("outcomes");
+            let counts: Vec<String> = outcomes
+                .iter()
+                .map(|(code, n)| format!("{code}={n}"))
+                .collect();
+            say(&format!("result {}", counts.join(" ")));
         }
         "frozen-step" | "fenced-write" => {
             let conn = side_connection(&get("side")).await;

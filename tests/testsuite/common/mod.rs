@@ -271,6 +271,28 @@ fn live_leases(conn: &mut redis::Connection) -> u64 {
         .sum()
 }
 
+/// The key base `caracal:v1:{<sha256 hex>}:` of the identity (namespace, `kind`, name,
+/// operation, scope), derived as caracal and @gkoos/caracal derive it (for ASCII parts, where
+/// `serde_json` writes strings as JavaScript does).
+pub(crate) fn key_base(namespace: &str, kind: &str, name: &str, scope: &str) -> String {
+    let json = serde_json::json!([namespace, format!("{kind}:{name}"), name, scope]);
+    hashed(&json.to_string())
+}
+
+/// The key base of a namespace's own keys (registry, overrides, marker).
+pub(crate) fn namespace_key_base(namespace: &str) -> String {
+    hashed(&serde_json::json!(["namespace", namespace]).to_string())
+}
+
+fn hashed(json: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let hex: String = Sha256::digest(json.as_bytes())
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    format!("caracal:v1:{{{hex}}}:")
+}
+
 /// The server's clock (`TIME`) in whole milliseconds, the unit of lease deadlines.
 pub(crate) fn server_time_ms(conn: &mut redis::Connection) -> u64 {
     let (seconds, micros): (u64, u64) = redis::cmd("TIME").query(conn).expect("TIME");
