@@ -66,6 +66,52 @@ async fn bulkhead_hold(scope: &str) -> Result<(), WorkerError> {
     Ok(())
 }
 
+/// The bulkhead of the cluster failover test (`cluster_faults`): lease 1 s, so the wait of
+/// admissions after a loss of data (the grace, or the lease if shorter) is short beside what
+/// the test waits for.
+#[bulkhead(name = "cluster-promoted", limit = 1000, lease = "1s", scope = scope)]
+async fn promoted(scope: &str) -> Result<(), WorkerError> {
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    Ok(())
+}
+
+/// How calls on each of several scopes end, as it changes: `flip scope=<index> ok=<0|1>
+/// ms=<wall clock> kind=<failure kind, or the error's code>`.
+struct Flips {
+    /// Per scope: whether its last call succeeded (`None` before its first call ended). A
+    /// flip is printed under the lock, so the lines of one scope come in the order its calls
+    /// ended.
+    states: Vec<std::sync::Mutex<Option<bool>>>,
+}
+
+impl Flips {
+    fn new(scopes: usize) -> Self {
+        Flips {
+            states: (0..scopes).map(|_| std::sync::Mutex::new(None)).collect(),
+        }
+    }
+
+    /// Records how a call on scope `index` ended, printing a flip if that changed.
+    fn record(&self, index: usize, result: &Result<(), WorkerError>) {
+        let mut state = self.states[index].lock().expect("flip state");
+        if *state == Some(result.is_ok()) {
+            return;
+        }
+        *state = Some(result.is_ok());
+        let kind = match result {
+            Err(WorkerError::Caracal(caracal::Error::CoordinatorUnavailable { cause, .. })) => {
+                cause.kind().as_str()
+            }
+            other => code(other),
+        };
+        say(&format!(
+            "flip scope={index} ok={} ms={} kind={kind}",
+            u8::from(result.is_ok()),
+            now_ms()
+        ));
+    }
+}
+
 /// A holder recorded in a ledger, for the restart test: lease 1 s.
 #[bulkhead(name = "mp-ledgered", limit = 1, lease = "1s", scope = scope)]
 async fn ledgered(
@@ -546,6 +592,33 @@ async fn main() {
             // Flush the releases still in flight before the process exits.
             coordinator.shutdown().await;
             tally.report("");
+        }
+        "shards-load" => {
+            // `scope=` lists the scopes (comma-separated); task `t` calls scope `t % n` over
+            // and over, pausing a little after a failure (calls turned away fail at once).
+            let scopes: Arc<Vec<String>> = Arc::new(scope.split(',').map(str::to_owned).collect());
+            let flips = Arc::new(Flips::new(scopes.len()));
+            let until = until();
+            let tasks: Vec<_> = (0..number("tasks") as usize)
+                .map(|task| {
+                    let (scopes, flips) = (Arc::clone(&scopes), Arc::clone(&flips));
+                    tokio::spawn(async move {
+                        let index = task % scopes.len();
+                        while Instant::now() < until {
+                            let result = promoted(&scopes[index]).await;
+                            flips.record(index, &result);
+                            if result.is_err() {
+                                tokio::time::sleep(Duration::from_millis(5)).await;
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for task in tasks {
+                task.await.expect("worker task");
+            }
+            coordinator.shutdown().await;
+            say("result");
         }
         "bulkhead-hold" => {
             let _ = bulkhead_hold(&scope).await;
