@@ -526,6 +526,31 @@ where
     tally
 }
 
+/// Runs `tasks` tasks until `until`, task `t` calling `call(t)` over and over and pausing a
+/// little after a failure (a call turned away fails at once), and waits for them all.
+async fn call_until<F, Fut>(tasks: usize, until: Instant, call: F)
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<(), WorkerError>> + Send,
+{
+    let call = Arc::new(call);
+    let handles: Vec<_> = (0..tasks)
+        .map(|task| {
+            let call = Arc::clone(&call);
+            tokio::spawn(async move {
+                while Instant::now() < until {
+                    if call(task).await.is_err() {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                }
+            })
+        })
+        .collect();
+    for handle in handles {
+        handle.await.expect("worker task");
+    }
+}
+
 #[tokio::main]
 async fn main() {
     let mut args = std::env::args().skip(1);
@@ -594,29 +619,19 @@ async fn main() {
             tally.report("");
         }
         "shards-load" => {
-            // `scope=` lists the scopes (comma-separated); task `t` calls scope `t % n` over
-            // and over, pausing a little after a failure (calls turned away fail at once).
+            // `scope=` lists the scopes (comma-separated); task `t` calls scope `t % n`.
             let scopes: Arc<Vec<String>> = Arc::new(scope.split(',').map(str::to_owned).collect());
             let flips = Arc::new(Flips::new(scopes.len()));
-            let until = until();
-            let tasks: Vec<_> = (0..number("tasks") as usize)
-                .map(|task| {
-                    let (scopes, flips) = (Arc::clone(&scopes), Arc::clone(&flips));
-                    tokio::spawn(async move {
-                        let index = task % scopes.len();
-                        while Instant::now() < until {
-                            let result = promoted(&scopes[index]).await;
-                            flips.record(index, &result);
-                            if result.is_err() {
-                                tokio::time::sleep(Duration::from_millis(5)).await;
-                            }
-                        }
-                    })
-                })
-                .collect();
-            for task in tasks {
-                task.await.expect("worker task");
-            }
+            call_until(number("tasks") as usize, until(), move |task| {
+                let (scopes, flips) = (Arc::clone(&scopes), Arc::clone(&flips));
+                async move {
+                    let index = task % scopes.len();
+                    let result = promoted(&scopes[index]).await;
+                    flips.record(index, &result);
+                    result
+                }
+            })
+            .await;
             coordinator.shutdown().await;
             say("result");
         }
@@ -660,34 +675,26 @@ async fn main() {
                 Arc::new(AsyncLedger::connect(&get("ledger"), &get("ledger_name"), 5).await);
             let outcomes = Arc::new(Mutex::new(BTreeMap::<&'static str, u64>::new()));
             let next = Arc::new(AtomicU64::new(0));
-            let until = until();
-            let tasks: Vec<_> = (0..number("tasks"))
-                .map(|_| {
-                    let (scope, ledger) = (scope.clone(), Arc::clone(&ledger));
-                    let (outcomes, next) = (Arc::clone(&outcomes), Arc::clone(&next));
-                    tokio::spawn(async move {
-                        while Instant::now() < until {
-                            let id = format!(
-                                "{}-{}",
-                                std::process::id(),
-                                next.fetch_add(1, Ordering::Relaxed)
-                            );
-                            let result = ledgered_loop(&scope, &ledger, &id).await;
-                            *outcomes
-                                .lock()
-                                .expect("outcomes")
-                                .entry(code(&result))
-                                .or_default() += 1;
-                            if result.is_err() {
-                                tokio::time::sleep(Duration::from_millis(5)).await;
-                            }
-                        }
-                    })
-                })
-                .collect();
-            for task in tasks {
-                task.await.expect("loop task");
-            }
+            let calls = Arc::clone(&outcomes);
+            call_until(number("tasks") as usize, until(), move |_| {
+                let (scope, ledger) = (scope.clone(), Arc::clone(&ledger));
+                let (outcomes, next) = (Arc::clone(&calls), Arc::clone(&next));
+                async move {
+                    let id = format!(
+                        "{}-{}",
+                        std::process::id(),
+                        next.fetch_add(1, Ordering::Relaxed)
+                    );
+                    let result = ledgered_loop(&scope, &ledger, &id).await;
+                    *outcomes
+                        .lock()
+                        .expect("outcomes")
+                        .entry(code(&result))
+                        .or_default() += 1;
+                    result
+                }
+            })
+            .await;
             coordinator.shutdown().await;
             let outcomes = outcomes.lock().expect("outcomes");
             let counts: Vec<String> = outcomes
