@@ -117,18 +117,29 @@ impl RedisCluster {
             &self.nodes[replica],
             redis::cmd("CLUSTER").arg("FAILOVER").arg("TAKEOVER"),
         );
+        self.wait_promoted(replica);
+    }
+
+    /// Waits until every running node agrees on a slot map in which `replica` serves slots
+    /// (say, after its primary was [stopped](RedisServer::stop) and it was elected in its
+    /// place), and takes that map as the cluster's. A stopped node is not asked.
+    ///
+    /// # Panics
+    /// When that does not happen within the bounded wait.
+    pub fn wait_promoted(&mut self, replica: usize) {
         let deadline = Instant::now() + CONVERGE_TIMEOUT;
         loop {
-            if let Ok(slots) = observe(&self.nodes)
-                && slots.iter().any(|&(_, _, node)| node == replica)
-            {
-                self.slots = slots;
-                return;
+            match observe(&self.nodes) {
+                Ok(slots) if slots.iter().any(|&(_, _, node)| node == replica) => {
+                    self.slots = slots;
+                    return;
+                }
+                observed => assert!(
+                    Instant::now() < deadline,
+                    "the cluster did not agree on node {replica}'s promotion within \
+                     {CONVERGE_TIMEOUT:?}: {observed:?}"
+                ),
             }
-            assert!(
-                Instant::now() < deadline,
-                "the cluster did not agree on the failover within {CONVERGE_TIMEOUT:?}"
-            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -321,10 +332,13 @@ fn wait_converged(nodes: &[RedisServer]) -> Vec<(u16, u16, usize)> {
     }
 }
 
-/// One look at every node: `Ok(slot map)` when all agree and are healthy.
+/// One look at every running node: `Ok(slot map)` when all agree and are healthy. A stopped
+/// node is not asked: while the others still count it as a primary, the map they agree on
+/// names it, and they are not healthy once they have found it failed, until a replica takes
+/// its place.
 fn observe(nodes: &[RedisServer]) -> Result<Vec<(u16, u16, usize)>, String> {
     let mut agreed: Option<Vec<(u16, u16, usize)>> = None;
-    for node in nodes {
+    for node in nodes.iter().filter(|node| node.pid().is_some()) {
         let port = node.port();
         let client = node.client();
         let mut conn = client

@@ -2,11 +2,13 @@
 //! shard's identities down, a primary restarted without its data is noticed when it comes
 //! back, and a failover is noticed as the loss of data it may be.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use caracal::{Coordinator, FailureKind, bulkhead};
-use caracal_tests::{RedisCluster, RedisServer};
+use caracal_tests::{CommandStats, RedisCluster, RedisServer};
 
+use crate::common::worker::Worker;
 use crate::common::{self, PATIENCE, TestError, code, failure_kind, unique};
 
 #[bulkhead(name = "cluster-quick", limit = 50, scope = scope)]
@@ -44,13 +46,13 @@ async fn node_of<F: Future>(
     (output, node)
 }
 
-/// At least `count` scopes, each called once, with the index of the node its identity lives
+/// At least `count` scopes, each called once by `call`, with the index of the node its identity lives
 /// on: as many more as it takes for every primary to hold one. Which shard a new scope lands
 /// on is chance, and 12 scopes miss a given primary about one time in 130.
-async fn scopes_by_node(
+async fn scopes_by_node<F: Future<Output = Result<(), TestError>>>(
     cluster: &RedisCluster,
-    coordinator: &Coordinator,
     count: usize,
+    call: impl Fn(String) -> F,
 ) -> Vec<(String, usize)> {
     let mut scopes: Vec<(String, usize)> = Vec::with_capacity(count);
     while scopes.len() < count
@@ -65,11 +67,16 @@ async fn scopes_by_node(
         // Fencing counters outlive the calls that made them: a new one tells on which node
         // an identity lives.
         let fences = "caracal:v1:*:fence";
-        let (result, node) = node_of(cluster, fences, coordinator.scoped(quick(&scope))).await;
+        let (result, node) = node_of(cluster, fences, call(scope.clone())).await;
         assert_eq!(code(&result), "ok");
         scopes.push((scope, node));
     }
     scopes
+}
+
+/// `quick` on `scope`, through `coordinator`.
+async fn quick_in(coordinator: &Coordinator, scope: String) -> Result<(), TestError> {
+    coordinator.scoped(async move { quick(&scope).await }).await
 }
 
 /// Calls every scope at once; which succeeded.
@@ -173,7 +180,7 @@ async fn a_stopped_primary_leaves_the_other_shards_serving() {
     let mut cluster = cluster();
     let namespace = namespace_on_node(&cluster, 0).await;
     let coordinator = common::cluster_in(cluster.seed_urls(), &namespace).await;
-    let scopes = scopes_by_node(&cluster, &coordinator, 30).await;
+    let scopes = scopes_by_node(&cluster, 30, |scope| quick_in(&coordinator, scope)).await;
     others_keep_serving(&mut cluster, &coordinator, &scopes, RedisServer::pause).await;
     // A process that connects now, while the primary holding the namespace's overrides is
     // stopped, serves the other primaries' identities too.
@@ -195,7 +202,7 @@ async fn a_stopped_primary_leaves_the_other_shards_serving() {
 async fn a_dead_primary_leaves_the_other_shards_serving_and_its_restart_is_noticed() {
     let mut cluster = cluster();
     let coordinator = common::cluster(cluster.seed_urls()).await;
-    let scopes = scopes_by_node(&cluster, &coordinator, 30).await;
+    let scopes = scopes_by_node(&cluster, 30, |scope| quick_in(&coordinator, scope)).await;
     others_keep_serving(&mut cluster, &coordinator, &scopes, RedisServer::stop).await;
     cluster.nodes_mut()[0].restart();
     until_admissions_pause(&coordinator, on_node(&scopes, 0)).await;
@@ -242,7 +249,7 @@ async fn a_failover_ends_the_leases_of_the_old_primary() {
     let mut cluster = cluster();
     let replica = cluster.add_replica(0);
     let coordinator = common::cluster(cluster.seed_urls()).await;
-    let scopes = scopes_by_node(&cluster, &coordinator, 12).await;
+    let scopes = scopes_by_node(&cluster, 12, |scope| quick_in(&coordinator, scope)).await;
     let scope = on_node(&scopes, 0).to_owned();
     let (release, released) = tokio::sync::oneshot::channel();
     let holder = tokio::spawn({
@@ -256,4 +263,251 @@ async fn a_failover_ends_the_leases_of_the_old_primary() {
     let held = common::ends("the holder", holder).await.expect("holder");
     drop(release);
     assert_eq!(code(&held), "lease_lost", "{held:?}");
+}
+
+/// The bulkhead the `shards-load` workers call, with the same attributes: one identity per
+/// scope, whose shard the test finds by calling it here once.
+#[bulkhead(name = "cluster-promoted", limit = 1000, lease = "1s", scope = scope)]
+async fn promoted(scope: &str) -> Result<(), TestError> {
+    Ok(())
+}
+
+/// Worker processes of the promotion test, and the tasks of each.
+const WORKERS: usize = 2;
+const TASKS: usize = 100;
+/// How long the shard of a killed primary gets to serve again once its replica has been
+/// promoted: far more than what is promised (a check, the pause of one lease after the loss,
+/// a few seconds), far less than forever, which is what it took before.
+const PROMOTED_PATIENCE: Duration = Duration::from_secs(20);
+
+/// Since when (wall clock, ms) a scope's calls in one worker succeed or fail, as its `flip`
+/// lines tell.
+#[derive(Debug, Clone, Copy)]
+struct Flip {
+    ok: bool,
+    ms: u64,
+}
+
+/// The flips the workers printed so far, `[worker][scope]`, oldest first.
+struct Flips(Vec<Vec<Vec<Flip>>>);
+
+impl Flips {
+    fn new(scopes: usize) -> Self {
+        Flips(vec![vec![Vec::new(); scopes]; WORKERS])
+    }
+
+    /// Reads the workers' lines until `done` holds or `patience` has passed; whether it holds.
+    fn until(
+        &mut self,
+        workers: &[Worker],
+        patience: Duration,
+        done: impl Fn(&Self) -> bool,
+    ) -> bool {
+        let deadline = std::time::Instant::now() + patience;
+        while !done(self) {
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            for (worker, process) in workers.iter().enumerate() {
+                while let Some(line) = process.next_line(Duration::from_millis(20)) {
+                    if line.starts_with("flip ") {
+                        let scope = Worker::field(&line, "scope") as usize;
+                        self.0[worker][scope].push(Flip {
+                            ok: Worker::field(&line, "ok") == 1,
+                            ms: Worker::field(&line, "ms"),
+                        });
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    /// Each scope's last flip in every worker, for the scopes `which` picks by index.
+    fn last(&self, which: impl Fn(usize) -> bool) -> Vec<Option<Flip>> {
+        let picked = self.0.iter().flat_map(|worker| worker.iter().enumerate());
+        picked
+            .filter(|&(scope, _)| which(scope))
+            .map(|(_, flips)| flips.last().copied())
+            .collect()
+    }
+
+    /// The scopes that `which` picks and that some worker did not serve at any moment from
+    /// `from` to `to` (ms): `(worker, scope)`.
+    fn unserved(&self, which: impl Fn(usize) -> bool, from: u64, to: u64) -> Vec<(usize, usize)> {
+        let mut unserved = Vec::new();
+        for (worker, scopes) in self.0.iter().enumerate() {
+            for (scope, flips) in scopes.iter().enumerate().filter(|&(scope, _)| which(scope)) {
+                let served = flips.iter().enumerate().any(|(i, flip)| {
+                    let until = flips.get(i + 1).map_or(u64::MAX, |next| next.ms);
+                    flip.ok && flip.ms <= to && until >= from
+                });
+                if !served {
+                    unserved.push((worker, scope));
+                }
+            }
+        }
+        unserved
+    }
+}
+
+/// The wall clock in ms, as the workers print it.
+fn now_ms() -> u64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    u64::try_from(now.expect("after 1970").as_millis()).expect("ms fit")
+}
+
+/// `CLUSTER MYID` calls so far at every running node, by port.
+fn myid_calls(cluster: &RedisCluster) -> BTreeMap<u16, u64> {
+    cluster
+        .nodes()
+        .iter()
+        .filter(|node| node.pid().is_some())
+        .map(|node| {
+            let calls = CommandStats::read(&mut node.connection()).calls("cluster|myid");
+            (node.port(), calls)
+        })
+        .collect()
+}
+
+/// `CLUSTER MYID` calls per second at each node between two reads `elapsed` apart.
+fn myid_rates(
+    before: &BTreeMap<u16, u64>,
+    after: &BTreeMap<u16, u64>,
+    elapsed: Duration,
+) -> BTreeMap<u16, f64> {
+    after
+        .iter()
+        .map(|(port, calls)| {
+            let delta = calls - before.get(port).copied().unwrap_or(0);
+            (*port, delta as f64 / elapsed.as_secs_f64())
+        })
+        .collect()
+}
+
+/// Issue 16, item 1: a primary is SIGKILLed and its replica promoted while two processes
+/// call bulkheads on every shard. The processes suspected the dead primary, and checked it
+/// through their cluster connections, which had no link to the promoted replica (it joined
+/// after they connected, and a cluster connection reads the slot map only when it is made
+/// or redirected): its `CLUSTER MYID` and `INFO` went to another node, the check counted
+/// that as no answer, and calls on the shard were turned away before any could draw a
+/// redirection. So the shard served nothing, ever again, while the checks spun (a process
+/// started after the promotion served at once). Now its identities serve again within a
+/// few seconds of the promotion, the other shards serve on, and the checks settle to their
+/// period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_promoted_for_a_killed_primary_serves_its_shard() {
+    let mut cluster = RedisCluster::start_with_args(
+        PRIMARIES,
+        &[
+            "--cluster-require-full-coverage",
+            "no",
+            "--cluster-node-timeout",
+            "2000",
+        ],
+    );
+    for primary in 1..PRIMARIES {
+        cluster.add_replica(primary);
+    }
+    let namespace = unique("ns");
+    let coordinator = common::cluster_in(cluster.seed_urls(), &namespace).await;
+    let scopes = scopes_by_node(&cluster, 12, |scope| {
+        coordinator.scoped(async move { promoted(&scope).await })
+    })
+    .await;
+    coordinator.shutdown().await;
+    drop(coordinator);
+
+    let list: Vec<&str> = scopes.iter().map(|(scope, _)| scope.as_str()).collect();
+    let args = [
+        format!("scope={}", list.join(",")),
+        format!("tasks={TASKS}"),
+        "millis=120000".to_owned(),
+    ];
+    let seeds = cluster.seed_urls().join(",");
+    let workers: Vec<Worker> = (0..WORKERS)
+        .map(|_| Worker::spawn(&seeds, &namespace, "shards-load", &args))
+        .collect();
+    let mut flips = Flips::new(scopes.len());
+    let on_killed = |scope: usize| scopes[scope].1 == 0;
+    let all_ok = |flips: &Flips| {
+        flips
+            .last(|_| true)
+            .into_iter()
+            .all(|last| last.is_some_and(|f| f.ok))
+    };
+    assert!(
+        flips.until(&workers, PATIENCE, all_ok),
+        "not every scope served at first: {:?}",
+        flips.0
+    );
+    // Joined after the processes connected: they have no link to it, as nothing has made
+    // their cluster connections read the slot map since.
+    let replica = cluster.add_replica(0);
+
+    let killed_ms = now_ms();
+    cluster.nodes_mut()[0].stop();
+    cluster.wait_promoted(replica);
+    let promoted_ms = now_ms();
+    let (myid_before, promoted_at) = (myid_calls(&cluster), std::time::Instant::now());
+    // Served again: its last calls in every worker succeed, since after the kill.
+    let shard_serves = |flips: &Flips| {
+        flips
+            .last(on_killed)
+            .into_iter()
+            .all(|last| last.is_some_and(|f| f.ok && f.ms > killed_ms))
+    };
+    let served = flips.until(&workers, PROMOTED_PATIENCE, shard_serves);
+    let rates = myid_rates(&myid_before, &myid_calls(&cluster), promoted_at.elapsed());
+    eprintln!(
+        "node {} promoted {} ms after node {} was killed; CLUSTER MYID per second at each \
+         node since: {rates:?}",
+        cluster.nodes()[replica].port(),
+        promoted_ms - killed_ms,
+        cluster.nodes()[0].port(),
+    );
+    let since_promotion =
+        |last: Option<Flip>| last.map(|f| (f.ok, f.ms as i64 - promoted_ms as i64));
+    assert!(
+        served,
+        "the killed primary's shard did not serve again within {PROMOTED_PATIENCE:?} of its \
+         replica's promotion; its scopes' last flips (ok, ms after the promotion): {:?}",
+        flips
+            .last(on_killed)
+            .into_iter()
+            .map(since_promotion)
+            .collect::<Vec<_>>()
+    );
+    let again = flips
+        .last(on_killed)
+        .into_iter()
+        .filter_map(since_promotion)
+        .map(|(_, ms)| ms)
+        .max();
+    eprintln!("the shard served again in every process {again:?} ms after the promotion");
+    let unserved = flips.unserved(|scope| !on_killed(scope), killed_ms, promoted_ms);
+    assert!(
+        unserved.is_empty(),
+        "the other shards did not serve between the kill and the promotion: (worker, scope) \
+         {unserved:?} of {:?}",
+        flips.0
+    );
+    assert!(
+        flips.until(&workers, PATIENCE, all_ok),
+        "not every scope serves after the promotion: {:?}",
+        flips.0
+    );
+
+    // Settled: the checks run once a period, not again and again.
+    let (before, from) = (myid_calls(&cluster), std::time::Instant::now());
+    std::thread::sleep(Duration::from_secs(3));
+    let elapsed = from.elapsed();
+    let rates = myid_rates(&before, &myid_calls(&cluster), elapsed);
+    eprintln!("settled: CLUSTER MYID per second at each node: {rates:?}");
+    // One check a second per process asks each primary once; twice that is room enough.
+    let most = 2.0 * WORKERS as f64 * (elapsed.as_secs_f64() + 1.0) / elapsed.as_secs_f64();
+    assert!(
+        rates.values().all(|&rate| rate <= most),
+        "the checks did not settle: CLUSTER MYID per second {rates:?}, at most {most} wanted"
+    );
 }

@@ -66,6 +66,52 @@ async fn bulkhead_hold(scope: &str) -> Result<(), WorkerError> {
     Ok(())
 }
 
+/// The bulkhead of the cluster failover test (`cluster_faults`): lease 1 s, so the wait of
+/// admissions after a loss of data (the grace, or the lease if shorter) is short beside what
+/// the test waits for.
+#[bulkhead(name = "cluster-promoted", limit = 1000, lease = "1s", scope = scope)]
+async fn promoted(scope: &str) -> Result<(), WorkerError> {
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    Ok(())
+}
+
+/// How calls on each of several scopes end, as it changes: `flip scope=<index> ok=<0|1>
+/// ms=<wall clock> kind=<failure kind, or the error's code>`.
+struct Flips {
+    /// Per scope: whether its last call succeeded (`None` before its first call ended). A
+    /// flip is printed under the lock, so the lines of one scope come in the order its calls
+    /// ended.
+    states: Vec<std::sync::Mutex<Option<bool>>>,
+}
+
+impl Flips {
+    fn new(scopes: usize) -> Self {
+        Flips {
+            states: (0..scopes).map(|_| std::sync::Mutex::new(None)).collect(),
+        }
+    }
+
+    /// Records how a call on scope `index` ended, printing a flip if that changed.
+    fn record(&self, index: usize, result: &Result<(), WorkerError>) {
+        let mut state = self.states[index].lock().expect("flip state");
+        if *state == Some(result.is_ok()) {
+            return;
+        }
+        *state = Some(result.is_ok());
+        let kind = match result {
+            Err(WorkerError::Caracal(caracal::Error::CoordinatorUnavailable { cause, .. })) => {
+                cause.kind().as_str()
+            }
+            other => code(other),
+        };
+        say(&format!(
+            "flip scope={index} ok={} ms={} kind={kind}",
+            u8::from(result.is_ok()),
+            now_ms()
+        ));
+    }
+}
+
 /// A holder recorded in a ledger, for the restart test: lease 1 s.
 #[bulkhead(name = "mp-ledgered", limit = 1, lease = "1s", scope = scope)]
 async fn ledgered(
@@ -480,6 +526,31 @@ where
     tally
 }
 
+/// Runs `tasks` tasks until `until`, task `t` calling `call(t)` over and over and pausing a
+/// little after a failure (a call turned away fails at once), and waits for them all.
+async fn call_until<F, Fut>(tasks: usize, until: Instant, call: F)
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<(), WorkerError>> + Send,
+{
+    let call = Arc::new(call);
+    let handles: Vec<_> = (0..tasks)
+        .map(|task| {
+            let call = Arc::clone(&call);
+            tokio::spawn(async move {
+                while Instant::now() < until {
+                    if call(task).await.is_err() {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                }
+            })
+        })
+        .collect();
+    for handle in handles {
+        handle.await.expect("worker task");
+    }
+}
+
 #[tokio::main]
 async fn main() {
     let mut args = std::env::args().skip(1);
@@ -547,6 +618,23 @@ async fn main() {
             coordinator.shutdown().await;
             tally.report("");
         }
+        "shards-load" => {
+            // `scope=` lists the scopes (comma-separated); task `t` calls scope `t % n`.
+            let scopes: Arc<Vec<String>> = Arc::new(scope.split(',').map(str::to_owned).collect());
+            let flips = Arc::new(Flips::new(scopes.len()));
+            call_until(number("tasks") as usize, until(), move |task| {
+                let (scopes, flips) = (Arc::clone(&scopes), Arc::clone(&flips));
+                async move {
+                    let index = task % scopes.len();
+                    let result = promoted(&scopes[index]).await;
+                    flips.record(index, &result);
+                    result
+                }
+            })
+            .await;
+            coordinator.shutdown().await;
+            say("result");
+        }
         "bulkhead-hold" => {
             let _ = bulkhead_hold(&scope).await;
         }
@@ -587,34 +675,26 @@ async fn main() {
                 Arc::new(AsyncLedger::connect(&get("ledger"), &get("ledger_name"), 5).await);
             let outcomes = Arc::new(Mutex::new(BTreeMap::<&'static str, u64>::new()));
             let next = Arc::new(AtomicU64::new(0));
-            let until = until();
-            let tasks: Vec<_> = (0..number("tasks"))
-                .map(|_| {
-                    let (scope, ledger) = (scope.clone(), Arc::clone(&ledger));
-                    let (outcomes, next) = (Arc::clone(&outcomes), Arc::clone(&next));
-                    tokio::spawn(async move {
-                        while Instant::now() < until {
-                            let id = format!(
-                                "{}-{}",
-                                std::process::id(),
-                                next.fetch_add(1, Ordering::Relaxed)
-                            );
-                            let result = ledgered_loop(&scope, &ledger, &id).await;
-                            *outcomes
-                                .lock()
-                                .expect("outcomes")
-                                .entry(code(&result))
-                                .or_default() += 1;
-                            if result.is_err() {
-                                tokio::time::sleep(Duration::from_millis(5)).await;
-                            }
-                        }
-                    })
-                })
-                .collect();
-            for task in tasks {
-                task.await.expect("loop task");
-            }
+            let calls = Arc::clone(&outcomes);
+            call_until(number("tasks") as usize, until(), move |_| {
+                let (scope, ledger) = (scope.clone(), Arc::clone(&ledger));
+                let (outcomes, next) = (Arc::clone(&calls), Arc::clone(&next));
+                async move {
+                    let id = format!(
+                        "{}-{}",
+                        std::process::id(),
+                        next.fetch_add(1, Ordering::Relaxed)
+                    );
+                    let result = ledgered_loop(&scope, &ledger, &id).await;
+                    *outcomes
+                        .lock()
+                        .expect("outcomes")
+                        .entry(code(&result))
+                        .or_default() += 1;
+                    result
+                }
+            })
+            .await;
             coordinator.shutdown().await;
             let outcomes = outcomes.lock().expect("outcomes");
             let counts: Vec<String> = outcomes

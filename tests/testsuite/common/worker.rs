@@ -72,6 +72,11 @@ impl Worker {
         }
     }
 
+    /// The next line the worker printed, if one comes within `timeout`.
+    pub(crate) fn next_line(&self, timeout: Duration) -> Option<String> {
+        self.lines.recv_timeout(timeout).ok()
+    }
+
     pub(crate) fn field(line: &str, name: &str) -> u64 {
         line.split_whitespace()
             .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))

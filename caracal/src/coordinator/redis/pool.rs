@@ -10,10 +10,11 @@
 //!   talks to a replica) is dropped and replaced;
 //! - on a cluster, one node's failure is that node's: the cluster connection repairs its link to
 //!   it, and only the identities that node serves wait, until its `run_id` has been checked
-//!   again (see [`shards`](super::shards)). A cluster connection is replaced only when no node
-//!   at all answers through it.
+//!   again (see [`shards`](super::shards)). A cluster connection is replaced when no node at
+//!   all answers through it, or when it is older than a slot map naming a primary it sends
+//!   nothing to (its replacement is made before it is dropped).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -367,6 +368,23 @@ impl Slot {
         });
     }
 
+    /// Puts `conn` in the place of connection `generation`, if that is still the one in use:
+    /// the old one finishes what was sent through it, and takes nothing more. The new
+    /// connection's generation, if it took the place.
+    fn replace(&self, generation: u64, conn: Conn) -> Option<u64> {
+        let mut state = lock(&self.state);
+        if state.generation != generation
+            || state.conn.is_none()
+            || self.closed.load(Ordering::Acquire)
+        {
+            return None;
+        }
+        state.generation += 1;
+        state.conn = Some(conn);
+        state.timeouts = 0;
+        Some(state.generation)
+    }
+
     /// The connection, if up, without starting a reconnection.
     fn current(&self) -> Option<(Conn, u64)> {
         let state = lock(&self.state);
@@ -435,6 +453,7 @@ impl Pool {
                 wake: tokio::sync::Notify::new(),
                 running: AtomicBool::new(false),
                 slots: OnceLock::new(),
+                made: Mutex::new(HashMap::new()),
                 incarnation: Arc::clone(&incarnation),
                 timeout,
                 closed: Arc::clone(&closed),
@@ -646,6 +665,9 @@ pub(crate) struct Checker {
     /// Whether a check loop runs: it dies with its runtime, and the next nudge starts another.
     running: AtomicBool,
     slots: OnceLock<Weak<[Arc<Slot>]>>,
+    /// For each pool slot whose connection this checker made: its generation, and the
+    /// [version](Shards::version) of the slot map when it was made.
+    made: Mutex<HashMap<usize, (u64, u64)>>,
     incarnation: Arc<Incarnation>,
     timeout: Duration,
     closed: Arc<AtomicBool>,
@@ -713,6 +735,7 @@ impl Checker {
         }
         // Each primary serves again as soon as it has answered: one that does not answer
         // holds up no other.
+        let mut elsewhere = false;
         let mut answers = std::pin::pin!(shards::ask_info(&conn, &routes, self.timeout));
         while let Some((primary, answer)) = answers.next().await {
             match answer {
@@ -728,8 +751,17 @@ impl Checker {
                     checked.reached = true;
                     checked.refused.get_or_insert(error);
                 }
+                Answer::Elsewhere => {
+                    checked.reached = true;
+                    elsewhere = true;
+                }
                 Answer::Silent => {}
             }
+        }
+        if elsewhere && self.made_at(&slot, generation) < self.shards.version() {
+            // This connection may not know the primary that the map names (a replica promoted
+            // in the place of a dead one): no command of its would ever reach it.
+            checked.renewed = self.renew().await;
         }
         if !checked.reached {
             // Nothing answers through this connection: it may be dead (its runtime gone), or
@@ -739,6 +771,49 @@ impl Checker {
             slot.mark_down(generation, "no node of the cluster answered");
         }
         checked
+    }
+
+    /// The [version](Shards::version) of the slot map when connection `generation` of `slot`
+    /// was made: the pool's first connections are as new as the first map (read right after
+    /// them); one this checker did not make counts as older than any.
+    fn made_at(&self, slot: &Slot, generation: u64) -> u64 {
+        match lock(&self.made).get(&slot.index) {
+            Some(&(made, version)) if made == generation => version,
+            _ if generation == 0 => 1,
+            _ => 0,
+        }
+    }
+
+    /// Replaces every connection of the pool older than the slot map with a new one, which
+    /// links to the nodes of the map as it is now; each old one serves until its replacement
+    /// is up. Whether any was replaced.
+    async fn renew(&self) -> bool {
+        let version = self.shards.version();
+        let Some(slots) = self.slots.get().and_then(Weak::upgrade) else {
+            return false;
+        };
+        let old: Vec<(&Arc<Slot>, u64)> = slots
+            .iter()
+            .filter_map(|slot| {
+                let (_, generation) = slot.current()?;
+                (self.made_at(slot, generation) < version).then_some((slot, generation))
+            })
+            .collect();
+        let made = futures_util::future::join_all(old.iter().map(|&(slot, generation)| {
+            slot.connector
+                .connect(Arc::downgrade(slot), generation, self.timeout)
+        }))
+        .await;
+        let mut renewed = false;
+        for ((slot, generation), made) in old.into_iter().zip(made) {
+            if let Ok((conn, _)) = made
+                && let Some(generation) = slot.replace(generation, conn)
+            {
+                lock(&self.made).insert(slot.index, (generation, version));
+                renewed = true;
+            }
+        }
+        renewed
     }
 
     /// A cluster connection that is up: pool slot `probe`'s if it is, else the first.
@@ -760,6 +835,9 @@ impl Checker {
 struct Checked {
     /// Whether any node answered anything.
     reached: bool,
+    /// Whether it replaced connections of the pool older than the slot map: the next check
+    /// goes through a new one at once.
+    renewed: bool,
     /// The first error a primary answered to `INFO`.
     refused: Option<Error>,
     /// What the primaries that answered told.
@@ -785,7 +863,9 @@ async fn check_loop(checker: Weak<Checker>) {
         let mut nudged = std::pin::pin!(this.wake.notified());
         nudged.as_mut().enable();
         let attempted = tokio::time::Instant::now();
-        this.check().await;
+        if this.check().await.renewed {
+            continue;
+        }
         let pause = if this.shards.settled() {
             failures = 0;
             CHECK_PERIOD

@@ -22,6 +22,15 @@
 //! (every call on it waits meanwhile), whereas a request routed by slot goes to whichever
 //! node it is linked to. So `INFO` goes out together with `CLUSTER MYID`, and an answer from
 //! another node than the one asked counts as none.
+//!
+//! A cluster connection learns the slot map when it is made, and again only when a command
+//! is redirected. A replica promoted in place of a dead primary is a node it may have no link
+//! to, and calls on that shard are turned away before any could be redirected: through that
+//! connection, the new primary's slots go to another node forever. So the map has a
+//! [version](Shards::version), which moves on whenever it names a primary the map before did
+//! not; when a check's question for a primary is answered by another node through a
+//! connection older than that, every connection of the pool older than the map is replaced by
+//! a new one, which reads the map afresh (the old ones serve on meanwhile).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -96,6 +105,8 @@ struct State {
     /// The pool slot whose connection saw the last suspicion: the next check goes through it,
     /// which also tells whether that connection still works at all.
     probe: Option<usize>,
+    /// How many maps named a primary the map before did not (the first map included).
+    version: u64,
 }
 
 impl State {
@@ -173,6 +184,13 @@ impl Shards {
     ) -> bool {
         let mut state = lock(&self.state);
         if let Some(ranges) = ranges {
+            let known = primaries(&state.ranges);
+            if ranges
+                .iter()
+                .any(|(_, _, primary)| !known.contains_key(primary))
+            {
+                state.version += 1;
+            }
             state.ranges = ranges;
         }
         let mut revived = false;
@@ -193,6 +211,13 @@ impl Shards {
         revived
     }
 
+    /// The version of the slot map: it moves on whenever a map names a primary the map
+    /// before did not (a replica promoted, a primary added). A cluster connection made before
+    /// that may have no link to it.
+    pub(crate) fn version(&self) -> u64 {
+        lock(&self.state).version
+    }
+
     /// Whether every slot is served by a primary that may serve: no check is due before the
     /// next period.
     pub(crate) fn settled(&self) -> bool {
@@ -210,7 +235,10 @@ pub(crate) enum Answer {
     Info(ServerInfo),
     /// It answered, with an error or without a `run_id`.
     Refused(Error),
-    /// No answer within the command timeout, or no connection to it.
+    /// Another node answered: the connection sends what is meant for this primary elsewhere,
+    /// as it has no link to it (or has never heard of it).
+    Elsewhere,
+    /// No answer within the command timeout, or none that can be read.
     Silent,
 }
 
@@ -293,6 +321,7 @@ pub(crate) fn ask_info(
                         }
                     }
                     // Another node answered: the client has no link to this one now.
+                    [Value::BulkString(_), _] => Answer::Elsewhere,
                     _ => Answer::Silent,
                 },
                 Err(Some(error)) if error.code().is_some() => {
@@ -418,6 +447,29 @@ mod tests {
             primaries(&known).into_keys().collect::<Vec<_>>(),
             ["b", "c"]
         );
+    }
+
+    #[test]
+    fn the_map_version_moves_when_it_names_a_new_primary() {
+        let shards = Shards::default();
+        assert_eq!(shards.version(), 0, "no map yet");
+        let map = |[low, high]: [&str; 2]| {
+            let (low, high) = (low.to_owned(), high.to_owned());
+            Some(vec![(0, 99, low), (100, SLOTS - 1, high)])
+        };
+        let start = shards.begin().start;
+        shards.record(start, map(["a", "b"]), []);
+        assert_eq!(shards.version(), 1, "the first map");
+        shards.record(start, map(["a", "b"]), []);
+        shards.record(start, map(["b", "a"]), []);
+        shards.record(start, None, &["a".to_owned()]);
+        assert_eq!(
+            shards.version(),
+            1,
+            "slots moved between known primaries, or none read"
+        );
+        shards.record(start, map(["c", "b"]), []);
+        assert_eq!(shards.version(), 2, "a replica promoted in a's place");
     }
 
     #[test]
