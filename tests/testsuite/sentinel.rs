@@ -73,6 +73,29 @@ async fn connects_through_the_sentinels_and_serves_the_master() {
     coordinator.shutdown().await;
 }
 
+/// The URL's credentials are the master's, and the sentinels are offered them too: a sentinel
+/// without a password takes any for its `default` user, and one that refuses a user name it
+/// does not have is asked again without.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_urls_credentials_reach_the_master_through_sentinels_without_any() {
+    let deployment = RedisSentinel::start(0);
+    let master = deployment.master();
+    crate::connect::acl_user(master, "app", caracal::REDIS_ACL_RULES);
+    let hosts = deployment.url().replace("redis-sentinel://", "");
+    for (credentials, user) in [("app:pw", "app"), (":any-password", "default")] {
+        let url = format!("redis-sentinel://{credentials}@{hosts}");
+        let coordinator = connect(&url).await;
+        let scope = unique("credentials");
+        assert_eq!(code(&coordinator.scoped(call(&scope)).await), "ok");
+        let clients: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .query(&mut master.connection())
+            .expect("CLIENT LIST");
+        assert!(clients.contains(&format!(" user={user} ")), "{clients}");
+        coordinator.shutdown().await;
+    }
+}
+
 /// What the load tasks saw.
 #[derive(Default)]
 struct Seen {
