@@ -1,11 +1,13 @@
--- acl_check: which commands caracal needs may the current user not run on caracal's keys and
--- channel? `connect()` runs it once, so a missing grant is a clear error at start-up rather than
--- a policy that silently misbehaves (no ZREM: releases never land; no HMGET: a breaker never
--- opens).
+-- acl_check: which commands caracal needs does the server not know (renamed or disabled with
+-- `rename-command`), and which may the current user not run on caracal's keys and channel?
+-- `connect()` runs it once, so a missing command or grant is a clear error at start-up rather
+-- than a policy that silently misbehaves (no ZREM: releases never land; no HMGET: a breaker never
+-- opens; no TIME: every script fails).
 --
 -- KEYS[1]  a key in caracal's key space (`caracal:v1:{…}:…`)
 -- ARGV[1]  the namespace's pub/sub channel for breaker transitions
--- Reply    the denied commands, as "COMMAND" (an empty array when everything is allowed)
+-- Reply    {denied, unknown}: the commands the user may not run and those the server does not
+--          know, each as "COMMAND" (two empty arrays when everything is there and allowed)
 -- TTL      touches no key.
 -- Cost     O(1): one permission check per command.
 local key, channel = KEYS[1], ARGV[1]
@@ -41,10 +43,14 @@ local needed = {
   {'LLEN', key},
   {'PUBLISH', channel, 'message'},
 }
-local denied = {}
+local denied, unknown = {}, {}
 for _, command in ipairs(needed) do
-  if not redis.acl_check_cmd(unpack(command)) then
+  -- A command the server does not know is an error here, not a refusal.
+  local known, allowed = pcall(redis.acl_check_cmd, unpack(command))
+  if not known then
+    unknown[#unknown + 1] = command[1]
+  elseif not allowed then
     denied[#denied + 1] = command[1]
   end
 end
-return denied
+return {denied, unknown}

@@ -180,7 +180,15 @@ impl Target {
                 "no Redis to connect to: pass --url or set CARACAL_REDIS_URL".to_owned(),
             ));
         };
-        let urls: Vec<String> = url.split(',').map(|u| u.trim().to_owned()).collect();
+        // A Sentinel URL separates its sentinels with commas: one URL, not cluster seeds.
+        let sentinel = ["redis-sentinel://", "rediss-sentinel://"]
+            .iter()
+            .any(|scheme| url.trim_start().starts_with(scheme));
+        let urls: Vec<String> = if sentinel {
+            vec![url.trim().to_owned()]
+        } else {
+            url.split(',').map(|u| u.trim().to_owned()).collect()
+        };
         if urls.iter().any(String::is_empty) {
             return Err(Failure::Usage(format!(
                 "the Redis URL `{}` lists an empty URL (a stray comma?)",
@@ -197,8 +205,8 @@ impl Target {
         Ok(Target { urls, namespace })
     }
 
-    /// Connects as `Coordinator::from_env` would: one URL is a standalone server, several
-    /// are cluster seeds. Any failure here is the coordinator's (exit 1): unreachable,
+    /// Connects as `Coordinator::from_env` would: one URL is a standalone server (or a
+    /// Sentinel URL), several are cluster seeds. Any failure here is the coordinator's (exit 1): unreachable,
     /// refused credentials, missing permissions, a URL the client cannot use.
     async fn connect(&self) -> Result<Coordinator, Failure> {
         let builder = match &self.urls[..] {

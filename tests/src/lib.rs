@@ -1,7 +1,7 @@
-//! Shared harness for the integration suites: real Redis servers and clusters on free
-//! loopback ports, a TCP fault proxy, server-side command counters, capture of caracal's
-//! `tracing` events, a `metrics` recorder to read back, a cross-process concurrency witness,
-//! and a ledger of which bodies ran at once (for the chaos soak).
+//! Shared harness for the integration suites: real Redis servers, clusters and Sentinel
+//! deployments on free loopback ports, a TCP fault proxy, server-side command counters,
+//! capture of caracal's `tracing` events, a `metrics` recorder to read back, a cross-process
+//! concurrency witness, and a ledger of which bodies ran at once (for the chaos soak).
 //!
 //! Everything here is safe to use from tests running in parallel threads of one binary:
 //! each server gets its own port and temp dir, each proxy its own port and threads. Every
@@ -13,6 +13,7 @@ pub mod fenced;
 pub mod ledger;
 pub mod metrics;
 pub mod proxy;
+pub mod sentinel;
 pub mod server;
 pub mod stats;
 pub mod tls;
@@ -23,6 +24,7 @@ pub use cluster::RedisCluster;
 pub use events::{CapturedEvent, EventLog};
 pub use metrics::MetricsLog;
 pub use proxy::{FaultProxy, ProxyMode};
+pub use sentinel::RedisSentinel;
 pub use server::{RedisServer, ensure_redis_installed};
 pub use stats::{CommandLog, CommandStats, background_scripts, script_source};
 pub use tls::TlsRedisServer;

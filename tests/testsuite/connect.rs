@@ -250,3 +250,152 @@ async fn an_evicting_server_is_reported() {
     assert_eq!(log.count("coordinator.eviction_risk"), 0);
     coordinator.shutdown().await;
 }
+
+/// A replica used to be accepted: `connect` succeeded, then every call failed `READONLY`
+/// while the pool reconnected to it over and over. It is refused, naming its primary.
+#[tokio::test]
+async fn a_replica_is_refused_naming_its_primary() {
+    let primary = RedisServer::start();
+    let replica =
+        RedisServer::start_with_args(&["--replicaof", "127.0.0.1", &primary.port().to_string()]);
+    let message = invalid_config(Coordinator::redis(replica.url()).connect().await);
+    assert!(message.contains("replica"), "{message}");
+    assert!(
+        message.contains(&format!("127.0.0.1:{}", primary.port())),
+        "{message}"
+    );
+    assert!(message.contains("redis-sentinel://"), "{message}");
+}
+
+/// Why a coordinator failed, when it is `CoordinatorUnavailable`.
+fn kind_of(error: &caracal::Error) -> Option<FailureKind> {
+    match error {
+        caracal::Error::CoordinatorUnavailable { cause, .. } => Some(cause.kind()),
+        _ => None,
+    }
+}
+
+/// The full text of an error: its message and every source's.
+fn full_text(error: &caracal::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        text.push_str(&format!(" / {cause}"));
+        source = cause.source();
+    }
+    text
+}
+
+/// Lets the server take at most `clients` connections from now on.
+fn set_maxclients(conn: &mut redis::Connection, clients: u32) {
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxclients")
+        .arg(clients)
+        .exec(conn)
+        .expect("CONFIG SET maxclients");
+}
+
+/// A server at `maxclients` answers a new connection with `-ERR max number of clients
+/// reached` and closes it. That used to be reported as a lost connection ("broken pipe"); it is
+/// the server's refusal, at connect and when a pooled connection reconnects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn maxclients_is_the_servers_refusal() {
+    let server = RedisServer::start();
+    let mut held = server.connection();
+    set_maxclients(&mut held, 1);
+    for _ in 0..5 {
+        let result = Coordinator::redis(server.url()).connect().await;
+        let error = result.expect_err("no room for another client");
+        assert_eq!(kind_of(&error), Some(FailureKind::Server), "{error:?}");
+        assert!(full_text(&error).contains("maxclients"), "{error:?}");
+    }
+    set_maxclients(&mut held, 100);
+
+    let coordinator = Coordinator::redis(server.url())
+        .namespace(crate::common::unique("maxclients"))
+        .pool_size(1)
+        .command_timeout(Duration::from_millis(500))
+        .connect()
+        .await
+        .expect("connect");
+    let scope = crate::common::unique("maxclients");
+    assert_eq!(
+        crate::common::code(&coordinator.scoped(crate::bulkhead::one(&scope)).await),
+        "ok"
+    );
+    // Its one pooled connection is killed while the server is full: the reconnection is
+    // refused. (Kept by the server: this connection, the held one and the pub/sub one.)
+    let mut other = server.connection();
+    let ours: Vec<i64> = [&mut held, &mut other]
+        .into_iter()
+        .map(|conn| {
+            redis::cmd("CLIENT")
+                .arg("ID")
+                .query(conn)
+                .expect("CLIENT ID")
+        })
+        .collect();
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query(&mut held)
+        .expect("CLIENT LIST");
+    let pooled: Vec<i64> = list
+        .lines()
+        .filter(|line| !line.contains("flags=P"))
+        .filter_map(|line| line.strip_prefix("id=")?.split(' ').next()?.parse().ok())
+        .filter(|id| !ours.contains(id))
+        .collect();
+    assert_eq!(pooled.len(), 1, "one pooled connection:\n{list}");
+    redis::pipe()
+        .atomic()
+        .cmd("CONFIG")
+        .arg("SET")
+        .arg("maxclients")
+        .arg(3)
+        .cmd("CLIENT")
+        .arg("KILL")
+        .arg("ID")
+        .arg(pooled[0])
+        .exec(&mut held)
+        .expect("fill the server and kill the pooled connection");
+    let refused = crate::common::until_code("coordinator_unavailable", || async {
+        match coordinator.scoped(crate::bulkhead::one(&scope)).await {
+            Err(crate::common::TestError::Caracal(error))
+                if kind_of(&error) == Some(FailureKind::Server) =>
+            {
+                Err(crate::common::TestError::Caracal(error))
+            }
+            other => Ok(format!("{other:?}")),
+        }
+    })
+    .await;
+    for earlier in &refused {
+        assert!(
+            earlier
+                .as_ref()
+                .is_ok_and(|text| text.contains("Disconnected")),
+            "before the reconnection was refused: {earlier:?}"
+        );
+    }
+    let result = coordinator.scoped(crate::bulkhead::one(&scope)).await;
+    let Err(crate::common::TestError::Caracal(error)) = result else {
+        panic!("a call while the server is full: {result:?}");
+    };
+    assert!(full_text(&error).contains("maxclients"), "{error:?}");
+    set_maxclients(&mut held, 100);
+    crate::common::until_ok(|| coordinator.scoped(crate::bulkhead::one(&scope))).await;
+    coordinator.shutdown().await;
+}
+
+/// caracal's scripts read the server's clock with `TIME`: a server where it is renamed or
+/// disabled used to connect, then answer every call with an outage-like `server_error`.
+#[tokio::test]
+async fn a_server_without_time_is_invalid_config() {
+    for renamed in ["", "clock-of-the-server"] {
+        let server = RedisServer::start_with_args(&["--rename-command", "TIME", renamed]);
+        let message = invalid_config(Coordinator::redis(server.url()).connect().await);
+        assert!(message.contains("TIME"), "{renamed:?}: {message}");
+        assert!(message.contains("rename-command"), "{renamed:?}: {message}");
+    }
+}

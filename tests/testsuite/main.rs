@@ -37,5 +37,6 @@ mod metrics;
 mod pipeline;
 mod rate_limit_fleet;
 mod runtime_edges;
+mod sentinel;
 mod tower;
 mod ui;

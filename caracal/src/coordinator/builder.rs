@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::background::Background;
 use super::incarnation::{DataLoss, Incarnation};
-use super::redis::{RedisBackend, Topology, Trust};
+use super::redis::{RedisBackend, SentinelUrl, Topology, Trust};
 use super::{Backend, Coordinator};
 use crate::identity::check_part;
 use crate::{Config, Error};
@@ -108,12 +108,14 @@ impl RedisBuilder {
     }
 
     /// Validates the settings, connects every pooled connection, and checks that the server
-    /// can carry caracal: Redis 7.0 or later, and a user allowed every command caracal needs
-    /// on its keys and channel.
+    /// can carry caracal: a primary (through Sentinel: the master the sentinels name), Redis
+    /// 7.0 or later, every command caracal needs known to it (none renamed away) and allowed
+    /// to the user on its keys and channel.
     ///
     /// Fails with [`Error::InvalidConfig`] for a malformed URL or setting, refused credentials,
-    /// a server too old, or missing permissions (naming them); with
-    /// [`Error::CoordinatorUnavailable`] when the server cannot be reached. A server whose
+    /// a replica, a server too old, a command renamed or missing permissions (naming them), a
+    /// master name no sentinel knows; with [`Error::CoordinatorUnavailable`] when the server
+    /// cannot be reached or refuses the connection (`server_error`, as at `maxclients`). A server whose
     /// `maxmemory-policy` may evict caracal's keys is reported by a `coordinator.eviction_risk`
     /// event.
     pub async fn connect(self) -> Result<Coordinator, Error> {
@@ -140,7 +142,11 @@ impl RedisBuilder {
         let topology = if self.cluster {
             Topology::Cluster(self.urls)
         } else if let [url] = &self.urls[..] {
-            Topology::Standalone(url.clone())
+            if SentinelUrl::is_sentinel(url) {
+                Topology::Sentinel(SentinelUrl::parse(url)?)
+            } else {
+                Topology::Standalone(url.clone())
+            }
         } else {
             return Err(Error::config(
                 "a standalone coordinator takes exactly one URL",
@@ -207,7 +213,12 @@ fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<(FromEnv, Option<St
         }
         return Ok((FromEnv::Memory, config));
     };
-    let urls: Vec<String> = urls.split(',').map(|u| u.trim().to_owned()).collect();
+    // A Sentinel URL lists its sentinels with commas: it is one URL, not cluster seeds.
+    let urls: Vec<String> = if SentinelUrl::is_sentinel(&urls) {
+        vec![urls]
+    } else {
+        urls.split(',').map(|u| u.trim().to_owned()).collect()
+    };
     if urls.iter().any(String::is_empty) {
         return Err(Error::config(
             "CARACAL_REDIS_URL lists an empty URL (a stray comma?)",
@@ -301,6 +312,10 @@ mod tests {
         assert!(matches!(
             from(&[("CARACAL_REDIS_URL", "redis://a:1, redis://b:1")]),
             Ok(FromEnv::Redis(builder)) if builder.cluster && builder.urls.len() == 2
+        ));
+        assert!(matches!(
+            from(&[("CARACAL_REDIS_URL", "redis-sentinel://a:26379,b:26379#main")]),
+            Ok(FromEnv::Redis(builder)) if !builder.cluster && builder.urls.len() == 1
         ));
     }
 

@@ -193,11 +193,18 @@ impl Coordinator {
         )
     }
 
-    /// A builder for a coordinator on a standalone Redis server (`redis://` or `rediss://`).
+    /// A builder for a coordinator on a standalone Redis server (`redis://` or `rediss://`),
+    /// or on the master a set of Redis Sentinels names, followed through their failovers
+    /// (`redis-sentinel://[user:password@]host1:26379[,host2:26379…][/db]#master-name`;
+    /// `rediss-sentinel://` with the feature `tls`). The credentials are the master's, and are
+    /// offered to the sentinels too (one without a password accepts any).
     ///
     /// ```no_run
     /// # async fn f() -> Result<(), caracal::Error> {
     /// let c = caracal::Coordinator::redis("redis://127.0.0.1:6379").connect().await?;
+    /// let s = caracal::Coordinator::redis("redis-sentinel://10.0.0.1:26379,10.0.0.2:26379#main")
+    ///     .connect()
+    ///     .await?;
     /// # Ok(()) }
     /// ```
     pub fn redis(url: impl Into<String>) -> RedisBuilder {
@@ -224,7 +231,8 @@ impl Coordinator {
 
     /// A coordinator configured from the environment.
     ///
-    /// `CARACAL_REDIS_URL` selects Redis (a comma-separated list means cluster seeds);
+    /// `CARACAL_REDIS_URL` selects Redis (a comma-separated list means cluster seeds, but for one
+    /// `redis-sentinel://` URL, whose commas separate its sentinels);
     /// `CARACAL_NAMESPACE` sets the namespace; `CARACAL_COMMAND_TIMEOUT` (e.g. `"250ms"`) the
     /// command timeout. With `CARACAL_REDIS_URL` unset it is [`in_memory`](Self::in_memory).
     /// `CARACAL_CONFIG` names a TOML file of [`Config`] to apply (read before connecting).

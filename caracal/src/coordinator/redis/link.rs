@@ -13,8 +13,9 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use uuid::Uuid;
 
+use super::failure;
 use super::lanes::{Admitted, Driven, Lanes, Queued, Request, answer};
-use super::pool::{self, Pool};
+use super::pool::Pool;
 use super::scripts::{self, Script};
 use super::{redis_cause, reply, token_text};
 use crate::Error;
@@ -28,7 +29,7 @@ use crate::sync::lock;
 /// How long a release whose outcome is unknown waits before it is sent again (unless an
 /// acquire of its identity sends it sooner): the pool's shortest reconnection interval, so a
 /// retry finds the replacement connection.
-const RELEASE_RETRY_PAUSE: Duration = pool::MIN_RECONNECT_INTERVAL;
+const RELEASE_RETRY_PAUSE: Duration = super::slot::MIN_RECONNECT_INTERVAL;
 
 pub(super) struct Link {
     pub(super) pool: Pool,
@@ -368,8 +369,8 @@ impl Link {
             Err(failure) if failure.is_noscript() => conn
                 .send(&call("EVAL", script.body), deadline)
                 .await
-                .map_err(pool::RedisFailure::into_error),
-            result => result.map_err(pool::RedisFailure::into_error),
+                .map_err(failure::RedisFailure::into_error),
+            result => result.map_err(failure::RedisFailure::into_error),
         }
     }
 
@@ -578,7 +579,7 @@ impl Link {
         let value = conn
             .send(&cmd, Instant::now() + self.pool.timeout())
             .await
-            .map_err(pool::RedisFailure::into_error)?;
+            .map_err(failure::RedisFailure::into_error)?;
         let tokens = i64::try_from(tokens.len()).unwrap_or(i64::MAX);
         reply::integer_in("ZREM", value, 0..=tokens).map(|n| n as u64)
     }

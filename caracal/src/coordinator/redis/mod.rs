@@ -2,26 +2,33 @@
 
 mod admin;
 mod breaker;
+mod connector;
 #[cfg(test)]
 mod differential;
+mod failure;
 mod lanes;
 mod link;
 mod pool;
+mod primary;
 mod reply;
 mod scripts;
+mod sentinel;
 mod server;
 mod shards;
+mod slot;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use redis::Value;
 use tokio::time::Instant;
 use uuid::Uuid;
 
+pub(crate) use self::connector::{Topology, Trust};
 use self::link::{Acquire, Arrival, Link, Release};
 use self::pool::Pool;
-pub(crate) use self::pool::{Topology, Trust};
+pub(crate) use self::sentinel::SentinelUrl;
 use super::background::Background;
 use super::feed;
 use super::incarnation::Incarnation;
@@ -71,8 +78,9 @@ impl RedisBackend {
         Ok(backend)
     }
 
-    /// Fails with [`Error::InvalidConfig`] naming what is missing when the Redis user may not
-    /// run every command caracal needs on its keys and channel.
+    /// Fails with [`Error::InvalidConfig`] naming what is missing when the server does not know
+    /// a command caracal needs (renamed away), or the Redis user may not run one on its keys
+    /// and channel.
     async fn check_grants(&self) -> Result<(), Error> {
         let script = &*scripts::ACL_CHECK;
         let denied = |what: String| {
@@ -96,7 +104,21 @@ impl RedisBackend {
                 );
             }
         };
-        let commands = reply::strings(script.name, value)?;
+        let Value::Array(lists) = value else {
+            return Err(reply::malformed(script.name, "not an array"));
+        };
+        let Ok([refused, unknown]) = <[Value; 2]>::try_from(lists) else {
+            return Err(reply::malformed(script.name, "not two lists"));
+        };
+        let unknown = reply::strings(script.name, unknown)?;
+        if !unknown.is_empty() {
+            return Err(Error::config(format!(
+                "the Redis server does not know {} (renamed or disabled with `rename-command`), \
+                 and caracal's scripts need it: restore it under its own name",
+                unknown.join(", ")
+            )));
+        }
+        let commands = reply::strings(script.name, refused)?;
         if commands.is_empty() {
             Ok(())
         } else {
@@ -122,7 +144,8 @@ impl RedisBackend {
 
     /// Listens on the namespace's transition channel until the pool closes or `deliver`
     /// returns `false`. `deliver(None)` is a periodic liveness check; `deliver(Some(message))`
-    /// hands over a message. Reconnects with bounded backoff. `running` is cleared when the
+    /// hands over a message. Reconnects with bounded backoff (the pool's), and to the new master
+    /// when the sentinels name another. `running` is cleared when the
     /// listener ends for any reason (its runtime shutting down included). Returns whether a
     /// listener was started (it needs a runtime).
     pub(super) fn subscribe_transitions(
@@ -144,12 +167,13 @@ impl RedisBackend {
             let mut failures = 0u32;
             while !closed.load(Ordering::Acquire) && deliver(None) {
                 if let Ok(mut pubsub) = connector.pubsub(timeout).await {
+                    let master = connector.master();
                     let subscribed =
                         tokio::time::timeout(timeout, pubsub.subscribe(&channel)).await;
                     if matches!(subscribed, Ok(Ok(()))) {
-                        failures = 0;
                         let mut messages = pubsub.on_message();
                         let mut liveness = tokio::time::interval(Duration::from_secs(1));
+                        liveness.tick().await;
                         loop {
                             tokio::select! {
                                 message = messages.next() => {
@@ -161,8 +185,15 @@ impl RedisBackend {
                                     }
                                 }
                                 _ = liveness.tick() => {
+                                    // Subscribed for a whole tick: the next loss starts again
+                                    // from the shortest pause (one that ends sooner backs off).
+                                    failures = 0;
                                     if closed.load(Ordering::Acquire) || !deliver(None) {
                                         return;
+                                    }
+                                    // The sentinels named another master: follow it.
+                                    if connector.master() != master {
+                                        break;
                                     }
                                 }
                             }
@@ -170,7 +201,7 @@ impl RedisBackend {
                     }
                 }
                 failures += 1;
-                tokio::time::sleep(Duration::from_millis(50 * u64::from(failures.min(10)))).await;
+                tokio::time::sleep(slot::reconnect_backoff(failures)).await;
             }
         });
         true

@@ -23,265 +23,24 @@ use std::task::Poll;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, IntoConnectionInfo, PushKind, RedisError, ServerErrorKind, Value};
+use redis::{Cmd, ServerErrorKind, Value};
 use tokio::time::Instant;
 
-use super::server::{self, ServerInfo};
+use super::connector::{Conn, Connected, Connector, Topology, Trust};
+use super::failure::{RedisFailure, node_in_doubt};
+use super::primary::PrimaryCheck;
+use super::server::ServerInfo;
 use super::shards::{self, Answer, CHECK_PERIOD, Shards};
+use super::slot::{MIN_RECONNECT_INTERVAL, Slot, reconnect_backoff};
 use crate::Error;
 use crate::coordinator::incarnation::Incarnation;
 use crate::error::FailureKind;
-use crate::events;
 use crate::identity::KeyBase;
 use crate::sync::lock;
 
-/// Where the coordinator's state lives.
-#[derive(Debug, Clone)]
-pub(crate) enum Topology {
-    Standalone(String),
-    Cluster(Vec<String>),
-}
-
-/// The certificates (PEM) a `rediss://` connection trusts instead of the system's; `None`: the
-/// system's. Only with the `tls` feature; without it, a `rediss://` URL is refused.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Trust {
-    #[cfg(feature = "tls")]
-    pub(crate) roots: Option<Vec<u8>>,
-}
-
-impl Trust {
-    /// A client for `info` that trusts these certificates.
-    fn client(&self, info: redis::ConnectionInfo) -> redis::RedisResult<redis::Client> {
-        #[cfg(feature = "tls")]
-        if let Some(roots) = &self.roots {
-            return redis::Client::build_with_tls(info, self.certificates(roots));
-        }
-        redis::Client::open(info)
-    }
-
-    #[cfg(feature = "tls")]
-    fn certificates(&self, roots: &[u8]) -> redis::TlsCertificates {
-        redis::TlsCertificates {
-            client_tls: None,
-            root_cert: Some(roots.to_vec()),
-        }
-    }
-}
-
-/// Consecutive timeouts after which a connection is presumed dead and replaced.
-const TIMEOUTS_BEFORE_RECONNECT: u32 = 2;
-/// The longest pause between two reconnection attempts.
-const MAX_RECONNECT_BACKOFF: Duration = Duration::from_millis(500);
-/// The shortest: while calls are waiting on a down connection, the backoff shrinks to this,
-/// so service resumes within this long of the server's return without a connect storm.
-pub(crate) const MIN_RECONNECT_INTERVAL: Duration = Duration::from_millis(50);
-
-pub(crate) enum Connector {
-    Standalone(redis::Client),
-    Cluster(Box<redis::cluster::ClusterClient>, Vec<String>, Trust),
-}
-
-impl Connector {
-    fn new(topology: &Topology, trust: &Trust, timeout: Duration) -> Result<Self, Error> {
-        let tcp = redis::io::tcp::TcpSettings::default().set_nodelay(true);
-        let invalid = |e: RedisError| Error::config(format!("invalid Redis URL: {e}"));
-        match topology {
-            Topology::Standalone(url) => {
-                let info = url.as_str().into_connection_info().map_err(invalid)?;
-                let redis = info
-                    .redis_settings()
-                    .clone()
-                    .set_protocol(redis::ProtocolVersion::RESP3);
-                let info = info.set_tcp_settings(tcp).set_redis_settings(redis);
-                Ok(Connector::Standalone(trust.client(info).map_err(invalid)?))
-            }
-            Topology::Cluster(seeds) => {
-                let builder =
-                    redis::cluster::ClusterClientBuilder::new(seeds.iter().map(String::as_str))
-                        // Retries would replay commands whose outcome is unknown; redirections are
-                        // followed on the next call, once the slot map is refreshed.
-                        .retries(0)
-                        .connection_timeout(timeout)
-                        .response_timeout(timeout)
-                        .tcp_settings(tcp);
-                #[cfg(feature = "tls")]
-                let builder = match &trust.roots {
-                    Some(roots) => builder.certs(trust.certificates(roots)),
-                    None => builder,
-                };
-                let client = builder.build().map_err(invalid)?;
-                Ok(Connector::Cluster(
-                    Box::new(client),
-                    seeds.clone(),
-                    trust.clone(),
-                ))
-            }
-        }
-    }
-
-    /// A dedicated pub/sub connection (for cluster: to the first seed that answers; classic
-    /// pub/sub messages reach every node).
-    pub(crate) async fn pubsub(&self, timeout: Duration) -> Result<redis::aio::PubSub, Error> {
-        let attempt = async {
-            match self {
-                Connector::Standalone(client) => {
-                    client.get_async_pubsub().await.map_err(|e| failure(&e))
-                }
-                Connector::Cluster(_, seeds, trust) => {
-                    let mut last =
-                        Error::unavailable(FailureKind::Disconnected, "no seed answered");
-                    for seed in seeds {
-                        let conn = seed
-                            .as_str()
-                            .into_connection_info()
-                            .and_then(|info| trust.client(info))
-                            .map_err(|e| failure(&e))?;
-                        match conn.get_async_pubsub().await {
-                            Ok(pubsub) => return Ok(pubsub),
-                            Err(e) => last = failure(&e),
-                        }
-                    }
-                    Err(last)
-                }
-            }
-        };
-        tokio::time::timeout(timeout, attempt)
-            .await
-            .unwrap_or_else(|_| {
-                Err(Error::unavailable(
-                    FailureKind::Timeout,
-                    "pub/sub connection timed out",
-                ))
-            })
-    }
-
-    /// A new connection, and what a standalone server told about itself on it (asked before
-    /// the connection serves anything, all within `timeout`). A cluster's primaries are
-    /// checked one by one instead, by its [`Checker`].
-    async fn connect(
-        &self,
-        slot: Weak<Slot>,
-        generation: u64,
-        timeout: Duration,
-    ) -> Result<(Conn, Option<ServerInfo>), Error> {
-        let attempt = async {
-            let mut conn = match self {
-                Connector::Standalone(client) => {
-                    // The connection reports its own end, so a restarted server is reconnected
-                    // before the next command has to fail on the dead socket.
-                    let on_push = move |push: redis::PushInfo| {
-                        if push.kind == PushKind::Disconnection
-                            && let Some(slot) = slot.upgrade()
-                        {
-                            slot.mark_down(generation, "connection closed");
-                        }
-                        Ok::<(), std::convert::Infallible>(())
-                    };
-                    let config = redis::AsyncConnectionConfig::new()
-                        .set_connection_timeout(Some(timeout))
-                        .set_response_timeout(None)
-                        .set_push_sender(on_push);
-                    client
-                        .get_multiplexed_async_connection_with_config(&config)
-                        .await
-                        .map(Conn::Single)?
-                }
-                Connector::Cluster(client, ..) => {
-                    let conn = client.get_async_connection().await.map(Conn::Cluster)?;
-                    return Ok((conn, None));
-                }
-            };
-            let info = conn.send(&server::info_command()).await?;
-            Ok::<_, RedisError>((conn, Some(info)))
-        };
-        // A cluster node that takes connections but never answers costs the client one
-        // connection timeout when it links to the seeds, and another when it links to the
-        // primaries of the slot map; it must not keep the others from being reached.
-        let budget = match self {
-            Connector::Standalone(_) => timeout,
-            Connector::Cluster(..) => timeout * 3,
-        };
-        match tokio::time::timeout(budget, attempt).await {
-            Ok(Ok((conn, None))) => Ok((conn, None)),
-            Ok(Ok((conn, Some(info)))) => Ok((conn, Some(ServerInfo::parse("", &info)?))),
-            Ok(Err(e)) => Err(failure(&e)),
-            Err(_) => Err(Error::unavailable(
-                FailureKind::Timeout,
-                "connecting took too long",
-            )),
-        }
-    }
-}
-
-#[derive(Clone)]
-enum Conn {
-    Single(MultiplexedConnection),
-    Cluster(ClusterConnection),
-}
-
-impl Conn {
-    async fn send(&mut self, cmd: &Cmd) -> redis::RedisResult<Value> {
-        match self {
-            Conn::Single(conn) => conn.send_packed_command(cmd).await,
-            Conn::Cluster(conn) => conn.req_packed_command(cmd).await,
-        }
-    }
-}
-
-/// One pooled connection and its reconnection state.
-pub(crate) struct Slot {
-    /// Its place in the pool.
-    index: usize,
-    state: Mutex<SlotState>,
-    /// Nudged by calls that found the connection down: the reconnect loop stops backing off.
-    demand: tokio::sync::Notify,
-    closed: Arc<AtomicBool>,
-    connector: Arc<Connector>,
-    incarnation: Arc<Incarnation>,
-    /// A cluster's: what checks its primaries.
-    checker: Option<Arc<Checker>>,
-    timeout: Duration,
-}
-
-struct SlotState {
-    conn: Option<Conn>,
-    /// Bumped on every (re)connection, so a late failure report about an old connection
-    /// cannot take down its replacement.
-    generation: u64,
-    /// Consecutive timeouts of the current connection.
-    timeouts: u32,
-    reconnecting: bool,
-}
-
+/// What of a slot is about the pool's checks and checkouts.
 impl Slot {
-    fn up(&self, conn: Conn) {
-        let mut state = lock(&self.state);
-        state.reconnecting = false;
-        // A reconnection that finishes after `close` leaves the slot closed.
-        if !self.closed.load(Ordering::Acquire) {
-            state.conn = Some(conn);
-            state.timeouts = 0;
-        }
-    }
-
-    /// Counts a timeout of connection `generation`; enough in a row take it down.
-    fn timed_out(self: &Arc<Self>, generation: u64) {
-        let give_up = {
-            let mut state = lock(&self.state);
-            if state.generation != generation {
-                return;
-            }
-            state.timeouts += 1;
-            state.timeouts >= TIMEOUTS_BEFORE_RECONNECT
-        };
-        if give_up {
-            self.mark_down(generation, "repeated timeouts");
-        }
-    }
-
     /// A cluster command for `key_slot` failed in a way that may mean its primary restarted or
     /// was replaced: that primary serves nothing until checked again.
     fn suspect(&self, key_slot: u16) {
@@ -291,139 +50,24 @@ impl Slot {
         }
     }
 
-    fn answered(&self, generation: u64) {
-        let mut state = lock(&self.state);
-        if state.generation == generation {
-            state.timeouts = 0;
+    /// Reconnected: a cluster's primaries were suspected when it went down, and each serves
+    /// once checked (the check wakes the holders); otherwise the holders are woken now.
+    pub(super) fn restored(&self) {
+        match &self.checker {
+            Some(checker) => checker.nudge(),
+            None => self.incarnation.reconnected(),
         }
     }
 
-    /// Drops connection `generation` (if still current) and starts reconnecting.
-    fn mark_down(self: &Arc<Self>, generation: u64, reason: &'static str) {
-        {
-            let mut state = lock(&self.state);
-            if state.generation != generation || state.conn.is_none() {
-                return;
-            }
-            state.conn = None;
-            state.reconnecting = true;
-            state.generation += 1;
-        }
-        events::connection_lost(reason);
-        self.reconnect();
-    }
-
-    /// Reconnects in the background until it succeeds or the pool is gone.
-    fn reconnect(self: &Arc<Self>) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            lock(&self.state).reconnecting = false;
-            return;
-        };
-        let weak = Arc::downgrade(self);
-        // However the loop ends — reconnected, pool gone, or its runtime shut down — the next
-        // call that finds the slot down must be able to start another.
-        let done = ReconnectDone(weak.clone());
-        runtime.spawn(async move {
-            let _done = done;
-            let mut failures = 0u32;
-            loop {
-                let Some(slot) = weak.upgrade() else { return };
-                if slot.closed.load(Ordering::Acquire) {
-                    return;
-                }
-                let generation = lock(&slot.state).generation;
-                let connector = Arc::clone(&slot.connector);
-                let timeout = slot.timeout;
-                drop(slot);
-                let result = connector.connect(weak.clone(), generation, timeout).await;
-                let Some(slot) = weak.upgrade() else { return };
-                match result {
-                    Ok((conn, info)) => {
-                        // Before the connection serves a call: a server that lost its data
-                        // must end every lease held there first.
-                        if let Some(info) = info {
-                            slot.incarnation.observe(&info.primaries(), &info.run_ids);
-                        }
-                        slot.up(conn);
-                        match &slot.checker {
-                            // Its primaries were suspected when it went down: each serves once
-                            // checked, and the check wakes the holders.
-                            Some(checker) => checker.nudge(),
-                            None => slot.incarnation.reconnected(),
-                        }
-                        events::connection_restored(failures + 1);
-                        return;
-                    }
-                    Err(_) => failures += 1,
-                }
-                let attempted = tokio::time::Instant::now();
-                let backoff = reconnect_backoff(failures);
-                tokio::select! {
-                    () = tokio::time::sleep(backoff) => {}
-                    () = slot.demand.notified() => {
-                        tokio::time::sleep_until(attempted + MIN_RECONNECT_INTERVAL).await;
-                    }
-                }
-            }
-        });
-    }
-
-    /// Puts `conn` in the place of connection `generation`, if that is still the one in use:
-    /// the old one finishes what was sent through it, and takes nothing more. The new
-    /// connection's generation, if it took the place.
-    fn replace(&self, generation: u64, conn: Conn) -> Option<u64> {
-        let mut state = lock(&self.state);
-        if state.generation != generation
-            || state.conn.is_none()
-            || self.closed.load(Ordering::Acquire)
-        {
-            return None;
-        }
-        state.generation += 1;
-        state.conn = Some(conn);
-        state.timeouts = 0;
-        Some(state.generation)
-    }
-
-    /// The connection, if up, without starting a reconnection.
-    fn current(&self) -> Option<(Conn, u64)> {
-        let state = lock(&self.state);
-        state.conn.clone().map(|conn| (conn, state.generation))
-    }
-
-    fn checkout(self: &Arc<Self>) -> Option<(Conn, u64)> {
-        let mut state = lock(&self.state);
-        match &state.conn {
-            Some(conn) => Some((conn.clone(), state.generation)),
-            None => {
-                if !state.reconnecting && !self.closed.load(Ordering::Acquire) {
-                    state.reconnecting = true;
-                    drop(state);
-                    self.reconnect();
-                } else {
-                    self.demand.notify_one();
-                }
-                None
-            }
-        }
-    }
-}
-
-/// The pause after `failures` failed reconnection attempts in a row when no call is waiting:
-/// growing by [`MIN_RECONNECT_INTERVAL`] per failure up to [`MAX_RECONNECT_BACKOFF`]. (A call
-/// finding the connection down cuts it short, to `MIN_RECONNECT_INTERVAL` after the attempt.)
-fn reconnect_backoff(failures: u32) -> Duration {
-    MAX_RECONNECT_BACKOFF.min(MIN_RECONNECT_INTERVAL.saturating_mul(failures))
-}
-
-/// Clears a slot's `reconnecting` flag when its reconnect loop ends, for whatever reason.
-struct ReconnectDone(Weak<Slot>);
-
-impl Drop for ReconnectDone {
-    fn drop(&mut self) {
-        if let Some(slot) = self.0.upgrade() {
-            lock(&slot.state).reconnecting = false;
-        }
+    /// The connection for a check of the server, if up (without starting a reconnection).
+    pub(super) fn checkout_up(self: &Arc<Self>) -> Option<Checkout> {
+        let (conn, generation) = self.current()?;
+        Some(Checkout {
+            slot: Arc::clone(self),
+            conn,
+            generation,
+            shard: None,
+        })
     }
 }
 
@@ -434,6 +78,8 @@ pub(crate) struct Pool {
     connector: Arc<Connector>,
     /// A cluster's: what checks its primaries, and keeps identities off those in doubt.
     checker: Option<Arc<Checker>>,
+    /// Otherwise: what checks the primary every period.
+    primary: Option<Arc<PrimaryCheck>>,
     closed: Arc<AtomicBool>,
     timeout: Duration,
 }
@@ -461,33 +107,24 @@ impl Pool {
         });
         let slots: Arc<[Arc<Slot>]> = (0..size)
             .map(|index| {
-                Arc::new(Slot {
+                Arc::new(Slot::new(
                     index,
-                    state: Mutex::new(SlotState {
-                        conn: None,
-                        generation: 0,
-                        timeouts: 0,
-                        reconnecting: false,
-                    }),
-                    demand: tokio::sync::Notify::new(),
-                    closed: Arc::clone(&closed),
-                    connector: Arc::clone(&connector),
-                    incarnation: Arc::clone(&incarnation),
-                    checker: checker.clone(),
+                    Arc::clone(&closed),
+                    Arc::clone(&connector),
+                    Arc::clone(&incarnation),
+                    checker.clone(),
                     timeout,
-                })
+                ))
             })
             .collect();
-        let conns = futures_util::future::join_all(
-            slots
-                .iter()
-                .map(|slot| connector.connect(Arc::downgrade(slot), 0, timeout)),
-        )
+        let conns = futures_util::future::join_all(slots.iter().map(|slot| {
+            connector.connect(Slot::on_closed(Arc::downgrade(slot), 0), timeout, true)
+        }))
         .await;
         let mut infos = Vec::with_capacity(conns.len());
         for (slot, conn) in slots.iter().zip(conns) {
-            let (conn, info) = conn?;
-            slot.up(conn);
+            let Connected { conn, info, master } = conn?;
+            slot.up(conn, master);
             infos.extend(info);
         }
         for info in infos {
@@ -499,10 +136,22 @@ impl Pool {
             checker.first_check().await?;
             checker.nudge();
         }
+        let primary = checker.is_none().then(|| {
+            let primary = Arc::new(PrimaryCheck::new(
+                Arc::clone(&connector),
+                incarnation,
+                timeout,
+                Arc::clone(&closed),
+            ));
+            let _ = primary.slots.set(Arc::downgrade(&slots));
+            primary.ensure_running();
+            primary
+        });
         Ok(Pool {
             slots,
             connector,
             checker,
+            primary,
             closed,
             timeout,
         })
@@ -515,7 +164,7 @@ impl Pool {
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::Release);
         for slot in self.slots.iter() {
-            lock(&slot.state).conn = None;
+            slot.close();
         }
     }
 
@@ -545,6 +194,9 @@ impl Pool {
             Some(checker) => Some(checker.admit(key)?),
             None => None,
         };
+        if let Some(primary) = &self.primary {
+            primary.ensure_running();
+        }
         let n = self.slots.len();
         for offset in 0..n {
             let slot = &self.slots[(start + offset) % n];
@@ -557,10 +209,13 @@ impl Pool {
                 });
             }
         }
-        Err(Error::unavailable(
-            FailureKind::Disconnected,
-            "no connection to Redis; reconnecting",
-        ))
+        let own = &self.slots[start % n];
+        Err(own.refusal().unwrap_or_else(|| {
+            Error::unavailable(
+                FailureKind::Disconnected,
+                "no connection to Redis; reconnecting",
+            )
+        }))
     }
 }
 
@@ -574,6 +229,12 @@ pub(crate) struct Checkout {
 }
 
 impl Checkout {
+    /// The server is a replica now (of `primary`, when known): the connection is replaced
+    /// (through the sentinels, where there are), and calls are told why meanwhile.
+    pub(super) fn demoted(&self, primary: Option<&str>) {
+        self.slot.demoted(self.generation, primary);
+    }
+
     /// Sends `cmd`, giving up at `deadline`. Failures are classified and, when they say the
     /// connection is no good, the slot is replaced.
     pub(crate) async fn send(
@@ -619,8 +280,7 @@ impl Checkout {
                         self.slot.mark_down(self.generation, "connection broken");
                     }
                     None if error.kind() == redis::ErrorKind::Server(ServerErrorKind::ReadOnly) => {
-                        self.slot
-                            .mark_down(self.generation, "server is a read-only replica");
+                        self.slot.demoted(self.generation, None);
                     }
                     None => {}
                 }
@@ -635,24 +295,6 @@ impl Checkout {
             }
         }
     }
-}
-
-/// Whether a cluster command's failure may mean that the primary serving its slot restarted
-/// or was replaced: it timed out, its link broke, the primary is loading its data, or the
-/// slot is served elsewhere now (a failover, a replica answering).
-fn node_in_doubt(error: &RedisError) -> bool {
-    error.is_timeout()
-        || error.is_connection_dropped()
-        || error.is_unrecoverable_error()
-        || matches!(
-            error.kind(),
-            redis::ErrorKind::Server(
-                ServerErrorKind::Moved
-                    | ServerErrorKind::Ask
-                    | ServerErrorKind::ReadOnly
-                    | ServerErrorKind::BusyLoading
-            )
-        )
 }
 
 /// Checks a cluster's primaries in the background (see [`shards`](super::shards)): one check
@@ -800,13 +442,12 @@ impl Checker {
             })
             .collect();
         let made = futures_util::future::join_all(old.iter().map(|&(slot, generation)| {
-            slot.connector
-                .connect(Arc::downgrade(slot), generation, self.timeout)
+            slot.connect_replacement(generation, self.timeout)
         }))
         .await;
         let mut renewed = false;
         for ((slot, generation), made) in old.into_iter().zip(made) {
-            if let Ok((conn, _)) = made
+            if let Ok(Connected { conn, .. }) = made
                 && let Some(generation) = slot.replace(generation, conn)
             {
                 lock(&self.made).insert(slot.index, (generation, version));
@@ -890,98 +531,5 @@ impl Drop for CheckDone {
         if let Some(checker) = self.0.upgrade() {
             checker.running.store(false, Ordering::Release);
         }
-    }
-}
-
-/// How one command failed.
-#[derive(Debug)]
-pub(crate) enum RedisFailure {
-    Timeout,
-    Redis(RedisError),
-}
-
-impl RedisFailure {
-    pub(crate) fn is_noscript(&self) -> bool {
-        matches!(self, RedisFailure::Redis(e) if e.code() == Some("NOSCRIPT"))
-    }
-
-    pub(crate) fn into_error(self) -> Error {
-        match self {
-            RedisFailure::Timeout => Error::unavailable(
-                FailureKind::Timeout,
-                "no reply within the command timeout; the outcome is unknown",
-            ),
-            RedisFailure::Redis(e) => failure(&e),
-        }
-    }
-}
-
-fn failure(error: &RedisError) -> Error {
-    use redis::ErrorKind;
-    let (kind, detail) = if error.is_timeout() {
-        (FailureKind::Timeout, "the Redis client timed out")
-    } else if error.code().is_some()
-        || matches!(
-            error.kind(),
-            ErrorKind::Server(_) | ErrorKind::Extension | ErrorKind::AuthenticationFailed
-        )
-    {
-        // Every error the server itself answered — WRONGTYPE, OOM, NOPERM, NOAUTH, WRONGPASS
-        // included — not only those the client has a name for.
-        (FailureKind::Server, "Redis answered with an error")
-    } else if matches!(
-        error.kind(),
-        ErrorKind::Parse | ErrorKind::UnexpectedReturnType
-    ) {
-        (
-            FailureKind::MalformedReply,
-            "Redis replied something unreadable",
-        )
-    } else {
-        (FailureKind::Disconnected, "the connection to Redis failed")
-    };
-    Error::unavailable_because(kind, detail, error.clone())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_error_the_server_answers_is_a_server_error() {
-        for reply in [
-            "WRONGTYPE Operation against a key holding the wrong kind of value",
-            "OOM command not allowed when used memory > 'maxmemory'.",
-            "NOAUTH Authentication required.",
-            "WRONGPASS invalid username-password pair or user is disabled.",
-            "NOPERM this user has no permissions to run the 'zrem' command",
-            "ERR unknown command",
-        ] {
-            let parsed = redis::parse_redis_value(format!("-{reply}\r\n").as_bytes())
-                .and_then(|value| value.extract_error());
-            let error = parsed.expect_err("an error reply");
-            assert_eq!(
-                failure(&error).failure_kind(),
-                Some(FailureKind::Server),
-                "{reply}"
-            );
-        }
-        let dropped = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
-        assert_eq!(
-            failure(&dropped).failure_kind(),
-            Some(FailureKind::Disconnected)
-        );
-    }
-
-    /// Service resumes within a second of the server's return: no pause between attempts is
-    /// ever longer than half of that, however long the outage.
-    #[test]
-    fn reconnect_backoff_grows_to_a_bound() {
-        assert_eq!(reconnect_backoff(1), MIN_RECONNECT_INTERVAL);
-        assert!(reconnect_backoff(2) > reconnect_backoff(1));
-        for failures in [10, 1_000, u32::MAX] {
-            assert_eq!(reconnect_backoff(failures), MAX_RECONNECT_BACKOFF);
-        }
-        assert!(MAX_RECONNECT_BACKOFF <= Duration::from_millis(500));
     }
 }

@@ -11,7 +11,7 @@ use redis::Value;
 use crate::Error;
 use crate::events;
 
-/// Facts from `INFO server memory`, over the primaries that answered (one for a standalone
+/// Facts from `INFO server memory replication`, over the primaries that answered (one for a standalone
 /// server).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(crate) struct ServerInfo {
@@ -21,12 +21,15 @@ pub(crate) struct ServerInfo {
     pub(crate) versions: Vec<(u32, u32)>,
     /// `maxmemory_policy` of every primary.
     pub(crate) eviction: Vec<String>,
+    /// `host:port` of its master, when the node that answered is a replica (read by the
+    /// standalone and Sentinel topologies: caracal writes, so a replica may not serve).
+    pub(crate) replica_of: Option<String>,
 }
 
 /// The command that gathers [`ServerInfo`] from one node.
 pub(crate) fn info_command() -> redis::Cmd {
     let mut cmd = redis::cmd("INFO");
-    cmd.arg("server").arg("memory");
+    cmd.arg("server").arg("memory").arg("replication");
     cmd
 }
 
@@ -41,6 +44,7 @@ impl ServerInfo {
             other => return Err(told_nothing(node, format_args!("it answered {other:?}"))),
         };
         let mut info = ServerInfo::default();
+        let (mut replica, mut master_host, mut master_port) = (false, None, None);
         for line in text.lines() {
             let Some((field, value)) = line.trim().split_once(':') else {
                 continue;
@@ -55,8 +59,15 @@ impl ServerInfo {
                     info.versions.push((major, parts.next().unwrap_or(0)));
                 }
                 "maxmemory_policy" => info.eviction.push(value.to_owned()),
+                "role" => replica = value == "slave",
+                "master_host" => master_host = Some(value),
+                "master_port" => master_port = Some(value),
                 _ => {}
             }
+        }
+        if replica {
+            let host = master_host.unwrap_or("?");
+            info.replica_of = Some(format!("{host}:{}", master_port.unwrap_or("?")));
         }
         if info.run_ids.is_empty() {
             return Err(told_nothing(node, format_args!("it names no run_id")));
@@ -116,6 +127,13 @@ mod tests {
         assert_eq!(info.versions, [(7, 0)]);
         assert_eq!(info.eviction, ["noeviction"]);
         assert!(info.check().is_ok());
+        assert_eq!(info.replica_of, None);
+        let replica = format!(
+            "{INFO}# Replication\r\nrole:slave\r\nmaster_host:10.0.0.1\r\nmaster_port:6380\r\n"
+        );
+        let replica = ServerInfo::parse("", &Value::BulkString(replica.into_bytes()))
+            .expect("a complete reply");
+        assert_eq!(replica.replica_of.as_deref(), Some("10.0.0.1:6380"));
         let other = INFO.replace("abc", "def").replace("7.0.15", "6.2.14");
         let verbatim = Value::VerbatimString {
             format: redis::VerbatimFormat::Text,
