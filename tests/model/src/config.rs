@@ -102,12 +102,15 @@ pub struct Config {
 }
 
 impl Config {
-    /// The bounded run of `scripts/test`: two processes, one with two callers (so batching),
-    /// limit 1, one fault of each kind. Seconds in a debug build.
-    pub fn bounded() -> Config {
+    /// The parameters every run starts from: two processes with a caller each, limit 1, a
+    /// lease of 6 ticks trusted for 5, renewed every 2, a grace of 3, a check period of 2,
+    /// messages of up to a tick; one loss of any kind, no freeze, no partition, no second
+    /// acquisition. The bounded runs each add a fault or a caller to it (a few seconds each);
+    /// [`Config::deep`] adds them all.
+    pub fn base() -> Config {
         Config {
             processes: 2,
-            callers: vec![0, 0, 1],
+            callers: vec![0, 1],
             uses: 1,
             limit: 1,
             ttl: 6,
@@ -123,8 +126,8 @@ impl Config {
             loss_takes_a_quantum: true,
             loss_kinds: vec![LossKind::Restart, LossKind::Failover, LossKind::Flush],
             losses: 1,
-            freezes: 1,
-            partitions: 1,
+            freezes: 0,
+            partitions: 0,
             trust_from: TrustFrom::BatchSend,
             writes: true,
             carry_known: true,
@@ -133,12 +136,13 @@ impl Config {
         }
     }
 
-    /// The deeper run (`CARACAL_MODEL_DEPTH=deep`): second acquisitions, two losses.
+    /// The deep run (`CARACAL_MODEL_DEPTH=deep`): a freeze and a partition on top of a loss of
+    /// any kind, bodies writing to the downstream.
     pub fn deep() -> Config {
         Config {
-            uses: 2,
-            losses: 2,
-            ..Config::bounded()
+            freezes: 1,
+            partitions: 1,
+            ..Config::base()
         }
     }
 

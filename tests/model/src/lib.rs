@@ -99,7 +99,9 @@ pub fn narrate(model: &LeaseModel, path: &Path<State, Action>) -> String {
         if action == Action::Tick {
             now += 1;
         }
-        let after = model.next_state(&state, action).unwrap_or_else(|| state.clone());
+        let after = model
+            .next_state(&state, action)
+            .unwrap_or_else(|| state.clone());
         let holding: Vec<String> = after
             .callers
             .iter()

@@ -20,8 +20,8 @@ use stateright::{Model, Property};
 use crate::config::{Config, LossKind, TrustFrom};
 use crate::properties;
 use crate::state::{
-    Caller, CallerId, Downstream, Faults, Fence, Flight, Holder, Kind, Lane, Phase, Proc, ProcId,
-    Reply, Seen, Server, State, Tick, Write,
+    Caller, CallerId, Downstream, Faults, Fence, Flight, Holder, Lane, Phase, Proc, ProcId,
+    Renewal, Reply, Seen, Server, State, Tick, Write,
 };
 
 /// The lease protocol under the faults of a [`Config`].
@@ -48,6 +48,10 @@ pub enum Action {
     Serve(ProcId),
     /// The server's reply to a lane call reaches its process.
     Answer(ProcId),
+    /// A holder's renewal reaches the server, which runs it.
+    ServeRenewal(CallerId),
+    /// The reply to a holder's renewal reaches it.
+    AnswerRenewal(CallerId),
     /// A process's periodic check notices a loss.
     Check(ProcId),
     /// A published notice of a loss reaches a process.
@@ -74,6 +78,8 @@ impl fmt::Display for Action {
             Action::Land(c) => write!(f, "caller {c}'s write reaches the downstream"),
             Action::Serve(p) => write!(f, "process {p}'s lane call reaches the server"),
             Action::Answer(p) => write!(f, "the reply reaches process {p}"),
+            Action::ServeRenewal(c) => write!(f, "caller {c}'s renewal reaches the server"),
+            Action::AnswerRenewal(c) => write!(f, "the reply reaches caller {c}'s renewal"),
             Action::Check(p) => write!(f, "process {p}'s periodic check notices the loss"),
             Action::Hear(p) => write!(f, "process {p} hears of the loss"),
             Action::Loss(kind) => write!(f, "the server loses its data ({kind:?})"),
@@ -113,6 +119,9 @@ fn each_fence(s: &mut State, f: &mut impl FnMut(&mut Fence)) {
     for caller in &mut s.callers {
         if let Phase::Holding(h) = &mut caller.phase {
             f(&mut h.fence);
+            if let Some(renewal) = &mut h.renewing {
+                renewal.known.iter_mut().for_each(&mut *f);
+            }
         }
         if let Some(write) = &mut caller.write {
             f(&mut write.fence);
@@ -175,11 +184,17 @@ impl LeaseModel {
     }
 
     /// Whether something is due now that must happen before time moves on.
-    fn overdue(s: &State) -> bool {
-        let silent = s.server.last_loss.is_some_and(|kind| kind != LossKind::Restart);
+    fn overdue(&self, s: &State) -> bool {
+        let silent = s
+            .server
+            .last_loss
+            .is_some_and(|kind| kind != LossKind::Restart);
         let procs = s.procs.iter().any(|p| {
-            let lane =
-                p.lane.flight.as_ref().is_some_and(|f| f.by == 0 && (f.replies.is_none() || !p.frozen));
+            let lane = p
+                .lane
+                .flight
+                .as_ref()
+                .is_some_and(|f| f.by == 0 && (f.replies.is_none() || !p.frozen));
             let check = silent
                 && !p.frozen
                 && !p.partitioned
@@ -188,9 +203,18 @@ impl LeaseModel {
             let hear = !p.frozen && p.hear.is_some_and(|(_, by)| by == 0);
             lane || check || hear
         });
-        let callers = s.callers.iter().any(|c| {
-            c.write.as_ref().is_some_and(|w| w.by == 0)
-
+        let callers = s.callers.iter().enumerate().any(|(c, caller)| {
+            let frozen = s.procs[usize::from(self.config.callers[c])].frozen;
+            let renewal = match &caller.phase {
+                Phase::Holding(h) => h
+                    .renewing
+                    .as_ref()
+                    .is_some_and(|r| r.by == 0 && (r.reply.is_none() || !frozen)),
+                _ => false,
+            };
+            // A write a frozen process issued before the freeze may still sit in it.
+            let write = !frozen && caller.write.as_ref().is_some_and(|w| w.by == 0);
+            renewal || write
         });
         procs || callers
     }
@@ -213,28 +237,27 @@ impl LeaseModel {
             .unwrap_or((None, 0))
     }
 
-    /// Puts a request of caller `c` in its process's lane: out at once if the lane is idle.
-    fn enqueue(&self, s: &mut State, p: ProcId, c: CallerId, kind: Kind) {
+    /// Whether process `p` sends over connections a restart closed: it has not noticed the
+    /// restart (it would have, on reconnecting), so nothing it sends is served.
+    fn dead(s: &State, p: ProcId) -> bool {
+        s.server.last_loss == Some(LossKind::Restart)
+            && s.procs[usize::from(p)].knows < s.server.incarnation
+    }
+
+    /// Puts caller `c`'s acquire in its process's lane: out at once if the lane is idle.
+    fn enqueue(&self, s: &mut State, p: ProcId, c: CallerId) {
         if s.procs[usize::from(p)].lane.flight.is_some() {
-            s.procs[usize::from(p)].lane.queue.push((c, kind));
+            s.procs[usize::from(p)].lane.queue.push(c);
         } else {
-            self.send(s, p, vec![c], kind);
+            self.send(s, p, vec![c]);
         }
     }
 
-    /// Sends a batch from process `p`'s lane.
-    fn send(&self, s: &mut State, p: ProcId, members: Vec<CallerId>, kind: Kind) {
-        if members.len() > 1 {
-            s.saw(Seen::Batched);
-        }
+    /// Sends a batch of acquires from process `p`'s lane.
+    fn send(&self, s: &mut State, p: ProcId, members: Vec<CallerId>) {
         let (known, known_incarnation) = self.known(s, p);
-        // A process that has not noticed a restart sends over connections from before it,
-        // which the restart closed: nothing it sends is served.
-        let dead = s.server.last_loss == Some(LossKind::Restart)
-            && s.procs[usize::from(p)].knows < s.server.incarnation;
-        let replies = dead.then(|| vec![Reply::Failed; members.len()]);
+        let replies = Self::dead(s, p).then(|| vec![Reply::Failed; members.len()]);
         s.procs[usize::from(p)].lane.flight = Some(Flight {
-            kind,
             members,
             sent: 0,
             known,
@@ -244,30 +267,52 @@ impl LeaseModel {
         });
     }
 
-    /// After a lane call was answered: the oldest waiting request and every other of its kind
-    /// go out as the next batch.
+    /// After a lane call was answered: every acquire that waited goes out as the next batch.
     fn next_batch(&self, s: &mut State, p: ProcId) {
         let queue = std::mem::take(&mut s.procs[usize::from(p)].lane.queue);
-        let Some(&(_, kind)) = queue.first() else {
-            return;
-        };
-        let (batch, rest): (Vec<_>, Vec<_>) = queue.into_iter().partition(|&(_, k)| k == kind);
-        s.procs[usize::from(p)].lane.queue = rest;
-        self.send(s, p, batch.into_iter().map(|(c, _)| c).collect(), kind);
+        if !queue.is_empty() {
+            s.saw(Seen::Queued);
+            if queue.len() > 1 {
+                s.saw(Seen::Batched);
+            }
+            self.send(s, p, queue);
+        }
     }
 
-    /// Ends caller `c`'s hold on its lease: its renewal is withdrawn from the lane, and the
-    /// release goes out in the background.
+    /// Holder `c` of process `p` sends its renewal if one is due (the renewal loop: it sleeps
+    /// until the due time, which may have passed already when an answer arrives late).
+    fn renew_if_due(&self, s: &mut State, p: ProcId, c: CallerId) {
+        if let Phase::Holding(h) = &s.callers[usize::from(c)].phase
+            && h.renewing.is_none()
+            && h.renew_at == 0
+        {
+            self.send_renewal(s, p, c);
+        }
+    }
+
+    /// Holder `c` of process `p` sends a renewal (on its own: renewals take no lane).
+    fn send_renewal(&self, s: &mut State, p: ProcId, c: CallerId) {
+        let (known, known_incarnation) = self.known(s, p);
+        let reply = Self::dead(s, p).then_some(Reply::Failed);
+        if let Phase::Holding(h) = &mut s.callers[usize::from(c)].phase {
+            h.renewing = Some(Renewal {
+                sent: 0,
+                known,
+                known_incarnation,
+                by: ticks(self.config.net_delay),
+                reply,
+            });
+        }
+    }
+
+    /// Ends caller `c`'s hold on its lease: the release goes out in the background (a
+    /// renewal in flight is then the same as one denied or lost: it changes nothing).
     fn cancel(&self, s: &mut State, c: CallerId) {
         let Phase::Holding(h) = &s.callers[usize::from(c)].phase else {
             return;
         };
         // Retried until the lease would have expired anyway: its send time + ttl.
         let (token, until) = (h.token, h.trust + ticks(self.config.margin));
-        s.procs[usize::from(self.proc_of(c))]
-            .lane
-            .queue
-            .retain(|&(queued, _)| queued != c);
         self.release(s, c, token, until);
     }
 
@@ -344,11 +389,7 @@ impl LeaseModel {
                     }
                     self.cancel(s, c);
                 }
-                Phase::Holding(mut h) if h.renewing.is_none() && h.renew_at == 0 => {
-                    h.renewing = Some(0);
-                    s.callers[usize::from(c)].phase = Phase::Holding(h);
-                    self.enqueue(s, p, c, Kind::Renew);
-                }
+                Phase::Holding(_) => self.renew_if_due(s, p, c),
                 Phase::Releasing { token, until } => {
                     if until > 0 {
                         s.saw(Seen::ReleaseRetried);
@@ -373,8 +414,9 @@ impl LeaseModel {
                 Phase::Holding(h) => {
                     h.trust = closer(h.trust);
                     h.renew_at = closer(h.renew_at);
-                    if let Some(joined) = &mut h.renewing {
-                        *joined = older(*joined, cfg.ttl - cfg.margin);
+                    if let Some(renewal) = &mut h.renewing {
+                        renewal.sent = older(renewal.sent, cfg.ttl - cfg.margin);
+                        renewal.by = closer(renewal.by);
                     }
                 }
                 Phase::Releasing { until, .. } => *until = closer(*until),
@@ -422,7 +464,7 @@ impl LeaseModel {
             epoch: proc.epoch,
             joined: 0,
         };
-        self.enqueue(s, p, c, Kind::Acquire);
+        self.enqueue(s, p, c);
     }
 
     /// The server runs process `p`'s lane call (the script: one `TIME`, every token in order).
@@ -431,33 +473,63 @@ impl LeaseModel {
         let Some(flight) = s.procs[usize::from(p)].lane.flight.clone() else {
             return;
         };
-        let ttl = ticks(cfg.ttl);
-        let replies = if s.procs[usize::from(p)].partitioned {
-            vec![Reply::Failed; flight.members.len()]
-        } else if flight.known > s.server.counter {
-            // The set was lost without a restart: refused whole, the counter put back.
-            let server = &mut s.server;
-            server.counter = flight.known;
-            let incarnation = server.incarnation;
-            s.saw(Seen::CounterBelowKnown);
-            if flight.known_incarnation == incarnation {
-                s.saw(Seen::FalseNotice);
-            }
-            vec![Reply::Lost { incarnation }; flight.members.len()]
+        let refused = Self::refused(s, p, flight.known, flight.known_incarnation);
+        let replies = if let Some(refusal) = refused {
+            vec![refusal; flight.members.len()]
         } else {
             let blind = s.server.incarnation > s.procs[usize::from(p)].knows;
             let mut replies = Vec::new();
             for &c in &flight.members {
-                replies.push(match flight.kind {
-                    Kind::Acquire => self.grant(s, c, blind),
-                    Kind::Renew => Self::renew(s, c, ttl),
-                });
+                replies.push(self.grant(s, c, blind));
             }
             replies
         };
         if let Some(flight) = s.procs[usize::from(p)].lane.flight.as_mut() {
             flight.replies = Some(replies);
             flight.by = ticks(cfg.net_delay);
+        }
+    }
+
+    /// Why the server refuses a whole command of process `p` carrying `known` (granted by
+    /// incarnation `known_incarnation`, a ghost), if it does: no answer through a partition;
+    /// a counter below `known` means the set was lost without a restart, and is put back.
+    fn refused(
+        s: &mut State,
+        p: ProcId,
+        known: Option<Fence>,
+        known_incarnation: u8,
+    ) -> Option<Reply> {
+        if s.procs[usize::from(p)].partitioned {
+            return Some(Reply::Failed);
+        }
+        if known <= s.server.counter {
+            return None;
+        }
+        s.server.counter = known;
+        let incarnation = s.server.incarnation;
+        s.saw(Seen::CounterBelowKnown);
+        if known_incarnation == incarnation {
+            s.saw(Seen::FalseNotice);
+        }
+        Some(Reply::Lost { incarnation })
+    }
+
+    /// The server runs caller `c`'s renewal.
+    fn serve_renewal(&self, s: &mut State, c: CallerId) {
+        let p = self.proc_of(c);
+        let Phase::Holding(h) = &s.callers[usize::from(c)].phase else {
+            return;
+        };
+        let (token, Some(renewal)) = (h.token, h.renewing.clone()) else {
+            return;
+        };
+        let reply = Self::refused(s, p, renewal.known, renewal.known_incarnation)
+            .unwrap_or_else(|| Self::renew(s, token, ticks(self.config.ttl)));
+        if let Phase::Holding(h) = &mut s.callers[usize::from(c)].phase
+            && let Some(renewal) = &mut h.renewing
+        {
+            renewal.reply = Some(reply);
+            renewal.by = ticks(self.config.net_delay);
         }
     }
 
@@ -490,12 +562,7 @@ impl LeaseModel {
     }
 
     /// Renew, for one token: pushed to `now + ttl` if live, else denied.
-    fn renew(s: &mut State, c: CallerId, ttl: Tick) -> Reply {
-        let token = match &s.callers[usize::from(c)].phase {
-            Phase::Holding(h) => h.token,
-            Phase::Releasing { token, .. } => *token,
-            _ => return Reply::Denied,
-        };
+    fn renew(s: &mut State, token: u8, ttl: Tick) -> Reply {
         let server = &mut s.server;
         let Some(lease) = server.leases.iter_mut().find(|(held, _)| *held == token) else {
             return Reply::Denied;
@@ -506,7 +573,6 @@ impl LeaseModel {
 
     /// Process `p` reads its lane call's replies, answers each caller, and sends the next batch.
     fn answer(&self, s: &mut State, p: ProcId) {
-        let cfg = &self.config;
         let Some(flight) = s.procs[usize::from(p)].lane.flight.take() else {
             return;
         };
@@ -515,38 +581,48 @@ impl LeaseModel {
             _ => vec![Reply::Failed; flight.members.len()],
         };
         for (&c, reply) in flight.members.iter().zip(replies) {
-            if flight.kind == Kind::Acquire {
-                self.answer_acquire(s, p, c, flight.sent, reply);
-                continue;
-            }
-            let Phase::Holding(mut h) = s.callers[usize::from(c)].phase.clone() else {
-                continue;
-            };
-            match reply {
-                Reply::Renewed => {
-                    let start = self.trust_start(flight.sent, h.renewing.unwrap_or(flight.sent));
-                    h.trust = (start + ticks(cfg.ttl) - ticks(cfg.margin)).max(0);
-                    h.renew_at = (start + ticks(cfg.renew_every)).max(0);
-                    h.renewing = None;
-                    s.callers[usize::from(c)].phase = Phase::Holding(h);
-                }
-                Reply::Denied => {
-                    self.cancel(s, c);
-                    if cfg.denied_renewal_is_loss {
-                        s.saw(Seen::DeniedRenewalNoticed);
-                        let incarnation = s.server.incarnation;
-                        self.notice(s, p, incarnation, true, true);
-                    }
-                }
-                Reply::Lost { incarnation } => self.notice(s, p, incarnation, false, true),
-                Reply::Failed | Reply::Granted { .. } => {
-                    h.renewing = None;
-                    h.renew_at = 1;
-                    s.callers[usize::from(c)].phase = Phase::Holding(h);
-                }
-            }
+            self.answer_acquire(s, p, c, flight.sent, reply);
         }
         self.next_batch(s, p);
+    }
+
+    /// Holder `c` reads the reply to its renewal.
+    fn answer_renewal(&self, s: &mut State, c: CallerId) {
+        let cfg = &self.config;
+        let p = self.proc_of(c);
+        let Phase::Holding(mut h) = s.callers[usize::from(c)].phase.clone() else {
+            return;
+        };
+        let Some(renewal) = h.renewing.take() else {
+            return;
+        };
+        let reply = match renewal.reply {
+            Some(reply) if !s.procs[usize::from(p)].partitioned => reply,
+            _ => Reply::Failed,
+        };
+        match reply {
+            Reply::Renewed => {
+                let start = self.trust_start(renewal.sent, renewal.sent);
+                h.trust = (start + ticks(cfg.ttl) - ticks(cfg.margin)).max(0);
+                h.renew_at = (start + ticks(cfg.renew_every)).max(0);
+                s.callers[usize::from(c)].phase = Phase::Holding(h);
+                self.renew_if_due(s, p, c);
+            }
+            Reply::Denied => {
+                self.cancel(s, c);
+                if cfg.denied_renewal_is_loss {
+                    s.saw(Seen::DeniedRenewalNoticed);
+                    let incarnation = s.server.incarnation;
+                    self.notice(s, p, incarnation, true, true);
+                }
+            }
+            Reply::Lost { incarnation } => self.notice(s, p, incarnation, false, true),
+            Reply::Failed | Reply::Granted { .. } => {
+                // Tried again soon, while the lease is still trusted.
+                h.renew_at = 1;
+                s.callers[usize::from(c)].phase = Phase::Holding(h);
+            }
+        }
     }
 
     /// Caller `c` reads the reply to its acquire, sent in a batch `sent` ago.
@@ -609,6 +685,7 @@ impl LeaseModel {
                 return;
             }
         };
+        self.renew_if_due(s, p, c);
     }
 
     /// The server loses its data.
@@ -628,6 +705,15 @@ impl LeaseModel {
                 // Its connections broke: whatever was in flight has no answer.
                 if let Some(flight) = &mut proc.lane.flight {
                     flight.replies = Some(vec![Reply::Failed; flight.members.len()]);
+                }
+            }
+        }
+        if kind == LossKind::Restart {
+            for caller in &mut s.callers {
+                if let Phase::Holding(h) = &mut caller.phase
+                    && let Some(renewal) = &mut h.renewing
+                {
+                    renewal.reply = Some(Reply::Failed);
                 }
             }
         }
@@ -753,10 +839,8 @@ impl LeaseModel {
         if cfg.trust_from != TrustFrom::LaneJoin {
             // When a request joined its lane makes no difference then.
             for caller in &mut s.callers {
-                match &mut caller.phase {
-                    Phase::Acquiring { joined, .. } => *joined = 0,
-                    Phase::Holding(h) => h.renewing = h.renewing.map(|_| 0),
-                    _ => {}
+                if let Phase::Acquiring { joined, .. } = &mut caller.phase {
+                    *joined = 0;
                 }
             }
         }
@@ -824,7 +908,7 @@ impl Model for LeaseModel {
     }
 
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
-        if !Self::overdue(s) {
+        if !self.overdue(s) {
             actions.push(Action::Tick);
         }
         for c in ids(s.callers.len()) {
@@ -832,10 +916,19 @@ impl Model for LeaseModel {
             let running = !s.procs[usize::from(self.proc_of(c))].frozen;
             match &caller.phase {
                 Phase::Idle if running && caller.uses > 0 => actions.push(Action::Start(c)),
-                Phase::Holding(h) if running => {
-                    actions.push(Action::Finish(c));
-                    if self.config.writes && !h.wrote && caller.write.is_none() {
-                        actions.push(Action::Write(c));
+                Phase::Holding(h) => {
+                    match &h.renewing {
+                        Some(renewal) if renewal.reply.is_none() => {
+                            actions.push(Action::ServeRenewal(c));
+                        }
+                        Some(_) if running => actions.push(Action::AnswerRenewal(c)),
+                        _ => {}
+                    }
+                    if running {
+                        actions.push(Action::Finish(c));
+                        if self.config.writes && !h.wrote && caller.write.is_none() {
+                            actions.push(Action::Write(c));
+                        }
                     }
                 }
                 _ => {}
@@ -844,7 +937,10 @@ impl Model for LeaseModel {
                 actions.push(Action::Land(c));
             }
         }
-        let silent = s.server.last_loss.is_some_and(|kind| kind != LossKind::Restart);
+        let silent = s
+            .server
+            .last_loss
+            .is_some_and(|kind| kind != LossKind::Restart);
         for p in ids(s.procs.len()) {
             let proc = &s.procs[usize::from(p)];
             match &proc.lane.flight {
@@ -871,7 +967,12 @@ impl Model for LeaseModel {
             }
         }
         if s.faults.losses > 0 {
-            actions.extend(self.config.loss_kinds.iter().map(|&kind| Action::Loss(kind)));
+            actions.extend(
+                self.config
+                    .loss_kinds
+                    .iter()
+                    .map(|&kind| Action::Loss(kind)),
+            );
         }
     }
 
@@ -895,6 +996,8 @@ impl Model for LeaseModel {
             }
             Action::Land(c) => Self::land(&mut s, c),
             Action::Serve(p) => self.serve(&mut s, p),
+            Action::ServeRenewal(c) => self.serve_renewal(&mut s, c),
+            Action::AnswerRenewal(c) => self.answer_renewal(&mut s, c),
             Action::Answer(p) => self.answer(&mut s, p),
             Action::Check(p) => {
                 let incarnation = s.server.incarnation;

@@ -53,7 +53,8 @@ pub const FENCING: &str =
 /// Every grant's token is above every token granted before.
 pub const TOKENS_INCREASE: &str = "every grant's fencing token is above every one before";
 /// Every process that could reach the server notices a loss within the check period.
-pub const NOTICED_IN_TIME: &str = "a process that could reach the server notices a loss within the check period";
+pub const NOTICED_IN_TIME: &str =
+    "a process that could reach the server notices a loss within the check period";
 /// No process takes for a loss something that was none (or a loss it had noticed).
 pub const NO_FALSE_NOTICE: &str = "a process notices only a loss that happened, once";
 
@@ -92,7 +93,9 @@ fn noticed_in_time(model: &LeaseModel, s: &State) -> bool {
         return true;
     };
     !s.has_broken(Seen::LateNotice)
-        && s.procs.iter().all(|p| p.knows == s.server.incarnation || p.cut_off || at >= -bound)
+        && s.procs
+            .iter()
+            .all(|p| p.knows == s.server.incarnation || p.cut_off || at >= -bound)
 }
 
 /// A `sometimes` property: `fact` is reachable.
@@ -109,19 +112,38 @@ pub fn all() -> Vec<Property<LeaseModel>> {
         Property::always(FENCING, |_: &LeaseModel, s: &State| {
             !s.downstream.stale_accepted || s.server.forgot
         }),
-        Property::always(TOKENS_INCREASE, |_: &LeaseModel, s: &State| !s.server.forgot),
+        Property::always(TOKENS_INCREASE, |_: &LeaseModel, s: &State| {
+            !s.server.forgot
+        }),
         Property::always(NOTICED_IN_TIME, noticed_in_time),
-        Property::always(NO_FALSE_NOTICE, |_: &LeaseModel, s: &State| !s.has_broken(Seen::FalseNotice)),
+        Property::always(NO_FALSE_NOTICE, |_: &LeaseModel, s: &State| {
+            !s.has_broken(Seen::FalseNotice)
+        }),
         sometimes!("a loss is noticed", LossNoticed),
         sometimes!("a holder is cancelled by a loss", CancelledByLoss),
         sometimes!("a caller is refused for the grace", RefusedForGrace),
         sometimes!("a caller is admitted after the grace", AdmittedAfterGrace),
         sometimes!("a frozen holder is caught when it resumes", FrozenCaught),
-        sometimes!("a command finds the counter below a live token", CounterBelowKnown),
+        sometimes!(
+            "a command finds the counter below a live token",
+            CounterBelowKnown
+        ),
         sometimes!("the downstream refuses a stale write", StaleWriteRefused),
         sometimes!("a caller is admitted blind after a loss", AdmittedBlind),
         sometimes!("a release is retried", ReleaseRetried),
-        sometimes!("two requests go out as one batch", Batched),
+        sometimes!(
+            "an acquire waits in its lane behind a call in flight",
+            Queued
+        ),
+        sometimes!("two acquires go out as one batch", Batched),
         sometimes!("a denied renewal reveals a loss", DeniedRenewalNoticed),
+        sometimes!(
+            "a holder gives up a lease the server still holds, with no fault",
+            NeedlessLoss
+        ),
+        sometimes!(
+            "an acquire is answered past its trust deadline",
+            AdmissionExpired
+        ),
     ]
 }

@@ -22,12 +22,7 @@ pub type Tick = i8;
 pub type Fence = i16;
 
 /// The whole world.
-///
-/// Two states that differ only in [`State::seen`] are the same state to the checker (its
-/// `Hash` and `Eq` leave it out): which step led to a state is no part of it, and counting it
-/// would multiply the states. The facts that break a property are kept for good in
-/// [`State::broken`] instead.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct State {
     /// The Redis server (one identity's keys).
     pub server: Server,
@@ -45,20 +40,6 @@ pub struct State {
     pub seen: u16,
     /// Ghost: every fact seen so far that breaks a property ([`Seen::breaks`]), one bit each.
     pub broken: u16,
-}
-
-impl PartialEq for State {
-    fn eq(&self, other: &Self) -> bool {
-        self.key() == other.key()
-    }
-}
-
-impl Eq for State {}
-
-impl std::hash::Hash for State {
-    fn hash<H: std::hash::Hasher>(&self, hasher: &mut H) {
-        self.key().hash(hasher);
-    }
 }
 
 /// Something a step did, for the properties.
@@ -92,7 +73,9 @@ pub enum Seen {
     ReleaseRetried,
     /// A renewal denied for a lease still trusted was taken for a loss.
     DeniedRenewalNoticed,
-    /// Two requests of one lane went out as one batch.
+    /// An acquire waited in its lane behind a call in flight.
+    Queued,
+    /// Two acquires of one lane went out as one batch.
     Batched,
     /// A process that could reach the server all along noticed a loss later than the check
     /// period after it.
@@ -123,19 +106,6 @@ impl State {
     /// Whether `fact`, which breaks a property, ever happened.
     pub fn has_broken(&self, fact: Seen) -> bool {
         self.broken & fact.bit() != 0
-    }
-
-    /// Everything that makes this state what it is: all but [`State::seen`].
-    #[allow(clippy::type_complexity)]
-    fn key(&self) -> (&Server, &[Proc], &[Caller], &Downstream, &Faults, u16) {
-        (
-            &self.server,
-            &self.procs,
-            &self.callers,
-            &self.downstream,
-            &self.faults,
-            self.broken,
-        )
     }
 
     /// Whether the step into this state did `fact`.
@@ -193,32 +163,21 @@ pub struct Proc {
     pub cut_off: bool,
 }
 
-/// What a lane command asks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Kind {
-    /// Take a lease.
-    Acquire,
-    /// Renew a lease.
-    Renew,
-}
-
-/// An identity's lane in one process: the call in flight and what waits behind it.
+/// An identity's acquire lane in one process: the call in flight and what waits behind it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct Lane {
     /// The call in flight.
     pub flight: Option<Flight>,
-    /// Requests waiting for it to be answered, oldest first.
-    pub queue: Vec<(CallerId, Kind)>,
+    /// Acquires waiting for it to be answered, oldest first.
+    pub queue: Vec<CallerId>,
 }
 
-/// One script call: a batch of requests of one kind.
+/// One acquire script call: a batch of tokens.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Flight {
-    /// What it asks.
-    pub kind: Kind,
     /// The callers it asks for, in order.
     pub members: Vec<CallerId>,
-    /// When it was sent.
+    /// When it was sent (an age).
     pub sent: Tick,
     /// The highest fencing token its process trusted when it was sent.
     pub known: Option<Fence>,
@@ -303,8 +262,8 @@ pub struct Holder {
     pub trust: Tick,
     /// When the next renewal is due.
     pub renew_at: Tick,
-    /// A renewal waits in the lane or is in flight; `joined` is when it joined.
-    pub renewing: Option<Tick>,
+    /// Its renewal in flight.
+    pub renewing: Option<Renewal>,
     /// Its process's epoch when the acquire was asked.
     pub epoch: u8,
     /// Whether the body already wrote to the downstream (one write per lease).
@@ -315,6 +274,21 @@ pub struct Holder {
     pub order: u8,
     /// Ghost: granted after a loss its process had not noticed.
     pub blind: bool,
+}
+
+/// A renewal in flight: renewals go out on their own, not through the lane.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Renewal {
+    /// When it was sent (an age).
+    pub sent: Tick,
+    /// The highest fencing token its process trusted when it was sent.
+    pub known: Option<Fence>,
+    /// Ghost: the incarnation that granted the lease whose token `known` is.
+    pub known_incarnation: u8,
+    /// By when it reaches the server (request) or the holder (reply).
+    pub by: Tick,
+    /// The server's reply, once it ran it.
+    pub reply: Option<Reply>,
 }
 
 /// A write of a body to the downstream, in flight.
