@@ -1,7 +1,8 @@
 //! A model of caracal's distributed bulkhead lease protocol (`caracal/docs/leases.md`),
 //! checked exhaustively by [stateright]: every interleaving of a few processes, their callers,
-//! the server and the network, under data losses, freezes and partitions, over a bounded
-//! number of ticks.
+//! the server and the network, in ticks, under data losses, freezes and partitions. Times are
+//! kept relative to now, so the state space is finite with no horizon: a run ends when every
+//! caller used its acquisitions and every fault happened.
 //!
 //! What is modelled, in the terms of the library:
 //!
@@ -14,12 +15,14 @@
 //! - **Holders**: the acquire's request is sent, decided at the server up to a network delay
 //!   later, answered up to a delay after that. A holder trusts its lease until its *start* +
 //!   ttl − margin, where the start is when its batch was sent ([`TrustFrom`]); renews every
-//!   `renew_every` from the previous successful send; retries a failed renewal while trusted;
+//!   `renew_every` from the previous successful send (at once after a reconnection, or when
+//!   the reply that set the due time came late); retries a failed renewal while trusted;
 //!   gives up (its body cancelled, taking no further step) at its trust deadline, on a denied
 //!   renewal, or when its process notices a loss. However the body ends, the release is sent in
 //!   the background and retried until it lands or the lease would be over.
-//! - **Lanes**: a process sends one lease command of the identity at a time; what arrives
-//!   meanwhile waits, and goes out as one batch when the call in flight is answered.
+//! - **Lanes**: a process sends one acquire call of the identity at a time; acquires that
+//!   arrive meanwhile wait, and go out as one batch when the call in flight is answered.
+//!   Renewals go out on their own at once, as the library sends them.
 //! - **Losses** ([`LossKind`]): a restart (noticed at once by every process that can run and
 //!   reach the server), a failover and a flush (noticed by the periodic check within the check
 //!   period, by a command that finds the counter below a live token, by a renewal denied for a

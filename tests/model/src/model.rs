@@ -20,8 +20,8 @@ use stateright::{Model, Property};
 use crate::config::{Config, LossKind, TrustFrom};
 use crate::properties;
 use crate::state::{
-    Caller, CallerId, Downstream, Faults, Fence, Flight, Holder, Lane, Phase, Proc, ProcId,
-    Renewal, Reply, Seen, Server, State, Tick, Write,
+    Caller, CallerId, Command, Downstream, Faults, Fence, Flight, Holder, Lane, Phase, Proc,
+    ProcId, Renewal, Reply, Seen, Server, State, Tick, Write,
 };
 
 /// The lease protocol under the faults of a [`Config`].
@@ -120,7 +120,7 @@ fn each_fence(s: &mut State, f: &mut impl FnMut(&mut Fence)) {
         if let Phase::Holding(h) = &mut caller.phase {
             f(&mut h.fence);
             if let Some(renewal) = &mut h.renewing {
-                renewal.known.iter_mut().for_each(&mut *f);
+                renewal.command.known.iter_mut().for_each(&mut *f);
             }
         }
         if let Some(write) = &mut caller.write {
@@ -128,7 +128,7 @@ fn each_fence(s: &mut State, f: &mut impl FnMut(&mut Fence)) {
         }
     }
     for flight in s.procs.iter_mut().filter_map(|p| p.lane.flight.as_mut()) {
-        flight.known.iter_mut().for_each(&mut *f);
+        flight.command.known.iter_mut().for_each(&mut *f);
         for reply in flight.replies.iter_mut().flatten() {
             if let Reply::Granted { fence, .. } = reply {
                 f(fence);
@@ -194,7 +194,7 @@ impl LeaseModel {
                 .lane
                 .flight
                 .as_ref()
-                .is_some_and(|f| f.by == 0 && (f.replies.is_none() || !p.frozen));
+                .is_some_and(|f| f.command.by == 0 && (f.replies.is_none() || !p.frozen));
             let check = silent
                 && !p.frozen
                 && !p.partitioned
@@ -209,7 +209,7 @@ impl LeaseModel {
                 Phase::Holding(h) => h
                     .renewing
                     .as_ref()
-                    .is_some_and(|r| r.by == 0 && (r.reply.is_none() || !frozen)),
+                    .is_some_and(|r| r.command.by == 0 && (r.reply.is_none() || !frozen)),
                 _ => false,
             };
             // A write a frozen process issued before the freeze may still sit in it.
@@ -253,16 +253,24 @@ impl LeaseModel {
         }
     }
 
-    /// Sends a batch of acquires from process `p`'s lane.
-    fn send(&self, s: &mut State, p: ProcId, members: Vec<CallerId>) {
+    /// A command process `p` sends now.
+    fn command(&self, s: &State, p: ProcId) -> Command {
         let (known, known_incarnation) = self.known(s, p);
-        let replies = Self::dead(s, p).then(|| vec![Reply::Failed; members.len()]);
-        s.procs[usize::from(p)].lane.flight = Some(Flight {
-            members,
+        Command {
             sent: 0,
             known,
             known_incarnation,
             by: ticks(self.config.net_delay),
+        }
+    }
+
+    /// Sends a batch of acquires from process `p`'s lane.
+    fn send(&self, s: &mut State, p: ProcId, members: Vec<CallerId>) {
+        let command = self.command(s, p);
+        let replies = Self::dead(s, p).then(|| vec![Reply::Failed; members.len()]);
+        s.procs[usize::from(p)].lane.flight = Some(Flight {
+            members,
+            command,
             replies,
         });
     }
@@ -292,16 +300,10 @@ impl LeaseModel {
 
     /// Holder `c` of process `p` sends a renewal (on its own: renewals take no lane).
     fn send_renewal(&self, s: &mut State, p: ProcId, c: CallerId) {
-        let (known, known_incarnation) = self.known(s, p);
+        let command = self.command(s, p);
         let reply = Self::dead(s, p).then_some(Reply::Failed);
         if let Phase::Holding(h) = &mut s.callers[usize::from(c)].phase {
-            h.renewing = Some(Renewal {
-                sent: 0,
-                known,
-                known_incarnation,
-                by: ticks(self.config.net_delay),
-                reply,
-            });
+            h.renewing = Some(Renewal { command, reply });
         }
     }
 
@@ -403,6 +405,12 @@ impl LeaseModel {
         }
     }
 
+    /// A command a tick older: its send no older than trust counted from it could last.
+    fn age(&self, command: &mut Command) {
+        command.sent = older(command.sent, self.config.ttl - self.config.margin);
+        command.by = closer(command.by);
+    }
+
     /// Time moves on: every time stored is a tick older, every token a tick's worth lower;
     /// the server forgets what expired; the running processes fire their timers.
     fn tick(&self, s: &mut State) {
@@ -415,8 +423,7 @@ impl LeaseModel {
                     h.trust = closer(h.trust);
                     h.renew_at = closer(h.renew_at);
                     if let Some(renewal) = &mut h.renewing {
-                        renewal.sent = older(renewal.sent, cfg.ttl - cfg.margin);
-                        renewal.by = closer(renewal.by);
+                        self.age(&mut renewal.command);
                     }
                 }
                 Phase::Releasing { until, .. } => *until = closer(*until),
@@ -427,8 +434,7 @@ impl LeaseModel {
         }
         for proc in &mut s.procs {
             if let Some(flight) = &mut proc.lane.flight {
-                flight.sent = older(flight.sent, cfg.ttl - cfg.margin);
-                flight.by = closer(flight.by);
+                self.age(&mut flight.command);
             }
             proc.lost_at = proc.lost_at.map(|at| older(at, cfg.effective_grace()));
             proc.check_by = proc.check_by.map(closer);
@@ -473,7 +479,7 @@ impl LeaseModel {
         let Some(flight) = s.procs[usize::from(p)].lane.flight.clone() else {
             return;
         };
-        let refused = Self::refused(s, p, flight.known, flight.known_incarnation);
+        let refused = Self::refused(s, p, &flight.command);
         let replies = if let Some(refusal) = refused {
             vec![refusal; flight.members.len()]
         } else {
@@ -486,29 +492,24 @@ impl LeaseModel {
         };
         if let Some(flight) = s.procs[usize::from(p)].lane.flight.as_mut() {
             flight.replies = Some(replies);
-            flight.by = ticks(cfg.net_delay);
+            flight.command.by = ticks(cfg.net_delay);
         }
     }
 
-    /// Why the server refuses a whole command of process `p` carrying `known` (granted by
-    /// incarnation `known_incarnation`, a ghost), if it does: no answer through a partition;
-    /// a counter below `known` means the set was lost without a restart, and is put back.
-    fn refused(
-        s: &mut State,
-        p: ProcId,
-        known: Option<Fence>,
-        known_incarnation: u8,
-    ) -> Option<Reply> {
+    /// Why the server refuses a whole `command` of process `p`, if it does: no answer
+    /// through a partition; a counter below the token the command carries means the set was
+    /// lost without a restart, and is put back.
+    fn refused(s: &mut State, p: ProcId, command: &Command) -> Option<Reply> {
         if s.procs[usize::from(p)].partitioned {
             return Some(Reply::Failed);
         }
-        if known <= s.server.counter {
+        if command.known <= s.server.counter {
             return None;
         }
-        s.server.counter = known;
+        s.server.counter = command.known;
         let incarnation = s.server.incarnation;
         s.saw(Seen::CounterBelowKnown);
-        if known_incarnation == incarnation {
+        if command.known_incarnation == incarnation {
             s.saw(Seen::FalseNotice);
         }
         Some(Reply::Lost { incarnation })
@@ -523,13 +524,13 @@ impl LeaseModel {
         let (token, Some(renewal)) = (h.token, h.renewing.clone()) else {
             return;
         };
-        let reply = Self::refused(s, p, renewal.known, renewal.known_incarnation)
+        let reply = Self::refused(s, p, &renewal.command)
             .unwrap_or_else(|| Self::renew(s, token, ticks(self.config.ttl)));
         if let Phase::Holding(h) = &mut s.callers[usize::from(c)].phase
             && let Some(renewal) = &mut h.renewing
         {
             renewal.reply = Some(reply);
-            renewal.by = ticks(self.config.net_delay);
+            renewal.command.by = ticks(self.config.net_delay);
         }
     }
 
@@ -581,7 +582,7 @@ impl LeaseModel {
             _ => vec![Reply::Failed; flight.members.len()],
         };
         for (&c, reply) in flight.members.iter().zip(replies) {
-            self.answer_acquire(s, p, c, flight.sent, reply);
+            self.answer_acquire(s, p, c, flight.command.sent, reply);
         }
         self.next_batch(s, p);
     }
@@ -602,7 +603,7 @@ impl LeaseModel {
         };
         match reply {
             Reply::Renewed => {
-                let start = self.trust_start(renewal.sent, renewal.sent);
+                let start = self.trust_start(renewal.command.sent, renewal.command.sent);
                 h.trust = (start + ticks(cfg.ttl) - ticks(cfg.margin)).max(0);
                 h.renew_at = (start + ticks(cfg.renew_every)).max(0);
                 s.callers[usize::from(c)].phase = Phase::Holding(h);
@@ -1011,10 +1012,15 @@ impl Model for LeaseModel {
                 }
             }
             Action::Loss(kind) => self.lose(&mut s, kind),
-            Action::Freeze(p) => {
-                s.faults.freezes -= 1;
+            Action::Freeze(p) | Action::Cut(p) => {
                 let proc = &mut s.procs[usize::from(p)];
-                proc.frozen = true;
+                if action == Action::Freeze(p) {
+                    s.faults.freezes -= 1;
+                    proc.frozen = true;
+                } else {
+                    s.faults.partitions -= 1;
+                    proc.partitioned = true;
+                }
                 proc.cut_off |= proc.knows < s.server.incarnation;
             }
             Action::Thaw(p) => {
@@ -1023,12 +1029,6 @@ impl Model for LeaseModel {
                 if !s.procs[usize::from(p)].partitioned {
                     self.reconnect(&mut s, p, false);
                 }
-            }
-            Action::Cut(p) => {
-                s.faults.partitions -= 1;
-                let proc = &mut s.procs[usize::from(p)];
-                proc.partitioned = true;
-                proc.cut_off |= proc.knows < s.server.incarnation;
             }
             Action::Heal(p) => {
                 s.procs[usize::from(p)].partitioned = false;

@@ -143,11 +143,13 @@ pub struct Server {
 /// One process: its view of the server, its faults, its lane.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Proc {
-    /// Moves on when it notices a loss; every holder checks it before each step.
+    /// Moves on when it notices a loss; every holder checks it before each step. Rebased to 1
+    /// after every step (what a holder compares is only whether it is still the same).
     pub epoch: u8,
     /// The last incarnation it noticed.
     pub knows: u8,
-    /// When it last noticed a loss (the grace runs from there).
+    /// When it last noticed a loss (an age, no older than the grace: the grace runs from
+    /// there).
     pub lost_at: Option<Tick>,
     /// Stopped (SIGSTOP): it takes no step, its timers fire when it resumes.
     pub frozen: bool,
@@ -157,7 +159,7 @@ pub struct Proc {
     pub check_by: Option<Tick>,
     /// A published notice on its way to it: the incarnation, and by when it arrives.
     pub hear: Option<(u8, Tick)>,
-    /// The identity's lane: lease commands, one call in flight at a time.
+    /// The identity's acquire lane: one call in flight at a time.
     pub lane: Lane,
     /// Ghost: it was frozen or partitioned at some moment since a loss it has not noticed.
     pub cut_off: bool,
@@ -172,19 +174,26 @@ pub struct Lane {
     pub queue: Vec<CallerId>,
 }
 
-/// One acquire script call: a batch of tokens.
+/// A lease command on its way: to the server, then (its reply) back.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Flight {
-    /// The callers it asks for, in order.
-    pub members: Vec<CallerId>,
+pub struct Command {
     /// When it was sent (an age).
     pub sent: Tick,
     /// The highest fencing token its process trusted when it was sent.
     pub known: Option<Fence>,
     /// Ghost: the incarnation that granted the lease whose token `known` is.
     pub known_incarnation: u8,
-    /// By when it reaches the server (request) or the process (reply).
+    /// By when it reaches the server (request) or its process (reply).
     pub by: Tick,
+}
+
+/// One acquire script call: a batch of tokens.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Flight {
+    /// The callers it asks for, in order.
+    pub members: Vec<CallerId>,
+    /// The call.
+    pub command: Command,
     /// The server's replies, once it was served.
     pub replies: Option<Vec<Reply>>,
 }
@@ -236,7 +245,7 @@ pub enum Phase {
     Acquiring {
         /// Its process's epoch when it asked.
         epoch: u8,
-        /// When it joined the lane.
+        /// When it joined the lane (an age; kept only when trust counts from there).
         joined: Tick,
     },
     /// Its body runs under a lease.
@@ -258,9 +267,9 @@ pub struct Holder {
     pub token: u8,
     /// Its fencing token.
     pub fence: Fence,
-    /// Trusted while `now < trust`.
+    /// Its trust deadline: trusted while it is ahead (0: passed).
     pub trust: Tick,
-    /// When the next renewal is due.
+    /// When the next renewal is due (0: due).
     pub renew_at: Tick,
     /// Its renewal in flight.
     pub renewing: Option<Renewal>,
@@ -279,14 +288,8 @@ pub struct Holder {
 /// A renewal in flight: renewals go out on their own, not through the lane.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Renewal {
-    /// When it was sent (an age).
-    pub sent: Tick,
-    /// The highest fencing token its process trusted when it was sent.
-    pub known: Option<Fence>,
-    /// Ghost: the incarnation that granted the lease whose token `known` is.
-    pub known_incarnation: u8,
-    /// By when it reaches the server (request) or the holder (reply).
-    pub by: Tick,
+    /// The call.
+    pub command: Command,
     /// The server's reply, once it ran it.
     pub reply: Option<Reply>,
 }
