@@ -136,14 +136,21 @@ impl Config {
         }
     }
 
-    /// The deep run (`CARACAL_MODEL_DEPTH=deep`): a freeze and a partition on top of a loss of
-    /// any kind, bodies writing to the downstream.
-    pub fn deep() -> Config {
-        Config {
+    /// The deep runs (`CARACAL_MODEL_DEPTH=deep`): a freeze and a partition on top of a loss
+    /// of any kind, with bodies writing to the downstream; and the same with a second caller
+    /// in one process (its lane) instead of the writes.
+    pub fn deep() -> [Config; 2] {
+        let faults = Config {
             freezes: 1,
             partitions: 1,
             ..Config::base()
-        }
+        };
+        let lane = Config {
+            callers: vec![0, 0, 1],
+            writes: false,
+            ..faults.clone()
+        };
+        [faults, lane]
     }
 
     /// The grace as it acts: never longer than a lease, by when every lease granted before the

@@ -22,8 +22,9 @@
 //!   command served after a loss its process had not noticed yet (a failover or a flush: the
 //!   connections stay, the command runs on the emptied set as on an idle one). No grace applies:
 //!   its process did not know. Until the holders of the lost leases notice (within the check
-//!   period, or at their next renewal), both hold. This one is *not* inherent: a check the
-//!   script makes on every acquire (a marker the loss removes) would close it.
+//!   period, or at their next lease command), both hold: the "flush between two commands" of
+//!   `caracal/docs/leases.md`. Not inherent: only a check the acquire itself made (of a marker
+//!   the loss removes) would close it.
 //!
 //! # Fencing
 //!
