@@ -441,10 +441,9 @@ impl Checker {
                 (self.made_at(slot, generation) < version).then_some((slot, generation))
             })
             .collect();
-        let made = futures_util::future::join_all(
-            old.iter()
-                .map(|&(slot, generation)| slot.connect_replacement(generation, self.timeout)),
-        )
+        let made = futures_util::future::join_all(old.iter().map(|&(slot, generation)| {
+            slot.connect_replacement(generation, self.timeout)
+        }))
         .await;
         let mut renewed = false;
         for ((slot, generation), made) in old.into_iter().zip(made) {
