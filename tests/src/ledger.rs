@@ -179,6 +179,15 @@ impl Ledger {
             .expect("ledger HLEN")
     }
 
+    /// The processes with a body open now.
+    pub fn open_pids(&mut self) -> std::collections::BTreeSet<u32> {
+        let open: Vec<String> = redis::cmd("HKEYS")
+            .arg(&self.keys.open)
+            .query(&mut self.conn)
+            .expect("ledger HKEYS");
+        open.iter().filter_map(|id| pid_of(id)).collect()
+    }
+
     /// The most bodies ever open at once.
     pub fn max_open(&mut self) -> u64 {
         redis::cmd("GET")

@@ -214,7 +214,13 @@ async fn a_flush_under_load_is_noticed_and_admits_no_overlap() {
     let mut ledger = Ledger::new(&ledger_server.url(), &name);
     let mut conn = server.connection();
     for _ in 0..3 {
-        eventually("the bulkhead to fill up", || ledger.open() >= 5).await;
+        // Both processes must hold leases when the data goes: a process holding none learns of
+        // the loss only at its next fleet check and until then admits blind (leases.md, "The
+        // model", exception (c)) — an overlap this test is not about.
+        eventually("both processes to hold leases in a full bulkhead", || {
+            ledger.open() >= 5 && ledger.open_pids().len() == 2
+        })
+        .await;
         let () = redis::cmd("FLUSHALL").query(&mut conn).expect("FLUSHALL");
         for worker in &workers {
             worker.expect_line("event coordinator.data_lost", PATIENCE);
