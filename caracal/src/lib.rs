@@ -91,6 +91,7 @@ mod layers;
 pub mod metrics;
 mod outcome;
 mod policy;
+mod script;
 mod sync;
 #[cfg(feature = "tower")]
 pub mod tower;

@@ -34,6 +34,7 @@
 //!   [`MAX_VIEWS`] identities.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -49,8 +50,9 @@ use crate::Error;
 use crate::events::{self, ChangeOrigin};
 use crate::identity::{Identity, KeyBase};
 use crate::kernel::breaker::{
-    AdmitReply, Counts, Force, ForceReply, Observation, ObserveReply, Phase, ProbeOutcome,
-    Settings, SettleReply, Transition as BreakerTransition,
+    Admit, AdmitCommand, AdmitReply, Counts, Force, ForceReply, Observation, Observe,
+    ObserveCommand, ObserveReply, Phase, ProbeOutcome, Settings, Settle, SettleCommand,
+    SettleReply, Transition as BreakerTransition,
 };
 use crate::sync::lock;
 
@@ -515,7 +517,11 @@ impl Coordinator {
             armed: true,
         };
         let asked = Instant::now();
-        let Stamped { reply, stamp } = self.breaker_admit(target, token).await?;
+        let admit = AdmitCommand {
+            token: token.as_u128(),
+            settings: target.settings,
+        };
+        let Stamped { reply, stamp } = self.run::<Admit>(&target.identity, admit).await?;
         let received = Instant::now();
         let learned = |phase, generation, probe_due| Learned {
             phase,
@@ -700,11 +706,18 @@ impl Coordinator {
     fn send_batch(&self, target: &BreakerTarget, generation: u64, outcomes: Vec<Observation>) {
         let asked = Instant::now();
         let counts = Counts::of(outcomes.iter().copied());
-        let observe = self.breaker_observe(target.clone(), generation, outcomes);
+        let observe = ObserveCommand {
+            generation,
+            observations: outcomes,
+            mint: super::mint_generation(),
+            settings: target.settings,
+        };
         let weak = Arc::downgrade(&self.inner);
         let target = target.clone();
+        let coordinator = self.clone();
         self.in_background(async move {
-            let reply = observe.await;
+            let reply = coordinator.run::<Observe>(&target.identity, observe).await;
+            drop(coordinator);
             if let Some(coordinator) = upgrade(&weak) {
                 coordinator.on_observed(&target, generation, counts, asked, reply);
             }
@@ -787,6 +800,25 @@ impl Coordinator {
         breakers.verdicts.notify_waiters();
     }
 
+    /// Settles the probe `token` admitted under `generation`. The request is sent at the first
+    /// poll; the future owns everything it needs.
+    fn settle(
+        &self,
+        target: BreakerTarget,
+        token: Uuid,
+        outcome: ProbeOutcome,
+        generation: u64,
+    ) -> impl Future<Output = Result<Stamped<SettleReply>, Error>> + Send + 'static {
+        let coordinator = self.clone();
+        let settle = SettleCommand {
+            token: token.as_u128(),
+            outcome,
+            generation,
+            settings: target.settings,
+        };
+        async move { coordinator.run::<Settle>(&target.identity, settle).await }
+    }
+
     /// Settles a probe without waiting; the reply refreshes the view.
     pub(crate) fn breaker_settle_later(
         &self,
@@ -796,7 +828,7 @@ impl Coordinator {
         generation: u64,
     ) {
         let asked = Instant::now();
-        let settle = self.breaker_settle(target.clone(), token, outcome, generation);
+        let settle = self.settle(target.clone(), token, outcome, generation);
         let weak = Arc::downgrade(&self.inner);
         let target = target.clone();
         self.in_background(async move {
@@ -851,12 +883,9 @@ struct UnclaimedProbe<'a> {
 impl Drop for UnclaimedProbe<'_> {
     fn drop(&mut self) {
         if self.armed {
-            let settle = self.coordinator.breaker_settle(
-                self.target.clone(),
-                self.token,
-                ProbeOutcome::Ignored,
-                0,
-            );
+            let settle =
+                self.coordinator
+                    .settle(self.target.clone(), self.token, ProbeOutcome::Ignored, 0);
             self.coordinator.in_background(async move {
                 let _ = settle.await;
             });

@@ -2,27 +2,20 @@
 //! pause and advance time). It owns the states and runs the kernels on them; every decision is
 //! the kernel's, exactly as every decision in Redis is the corresponding script's.
 
+use std::any::{Any, TypeId};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
-use uuid::Uuid;
-
+use super::FleetOverrides;
 use super::registry::{self, Registered, Report, Snapshot};
-use super::{
-    BreakerTarget, FleetOverrides, LeaseAnswer, LeaseCommand, RateCommand, Stamped, lease_refused,
-};
 use crate::Error;
 use crate::clock::Clock;
 use crate::error::FailureKind;
-use crate::identity::{Identity, KeyBase, PolicyKind};
-use crate::kernel::Seen;
-use crate::kernel::breaker::{
-    AdmitReply, Force, ForceReply, Observation, ObserveReply, ProbeOutcome, SettleReply, Store,
-};
-use crate::kernel::gcra;
+use crate::identity::{KeyBase, PolicyKind};
+use crate::kernel::breaker::Stored;
 use crate::kernel::lease::LeaseSet;
+use crate::kernel::{Kernel, Now, Seen, State};
 use crate::sync::lock;
 
 /// Forget states that can no longer matter (what key TTLs do in Redis) once every this many
@@ -39,44 +32,52 @@ pub(super) struct MemoryBackend {
     overrides: Mutex<(u64, BTreeMap<String, String>)>,
 }
 
-/// Every identity's state, by kind.
+/// Every identity's state: one map per state type (the commands of a kind share one).
 #[derive(Debug, Default)]
 struct States {
-    leases: HashMap<KeyBase, LeaseSet>,
-    /// Rate-limit cells: each one's theoretical arrival time (ns).
-    rates: HashMap<KeyBase, u64>,
-    /// Breaker stores, with the time (ms) after which nothing in each can matter any more.
-    breakers: HashMap<KeyBase, (Store, u64)>,
-    /// How many breaker decisions were made: each one's stamp.
-    breaker_decisions: u64,
+    maps: HashMap<TypeId, Box<dyn Map>>,
+    /// How many steps were taken: each one's [`Now::order`].
+    steps: u64,
     commands: u32,
 }
 
-impl States {
-    /// Stamps a breaker decision with its place in the order of decisions.
-    fn stamp<T>(&mut self, reply: T) -> Stamped<T> {
-        self.breaker_decisions += 1;
-        Stamped {
-            reply,
-            stamp: self.breaker_decisions,
-        }
+/// One state type's identities, whatever the type.
+trait Map: Any + Send + std::fmt::Debug {
+    /// Drops what can no longer matter at `now`.
+    fn sweep(&mut self, now: Now);
+    fn as_any(&mut self) -> &mut dyn Any;
+}
+
+impl<S: State + std::fmt::Debug> Map for HashMap<KeyBase, S> {
+    fn sweep(&mut self, now: Now) {
+        self.retain(|_, state| !state.forgettable(now));
+    }
+
+    fn as_any(&mut self) -> &mut dyn Any {
+        self
     }
 }
 
 impl States {
-    /// Drops what can no longer matter at `now_ms` / `now_ns`, every [`SWEEP_EVERY`] commands.
-    fn sweep(&mut self, now_ms: u64, now_ns: u64) {
+    /// The identities holding an `S`.
+    fn map<S: State + std::fmt::Debug>(&mut self) -> &mut HashMap<KeyBase, S> {
+        self.maps
+            .entry(TypeId::of::<S>())
+            .or_insert_with(|| Box::new(HashMap::<KeyBase, S>::new()))
+            .as_any()
+            .downcast_mut()
+            .unwrap_or_else(|| unreachable!("filed under its own type"))
+    }
+
+    /// Drops what can no longer matter at `now`, every [`SWEEP_EVERY`] commands.
+    fn sweep(&mut self, now: Now) {
         self.commands = self.commands.wrapping_add(1);
         if !self.commands.is_multiple_of(SWEEP_EVERY) {
             return;
         }
-        self.leases.retain(|_, set| {
-            set.expire(now_ms);
-            !set.forgettable(now_ms)
-        });
-        self.rates.retain(|_, tat| *tat > now_ns);
-        self.breakers
-            .retain(|_, (_, matters_until)| *matters_until > now_ms);
+        for map in self.maps.values_mut() {
+            map.sweep(now);
+        }
     }
 }
 
@@ -97,162 +98,43 @@ impl MemoryBackend {
         self.closed.store(true, Ordering::Release);
     }
 
-    /// Runs `step` on the states at the current time (ms, ns), unless the backend is closed.
-    fn with<R>(&self, step: impl FnOnce(&mut States, u64, u64) -> R) -> Result<R, Error> {
+    /// Runs `step` on the states at the current time, unless the backend is closed.
+    fn with<R>(&self, step: impl FnOnce(&mut States, Now) -> R) -> Result<R, Error> {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::unavailable(
                 FailureKind::ShutDown,
                 "coordinator shut down",
             ));
         }
-        let (now_ms, now_ns) = (self.clock.ms(), self.clock.ns());
         let mut states = lock(&self.states);
-        states.sweep(now_ms, now_ns);
-        Ok(step(&mut states, now_ms, now_ns))
+        states.steps += 1;
+        let now = Now {
+            ms: self.clock.ms(),
+            ns: self.clock.ns(),
+            order: states.steps,
+        };
+        states.sweep(now);
+        Ok(step(&mut states, now))
     }
 
-    /// Runs `step` on `key`'s lease set, after expiring what Redis would have expired; a set
-    /// left with nothing Redis would still hold is forgotten.
-    fn lease_set<R>(
+    /// Runs `K`'s step on `key`'s state; a state left with nothing Redis would still hold is
+    /// forgotten at once.
+    pub(super) fn run<K: Kernel>(
         &self,
         key: &KeyBase,
-        step: impl FnOnce(&mut LeaseSet, u64) -> R,
-    ) -> Result<R, Error> {
-        self.with(|states, now, _| {
-            let set = states.leases.entry(key.clone()).or_default();
-            set.expire(now);
-            let reply = step(set, now);
-            if set.forgettable(now) {
-                states.leases.remove(key);
+        command: &K::Command,
+    ) -> Result<K::Reply, Error>
+    where
+        K::State: std::fmt::Debug,
+    {
+        self.with(|states, now| {
+            let map = states.map::<K::State>();
+            let state = map.entry(key.clone()).or_default();
+            let reply = K::step(state, command, now, &mut Seen::default());
+            if state.forgettable(now) {
+                map.remove(key);
             }
             reply
-        })
-    }
-
-    /// Runs one lease command. Nothing is ever lost here, so the command knows no live token
-    /// to compare the counter with.
-    pub(super) fn lease(&self, command: LeaseCommand<'_>) -> Result<LeaseAnswer, Error> {
-        let sent = tokio::time::Instant::now();
-        let replies = self.lease_set(&command.identity.key, |set, now| {
-            set.command(
-                command.action,
-                now,
-                &[command.token.as_u128()],
-                command.terms(0),
-                &mut Seen::default(),
-            )
-        })?;
-        let reply = replies.map_err(lease_refused)?[0];
-        Ok(LeaseAnswer { reply, sent })
-    }
-
-    /// Removes `token`'s lease; `true` if there was one.
-    pub(super) fn release(&self, key: &KeyBase, token: Uuid) -> Result<bool, Error> {
-        self.lease_set(key, |set, _| {
-            set.release(token.as_u128(), &mut Seen::default())
-        })
-    }
-
-    pub(super) fn rate_limit(
-        &self,
-        command: RateCommand<'_>,
-    ) -> Result<Result<(), Duration>, Error> {
-        self.with(|states, _, now| {
-            let key = &command.identity.key;
-            let tat = states.rates.get(key).copied();
-            gcra::admit(
-                tat,
-                now,
-                command.interval,
-                command.burst,
-                &mut Seen::default(),
-            )
-            .map(|next| {
-                states.rates.insert(key.clone(), next);
-            })
-            .map_err(Duration::from_nanos)
-        })
-    }
-
-    /// Runs one kernel step on `target`'s store.
-    fn breaker<R>(
-        &self,
-        target: &BreakerTarget,
-        step: impl FnOnce(&mut Store, u64) -> R,
-    ) -> Result<Stamped<R>, Error> {
-        self.with(|states, now, _| {
-            let (store, matters_until) = states
-                .breakers
-                .entry(target.identity.key.clone())
-                .or_default();
-            let reply = step(store, now);
-            *matters_until = store.matters_until(&target.settings);
-            states.stamp(reply)
-        })
-    }
-
-    pub(super) fn breaker_force(
-        &self,
-        identity: &Identity,
-        force: Force,
-    ) -> Result<Stamped<ForceReply>, Error> {
-        self.with(|states, now, _| {
-            let (store, matters_until) = states.breakers.entry(identity.key.clone()).or_default();
-            let reply = store.force(now, force, &mut Seen::default());
-            // A forced state matters until a reset; a reset's closed state until it expires.
-            *matters_until = match force {
-                Force::Reset { closed_ttl_ms } => now.saturating_add(closed_ttl_ms),
-                Force::Open { .. } | Force::Closed { .. } => u64::MAX,
-            };
-            states.stamp(reply)
-        })
-    }
-
-    pub(super) fn breaker_admit(
-        &self,
-        target: &BreakerTarget,
-        token: Uuid,
-    ) -> Result<Stamped<AdmitReply>, Error> {
-        self.breaker(target, |store, now| {
-            store.admit(now, token.as_u128(), &target.settings, &mut Seen::default())
-        })
-    }
-
-    pub(super) fn breaker_observe(
-        &self,
-        target: &BreakerTarget,
-        generation: u64,
-        observations: &[Observation],
-        mint: u64,
-    ) -> Result<Stamped<ObserveReply>, Error> {
-        self.breaker(target, |store, now| {
-            store.observe(
-                now,
-                generation,
-                observations,
-                mint,
-                &target.settings,
-                &mut Seen::default(),
-            )
-        })
-    }
-
-    pub(super) fn breaker_settle(
-        &self,
-        target: &BreakerTarget,
-        token: Uuid,
-        outcome: ProbeOutcome,
-        generation: u64,
-    ) -> Result<Stamped<SettleReply>, Error> {
-        self.breaker(target, |store, now| {
-            store.settle(
-                now,
-                token.as_u128(),
-                outcome,
-                generation,
-                &target.settings,
-                &mut Seen::default(),
-            )
         })
     }
 }
@@ -260,15 +142,15 @@ impl MemoryBackend {
 /// The registry, fleet overrides and state reads, by the same rules as their scripts.
 impl MemoryBackend {
     pub(super) fn registry_report(&self, reports: &[Report]) -> Result<Vec<bool>, Error> {
-        self.with(|_, now, _| lock(&self.registry).report(now, reports))
+        self.with(|_, now| lock(&self.registry).report(now.ms, reports))
     }
 
     pub(super) fn registry_read(&self) -> Result<Vec<Registered>, Error> {
-        self.with(|_, now, _| lock(&self.registry).read(now))
+        self.with(|_, now| lock(&self.registry).read(now.ms))
     }
 
     pub(super) fn overrides_read(&self, known: Option<u64>) -> Result<FleetOverrides, Error> {
-        self.with(|_, _, _| {
+        self.with(|_, _| {
             let overrides = lock(&self.overrides);
             let version = overrides.0;
             let pairs = (known != Some(version)).then(|| {
@@ -287,7 +169,7 @@ impl MemoryBackend {
         setting: &str,
         value: Option<&str>,
     ) -> Result<bool, Error> {
-        self.with(|_, _, _| {
+        self.with(|_, _| {
             let mut overrides = lock(&self.overrides);
             let changed = match value {
                 Some(value) => {
@@ -307,9 +189,9 @@ impl MemoryBackend {
     }
 
     pub(super) fn identity_read(&self, kind: PolicyKind, key: &KeyBase) -> Result<Snapshot, Error> {
-        self.with(|states, now, _| match kind {
+        self.with(|states, Now { ms: now, .. }| match kind {
             PolicyKind::Bulkhead => {
-                let occupancy = states.leases.get(key).map_or(0, |set| {
+                let occupancy = states.map::<LeaseSet>().get(key).map_or(0, |set| {
                     let live = set.leases.iter().filter(|&&(_, deadline)| deadline > now);
                     u32::try_from(live.count()).unwrap_or(u32::MAX)
                 });
@@ -318,9 +200,9 @@ impl MemoryBackend {
             PolicyKind::CircuitBreaker => Snapshot::Breaker {
                 now_ms: now,
                 state: states
-                    .breakers
+                    .map::<Stored>()
                     .get(key)
-                    .and_then(|(store, _)| store.live_state(now).cloned()),
+                    .and_then(|stored| stored.store.live_state(now).cloned()),
             },
             PolicyKind::RateLimit => Snapshot::RateLimit,
         })
@@ -331,9 +213,11 @@ impl MemoryBackend {
 mod tests {
     use std::time::Duration;
 
+    use uuid::Uuid;
+
     use super::*;
     use crate::identity::{Identity, Kind, Scope};
-    use crate::kernel::lease::{LeaseAction, LeaseReply};
+    use crate::kernel::lease::{Lease, LeaseAction, LeaseReply, LeaseStep, Release};
 
     fn identity() -> Identity {
         Identity::new("ns", Kind::Bulkhead, "p", "op", &Scope::GLOBAL)
@@ -344,15 +228,16 @@ mod tests {
         identity: &Identity,
         token: Uuid,
     ) -> Result<LeaseReply, Error> {
+        let step = LeaseStep {
+            action: LeaseAction::Acquire,
+            token: token.as_u128(),
+            ttl: 1000,
+            limit: 2,
+            known: 0,
+        };
         memory
-            .lease(LeaseCommand {
-                identity,
-                action: LeaseAction::Acquire,
-                token,
-                ttl: Duration::from_secs(1),
-                limit: 2,
-            })
-            .map(|answer| answer.reply)
+            .run::<Lease>(&identity.key, &step)
+            .map(|reply| reply.expect("not refused"))
     }
 
     #[tokio::test(start_paused = true)]
@@ -373,7 +258,10 @@ mod tests {
         let identity = identity();
         let token = Uuid::new_v4();
         let first = acquire(&memory, &identity, token).expect("acquire").fence;
-        assert_eq!(memory.release(&identity.key, token).ok(), Some(true));
+        assert_eq!(
+            memory.run::<Release>(&identity.key, &token.as_u128()).ok(),
+            Some(true)
+        );
         let second = acquire(&memory, &identity, Uuid::new_v4())
             .expect("acquire")
             .fence;
@@ -384,10 +272,10 @@ mod tests {
         // The counter outlives the last lease by one ttl.
         tokio::time::advance(Duration::from_secs(3)).await;
         memory
-            .release(&identity.key, Uuid::new_v4())
+            .run::<Release>(&identity.key, &Uuid::new_v4().as_u128())
             .expect("release");
         assert!(
-            lock(&memory.states).leases.is_empty(),
+            lock(&memory.states).map::<LeaseSet>().is_empty(),
             "forgotten once expired"
         );
     }

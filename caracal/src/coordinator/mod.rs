@@ -41,10 +41,10 @@ use crate::config::Config;
 use crate::config::overrides::{Overrides, Resolved, Values};
 use crate::error::FailureKind;
 use crate::identity::{Identity, KeyBase, Kind, Scope};
-use crate::kernel::breaker::{
-    AdmitReply, Force, ForceReply, Observation, ObserveReply, ProbeOutcome, Settings, SettleReply,
-};
-use crate::kernel::lease::{LeaseAction, LeaseReply, Refusal, Terms};
+pub(crate) use crate::kernel::Stamped;
+use crate::kernel::breaker::{Force, ForceReply, Forcing, Settings};
+use crate::kernel::lease::{Lease, LeaseAction, LeaseReply, LeaseStep, Refusal, Release};
+use crate::kernel::{Kernel, Scripted};
 
 /// Where distributed policies keep their shared state.
 ///
@@ -123,13 +123,16 @@ impl LeaseCommand<'_> {
         u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// What the lease set decides the command under, for a caller that knows `known` to be
-    /// a live fencing token of the set.
-    fn terms(&self, known: u64) -> Terms {
-        Terms {
+    /// The command as the lease kernel takes it. It knows no live fencing token: the Redis
+    /// backend sends the one it knows when the command goes out, and nothing is ever lost in
+    /// memory.
+    fn step(&self) -> LeaseStep {
+        LeaseStep {
+            action: self.action,
+            token: self.token.as_u128(),
             ttl: self.ttl_ms(),
             limit: self.limit,
-            known,
+            known: 0,
         }
     }
 }
@@ -157,15 +160,6 @@ fn lease_refused(refusal: Refusal) -> Error {
              token",
         ),
     }
-}
-
-/// One rate-limit arrival at `identity`'s cell.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct RateCommand<'a> {
-    pub(crate) identity: &'a Identity,
-    /// The emission interval, in nanoseconds.
-    pub(crate) interval: u64,
-    pub(crate) burst: u32,
 }
 
 /// A breaker identity and the settings its commands carry.
@@ -413,23 +407,33 @@ impl Coordinator {
         &self.inner.incarnation
     }
 
-    /// Runs one lease command.
-    pub(crate) async fn lease(&self, command: LeaseCommand<'_>) -> Result<LeaseAnswer, Error> {
+    /// Runs one command of kernel `K` on `identity`'s state, wherever this coordinator keeps it.
+    pub(crate) async fn run<K: Scripted>(
+        &self,
+        identity: &Identity,
+        command: K::Command,
+    ) -> Result<K::Reply, Error>
+    where
+        <K as Kernel>::State: fmt::Debug,
+    {
         match &self.inner.backend {
-            Backend::Memory(memory) => memory.lease(command),
-            Backend::Redis(redis) => redis.lease(command).await,
+            Backend::Memory(memory) => memory.run::<K>(&identity.key, &command),
+            Backend::Redis(redis) => redis.run::<K>(&identity.key, command).await,
         }
     }
 
-    /// Decides one rate-limit arrival: `Ok(Ok(()))` admitted (and charged), `Ok(Err(wait))`
-    /// rejected with the wait until an admission is possible.
-    pub(crate) async fn rate_limit(
-        &self,
-        command: RateCommand<'_>,
-    ) -> Result<Result<(), Duration>, Error> {
+    /// Runs one lease command.
+    pub(crate) async fn lease(&self, command: LeaseCommand<'_>) -> Result<LeaseAnswer, Error> {
         match &self.inner.backend {
-            Backend::Memory(memory) => memory.rate_limit(command),
-            Backend::Redis(redis) => redis.rate_limit(command).await,
+            Backend::Memory(memory) => {
+                let sent = tokio::time::Instant::now();
+                let reply = memory.run::<Lease>(&command.identity.key, &command.step())?;
+                Ok(LeaseAnswer {
+                    reply: reply.map_err(lease_refused)?,
+                    sent,
+                })
+            }
+            Backend::Redis(redis) => redis.lease(command).await,
         }
     }
 
@@ -445,61 +449,15 @@ impl Coordinator {
         on_done: impl FnOnce(Result<bool, Error>) + Send + 'static,
     ) {
         match &self.inner.backend {
-            Backend::Memory(memory) => on_done(memory.release(&identity.key, token)),
+            Backend::Memory(memory) => {
+                on_done(memory.run::<Release>(&identity.key, &token.as_u128()));
+            }
             Backend::Redis(redis) => redis.release(&identity.key, token, until, on_done),
         }
     }
 }
 
-/// A backend's answer about a breaker, with the place of its decision in the order of that
-/// breaker's decisions: Redis stamps it with the script's server time (microseconds), the
-/// in-memory backend with a count. Answers can reach this process in another order than
-/// they were decided in (a batch is sent from a background task, replies are handled by
-/// different tasks); the stamp puts them back in order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Stamped<T> {
-    pub(crate) reply: T,
-    pub(crate) stamp: u64,
-}
-
 impl Coordinator {
-    /// Asks whether a call may run through `target`'s breaker; `token` names the probe slot
-    /// it takes if it becomes a probe.
-    pub(crate) async fn breaker_admit(
-        &self,
-        target: &BreakerTarget,
-        token: Uuid,
-    ) -> Result<Stamped<AdmitReply>, Error> {
-        match &self.inner.backend {
-            Backend::Memory(memory) => memory.breaker_admit(target, token),
-            Backend::Redis(redis) => redis.breaker_admit(target, token).await,
-        }
-    }
-
-    /// Records closed-state observations admitted under `generation`. The request is sent at
-    /// the first poll; the future owns everything it needs.
-    pub(crate) fn breaker_observe(
-        &self,
-        target: BreakerTarget,
-        generation: u64,
-        observations: Vec<Observation>,
-    ) -> impl Future<Output = Result<Stamped<ObserveReply>, Error>> + Send + 'static {
-        let coordinator = self.clone();
-        let mint = mint_generation();
-        async move {
-            match &coordinator.inner.backend {
-                Backend::Memory(memory) => {
-                    memory.breaker_observe(&target, generation, &observations, mint)
-                }
-                Backend::Redis(redis) => {
-                    redis
-                        .breaker_observe(&target, generation, &observations, mint)
-                        .await
-                }
-            }
-        }
-    }
-
     /// Carries out an operator's command on the breaker of `identity`, and applies it to this
     /// process's own view at once.
     pub(crate) async fn breaker_force(
@@ -508,38 +466,11 @@ impl Coordinator {
         force: Force,
     ) -> Result<Stamped<ForceReply>, Error> {
         let asked = tokio::time::Instant::now();
-        let forced = match &self.inner.backend {
-            Backend::Memory(memory) => memory.breaker_force(identity, force),
-            Backend::Redis(redis) => redis.breaker_force(&identity.key, force).await,
-        }?;
+        let forced = self.run::<Forcing>(identity, force).await?;
         self.inner
             .breakers
             .on_forced(&identity.key, force, forced, asked);
         Ok(forced)
-    }
-
-    /// Settles the probe `token` admitted under `generation`. The request is sent at the first
-    /// poll; the future owns everything it needs.
-    pub(crate) fn breaker_settle(
-        &self,
-        target: BreakerTarget,
-        token: Uuid,
-        outcome: ProbeOutcome,
-        generation: u64,
-    ) -> impl Future<Output = Result<Stamped<SettleReply>, Error>> + Send + 'static {
-        let coordinator = self.clone();
-        async move {
-            match &coordinator.inner.backend {
-                Backend::Memory(memory) => {
-                    memory.breaker_settle(&target, token, outcome, generation)
-                }
-                Backend::Redis(redis) => {
-                    redis
-                        .breaker_settle(&target, token, outcome, generation)
-                        .await
-                }
-            }
-        }
     }
 
     /// Makes sure this process listens for breaker transitions published by other processes.

@@ -11,7 +11,7 @@
 //! | TAT ahead of now by at most `interval × (burst − 1)` | [`Burst`](Branch::Burst) | admitted; TAT moves one interval on |
 //! | TAT further ahead | [`Rejected`](Branch::Rejected) | rejected with the wait until it would not be |
 
-use super::Seen;
+use super::{Kernel, Malformed, Now, Script, Scripted, Seen, Sink, State, Wire};
 
 /// The emission interval in nanoseconds for `rate` admissions per second: rounded up, so the
 /// limiter never admits more than asked (700/s is 1 428 572 ns, not 1 ms).
@@ -57,6 +57,79 @@ pub(crate) fn admit(
         Err(ahead - burst_delay)
     } else {
         Ok(anchor.saturating_add(interval))
+    }
+}
+
+/// The GCRA as a coordinator command: one arrival at an identity's cell.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Gcra;
+
+/// One arrival: the settings of its call site.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Arrival {
+    /// The emission interval, in nanoseconds.
+    pub(crate) interval: u64,
+    pub(crate) burst: u32,
+}
+
+/// A cell's theoretical arrival time (ns), if it has one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Cell(pub(crate) Option<u64>);
+
+impl State for Cell {
+    /// Its key expires at the TAT: past it, the cell cannot change any decision.
+    fn forgettable(&self, now: Now) -> bool {
+        self.0.is_none_or(|tat| tat <= now.ns)
+    }
+}
+
+impl Kernel for Gcra {
+    type State = Cell;
+    type Command = Arrival;
+    /// Admitted (and charged), or the wait (ns) until an admission is possible.
+    type Reply = Result<(), u64>;
+
+    fn step(cell: &mut Cell, arrival: &Arrival, now: Now, seen: &mut Seen) -> Self::Reply {
+        admit(cell.0, now.ns, arrival.interval, arrival.burst, seen).map(|next| cell.0 = Some(next))
+    }
+}
+
+static SCRIPT: Script = Script::new(
+    "rate_limit",
+    &[include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/lua/rate_limit.lua"
+    ))],
+);
+
+impl Scripted for Gcra {
+    const SCRIPT: &'static Script = &SCRIPT;
+    const KEYS: &'static [&'static str] = &["rate:ns"];
+    const WIDTH: usize = 2;
+    const BATCHES: bool = true;
+
+    /// The batch's shared settings and its size: the script decides that many arrivals one
+    /// after the other.
+    fn encode(batch: &[&Arrival], _: &Wire<'_>, sink: &mut dyn Sink) {
+        let first = batch[0];
+        sink.int(first.interval);
+        sink.int(first.burst.into());
+        sink.int(batch.len() as u64);
+    }
+
+    fn decode(reply: &[i64]) -> Result<Self::Reply, Malformed> {
+        match (reply[0], u64::try_from(reply[1])) {
+            (1, Ok(0)) => Ok(Ok(())),
+            (0, Ok(wait)) if wait > 0 => Ok(Err(wait)),
+            (allowed, _) => Err(Malformed::new(format_args!(
+                "{{{allowed}, {wait}}}",
+                wait = reply[1]
+            ))),
+        }
+    }
+
+    fn batches_with(first: &Arrival, other: &Arrival) -> bool {
+        first == other
     }
 }
 

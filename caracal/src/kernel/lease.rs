@@ -54,7 +54,7 @@
 //! Several tokens acquired in one command are decided one after the other at the same `now`,
 //! exactly as the same single acquires would be.
 
-use super::Seen;
+use super::{Kernel, Malformed, Now, Script, Scripted, Seen, Sink, State, Wire};
 
 /// A lease's token (a UUID).
 pub(crate) type Token = u128;
@@ -177,11 +177,6 @@ impl LeaseSet {
         if now > self.fence_expires_at {
             self.fence = 0;
         }
-    }
-
-    /// Whether nothing is left that Redis would still hold: no lease, no live counter.
-    pub(crate) fn forgettable(&self, now: u64) -> bool {
-        self.leases.is_empty() && now > self.fence_expires_at
     }
 
     /// Moves the set's expiry to `deadline`, outright for a set that was empty (a new key),
@@ -357,6 +352,115 @@ impl LeaseSet {
                 false
             }
         }
+    }
+}
+
+impl State for LeaseSet {
+    fn forgettable(&self, now: Now) -> bool {
+        (self.leases.is_empty() || now.ms > self.expires_at) && now.ms > self.fence_expires_at
+    }
+}
+
+/// An acquire or a renewal as a coordinator command.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Lease;
+
+/// One token's acquire or renewal, under its call site's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LeaseStep {
+    pub(crate) action: LeaseAction,
+    pub(crate) token: Token,
+    /// The lease's time to live, in milliseconds.
+    pub(crate) ttl: u64,
+    pub(crate) limit: u32,
+    /// The highest fencing token the caller knows to be live in the set (0: none). On Redis
+    /// the backend sends what it knows when the call goes out ([`Wire::known`]).
+    pub(crate) known: u64,
+}
+
+impl Kernel for Lease {
+    type State = LeaseSet;
+    type Command = LeaseStep;
+    type Reply = Result<LeaseReply, Refusal>;
+
+    fn step(set: &mut LeaseSet, step: &LeaseStep, now: Now, seen: &mut Seen) -> Self::Reply {
+        set.expire(now.ms);
+        let terms = Terms {
+            ttl: step.ttl,
+            limit: step.limit,
+            known: step.known,
+        };
+        set.command(step.action, now.ms, &[step.token], terms, seen)
+            .map(|replies| replies[0])
+    }
+}
+
+static SCRIPT: Script = Script::new(
+    "bulkhead_lease",
+    &[include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/lua/bulkhead_lease.lua"
+    ))],
+);
+
+impl Scripted for Lease {
+    const SCRIPT: &'static Script = &SCRIPT;
+    const KEYS: &'static [&'static str] = &["leases", "fence"];
+    const WIDTH: usize = 3;
+    const BATCHES: bool = true;
+
+    /// The batch's shared action and settings, the live token the process knows, then every
+    /// token as @gkoos/caracal writes them (hyphenated lowercase UUIDs). A refusal of the whole
+    /// call comes back as a script error (`CARACAL_LOST`, `CARACAL_FENCE`), not as a reply.
+    fn encode(batch: &[&LeaseStep], wire: &Wire<'_>, sink: &mut dyn Sink) {
+        let first = batch[0];
+        sink.text(first.action.as_str());
+        sink.int(first.ttl);
+        sink.int(first.limit.into());
+        sink.int(wire.known);
+        let mut text = uuid::Uuid::encode_buffer();
+        for step in batch {
+            sink.text(
+                uuid::Uuid::from_u128(step.token)
+                    .hyphenated()
+                    .encode_lower(&mut text),
+            );
+        }
+    }
+
+    fn decode(reply: &[i64]) -> Result<Self::Reply, Malformed> {
+        let allowed = Malformed::flag(reply[0])?;
+        let fence = u64::try_from(reply[2])
+            .ok()
+            .filter(|&fence| fence == 0 || allowed)
+            .ok_or_else(|| {
+                Malformed::new(format_args!("fence {} (allowed: {allowed})", reply[2]))
+            })?;
+        Ok(Ok(LeaseReply {
+            allowed,
+            occupancy: Malformed::count(reply[1])?,
+            fence,
+        }))
+    }
+
+    fn batches_with(first: &LeaseStep, other: &LeaseStep) -> bool {
+        (first.action, first.ttl, first.limit) == (other.action, other.ttl, other.limit)
+    }
+}
+
+/// A release as a coordinator command: the token's lease removed (a bare `ZREM` on Redis).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Release;
+
+impl Kernel for Release {
+    type State = LeaseSet;
+    type Command = Token;
+    /// Whether there was a lease to remove.
+    type Reply = bool;
+
+    fn step(set: &mut LeaseSet, &token: &Token, now: Now, seen: &mut Seen) -> bool {
+        set.expire(now.ms);
+        set.release(token, seen)
     }
 }
 

@@ -14,6 +14,69 @@
 pub(crate) mod breaker;
 pub(crate) mod gcra;
 pub(crate) mod lease;
+mod wire;
+
+pub(crate) use self::wire::{Malformed, Now, Publish, Sink, Stamped, Wire};
+pub(crate) use crate::script::Script;
+
+/// A kind's state machine for one command: what one identity stores, the command, the reply,
+/// and the pure step between them. The in-memory coordinator keeps one map of
+/// [`State`](Self::State)s per state type (the commands of one kind share it) and runs
+/// [`step`](Self::step); the Redis backend runs the kernel's [`Scripted`] form instead.
+pub(crate) trait Kernel: Send + Sync + 'static {
+    /// What one identity keeps; `Default` is "no keys".
+    type State: State;
+    /// One command, as its caller asks it.
+    type Command: Send + Sync + 'static;
+    /// Its answer.
+    type Reply: Send + 'static;
+
+    /// Decides `command` at `now`, recording the branches it reached in `seen`.
+    fn step(
+        state: &mut Self::State,
+        command: &Self::Command,
+        now: Now,
+        seen: &mut Seen,
+    ) -> Self::Reply;
+}
+
+/// What one identity keeps in the in-memory coordinator.
+pub(crate) trait State: Default + Send + 'static {
+    /// Whether nothing is left that Redis would still hold at `now`, so the state can be
+    /// forgotten (what key TTLs do in Redis).
+    fn forgettable(&self, now: Now) -> bool;
+}
+
+/// A kernel as a Lua script: its keys, how a command goes on the wire and how its reply comes
+/// back. The script implements [`Kernel::step`] on Redis time; a differential test demands that
+/// both agree.
+pub(crate) trait Scripted: Kernel {
+    /// The script.
+    const SCRIPT: &'static Script;
+    /// The suffixes of the identity's keys the script takes, in `KEYS` order.
+    const KEYS: &'static [&'static str];
+    /// How many integers answer one command.
+    const WIDTH: usize;
+    /// Whether the script publishes what it decides, and for whom.
+    const PUBLISHES: Publish = Publish::Nothing;
+    /// Whether commands of one identity that queue while a call is in flight go out together
+    /// as one call (see [`batches_with`](Self::batches_with)).
+    const BATCHES: bool = false;
+
+    /// Writes the arguments of one script call answering every command of `batch` (one
+    /// command, unless [`batches_with`](Self::batches_with) lets several share a call).
+    fn encode(batch: &[&Self::Command], wire: &Wire<'_>, sink: &mut dyn Sink);
+
+    /// Decodes one command's [`WIDTH`](Self::WIDTH) integers.
+    fn decode(reply: &[i64]) -> Result<Self::Reply, Malformed>;
+
+    /// Whether `other` may go out in the same script call as `first` (a batch carries one set
+    /// of settings); commands that never share a call say `false`.
+    fn batches_with(first: &Self::Command, other: &Self::Command) -> bool {
+        let _ = (first, other);
+        false
+    }
+}
 
 /// Which branches of a kernel a run reached, one bit per branch: the coverage a differential
 /// test asserts. Recording is a single OR; callers that do not measure coverage pass a

@@ -83,7 +83,7 @@ impl RedisBackend {
         base: &KeyBase,
         reports: &[Report],
     ) -> Result<Vec<bool>, Error> {
-        let script = &*scripts::REGISTRY_REPORT;
+        let script = &scripts::REGISTRY_REPORT;
         let drift_ms = u64::try_from(DRIFT_WINDOW.as_millis()).unwrap_or(u64::MAX);
         let mut args: Vec<String> = vec![MAX_IDENTITIES.to_string(), drift_ms.to_string()];
         for report in reports {
@@ -136,7 +136,7 @@ impl RedisBackend {
     /// One page of the registry from `start`: where the next starts (`None` after the last),
     /// and its identities.
     async fn registry_read_page(&self, base: &KeyBase, start: u64) -> Result<Page, Error> {
-        let script = &*scripts::REGISTRY_READ;
+        let script = &scripts::REGISTRY_READ;
         let value = self
             .link
             .eval(script, base, &registry_keys(base), (start, REGISTRY_PAGE))
@@ -183,7 +183,7 @@ impl RedisBackend {
         base: &KeyBase,
         known: Option<u64>,
     ) -> Result<FleetOverrides, Error> {
-        let script = &*scripts::OVERRIDES_READ;
+        let script = &scripts::OVERRIDES_READ;
         let known = known.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX));
         let incarnation = self.link.incarnation();
         let (marker, epoch) = incarnation.marker();
@@ -224,7 +224,7 @@ impl RedisBackend {
         setting: &str,
         value: Option<&str>,
     ) -> Result<bool, Error> {
-        let script = &*scripts::OVERRIDES_WRITE;
+        let script = &scripts::OVERRIDES_WRITE;
         let command = if value.is_some() { "set" } else { "unset" };
         let args = (self.channel(), command, setting, value.unwrap_or(""));
         let value = self
@@ -240,7 +240,7 @@ impl RedisBackend {
         kind: PolicyKind,
         key: &KeyBase,
     ) -> Result<Snapshot, Error> {
-        let script = &*scripts::IDENTITY_READ;
+        let script = &scripts::IDENTITY_READ;
         match kind {
             PolicyKind::Bulkhead => {
                 let value = self

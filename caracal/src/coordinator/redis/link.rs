@@ -1,6 +1,7 @@
 //! The link to Redis that every command takes: the pool, the per-identity lanes that order and
-//! batch lease acquires, releases and rate-limit arrivals (see [`lanes`](super::lanes)), and
-//! the background tracker that finishes what callers do not wait for.
+//! batch lease acquires, releases and the commands of batching kernels (see
+//! [`lanes`](super::lanes)), and the background tracker that finishes what callers do not wait
+//! for.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -14,16 +15,17 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::failure;
+use super::kernels::{KernelLanes, Pending};
 use super::lanes::{Admitted, Driven, Lanes, Queued, Request, answer};
 use super::pool::Pool;
-use super::scripts::{self, Script};
 use super::{redis_cause, reply, token_text};
 use crate::Error;
 use crate::coordinator::background::Background;
 use crate::coordinator::{Incarnation, LeaseAnswer, LossCause};
 use crate::error::FailureKind;
 use crate::identity::KeyBase;
-use crate::kernel::lease::{LeaseAction, LeaseReply};
+use crate::kernel::lease::{Lease, LeaseReply, LeaseStep};
+use crate::kernel::{Script, Scripted};
 use crate::sync::lock;
 
 /// How long a release whose outcome is unknown waits before it is sent again (unless an
@@ -33,8 +35,10 @@ const RELEASE_RETRY_PAUSE: Duration = super::slot::MIN_RECONNECT_INTERVAL;
 
 pub(super) struct Link {
     pub(super) pool: Pool,
-    acquires: Lanes<Acquire>,
-    arrivals: Lanes<Arrival>,
+    acquires: Arc<Lanes<Acquire>>,
+    pub(super) kernel_lanes: KernelLanes,
+    /// Where publishing scripts publish, one channel per namespace.
+    channel: String,
     releases: Mutex<HashMap<KeyBase, Releases>>,
     /// The fencing tokens this process knows to be live, by identity (see [`Live`]).
     live: Mutex<HashMap<KeyBase, Live>>,
@@ -57,32 +61,13 @@ struct Live {
 const LIVE_SWEEP_AT: usize = 4096;
 
 /// One lease acquire: its token and the settings of its call site.
-pub(super) struct Acquire {
-    pub(super) token: Uuid,
-    pub(super) ttl_ms: u64,
-    pub(super) limit: u32,
-}
+pub(super) struct Acquire(pub(super) LeaseStep);
 
 impl Request for Acquire {
     type Reply = LeaseAnswer;
 
     fn batches_with(&self, other: &Self) -> bool {
-        (self.ttl_ms, self.limit) == (other.ttl_ms, other.limit)
-    }
-}
-
-/// One rate-limit arrival: the settings of its call site. Answered `Ok` when admitted, else
-/// with the wait until an admission is possible.
-pub(super) struct Arrival {
-    pub(super) interval: u64,
-    pub(super) burst: u32,
-}
-
-impl Request for Arrival {
-    type Reply = Result<(), Duration>;
-
-    fn batches_with(&self, other: &Self) -> bool {
-        (self.interval, self.burst) == (other.interval, other.burst)
+        Lease::batches_with(&self.0, &other.0)
     }
 }
 
@@ -119,8 +104,9 @@ pub(super) struct Release {
 }
 
 /// A request kind with a lane of its own, and how a batch of it is sent.
-trait Batched: Request + Sized {
-    fn lanes(link: &Link) -> &Lanes<Self>;
+pub(super) trait Batched: Request + Sized {
+    /// The lanes requests of this kind wait in.
+    fn lanes(link: &Link) -> Arc<Lanes<Self>>;
 
     /// Sends `batch` as one script call: one reply per request, in order.
     fn call(
@@ -134,8 +120,8 @@ trait Batched: Request + Sized {
 }
 
 impl Batched for Acquire {
-    fn lanes(link: &Link) -> &Lanes<Self> {
-        &link.acquires
+    fn lanes(link: &Link) -> Arc<Lanes<Self>> {
+        Arc::clone(&link.acquires)
     }
 
     async fn call(
@@ -146,17 +132,11 @@ impl Batched for Acquire {
         // Releases still queued go first, on the same connection: the acquire of a task that
         // just released must see its own slot free.
         link.flush_releases(key);
-        let first = &batch[0].request;
-        let tokens: Vec<String> = batch
-            .iter()
-            .map(|queued| token_text(queued.request.token))
-            .collect();
+        let steps: Vec<&LeaseStep> = batch.iter().map(|queued| &queued.request.0).collect();
         let sent = Instant::now();
-        let replies = link
-            .lease(key, LeaseAction::Acquire, first.ttl_ms, first.limit, tokens)
-            .await?;
+        let replies = link.lease(key, &steps).await?;
         if let Some(fence) = replies.iter().filter(|r| r.allowed).map(|r| r.fence).max() {
-            link.granted(key, fence, sent + Duration::from_millis(first.ttl_ms));
+            link.granted(key, fence, sent + Duration::from_millis(steps[0].ttl));
         }
         Ok(replies
             .into_iter()
@@ -174,11 +154,11 @@ impl Batched for Acquire {
     ) {
         if reply.allowed {
             // The server set the lease's deadline before it replied.
-            let until = Instant::now() + Duration::from_millis(request.ttl_ms);
+            let until = Instant::now() + Duration::from_millis(request.0.ttl);
             link.release(
                 key,
                 Release {
-                    token: request.token,
+                    token: Uuid::from_u128(request.0.token),
                     until,
                     done: Box::new(|_| ()),
                 },
@@ -187,71 +167,18 @@ impl Batched for Acquire {
     }
 }
 
-impl Batched for Arrival {
-    fn lanes(link: &Link) -> &Lanes<Self> {
-        &link.arrivals
-    }
-
-    async fn call(
-        link: &Arc<Link>,
-        key: &KeyBase,
-        batch: &[Queued<Self>],
-    ) -> Result<Vec<Result<(), Duration>>, Error> {
-        let script = &*scripts::RATE_LIMIT;
-        let first = &batch[0].request;
-        let value = link
-            .eval(
-                script,
-                key,
-                &[key.key("rate:ns")],
-                (first.interval, first.burst, batch.len()),
-            )
-            .await?;
-        reply::integer_groups::<2>(script.name, value, batch.len())?
-            .into_iter()
-            .map(|[allowed, wait]| match (allowed, u64::try_from(wait)) {
-                (1, Ok(0)) => Ok(Ok(())),
-                (0, Ok(wait)) if wait > 0 => Ok(Err(Duration::from_nanos(wait))),
-                _ => Err(reply::malformed(
-                    script.name,
-                    format_args!("{{{allowed}, {wait}}}"),
-                )),
-            })
-            .collect()
-    }
-
-    /// Charged all the same: an admission is never refunded.
-    fn unheard(_: &Arc<Link>, _: &KeyBase, _: Self, _: Result<(), Duration>) {}
-}
-
-/// The lease script's keys: the lease set and its fencing counter.
-pub(super) fn lease_keys(key: &KeyBase) -> [String; 2] {
-    [key.key("leases"), key.key("fence")]
-}
-
-/// One token's answer from the lease script, `{allowed, occupancy, fence}`.
-pub(super) fn decode_lease([allowed, occupancy, fence]: [i64; 3]) -> Result<LeaseReply, Error> {
-    let name = scripts::BULKHEAD_LEASE.name;
-    let allowed = reply::flag(name, allowed)?;
-    let fence = u64::try_from(fence)
-        .ok()
-        .filter(|&fence| fence == 0 || allowed)
-        .ok_or_else(|| {
-            reply::malformed(name, format_args!("fence {fence} (allowed: {allowed})"))
-        })?;
-    Ok(LeaseReply {
-        allowed,
-        occupancy: reply::to_u32(name, occupancy)?,
-        fence,
-    })
-}
-
 impl Link {
-    pub(super) fn new(pool: Pool, incarnation: Arc<Incarnation>, background: Background) -> Self {
+    pub(super) fn new(
+        pool: Pool,
+        incarnation: Arc<Incarnation>,
+        background: Background,
+        channel: String,
+    ) -> Self {
         Link {
             pool,
-            acquires: Lanes::default(),
-            arrivals: Lanes::default(),
+            acquires: Arc::default(),
+            kernel_lanes: KernelLanes::default(),
+            channel,
             releases: Mutex::default(),
             live: Mutex::default(),
             incarnation,
@@ -259,28 +186,27 @@ impl Link {
         }
     }
 
-    /// Runs the lease script for `tokens` of `key`'s lease set, telling it the live fencing
-    /// token this process knows of (so that a set lost without a restart is noticed): one reply
-    /// per token. A set found lost is a data loss, noticed here before the error is returned.
+    /// Runs the lease script for `steps` of `key`'s lease set (one acquire or renewal each,
+    /// of one action and one set of settings), telling it the live fencing token this process
+    /// knows of (so that a set lost without a restart is noticed): one reply per step. A set
+    /// found lost is a data loss, noticed here before the error is returned.
     pub(super) async fn lease(
         &self,
         key: &KeyBase,
-        action: LeaseAction,
-        ttl_ms: u64,
-        limit: u32,
-        tokens: Vec<String>,
+        steps: &[&LeaseStep],
     ) -> Result<Vec<LeaseReply>, Error> {
-        let script = &*scripts::BULKHEAD_LEASE;
-        let count = tokens.len();
-        let args = (action.as_str(), ttl_ms, limit, self.known(key), tokens);
-        let value = match self.eval(script, key, &lease_keys(key), args).await {
-            Ok(value) => value,
-            Err(error) => return Err(self.lease_failed(error)),
-        };
-        reply::integer_groups::<3>(script.name, value, count)?
-            .into_iter()
-            .map(decode_lease)
-            .collect()
+        match self.script::<Lease>(key, steps, self.known(key)).await {
+            Ok(replies) => replies
+                .into_iter()
+                .map(|reply| reply.map_err(|_| unreachable!("a refusal is an error reply")))
+                .collect(),
+            Err(error) => Err(self.lease_failed(error)),
+        }
+    }
+
+    /// Where publishing scripts publish.
+    pub(super) fn channel(&self) -> &str {
+        &self.channel
     }
 
     /// What a failed lease command tells: the script's refusals are no outage.
@@ -365,9 +291,9 @@ impl Link {
             cmd.arg(target).arg(keys.len()).arg(keys).arg(&args);
             cmd
         };
-        match conn.send(&call("EVALSHA", &script.sha), deadline).await {
+        match conn.send(&call("EVALSHA", script.sha()), deadline).await {
             Err(failure) if failure.is_noscript() => conn
-                .send(&call("EVAL", script.body), deadline)
+                .send(&call("EVAL", script.body()), deadline)
                 .await
                 .map_err(failure::RedisFailure::into_error),
             result => result.map_err(failure::RedisFailure::into_error),
@@ -384,13 +310,13 @@ impl Link {
         self.submit(key, request)
     }
 
-    /// Decides a rate-limit arrival at `key`'s cell, batched like [`acquire`](Self::acquire).
-    pub(super) fn arrive(
+    /// Runs a command of a batching kernel, batched like [`acquire`](Self::acquire).
+    pub(super) fn batched<K: Scripted>(
         self: &Arc<Self>,
         key: &KeyBase,
-        request: Arrival,
-    ) -> impl Future<Output = Result<Result<(), Duration>, Error>> + Send + 'static {
-        self.submit(key, request)
+        command: K::Command,
+    ) -> impl Future<Output = Result<K::Reply, Error>> + Send + 'static {
+        self.submit(key, Pending::<K>::new(command))
     }
 
     /// Enters `request` in its lane. If the lane was idle, this caller drives the call (its

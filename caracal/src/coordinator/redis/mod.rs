@@ -1,11 +1,11 @@
 //! The Redis backend: policy state in Redis, changed only by atomic Lua scripts.
 
 mod admin;
-mod breaker;
 mod connector;
 #[cfg(test)]
 mod differential;
 mod failure;
+mod kernels;
 mod lanes;
 mod link;
 mod pool;
@@ -26,22 +26,21 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 pub(crate) use self::connector::{Topology, Trust};
-use self::link::{Acquire, Arrival, Link, Release};
+use self::link::{Acquire, Link, Release};
 use self::pool::Pool;
 pub(crate) use self::sentinel::SentinelUrl;
 use super::background::Background;
 use super::feed;
 use super::incarnation::Incarnation;
-use super::{LeaseAnswer, LeaseCommand, RateCommand};
+use super::{LeaseAnswer, LeaseCommand};
 use crate::Error;
 use crate::identity::KeyBase;
+use crate::kernel::Scripted;
 use crate::kernel::lease::LeaseAction;
 
 pub(super) struct RedisBackend {
     link: Arc<Link>,
     cluster: bool,
-    /// Where breaker scripts publish transitions, one channel per namespace.
-    channel: String,
 }
 
 impl RedisBackend {
@@ -61,14 +60,19 @@ impl RedisBackend {
         )
         .await
         .map_err(credentials_refused)?;
+        let link = Link::new(
+            pool,
+            Arc::clone(&incarnation),
+            background,
+            transitions_channel(namespace),
+        );
         let backend = RedisBackend {
-            link: Arc::new(Link::new(pool, Arc::clone(&incarnation), background)),
+            link: Arc::new(link),
             cluster,
-            channel: transitions_channel(namespace),
         };
         backend.check_grants().await?;
         let link = Arc::downgrade(&backend.link);
-        let (channel, announcement) = (backend.channel.clone(), feed::lost_message());
+        let (channel, announcement) = (backend.channel().to_owned(), feed::lost_message());
         let namespace = KeyBase::namespace(namespace);
         incarnation.announce_with(move || {
             if let Some(link) = link.upgrade() {
@@ -82,7 +86,7 @@ impl RedisBackend {
     /// a command caracal needs (renamed away), or the Redis user may not run one on its keys
     /// and channel.
     async fn check_grants(&self) -> Result<(), Error> {
-        let script = &*scripts::ACL_CHECK;
+        let script = &scripts::ACL_CHECK;
         let denied = |what: String| {
             Error::config(format!(
                 "the Redis user lacks permissions caracal needs: {what}; grant it at least \
@@ -127,7 +131,7 @@ impl RedisBackend {
     }
 
     fn channel(&self) -> &str {
-        &self.channel
+        self.link.channel()
     }
 
     pub(super) fn is_cluster(&self) -> bool {
@@ -159,7 +163,7 @@ impl RedisBackend {
         let running = ClearOnDrop(running);
         let connector = self.link.pool.connector();
         let closed = self.link.pool.closed_flag();
-        let channel = self.channel.clone();
+        let channel = self.channel().to_owned();
         let timeout = self.link.pool.timeout();
         runtime.spawn(async move {
             let _running = running;
@@ -207,52 +211,37 @@ impl RedisBackend {
         true
     }
 
+    /// Runs one command of kernel `K` on `key`'s identity: batched with the commands of the
+    /// identity that queue while one is in flight, when `K`'s commands batch.
+    pub(super) async fn run<K: Scripted>(
+        &self,
+        key: &KeyBase,
+        command: K::Command,
+    ) -> Result<K::Reply, Error> {
+        if K::BATCHES {
+            self.link.batched::<K>(key, command).await
+        } else {
+            let mut replies = self.link.script::<K>(key, &[&command], 0).await?;
+            Ok(replies.remove(0))
+        }
+    }
+
     /// Runs one lease command: an acquire joins its identity's lane (batched with the acquires
     /// that queue while one is in flight), a renewal goes out at once.
     pub(super) async fn lease(&self, command: LeaseCommand<'_>) -> Result<LeaseAnswer, Error> {
         let key = &command.identity.key;
+        let step = command.step();
         match command.action {
-            LeaseAction::Acquire => {
-                let acquire = Acquire {
-                    token: command.token,
-                    ttl_ms: command.ttl_ms(),
-                    limit: command.limit,
-                };
-                self.link.acquire(key, acquire).await
-            }
+            LeaseAction::Acquire => self.link.acquire(key, Acquire(step)).await,
             LeaseAction::Renew => {
                 let sent = Instant::now();
-                let token = vec![token_text(command.token)];
-                let replies = self
-                    .link
-                    .lease(
-                        key,
-                        LeaseAction::Renew,
-                        command.ttl_ms(),
-                        command.limit,
-                        token,
-                    )
-                    .await?;
-                let reply = replies[0];
+                let reply = self.link.lease(key, &[&step]).await?[0];
                 if reply.allowed {
                     self.link.renewed(key, sent, command.ttl);
                 }
                 Ok(LeaseAnswer { reply, sent })
             }
         }
-    }
-
-    /// Decides one rate-limit arrival, batched with the arrivals of its identity that queue
-    /// while one is in flight.
-    pub(super) async fn rate_limit(
-        &self,
-        command: RateCommand<'_>,
-    ) -> Result<Result<(), Duration>, Error> {
-        let arrival = Arrival {
-            interval: command.interval,
-            burst: command.burst,
-        };
-        self.link.arrive(&command.identity.key, arrival).await
     }
 
     /// Releases `token`'s lease without the caller waiting (see [`Link::release`]); `done`

@@ -16,31 +16,8 @@ pub(crate) fn malformed(script: &str, detail: impl std::fmt::Display) -> Error {
 
 /// Decodes an array of exactly `N` integers.
 pub(crate) fn integers<const N: usize>(script: &str, value: Value) -> Result<[i64; N], Error> {
-    let Value::Array(items) = value else {
-        return Err(malformed(
-            script,
-            format_args!("{} instead of an array", kind(&value)),
-        ));
-    };
-    if items.len() != N {
-        return Err(malformed(
-            script,
-            format_args!("{} items instead of {N}", items.len()),
-        ));
-    }
-    let mut out = [0; N];
-    for (slot, item) in out.iter_mut().zip(items) {
-        match item {
-            Value::Int(n) => *slot = n,
-            other => {
-                return Err(malformed(
-                    script,
-                    format_args!("{} where an integer belongs", kind(&other)),
-                ));
-            }
-        }
-    }
-    Ok(out)
+    let run = integer_run(script, value, N, || N.to_string())?;
+    Ok(std::array::from_fn(|index| run[index]))
 }
 
 /// Decodes a flat array of `count` groups of `N` integers (one group per request of a batch).
@@ -49,21 +26,41 @@ pub(crate) fn integer_groups<const N: usize>(
     value: Value,
     count: usize,
 ) -> Result<Vec<[i64; N]>, Error> {
+    let run = integer_run(script, value, N * count, || format!("{N} × {count}"))?;
+    Ok(run
+        .chunks_exact(N)
+        .map(|group| std::array::from_fn(|index| group[index]))
+        .collect())
+}
+
+/// Decodes an array of exactly `len` integers; `expected` says what `len` is made of.
+pub(crate) fn integer_run(
+    script: &str,
+    value: Value,
+    len: usize,
+    expected: impl FnOnce() -> String,
+) -> Result<Vec<i64>, Error> {
     let Value::Array(items) = value else {
         return Err(malformed(
             script,
             format_args!("{} instead of an array", kind(&value)),
         ));
     };
-    if items.len() != N * count {
+    if items.len() != len {
         return Err(malformed(
             script,
-            format_args!("{} items instead of {N} × {count}", items.len()),
+            format_args!("{} items instead of {}", items.len(), expected()),
         ));
     }
-    let mut items = items.into_iter();
-    (0..count)
-        .map(|_| integers::<N>(script, Value::Array(items.by_ref().take(N).collect())))
+    items
+        .into_iter()
+        .map(|item| match item {
+            Value::Int(n) => Ok(n),
+            other => Err(malformed(
+                script,
+                format_args!("{} where an integer belongs", kind(&other)),
+            )),
+        })
         .collect()
 }
 
@@ -103,11 +100,6 @@ pub(crate) fn integer_in(
             format_args!("{} instead of an integer", kind(&other)),
         )),
     }
-}
-
-/// Converts a decoded integer to `u32`, refusing values that cannot be one.
-pub(crate) fn to_u32(script: &str, n: i64) -> Result<u32, Error> {
-    u32::try_from(n).map_err(|_| malformed(script, format_args!("{n} where a count belongs")))
 }
 
 /// Decodes a 0/1 flag.
@@ -166,7 +158,6 @@ mod tests {
             assert_eq!(err.failure_kind(), Some(FailureKind::MalformedReply));
         }
         assert!(flag("s", 2).is_err());
-        assert!(to_u32("s", -1).is_err());
         assert!(integer_in("s", Value::Int(2), 0..=1).is_err());
     }
 }

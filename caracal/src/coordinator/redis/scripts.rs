@@ -1,49 +1,21 @@
-//! The script registry: every `lua/*.lua` embedded at compile time, its SHA-1 computed once.
+//! The scripts that are no kernel's: the permission check, the registry, the fleet overrides
+//! and the state reads. A kernel's script is its own (see [`Scripted`](crate::kernel::Scripted)).
 
-use std::sync::LazyLock;
-
-/// One Lua script: its text and the SHA-1 `EVALSHA` addresses it by.
-#[derive(Debug)]
-pub(crate) struct Script {
-    pub(crate) name: &'static str,
-    pub(crate) body: &'static str,
-    pub(crate) sha: String,
-}
-
-impl Script {
-    fn new(name: &'static str, body: &'static str) -> Self {
-        Script {
-            name,
-            body,
-            sha: redis::Script::new(body).get_hash().to_owned(),
-        }
-    }
-}
+use crate::kernel::Script;
 
 macro_rules! scripts {
     ($($static:ident => $file:literal),* $(,)?) => {
         $(
-            pub(crate) static $static: LazyLock<Script> = LazyLock::new(|| {
-                Script::new($file, include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/", $file, ".lua")))
-            });
+            pub(crate) static $static: Script = Script::new(
+                $file,
+                &[include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/", $file, ".lua"))],
+            );
         )*
-
-        /// Every script, for preloading and tests.
-        #[cfg(test)]
-        pub(crate) fn all() -> Vec<&'static Script> {
-            vec![$(&*$static),*]
-        }
     };
 }
 
 scripts! {
     ACL_CHECK => "acl_check",
-    BULKHEAD_LEASE => "bulkhead_lease",
-    BREAKER_ADMIT => "breaker_admit",
-    BREAKER_OBSERVE => "breaker_observe",
-    BREAKER_SETTLE => "breaker_settle",
-    BREAKER_FORCE => "breaker_force",
-    RATE_LIMIT => "rate_limit",
     REGISTRY_REPORT => "registry_report",
     REGISTRY_READ => "registry_read",
     OVERRIDES_WRITE => "overrides_write",
@@ -53,23 +25,40 @@ scripts! {
 
 #[cfg(test)]
 mod tests {
+    /// Every script in the package, wherever it lives: `lua/` and the source tree.
+    fn every_script() -> Vec<(std::path::PathBuf, String)> {
+        fn walk(dir: &std::path::Path, found: &mut Vec<(std::path::PathBuf, String)>) {
+            for entry in std::fs::read_dir(dir).expect("readable source tree") {
+                let path = entry.expect("a directory entry").path();
+                if path.is_dir() {
+                    walk(&path, found);
+                } else if path.extension().is_some_and(|ext| ext == "lua") {
+                    let text = std::fs::read_to_string(&path).expect("a readable script");
+                    found.push((path, text));
+                }
+            }
+        }
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut found = Vec::new();
+        walk(&root.join("lua"), &mut found);
+        walk(&root.join("src"), &mut found);
+        found
+    }
+
     #[test]
     fn every_script_opens_with_its_header() {
-        for script in super::all() {
-            let header: Vec<_> = script
-                .body
-                .lines()
-                .take_while(|l| l.starts_with("--"))
-                .collect();
+        let scripts = every_script();
+        assert!(scripts.len() >= 12, "{} scripts found", scripts.len());
+        for (path, body) in scripts {
+            let header: Vec<_> = body.lines().take_while(|l| l.starts_with("--")).collect();
             let header = header.join("\n");
             for field in ["KEYS", "ARGV", "Reply", "TTL", "Cost"] {
                 assert!(
                     header.contains(field),
                     "{} header lacks {field}",
-                    script.name
+                    path.display()
                 );
             }
-            assert_eq!(script.sha.len(), 40);
         }
     }
 }

@@ -13,7 +13,7 @@ use crate::Error;
 use crate::clock::Clock;
 use crate::config::Setting;
 use crate::config::overrides::Values;
-use crate::coordinator::{self, Coordinator, RateCommand};
+use crate::coordinator::{self, Coordinator};
 use crate::ctx::CallCtx;
 use crate::events::{self, At};
 use crate::identity::{Kind, PolicyKind, Scope};
@@ -156,12 +156,9 @@ impl RateLimitSite {
         let identity = coordinator.identity(Kind::RateLimit, config.name, config.operation, scope);
         coordinator.note_use(&identity, self, &resolved);
         coordinator
-            .rate_limit(RateCommand {
-                identity: &identity,
-                interval,
-                burst,
-            })
+            .run::<gcra::Gcra>(&identity, gcra::Arrival { interval, burst })
             .await
+            .map(|decision| decision.map_err(Duration::from_nanos))
             .inspect_err(|error| {
                 events::rate_limit_degraded(&self.at(scope), error);
             })

@@ -9,18 +9,14 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use uuid::Uuid;
 
-use super::{Env, decode_failed, differential};
-use crate::coordinator::Stamped;
-use crate::coordinator::redis::breaker::{
-    common_args, decode_admit, decode_force, decode_observe, decode_settle, force_args,
-    outcome_text, probe_outcome_text,
-};
-use crate::coordinator::redis::scripts::{self, Script};
-use crate::kernel::Seen;
+use super::{Env, differential};
+use crate::coordinator::redis::kernels::{self, Encoded};
 use crate::kernel::breaker::{
-    AdmitReply, Counts, Entry, Force, Observation, ObserveReply, Outcomes, Phase, ProbeOutcome,
-    Settings, State, Store, TRANSITIONS,
+    Admit, AdmitCommand, AdmitReply, Counts, Entry, Force, Forcing, Observation, Observe,
+    ObserveCommand, ObserveReply, Outcomes, Phase, ProbeOutcome, Settings, Settle, SettleCommand,
+    State, Store, Stored, TRANSITIONS,
 };
+use crate::kernel::{Scripted, Seen, Stamped, Wire};
 
 const MINT: u64 = 0xABCDE;
 
@@ -168,7 +164,7 @@ struct Case<'e, 'c, C> {
     env: &'e mut Env<'c, C>,
     keys: [String; 3],
     settings: Settings,
-    store: Store,
+    stored: Stored,
     seen: Seen,
     now: u64,
     current: u64,
@@ -186,21 +182,24 @@ impl<C: redis::ConnectionLike> Case<'_, '_, C> {
         }
     }
 
-    /// What a script decided, decoded; its stamp is the clock it ran at.
-    fn decided<T>(&self, decoded: Result<Stamped<T>, crate::Error>) -> Result<T, TestCaseError> {
-        let Stamped { reply, stamp } = decoded.map_err(decode_failed)?;
-        prop_assert_eq!(stamp, self.now * 1000, "the stamp is the script's clock");
+    /// Runs `command` through `K`'s kernel and its script, and checks the stamp is the clock
+    /// the script ran at.
+    fn step<K, T>(&mut self, command: &K::Command) -> Result<T, TestCaseError>
+    where
+        K: Scripted<State = Stored, Reply = Stamped<T>>,
+        K::Command: std::fmt::Debug,
+        T: PartialEq + std::fmt::Debug,
+    {
+        let wire = Wire {
+            prefix: &self.env.tag.clone(),
+            ..Wire::default()
+        };
+        let now_us = self.now * 1000;
+        let Stamped { reply, stamp } =
+            self.env
+                .step::<K>(&mut self.stored, command, wire, now_us, &mut self.seen)?;
+        prop_assert_eq!(stamp, now_us, "the stamp is the script's clock");
         Ok(reply)
-    }
-
-    fn eval(
-        &mut self,
-        script: &Script,
-        args: impl redis::ToRedisArgs,
-    ) -> Result<redis::Value, TestCaseError> {
-        let common = common_args("", &self.env.tag, &self.settings);
-        self.env
-            .eval(script, &self.keys, (common, args), self.now * 1000)
     }
 
     fn run(&mut self, command: &Command) -> Result<(), TestCaseError> {
@@ -209,21 +208,12 @@ impl<C: redis::ConnectionLike> Case<'_, '_, C> {
                 generation,
                 observations,
             } => {
-                let expected = self.pick(generation);
-                let model = self.store.observe(
-                    self.now,
-                    expected,
-                    observations,
-                    MINT,
-                    &self.settings,
-                    &mut self.seen,
-                );
-                let value = self.eval(
-                    &scripts::BREAKER_OBSERVE,
-                    (expected, outcome_text(observations), MINT),
-                )?;
-                let lua = self.decided(decode_observe(value))?;
-                prop_assert_eq!(model, lua, "observe {:?} under {}", observations, expected);
+                let model = self.step::<Observe, _>(&ObserveCommand {
+                    generation: self.pick(generation),
+                    observations: observations.clone(),
+                    mint: MINT,
+                    settings: self.settings,
+                })?;
                 self.current = match model {
                     ObserveReply::Recorded { generation, .. }
                     | ObserveReply::Opened { generation, .. }
@@ -232,15 +222,10 @@ impl<C: redis::ConnectionLike> Case<'_, '_, C> {
             }
             Command::Admit => {
                 let token = Uuid::new_v4().as_u128();
-                let model = self
-                    .store
-                    .admit(self.now, token, &self.settings, &mut self.seen);
-                let value = self.eval(
-                    &scripts::BREAKER_ADMIT,
-                    Uuid::from_u128(token).hyphenated().to_string(),
-                )?;
-                let lua = self.decided(decode_admit(value))?;
-                prop_assert_eq!(model, lua, "admit");
+                let model = self.step::<Admit, _>(&AdmitCommand {
+                    token,
+                    settings: self.settings,
+                })?;
                 if let AdmitReply::Probe { .. } = model {
                     self.probes.push(token);
                 }
@@ -254,16 +239,7 @@ impl<C: redis::ConnectionLike> Case<'_, '_, C> {
                 };
             }
             Command::Force(force) => {
-                let model = self.store.force(self.now, *force, &mut self.seen);
-                let prefix = self.env.tag.clone();
-                let value = self.env.eval(
-                    &scripts::BREAKER_FORCE,
-                    &self.keys,
-                    ("", prefix, force_args(*force)),
-                    self.now * 1000,
-                )?;
-                let lua = self.decided(decode_force(value))?;
-                prop_assert_eq!(model, lua, "{:?}", force);
+                let model = self.step::<Forcing, _>(force)?;
                 self.current = model.generation;
                 if let Force::Open { lasts_ms } | Force::Closed { lasts_ms } = force {
                     self.forced_ms = *lasts_ms;
@@ -280,22 +256,12 @@ impl<C: redis::ConnectionLike> Case<'_, '_, C> {
                     }
                     _ => Uuid::new_v4().as_u128(),
                 };
-                let expected = self.pick(generation);
-                let model = self.store.settle(
-                    self.now,
+                self.step::<Settle, _>(&SettleCommand {
                     token,
-                    *outcome,
-                    expected,
-                    &self.settings,
-                    &mut self.seen,
-                );
-                let token_text = Uuid::from_u128(token).hyphenated().to_string();
-                let value = self.eval(
-                    &scripts::BREAKER_SETTLE,
-                    (token_text, probe_outcome_text(*outcome), expected),
-                )?;
-                let lua = self.decided(decode_settle(value))?;
-                prop_assert_eq!(model, lua, "settle {:?} under {}", outcome, expected);
+                    outcome: *outcome,
+                    generation: self.pick(generation),
+                    settings: self.settings,
+                })?;
             }
             Command::Advance { ms } => self.now += ms,
             Command::AdvanceTo { boundary, offset } => {
@@ -311,7 +277,7 @@ impl<C: redis::ConnectionLike> Case<'_, '_, C> {
                 self.now += self.settings.closed_ttl_ms() + self.settings.probe_lease_ms + 1
             }
             Command::DeleteState => {
-                self.store.state = None;
+                self.stored.store.state = None;
                 self.env.query::<()>(redis::cmd("DEL").arg(&self.keys[0]))?;
             }
         }
@@ -405,14 +371,28 @@ fn key_expiry_never_leaves_totals_behind() {
     };
     let keys = ["brk:state", "brk:window", "brk:probes"].map(|s| format!("caracal:v1:{{ttl}}:{s}"));
     let mut observe = |outcomes: &str| {
-        let value = redis::Script::new(scripts::BREAKER_OBSERVE.body)
+        let command = ObserveCommand {
+            generation: 0,
+            observations: outcomes
+                .chars()
+                .filter_map(Observation::from_letter)
+                .collect(),
+            mint: MINT,
+            settings,
+        };
+        let wire = Wire {
+            prefix: "ttl",
+            ..Wire::default()
+        };
+        let value = redis::Script::new(Observe::SCRIPT.body())
             .key(&keys[0])
             .key(&keys[1])
             .key(&keys[2])
-            .arg((common_args("", "ttl", &settings), 0, outcomes, MINT))
+            .arg(Encoded::<Observe>::new(&[&command], wire))
             .invoke(&mut conn)
             .expect("observe");
-        decode_observe(value).expect("observe reply").reply
+        let mut replies = kernels::decode::<Observe>(value, 1).expect("observe reply");
+        replies.remove(0).reply
     };
     observe("fff");
     std::thread::sleep(std::time::Duration::from_millis(400));
@@ -453,7 +433,7 @@ pub(super) fn run(conn: impl redis::ConnectionLike, cases: u32) {
                 env,
                 keys,
                 settings,
-                store: Store::default(),
+                stored: Stored::default(),
                 seen: Seen::default(),
                 now,
                 current: 0,
@@ -463,7 +443,7 @@ pub(super) fn run(conn: impl redis::ConnectionLike, cases: u32) {
             for command in &commands {
                 case.run(command)?;
             }
-            let mut expected = case.store.clone();
+            let mut expected = case.stored.store.clone();
             expected.probes.sort_unstable();
             let stored = case.stored()?;
             // The kernel may keep batches of one millisecond in one window entry where the list

@@ -9,13 +9,12 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use uuid::Uuid;
 
-use super::{Env, decode_failed, differential};
-use crate::coordinator::redis::link::decode_lease;
-use crate::coordinator::redis::{reply, scripts, token_text};
-use crate::kernel::Seen;
+use super::{Env, differential};
+use crate::coordinator::redis::token_text;
 use crate::kernel::lease::{
-    Branch, LeaseAction, LeaseReply, LeaseSet, MAX_FENCE, Refusal, Terms, Token,
+    Branch, Lease, LeaseAction, LeaseReply, LeaseSet, LeaseStep, MAX_FENCE, Refusal, Terms, Token,
 };
+use crate::kernel::{Seen, Wire};
 
 /// A token by its index among those used so far (modulo how many), or a new one.
 type Pick = Option<usize>;
@@ -120,7 +119,8 @@ impl Tokens {
 /// What one command answers: a reply per token, or the refusal of the whole command.
 type Answer = Result<Vec<LeaseReply>, Refusal>;
 
-/// Runs the lease script for `tokens` at `now_ms`: one reply per token, or its refusal.
+/// Runs the lease script for `tokens` at `now_ms`, encoded and decoded as the backend does:
+/// one reply per token, or its refusal.
 fn script<C: redis::ConnectionLike>(
     env: &mut Env<'_, C>,
     action: LeaseAction,
@@ -128,37 +128,31 @@ fn script<C: redis::ConnectionLike>(
     terms: Terms,
     now_ms: u64,
 ) -> Result<Answer, TestCaseError> {
-    let keys = [env.key("leases"), env.key("fence")];
-    let texts: Vec<String> = tokens
+    let steps: Vec<LeaseStep> = tokens
         .iter()
-        .map(|&token| token_text(Uuid::from_u128(token)))
-        .collect();
-    let args = (action.as_str(), terms.ttl, terms.limit, terms.known, texts);
-    let value = match env.eval_or_refusal(&scripts::BULKHEAD_LEASE, &keys, args, now_ms * 1000) {
-        Ok(value) => value,
-        Err(error) => {
-            return match error.code() {
-                Some("CARACAL_LOST") => Ok(Err(Refusal::Lost)),
-                Some("CARACAL_FENCE") => Ok(Err(Refusal::Exhausted)),
-                _ => Err(TestCaseError::fail(format!(
-                    "bulkhead_lease failed: {error}"
-                ))),
-            };
-        }
-    };
-    let redis::Value::Array(items) = value else {
-        return Err(TestCaseError::fail(format!("not an array: {value:?}")));
-    };
-    items
-        .chunks(3)
-        .map(|chunk| {
-            let triple =
-                reply::integers::<3>("bulkhead_lease", redis::Value::Array(chunk.to_vec()))
-                    .and_then(decode_lease);
-            triple.map_err(decode_failed)
+        .map(|&token| LeaseStep {
+            action,
+            token,
+            ttl: terms.ttl,
+            limit: terms.limit,
+            known: terms.known,
         })
-        .collect::<Result<_, _>>()
-        .map(Ok)
+        .collect();
+    let batch: Vec<&LeaseStep> = steps.iter().collect();
+    let wire = Wire {
+        known: terms.known,
+        ..Wire::default()
+    };
+    match env.script::<Lease>(&batch, wire, now_ms * 1000)? {
+        Ok(replies) => Ok(replies.into_iter().collect()),
+        Err(error) => match error.code() {
+            Some("CARACAL_LOST") => Ok(Err(Refusal::Lost)),
+            Some("CARACAL_FENCE") => Ok(Err(Refusal::Exhausted)),
+            _ => Err(TestCaseError::fail(format!(
+                "bulkhead_lease failed: {error}"
+            ))),
+        },
+    }
 }
 
 pub(super) fn run(conn: impl redis::ConnectionLike, cases: u32) {

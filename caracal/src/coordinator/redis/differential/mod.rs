@@ -20,11 +20,12 @@ mod rate_limit;
 use std::cell::{Cell, RefCell};
 use std::fmt::Debug;
 
+use proptest::prop_assert_eq;
 use proptest::strategy::Strategy;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
 
-use super::scripts::Script;
-use crate::kernel::Seen;
+use super::kernels::{self, Encoded};
+use crate::kernel::{Now, Script, Scripted, Seen, Wire};
 
 /// What a script reads the clock with; each script does it exactly once.
 const CLOCK_READ: &str = "redis.call('TIME')";
@@ -37,12 +38,12 @@ const FIXED_CLOCK: &str = "(function() local t = tonumber(table.remove(ARGV)) \
 /// `script` reading its clock from its last argument.
 fn with_fixed_clock(script: &Script) -> redis::Script {
     assert_eq!(
-        script.body.matches(CLOCK_READ).count(),
+        script.body().matches(CLOCK_READ).count(),
         1,
         "{} reads the clock exactly once",
         script.name
     );
-    redis::Script::new(&script.body.replace(CLOCK_READ, FIXED_CLOCK))
+    redis::Script::new(&script.body().replace(CLOCK_READ, FIXED_CLOCK))
 }
 
 /// One case's connection, its keys' hash tag (unique per case) and the clock it starts at.
@@ -59,19 +60,8 @@ impl<C: redis::ConnectionLike> Env<'_, C> {
         format!("caracal:v1:{{{}}}:{suffix}", self.tag)
     }
 
-    /// Runs `script` (clock substituted) on `keys` with `args`, then `now_us` as the clock.
-    fn eval(
-        &mut self,
-        script: &Script,
-        keys: &[String],
-        args: impl redis::ToRedisArgs,
-        now_us: u64,
-    ) -> Result<redis::Value, TestCaseError> {
-        self.eval_or_refusal(script, keys, args, now_us)
-            .map_err(|e| TestCaseError::fail(format!("{} failed: {e}", script.name)))
-    }
-
-    /// [`eval`](Self::eval), with the script's error replies (its refusals) handed back.
+    /// Runs `script` (clock substituted) on `keys` with `args`, then `now_us` as the clock; the
+    /// script's error replies (its refusals) are handed back.
     fn eval_or_refusal(
         &mut self,
         script: &Script,
@@ -86,6 +76,47 @@ impl<C: redis::ConnectionLike> Env<'_, C> {
         }
         invocation.arg(args).arg(now_us);
         invocation.invoke(self.conn)
+    }
+
+    /// Runs `batch` through `K`'s script at `now_us`, encoded and decoded exactly as the Redis
+    /// backend does: one reply per command, or the script's error reply.
+    fn script<K: Scripted>(
+        &mut self,
+        batch: &[&K::Command],
+        wire: Wire<'_>,
+        now_us: u64,
+    ) -> Result<redis::RedisResult<Vec<K::Reply>>, TestCaseError> {
+        let keys: Vec<String> = K::KEYS.iter().map(|suffix| self.key(suffix)).collect();
+        let args = Encoded::<K>::new(batch, wire);
+        match self.eval_or_refusal(K::SCRIPT, &keys, args, now_us) {
+            Ok(value) => kernels::decode::<K>(value, batch.len())
+                .map(Ok)
+                .map_err(decode_failed),
+            Err(error) => Ok(Err(error)),
+        }
+    }
+
+    /// Runs `command` through `K`'s kernel on `state` and through its script, both at `now_us`:
+    /// the replies (stamps included) must be equal. Returns the reply.
+    fn step<K: Scripted>(
+        &mut self,
+        state: &mut K::State,
+        command: &K::Command,
+        wire: Wire<'_>,
+        now_us: u64,
+        seen: &mut Seen,
+    ) -> Result<K::Reply, TestCaseError>
+    where
+        K::Command: Debug,
+        K::Reply: PartialEq + Debug,
+    {
+        let model = K::step(state, command, clock(now_us), seen);
+        let lua = self
+            .script::<K>(&[command], wire, now_us)?
+            .map_err(|e| TestCaseError::fail(format!("{} failed: {e}", K::SCRIPT.name)))?
+            .remove(0);
+        prop_assert_eq!(&model, &lua, "{:?} at {} µs", command, now_us);
+        Ok(model)
     }
 
     /// Runs one plain command.
@@ -103,6 +134,16 @@ impl<C: redis::ConnectionLike> Env<'_, C> {
             -1 => Some(0),
             at => Some(at as u64),
         })
+    }
+}
+
+/// The kernel's reading of the script's clock at `now_us`: what a script stamps its replies
+/// with is its time in microseconds.
+fn clock(now_us: u64) -> Now {
+    Now {
+        ms: now_us / 1000,
+        ns: now_us * 1000,
+        order: now_us,
     }
 }
 

@@ -1,4 +1,4 @@
-//! `rate_limit.lua` against [`gcra::admit`]: generated arrivals at one cell, with intervals
+//! `rate_limit.lua` against the [`Gcra`] kernel: generated arrivals at one cell, with intervals
 //! from a nanosecond to seconds (so sums carry across whole seconds in the script's
 //! seconds:nanoseconds arithmetic) and clock moves to just before, at and after the moment
 //! the next arrival becomes admissible.
@@ -6,10 +6,9 @@
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
-use super::{Env, decode_failed, differential};
-use crate::coordinator::redis::{reply, scripts};
-use crate::kernel::Seen;
-use crate::kernel::gcra::{self, Branch};
+use super::{Env, clock, differential};
+use crate::kernel::gcra::{Arrival, Branch, Cell, Gcra};
+use crate::kernel::{Kernel, Seen, Wire};
 
 #[derive(Debug, Clone)]
 enum Command {
@@ -47,45 +46,34 @@ pub(super) fn run(conn: impl redis::ConnectionLike, cases: u32) {
         case(),
         &Branch::ALL,
         |env, (interval, burst, commands)| {
-            let mut tat: Option<u64> = None;
+            let mut cell = Cell::default();
             let mut seen = Seen::default();
             let mut now_us = env.start_us;
             let key = env.key("rate:ns");
+            let arrival = Arrival { interval, burst };
             for command in commands {
                 match command {
                     Command::Arrive { count } => {
-                        let want: Vec<[i64; 2]> = (0..count)
-                            .map(|_| {
-                                match gcra::admit(tat, now_us * 1000, interval, burst, &mut seen) {
-                                    Ok(next) => {
-                                        tat = Some(next);
-                                        [1, 0]
-                                    }
-                                    Err(wait) => [0, wait as i64],
-                                }
-                            })
+                        let want: Vec<_> = (0..count)
+                            .map(|_| Gcra::step(&mut cell, &arrival, clock(now_us), &mut seen))
                             .collect();
-                        let value = env.eval(
-                            &scripts::RATE_LIMIT,
-                            std::slice::from_ref(&key),
-                            (interval, burst, count),
-                            now_us,
-                        )?;
-                        let got = reply::integer_groups::<2>("rate_limit", value, count)
-                            .map_err(decode_failed)?;
+                        let batch = vec![&arrival; count];
+                        let got = env
+                            .script::<Gcra>(&batch, Wire::default(), now_us)?
+                            .map_err(|e| TestCaseError::fail(format!("rate_limit failed: {e}")))?;
                         prop_assert_eq!(want, got, "{} arrivals at {} µs", count, now_us);
                     }
                     Command::Advance { us } => now_us += us,
                     Command::ToAdmissible { offset } => {
                         let burst_delay = interval * u64::from(burst - 1);
-                        if let Some(tat) = tat {
+                        if let Some(tat) = cell.0 {
                             let admissible = tat.saturating_sub(burst_delay).div_ceil(1000);
                             now_us = now_us.max(admissible.saturating_add_signed(offset.into()));
                         }
                     }
                 }
             }
-            compare_final_state(env, &key, tat)?;
+            compare_final_state(env, &key, cell.0)?;
             Ok(seen)
         },
     );

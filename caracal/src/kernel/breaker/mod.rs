@@ -59,6 +59,12 @@
 //! Expiry is decided by these stored times, never by key TTLs, which only collect garbage
 //! after the fact; that keeps both backends exactly equal under any clock.
 
+mod commands;
+
+pub(crate) use self::commands::{
+    Admit, AdmitCommand, Forcing, Observe, ObserveCommand, Settle, SettleCommand, Stored,
+};
+
 use std::collections::VecDeque;
 
 use super::Seen;
