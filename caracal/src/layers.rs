@@ -6,7 +6,9 @@
 //!   coordinator, no policy;
 //! - `coordinator` → no policy;
 //! - `policy` → not the Redis backend (policies never know which backend answers);
-//! - the backends → not the macros.
+//! - the backends → not the macros, and not their owner (`coordinator/mod.rs`): what they share
+//!   with it lives below both (`coordinator/protocol.rs`, the kernels);
+//! - a kind's files (its policy folder, its kernel) → no other kind's.
 
 use std::path::{Path, PathBuf};
 
@@ -83,4 +85,63 @@ fn backends_never_reach_the_macros() {
         violations("coordinator", &["caracal_macros", "__private"]),
         Vec::<String>::new()
     );
+}
+
+/// The lines of `file` (under `src/`) that import items of the module `owner` names directly
+/// (`owner::{…}` or `owner::Item`) rather than one of its submodules.
+fn owner_items(file: &Path, owner: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(file).expect("read source");
+    let mut found = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let code = line.split("//").next().unwrap_or_default();
+        let direct = code.match_indices(owner).any(|(at, _)| {
+            let next = code[at + owner.len()..].chars().next();
+            next == Some('{') || next.is_some_and(char::is_uppercase)
+        });
+        if direct {
+            found.push(format!("{}:{}", file.display(), number + 1));
+        }
+    }
+    found
+}
+
+#[test]
+fn backends_never_import_their_owner() {
+    let coordinator = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/coordinator");
+    let mut found = owner_items(&coordinator.join("memory.rs"), "super::");
+    found.extend(owner_items(&coordinator.join("redis/mod.rs"), "super::"));
+    for file in sources(&coordinator.join("redis")) {
+        found.extend(owner_items(&file, "crate::coordinator::"));
+        found.extend(owner_items(&file, "super::super::"));
+    }
+    assert_eq!(found, Vec::<String>::new());
+}
+
+#[test]
+fn a_kinds_files_import_no_other_kinds() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let kinds: Vec<String> = std::fs::read_dir(src.join("policy"))
+        .expect("read policy dir")
+        .filter_map(|entry| {
+            let path = entry.expect("dir entry").path();
+            path.is_dir().then(|| {
+                path.file_name()
+                    .expect("a name")
+                    .to_string_lossy()
+                    .into_owned()
+            })
+        })
+        .collect();
+    assert!(kinds.len() >= 3, "kinds found: {kinds:?}");
+    let mut found = Vec::new();
+    for kind in &kinds {
+        let others: Vec<String> = kinds
+            .iter()
+            .filter(|other| *other != kind)
+            .flat_map(|other| [format!("policy::{other}"), format!("kernel::{other}")])
+            .collect();
+        let others: Vec<&str> = others.iter().map(String::as_str).collect();
+        found.extend(violations(&format!("policy/{kind}"), &others));
+    }
+    assert_eq!(found, Vec::<String>::new());
 }

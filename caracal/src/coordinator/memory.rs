@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::FleetOverrides;
+use super::protocol::FleetOverrides;
 use super::registry::{self, Registered, Report, Snapshot};
 use crate::Error;
 use crate::clock::Clock;

@@ -12,6 +12,7 @@ pub(crate) mod feed;
 mod fleet;
 mod incarnation;
 mod memory;
+mod protocol;
 mod redis;
 pub(crate) mod registry;
 mod wakeups;
@@ -32,6 +33,7 @@ use self::fleet::Fleet;
 pub use self::incarnation::DataLoss;
 pub(crate) use self::incarnation::{Incarnation, LossCause};
 use self::memory::MemoryBackend;
+pub(crate) use self::protocol::{BreakerTarget, FleetOverrides, LeaseAnswer, LeaseCommand};
 pub use self::redis::REDIS_ACL_RULES;
 use self::redis::RedisBackend;
 use self::registry::{Registered, Report, Snapshot, Usage};
@@ -42,8 +44,8 @@ use crate::config::overrides::{Overrides, Resolved, Values};
 use crate::error::FailureKind;
 use crate::identity::{Identity, KeyBase, Kind, Scope};
 pub(crate) use crate::kernel::Stamped;
-use crate::kernel::breaker::{Force, ForceReply, Forcing, Settings};
-use crate::kernel::lease::{Lease, LeaseAction, LeaseReply, LeaseStep, Refusal, Release};
+use crate::kernel::breaker::{Force, ForceReply, Forcing};
+use crate::kernel::lease::{Lease, Refusal, Release};
 use crate::kernel::{Kernel, Scripted};
 
 /// Where distributed policies keep their shared state.
@@ -107,45 +109,6 @@ impl fmt::Debug for Coordinator {
     }
 }
 
-/// One lease command: `action` on `token`'s lease in `identity`'s lease set.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct LeaseCommand<'a> {
-    pub(crate) identity: &'a Identity,
-    pub(crate) action: LeaseAction,
-    pub(crate) token: Uuid,
-    pub(crate) ttl: Duration,
-    pub(crate) limit: u32,
-}
-
-impl LeaseCommand<'_> {
-    /// The ttl as the lease set keeps deadlines: whole milliseconds.
-    fn ttl_ms(&self) -> u64 {
-        u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX)
-    }
-
-    /// The command as the lease kernel takes it. It knows no live fencing token: the Redis
-    /// backend sends the one it knows when the command goes out, and nothing is ever lost in
-    /// memory.
-    fn step(&self) -> LeaseStep {
-        LeaseStep {
-            action: self.action,
-            token: self.token.as_u128(),
-            ttl: self.ttl_ms(),
-            limit: self.limit,
-            known: 0,
-        }
-    }
-}
-
-/// A lease command's answer, and when the command was sent: the server set any deadline it
-/// granted after that. An acquire may wait in its identity's lane before its batch is sent, so
-/// this is later than when its caller asked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct LeaseAnswer {
-    pub(crate) reply: LeaseReply,
-    pub(crate) sent: tokio::time::Instant,
-}
-
 /// The error a lease command refused whole ends in.
 fn lease_refused(refusal: Refusal) -> Error {
     match refusal {
@@ -160,13 +123,6 @@ fn lease_refused(refusal: Refusal) -> Error {
              token",
         ),
     }
-}
-
-/// A breaker identity and the settings its commands carry.
-#[derive(Debug, Clone)]
-pub(crate) struct BreakerTarget {
-    pub(crate) identity: Identity,
-    pub(crate) settings: Settings,
 }
 
 impl Coordinator {
@@ -583,10 +539,6 @@ pub(crate) fn current() -> Result<Coordinator, Error> {
         .or_else(|| INSTALLED.get().cloned())
         .ok_or(Error::NotInstalled)
 }
-
-/// The fleet's overrides' version, and the overrides (`"<kind>.<name>.<key>"`, value) unless
-/// the caller held that version already.
-pub(crate) type FleetOverrides = (u64, Option<Vec<(String, String)>>);
 
 /// The coordinator behind `weak`, while it lives.
 fn upgrade(weak: &Weak<Inner>) -> Option<Coordinator> {

@@ -5,7 +5,7 @@ use redis::Value;
 
 use super::{RedisBackend, reply, scripts};
 use crate::Error;
-use crate::coordinator::FleetOverrides;
+use crate::coordinator::protocol::FleetOverrides;
 use crate::coordinator::registry::{DRIFT_WINDOW, MAX_IDENTITIES, Registered, Report, Snapshot};
 use crate::identity::{KeyBase, PolicyKind};
 use crate::kernel::breaker::{Counts, Phase, State};

@@ -32,7 +32,7 @@ pub(crate) use self::sentinel::SentinelUrl;
 use super::background::Background;
 use super::feed;
 use super::incarnation::Incarnation;
-use super::{LeaseAnswer, LeaseCommand};
+use super::protocol::{LeaseAnswer, LeaseCommand};
 use crate::Error;
 use crate::identity::KeyBase;
 use crate::kernel::Scripted;
