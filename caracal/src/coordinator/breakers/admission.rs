@@ -1,0 +1,161 @@
+//! A call's admission through a breaker: from the view when it can, else with one round trip;
+//! and a probe's settlement.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::view::Tells;
+use super::{Admission, ViewDecision};
+use crate::Error;
+use crate::coordinator::{BreakerTarget, Coordinator, Stamped, upgrade};
+use crate::events;
+use crate::kernel::breaker::{
+    Admit, AdmitCommand, AdmitReply, Phase, ProbeOutcome, Settle, SettleCommand, SettleReply,
+};
+
+impl Coordinator {
+    /// Decides how a call passes `target`'s breaker: from this process's view when it can, else
+    /// with one round trip.
+    pub(crate) async fn breaker_admission(
+        &self,
+        target: &BreakerTarget,
+    ) -> Result<Admission, Error> {
+        let breakers = &self.inner.breakers;
+        self.ensure_transition_feed();
+        // The batches waited for, and until when.
+        let mut waiting: Option<(u64, Instant)> = None;
+        loop {
+            let waited_for = waiting.map(|(until, _)| until);
+            match breakers.decide_locally(target, Instant::now(), waited_for) {
+                ViewDecision::Decided(admission) => return Ok(admission),
+                ViewDecision::Ask => break,
+                // Every reply wakes every waiter, so each waits on until the batches in flight
+                // when it began are answered: asking the coordinator sooner could overtake the
+                // batch that carries its verdict. Bounded by the command timeout: a verdict
+                // that never comes (its task dropped with a runtime) must not hold admissions
+                // forever; the coordinator decides after that.
+                ViewDecision::AwaitVerdict { verdict, until } => {
+                    let (_, deadline) = *waiting
+                        .get_or_insert_with(|| (until, Instant::now() + self.command_timeout()));
+                    if tokio::time::timeout_at(deadline, verdict).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let token = crate::coordinator::fresh_token();
+        // If this call is dropped (or the reply lost) after the script took a probe slot, the
+        // slot is handed back rather than held until its lease ends.
+        let mut unclaimed = UnclaimedProbe {
+            coordinator: self,
+            target,
+            token,
+            armed: true,
+        };
+        let asked = Instant::now();
+        let admit = AdmitCommand {
+            token: token.as_u128(),
+            settings: target.settings,
+        };
+        let Stamped { reply, stamp } = self.run::<Admit>(&target.identity, admit).await?;
+        let told = reply.told(&target.settings);
+        let admission = match reply {
+            AdmitReply::Closed { generation, .. } => Admission::Closed { generation },
+            AdmitReply::ForcedClosed { generation } => Admission::Unrecorded { generation },
+            AdmitReply::Open { generation, .. } | AdmitReply::ForcedOpen { generation, .. } => {
+                Admission::Open {
+                    phase: told.phase,
+                    generation,
+                    retry_after: told.probe_due_in,
+                }
+            }
+            AdmitReply::ProbeLimit { generation } => Admission::ProbeLimit { generation },
+            AdmitReply::Probe { generation, .. } => Admission::Probe { generation, token },
+        };
+        breakers.learn(target, told.learned(asked, stamp), told.maker);
+        unclaimed.armed = false;
+        Ok(admission)
+    }
+
+    /// What this process last saw of `target`'s breaker, within the last-known age bound.
+    pub(crate) fn breaker_last_known(&self, target: &BreakerTarget) -> Option<Phase> {
+        self.inner.breakers.last_known(&target.identity.key)
+    }
+
+    /// Settles the probe `token` admitted under `generation`. The request is sent at the first
+    /// poll; the future owns everything it needs.
+    fn settle(
+        &self,
+        target: BreakerTarget,
+        token: Uuid,
+        outcome: ProbeOutcome,
+        generation: u64,
+    ) -> impl Future<Output = Result<Stamped<SettleReply>, Error>> + Send + 'static {
+        let coordinator = self.clone();
+        let settle = SettleCommand {
+            token: token.as_u128(),
+            outcome,
+            generation,
+            settings: target.settings,
+        };
+        async move { coordinator.run::<Settle>(&target.identity, settle).await }
+    }
+
+    /// Settles a probe without waiting; the reply refreshes the view.
+    pub(crate) fn breaker_settle_later(
+        &self,
+        target: &BreakerTarget,
+        token: Uuid,
+        outcome: ProbeOutcome,
+        generation: u64,
+    ) {
+        let asked = Instant::now();
+        let settle = self.settle(target.clone(), token, outcome, generation);
+        let weak = Arc::downgrade(&self.inner);
+        let target = target.clone();
+        self.in_background(async move {
+            let reply = settle.await;
+            let Some(coordinator) = upgrade(&weak) else {
+                return;
+            };
+            match reply {
+                Ok(Stamped { reply, stamp }) => {
+                    events::breaker_settled(&target.identity.at(), generation, &reply);
+                    let told = reply.told(&target.settings);
+                    let learned = told.learned(asked, stamp);
+                    coordinator
+                        .inner
+                        .breakers
+                        .learn(&target, learned, told.maker);
+                }
+                Err(error) => {
+                    events::breaker_coordinator_error(&target.identity.at(), "settle", &error)
+                }
+            }
+        });
+    }
+}
+
+/// A probe slot the admission script may have taken for a call that never learned of it.
+struct UnclaimedProbe<'a> {
+    coordinator: &'a Coordinator,
+    target: &'a BreakerTarget,
+    token: Uuid,
+    armed: bool,
+}
+
+impl Drop for UnclaimedProbe<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let settle =
+                self.coordinator
+                    .settle(self.target.clone(), self.token, ProbeOutcome::Ignored, 0);
+            self.coordinator.in_background(async move {
+                let _ = settle.await;
+            });
+        }
+    }
+}

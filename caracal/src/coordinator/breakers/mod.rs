@@ -1,0 +1,274 @@
+//! What this process knows of each breaker's shared state, so the closed path costs no round
+//! trip, and so every process that uses a breaker hears of every change to it.
+//!
+//! - **Views.** Every reply about a breaker (admission, observation, settlement) and every
+//!   transition message refreshes this process's view of it. A call admitted on a closed view
+//!   younger than [`VIEW_MAX_AGE`] costs no round trip; an older one is refreshed by that call
+//!   (one round trip). While a view says open, calls are rejected locally until the next probe
+//!   is due. Half-open always asks the coordinator: probes are arbitrated there. Forced states
+//!   (an operator's) are decided from a fresh view like a closed one.
+//! - **Fleet-wide invalidation.** The scripts publish every transition on the namespace's
+//!   channel; each process subscribes and applies it to its view at once. So a breaker opened by
+//!   any process stops the others within one pub/sub delivery; if a message is lost (the
+//!   subscription reconnecting) the view expires after [`VIEW_MAX_AGE`] anyway. **Staleness
+//!   bound: a closed view is never trusted for longer than `VIEW_MAX_AGE`.**
+//! - **Every process sees every change.** A view that learns a new phase — from a reply, or
+//!   from a message — announces it: `circuit_breaker.state_changed` with `origin` `local` (this
+//!   process made it), `remote` (another did) or `operator`.
+//! - **Batched observations.** Outcomes of closed-path calls are not awaited: they accumulate
+//!   per identity and generation for up to [`BATCH_DELAY`] (or [`MAX_BATCH`] outcomes) and go
+//!   out as one script call, whose reply refreshes the view.
+//! - **Own outcomes count at once.** The view keeps the window the coordinator last reported
+//!   and the outcomes sent since or still waiting. When those together reach the threshold,
+//!   the batch goes out at once and admissions wait for its verdict instead of deciding from
+//!   the view: a failing downstream is cut off after at most `minimum_throughput` calls of
+//!   this process (plus those already running), not after a batch delay's worth.
+//! - **Order.** Answers reach a process in another order than the coordinator decided them (a
+//!   batch is sent from a background task, replies are handled by different tasks). Each one
+//!   carries the server time of its decision, and a view drops one decided before the answer
+//!   it holds — unless its question was asked after that answer arrived, which orders it
+//!   without trusting clocks (a failover can turn the server's time back). A pub/sub message
+//!   answers no question of this process: only its time orders it.
+//! - **Last-known state.** When the coordinator cannot answer, the view is also what this
+//!   process last saw; it is remembered for at most [`LAST_KNOWN_AGE`] and at most
+//!   [`MAX_VIEWS`] identities.
+
+mod admission;
+mod batch;
+#[cfg(test)]
+mod tests;
+mod view;
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::sync::futures::Notified;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use self::view::{Learned, Maker, View, learn_in};
+use super::feed::{Origin, Transition};
+use super::{BreakerTarget, Stamped};
+use crate::events::{self, ChangeOrigin};
+use crate::identity::{Identity, KeyBase};
+use crate::kernel::breaker::{Counts, Force, ForceReply, Phase, Transition as BreakerTransition};
+use crate::sync::lock;
+
+/// How long a closed (or forced) view is trusted without confirmation.
+pub(crate) const VIEW_MAX_AGE: Duration = Duration::from_millis(250);
+/// How long closed-path outcomes wait to be sent together.
+pub(crate) const BATCH_DELAY: Duration = Duration::from_millis(2);
+/// The most outcomes sent in one observation.
+pub(crate) const MAX_BATCH: usize = 512;
+/// How long a view is remembered without confirmation (the last-known state's age bound).
+pub(crate) const LAST_KNOWN_AGE: Duration = Duration::from_secs(600);
+/// The most identities remembered.
+pub(crate) const MAX_VIEWS: usize = 10_000;
+/// How a call is admitted, from the view or from the coordinator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Admission {
+    /// Run as an ordinary call; its outcome is recorded under `generation`.
+    Closed { generation: u64 },
+    /// Run, recording nothing: an operator forced the breaker closed.
+    Unrecorded { generation: u64 },
+    /// Run as a probe holding the slot `token`.
+    Probe { generation: u64, token: Uuid },
+    /// Rejected: open (or forced open), with the time until a probe may be admitted when
+    /// known.
+    Open {
+        phase: Phase,
+        generation: u64,
+        retry_after: Option<Duration>,
+    },
+    /// Rejected: half-open with every probe slot taken.
+    ProbeLimit { generation: u64 },
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Breakers {
+    views: Mutex<HashMap<KeyBase, View>>,
+    /// Wakes every batch waiting for its delay, so shutdown need not wait it out.
+    flush_now: Arc<Notify>,
+    /// Wakes the admissions waiting for an observation's verdict (any identity's: each
+    /// checks its own view again).
+    verdicts: Notify,
+}
+
+/// What the view alone can say of an admission.
+enum ViewDecision<'a> {
+    Decided(Admission),
+    /// This process's own outcomes may have opened the breaker: wait until the batches in
+    /// flight (up to `until` sent) are answered.
+    AwaitVerdict {
+        verdict: Pin<Box<Notified<'a>>>,
+        until: u64,
+    },
+    /// Ask the coordinator.
+    Ask,
+}
+
+/// Says a view learned of `change`, made by `origin`; `window` is what opened it, if that is
+/// what happened.
+fn announce(
+    identity: &Identity,
+    change: BreakerTransition,
+    origin: ChangeOrigin,
+    window: Option<Counts>,
+) {
+    events::breaker_state_changed(&identity.at(), change, window, origin);
+}
+
+/// Who made a change this process learned of from a reply, before (or without) the feed's
+/// message naming its maker: only an operator forces a state or ends a forced one under a new
+/// generation (a reset); any other change was another process's call.
+fn learned_origin(change: BreakerTransition) -> ChangeOrigin {
+    let forced = |phase| matches!(phase, Phase::ForcedOpen | Phase::ForcedClosed);
+    if forced(change.to) || (forced(change.from) && change.to == Phase::Closed) {
+        ChangeOrigin::Operator
+    } else {
+        ChangeOrigin::Remote
+    }
+}
+
+impl Breakers {
+    /// Applies what a reply to this process's own command said; announces a change it made
+    /// (with the window that opened it, if any) as local, and one it merely learned
+    /// of (another process made it) as remote.
+    fn learn(&self, target: &BreakerTarget, learned: Learned, maker: Maker) {
+        let change = learn_in(
+            &mut lock(&self.views),
+            &target.identity.key,
+            Some(&target.identity),
+            learned,
+        );
+        if let Some(change) = change.change() {
+            let (origin, window) = match maker {
+                Maker::Us { opened_by } => (ChangeOrigin::Local, opened_by),
+                Maker::Other => (learned_origin(change), None),
+            };
+            announce(&target.identity, change, origin, window);
+        }
+    }
+
+    /// A transition message. This process's own were announced when their replies came.
+    pub(super) fn on_message(&self, transition: Transition) {
+        if transition.own {
+            return;
+        }
+        let now = Instant::now();
+        let learned = Learned {
+            phase: transition.phase,
+            generation: transition.generation,
+            probe_due: None,
+            asked: now,
+            received: now,
+            stamp: transition.stamp,
+            answers_question: false,
+        };
+        let origin = match transition.origin {
+            Origin::Call => ChangeOrigin::Remote,
+            Origin::Operator => ChangeOrigin::Operator,
+        };
+        self.apply_change(&transition.key, learned, origin);
+    }
+
+    /// An operator's command this process carried out, asked at `asked`: its own message
+    /// about it is skipped, so the answer is what tells its view.
+    pub(super) fn on_forced(
+        &self,
+        key: &KeyBase,
+        force: Force,
+        forced: Stamped<ForceReply>,
+        asked: Instant,
+    ) {
+        let (phase, probe_due) = match force {
+            Force::Open { lasts_ms } => (
+                Phase::ForcedOpen,
+                (lasts_ms > 0).then(|| asked + Duration::from_millis(lasts_ms)),
+            ),
+            Force::Closed { .. } => (Phase::ForcedClosed, None),
+            Force::Reset { .. } => (Phase::Closed, None),
+        };
+        let learned = Learned {
+            phase,
+            generation: forced.reply.generation,
+            probe_due,
+            asked,
+            received: Instant::now(),
+            stamp: Some(forced.stamp),
+            answers_question: true,
+        };
+        self.apply_change(key, learned, ChangeOrigin::Operator);
+    }
+
+    /// Applies a change this process learned of without a call of its own to its view of
+    /// `key`, if it holds one (others would be made on demand anyway), and announces it as
+    /// made by `origin`.
+    fn apply_change(&self, key: &KeyBase, learned: Learned, origin: ChangeOrigin) {
+        let mut views = lock(&self.views);
+        if let Some(change) = learn_in(&mut views, key, None, learned).change()
+            && let Some(view) = views.get(key)
+        {
+            announce(&view.identity, change, origin, None);
+        }
+    }
+
+    /// What the view alone can say of an admission to `target` at `now`; `waited_for`: the
+    /// batches this admission has been waiting for, if it has.
+    fn decide_locally(
+        &self,
+        target: &BreakerTarget,
+        now: Instant,
+        waited_for: Option<u64>,
+    ) -> ViewDecision<'_> {
+        let views = lock(&self.views);
+        let Some(view) = views.get(&target.identity.key) else {
+            return ViewDecision::Ask;
+        };
+        let generation = view.generation;
+        let rejected = |due: Option<Instant>| Admission::Open {
+            phase: view.phase,
+            generation,
+            retry_after: due.map(|due| due - now),
+        };
+        match view.phase {
+            Phase::Closed if view.verdict_pending(&target.settings) => {
+                let until = waited_for.unwrap_or(view.batches_sent);
+                if view.batches_answered >= until {
+                    // Answered, and still no verdict: the coordinator decides.
+                    return ViewDecision::Ask;
+                }
+                // Registered under the lock that the reply's update takes: it cannot be missed.
+                let mut verdict = Box::pin(self.verdicts.notified());
+                verdict.as_mut().enable();
+                ViewDecision::AwaitVerdict { verdict, until }
+            }
+            Phase::Closed if view.fresh(now) => {
+                ViewDecision::Decided(Admission::Closed { generation })
+            }
+            Phase::ForcedClosed if view.fresh(now) => {
+                ViewDecision::Decided(Admission::Unrecorded { generation })
+            }
+            Phase::Open => match view.probe_due.filter(|&due| now < due) {
+                Some(due) => ViewDecision::Decided(rejected(Some(due))),
+                None => ViewDecision::Ask,
+            },
+            // Until it lapses, or a reset is heard of; a lost message costs one round trip
+            // per staleness bound.
+            Phase::ForcedOpen if view.fresh(now) && view.probe_due.is_none_or(|due| now < due) => {
+                ViewDecision::Decided(rejected(view.probe_due))
+            }
+            _ => ViewDecision::Ask,
+        }
+    }
+
+    /// The phase this process last saw for `key`, if it saw it recently enough to act on.
+    pub(super) fn last_known(&self, key: &KeyBase) -> Option<Phase> {
+        let views = lock(&self.views);
+        let view = views.get(key)?;
+        (view.confirmed.elapsed() < LAST_KNOWN_AGE).then_some(view.phase)
+    }
+}
