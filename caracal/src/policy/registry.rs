@@ -126,6 +126,18 @@ pub(crate) enum Held<'s, V> {
     Shared(Arc<V>),
 }
 
+#[cfg(feature = "tower")]
+impl<V> Held<'_, V> {
+    /// The value, no longer borrowed from its site (a tower response outlives the borrow):
+    /// the site's cached value costs a reference count.
+    pub(crate) fn into_owned(self) -> Held<'static, V> {
+        match self {
+            Held::Site(value) => Held::Shared(Arc::clone(value)),
+            Held::Shared(value) => Held::Shared(value),
+        }
+    }
+}
+
 impl<V> std::ops::Deref for Held<'_, V> {
     type Target = V;
 

@@ -1,29 +1,32 @@
 //! The layers on the in-memory coordinator, on paused time: what each admits and rejects, how
-//! errors come out, scopes from the request, and the breaker's classification.
+//! errors come out, scopes from the request, and the breaker's classification. Each kind's own
+//! module tests what is particular to it; the helpers here are shared with them.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
-use tower::{BoxError, Service, ServiceBuilder, ServiceExt, service_fn};
+use tower::{BoxError, Layer, Service, ServiceBuilder, ServiceExt, service_fn};
 
 use super::*;
-use crate::Coordinator;
+use crate::{Coordinator, Error, Outcome};
 
+/// A request with a tenant (its scope, where a layer is scoped) and the status to answer.
 #[derive(Debug, Clone)]
-struct Request {
-    tenant: &'static str,
+pub(crate) struct Request {
+    pub(crate) tenant: &'static str,
     status: u16,
 }
 
-fn request(tenant: &'static str, status: u16) -> Request {
+/// A request of `tenant`, answered with `status`.
+pub(crate) fn request(tenant: &'static str, status: u16) -> Request {
     Request { tenant, status }
 }
 
 /// A downstream answering each request with its status; with a `gate`, each request waits
 /// for a permit of it first.
-fn downstream(
+pub(crate) fn downstream(
     gate: Option<Arc<Semaphore>>,
     calls: Arc<AtomicU32>,
 ) -> impl Service<Request, Response = u16, Error = BoxError, Future: Send> + Clone + Send {
@@ -40,7 +43,7 @@ fn downstream(
 }
 
 /// Waits (on paused time) until `calls` requests reached the downstream.
-async fn admitted(calls: &AtomicU32, n: u32) {
+pub(crate) async fn admitted(calls: &AtomicU32, n: u32) {
     for _ in 0..1_000 {
         if calls.load(Ordering::SeqCst) >= n {
             return;
@@ -50,7 +53,8 @@ async fn admitted(calls: &AtomicU32, n: u32) {
     panic!("{n} requests never reached the downstream");
 }
 
-fn caracal_error(error: &BoxError) -> Option<&Error> {
+/// The caracal error a layer rejected with, if it is one.
+pub(crate) fn caracal_error(error: &BoxError) -> Option<&Error> {
     error.downcast_ref::<Error>()
 }
 
@@ -134,65 +138,6 @@ async fn the_breaker_layer_classifies_responses_and_opens_fleet_wide_state() {
         .await;
 }
 
-#[tokio::test(start_paused = true)]
-async fn an_inner_layers_rejections_do_not_open_an_outer_breaker() {
-    let coordinator = Coordinator::in_memory();
-    coordinator
-        .scoped(async {
-            let calls = Arc::new(AtomicU32::new(0));
-            let mut service = ServiceBuilder::new()
-                .layer(CircuitBreakerLayer::new("tower-outer").minimum_throughput(2))
-                .layer(RateLimitLayer::new("tower-inner").rate(0.001))
-                .service(downstream(None, Arc::clone(&calls)));
-            assert_eq!(
-                service
-                    .ready()
-                    .await
-                    .unwrap()
-                    .call(request("a", 200))
-                    .await
-                    .unwrap(),
-                200
-            );
-            for _ in 0..10 {
-                let error = service
-                    .ready()
-                    .await
-                    .unwrap()
-                    .call(request("a", 200))
-                    .await
-                    .expect_err("rate limited");
-                assert!(
-                    matches!(caracal_error(&error), Some(Error::RateLimited { .. })),
-                    "{error:?}: the breaker stayed closed"
-                );
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-        .await;
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_scope_the_request_makes_invalid_fails_that_request() {
-    let coordinator = Coordinator::in_memory();
-    coordinator
-        .scoped(async {
-            let service = ServiceBuilder::new()
-                .layer(
-                    RateLimitLayer::new("tower-scope")
-                        .rate(10.0)
-                        .scope(|req: &Request| req.tenant),
-                )
-                .service(downstream(None, Arc::new(AtomicU32::new(0))));
-            let error = service.oneshot(request(" ", 200)).await.unwrap_err();
-            assert!(
-                matches!(caracal_error(&error), Some(Error::InvalidScope { .. })),
-                "{error:?}"
-            );
-        })
-        .await;
-}
-
 #[test]
 #[should_panic(expected = "`limit` of `bulkhead`: must be an integer from 1 to 1000000, got 0")]
 fn a_value_the_attribute_would_reject_panics() {
@@ -213,18 +158,35 @@ fn a_percentage_threshold_panics() {
     let _ = CircuitBreakerLayer::<Request, u16>::new("bad").failure_threshold(50.0);
 }
 
-#[test]
-fn layers_take_the_attributes_defaults() {
-    let layer = CircuitBreakerLayer::<Request, u16>::new("defaults").open(Duration::from_secs(1));
-    let config = layer.config.config("defaults", "defaults", false);
-    assert_eq!(config.window, Duration::from_secs(60), "max(3 × open, 60s)");
-    assert_eq!(config.probe_lease, Duration::from_secs(2), "2 × open");
-    assert_eq!(
-        (
-            config.minimum_throughput,
-            config.window_size,
-            config.half_open_probes
+#[tokio::test]
+async fn a_local_bulkhead_answers_with_the_inner_future_and_frees_its_slot() {
+    let calls = Arc::new(AtomicU32::new(0));
+    let mut service = ServiceBuilder::new()
+        .layer(BulkheadLayer::new("tower-local-bulkhead").limit(1).local())
+        .service(downstream(None, Arc::clone(&calls)));
+    let held = service.ready().await.unwrap().call(request("a", 200));
+    assert!(
+        format!("{held:?}").contains("admitted"),
+        "{held:?}: not boxed"
+    );
+    let full = service.ready().await.unwrap().call(request("a", 200)).await;
+    assert!(
+        matches!(
+            caracal_error(&full.expect_err("the slot is held")),
+            Some(Error::BulkheadFull { limit: 1, .. })
         ),
-        (20, 100, 3)
+        "rejected at once"
+    );
+    assert_eq!(held.await.unwrap(), 200);
+    let next = service.ready().await.unwrap().call(request("a", 201));
+    assert_eq!(
+        next.await.unwrap(),
+        201,
+        "the slot was freed with the response"
+    );
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        2,
+        "the rejected request never ran"
     );
 }

@@ -7,6 +7,8 @@
 
 mod distributed;
 mod local;
+#[cfg(feature = "tower")]
+pub(crate) mod tower;
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;

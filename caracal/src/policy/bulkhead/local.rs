@@ -6,8 +6,10 @@
 //! callers are served in arrival order, and a newcomer can never barge past them: while
 //! anyone waits, the counter refuses newcomers and every change goes through the queue's lock.
 
+use std::borrow::Borrow;
 use std::collections::VecDeque;
 use std::future::Future;
+use std::ops::Deref;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
@@ -22,7 +24,7 @@ use crate::ctx::CallCtx;
 use crate::events::{self, BulkheadRejection};
 use crate::fencing;
 use crate::identity::Scope;
-use crate::metrics::Stopwatch;
+use crate::metrics::{InFlight, Stopwatch};
 use crate::policy::registry::{self, Held, Registry};
 use crate::sync::lock;
 
@@ -186,28 +188,81 @@ static BUDGETS: Registry<Budget> = Registry::new(|budget| budget.occupancy() == 
 /// A call site's handle on its default-scope budget, and on its attribute's values.
 pub(super) type SiteCache = registry::SiteCache<Budget, BulkheadValues>;
 
-/// A held local slot; dropping it frees the slot.
-struct Slot<'a> {
+/// A held local slot; dropping it frees the slot. An attribute's call borrows its site and
+/// scope; a tower layer's response owns them (`Arc<BulkheadSite>`, `Scope`).
+pub(super) struct Slot<'a, Site: Deref<Target = BulkheadSite>, Sc: Borrow<Scope>> {
     budget: Held<'a, Budget>,
-    site: &'a BulkheadSite,
-    scope: &'a Scope,
+    site: Site,
+    scope: Sc,
     since: Option<Instant>,
+    /// Dropped after the slot is freed, as the body stops counting as running.
+    _running: InFlight,
 }
 
-impl Drop for Slot<'_> {
+impl<Site: Deref<Target = BulkheadSite>, Sc: Borrow<Scope>> Drop for Slot<'_, Site, Sc> {
     #[inline]
     fn drop(&mut self) {
+        let scope = self.scope.borrow();
         self.budget.free();
         if let Some(since) = self.since {
             events::bulkhead_released(
-                &self.site.at(self.scope),
+                &self.site.at(scope),
                 Some(self.budget.occupancy()),
                 since.elapsed(),
             );
         }
         let config = &self.site.config;
-        BUDGETS.release((config.name, config.operation, self.scope), &self.budget);
+        BUDGETS.release((config.name, config.operation, scope), &self.budget);
     }
+}
+
+/// A slot a tower layer's response holds until it is ready.
+#[cfg(feature = "tower")]
+pub(super) type OwnedSlot = Slot<'static, std::sync::Arc<BulkheadSite>, Scope>;
+
+/// The budget of `scope`, brought to the limit in force, and the values in force.
+#[inline]
+fn budget<'s>(site: &'s BulkheadSite, scope: &Scope) -> (Held<'s, Budget>, BulkheadValues) {
+    let config = &site.config;
+    let values = match coordinator::overriding() {
+        None => *site.local.attribute(|| site.resolve(None).values),
+        overriding => site.resolve(overriding.as_ref()).values,
+    };
+    let budget = BUDGETS.get(&site.local, (config.name, config.operation, scope), || {
+        Budget::new(values.limit)
+    });
+    budget.resize(values.limit);
+    (budget, values)
+}
+
+/// The slot of a caller that reached the bulkhead at `arrival`, if it was `admitted`; the
+/// rejection otherwise.
+#[inline]
+fn enter<'a, Site: Deref<Target = BulkheadSite>, Sc: Borrow<Scope>>(
+    site: Site,
+    scope: Sc,
+    (budget, values): (Held<'a, Budget>, BulkheadValues),
+    admitted: bool,
+    arrival: Stopwatch,
+) -> Result<Slot<'a, Site, Sc>, Error> {
+    let at = site.at(scope.borrow());
+    if !admitted {
+        let reason = if values.max_wait.is_some() {
+            BulkheadRejection::WaitTimeout
+        } else {
+            BulkheadRejection::Capacity
+        };
+        events::bulkhead_rejected(&at, reason, Some(budget.occupancy()), values.limit);
+        return Err(site.full(scope.borrow(), values.limit));
+    }
+    let running = events::bulkhead_admitted(&at, budget.occupancy(), values.limit, arrival);
+    Ok(Slot {
+        budget,
+        site,
+        scope,
+        since: events::debug_enabled().then(Instant::now),
+        _running: running,
+    })
 }
 
 pub(super) async fn run<T, E, F>(
@@ -221,48 +276,51 @@ where
     F: Future<Output = Result<T, E>>,
 {
     let arrival = Stopwatch::start();
-    let config = &site.config;
-    let values = match coordinator::overriding() {
-        None => *site.local.attribute(|| site.resolve(None).values),
-        overriding => site.resolve(overriding.as_ref()).values,
-    };
-    let budget = BUDGETS.get(&site.local, (config.name, config.operation, scope), || {
-        Budget::new(values.limit)
-    });
-    budget.resize(values.limit);
+    let (budget, values) = budget(site, scope);
     // Boxed: waiting in line is rare, and its timer would make every call's future larger.
     let admitted = budget.try_take()
         || match values.max_wait {
             Some(wait) => Box::pin(budget.take_within(wait)).await,
             None => false,
         };
-    if !admitted {
-        let reason = if values.max_wait.is_some() {
-            BulkheadRejection::WaitTimeout
-        } else {
-            BulkheadRejection::Capacity
-        };
-        events::bulkhead_rejected(
-            &site.at(scope),
-            reason,
-            Some(budget.occupancy()),
-            values.limit,
-        );
-        return Err(ctx.reject(site.full(scope, values.limit)));
-    }
-    let _running =
-        events::bulkhead_admitted(&site.at(scope), budget.occupancy(), values.limit, arrival);
-    let _slot = Slot {
-        budget,
-        site,
-        scope,
-        since: events::debug_enabled().then(Instant::now),
-    };
+    let _slot = enter(site, scope, (budget, values), admitted, arrival)
+        .map_err(|error| ctx.reject(error))?;
     // A local slot carries no fencing token, even inside a distributed bulkhead's body.
     if fencing::inside_fenced_body() {
         Box::pin(fencing::scope(None, body)).await
     } else {
         body.await
+    }
+}
+
+/// A tower layer's admission at once: a slot, or a rejection; deferred (the scope handed back
+/// for [`run`]) when the caller would wait in line, or inside a fenced body, whose token the
+/// request must not see.
+#[cfg(feature = "tower")]
+pub(super) fn try_enter(
+    site: &std::sync::Arc<BulkheadSite>,
+    scope: Scope,
+) -> crate::tower::Admission<OwnedSlot, Scope> {
+    use crate::tower::Admission;
+    if fencing::inside_fenced_body() {
+        return Admission::Deferred(scope);
+    }
+    let arrival = Stopwatch::start();
+    let (budget, values) = budget(site, &scope);
+    let admitted = budget.try_take();
+    if !admitted && values.max_wait.is_some() {
+        return Admission::Deferred(scope);
+    }
+    let budget = (budget.into_owned(), values);
+    match enter(
+        std::sync::Arc::clone(site),
+        scope,
+        budget,
+        admitted,
+        arrival,
+    ) {
+        Ok(slot) => Admission::Admitted(slot),
+        Err(error) => Admission::Rejected(error),
     }
 }
 

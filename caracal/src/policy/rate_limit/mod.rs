@@ -21,6 +21,9 @@ use crate::kernel::{Seen, gcra};
 use crate::policy::registry::{self, Registry};
 use crate::sync::lock;
 
+#[cfg(feature = "tower")]
+pub(crate) mod tower;
+
 /// The settings of one `#[rate_limit]` call site.
 #[doc(hidden)]
 #[derive(Debug)]
@@ -125,43 +128,89 @@ impl RateLimitSite {
 
     /// The decision for one arrival: `Ok(Ok(()))` admitted, `Ok(Err(wait))` rejected.
     async fn decide(&self, scope: &Scope) -> Result<Result<(), Duration>, Error> {
-        let config = &self.config;
-        let attribute = RateValues {
-            rate: config.rate,
-            burst: config.burst,
-        };
-        // A local rate needs a coordinator only for its overrides.
-        let coordinator = if config.local {
-            coordinator::overriding().ok_or(Error::NotInstalled)
-        } else {
-            coordinator::current()
-        };
-        let resolved = Coordinator::resolve(coordinator.as_ref().ok(), config.name, &attribute);
-        let RateValues { rate, burst } = resolved.values;
-        let interval = gcra::interval_ns(rate);
-        if config.local {
-            let identity = (config.name, config.operation, scope);
-            let cell = CELLS.get(&self.local, identity, Cell::new);
-            let decision = {
-                let mut tat = lock(&cell.tat);
-                let now = cell.clock.ns();
-                gcra::admit(*tat, now, interval, burst, &mut Seen::default())
-                    .map(|next| *tat = Some(next))
-                    .map_err(Duration::from_nanos)
-            };
-            CELLS.release(identity, &cell);
-            return Ok(decision);
+        if let Some(decision) = self.decide_locally(scope) {
+            return decision;
         }
+        let config = &self.config;
+        let coordinator = coordinator::current();
+        let resolved = Coordinator::resolve(coordinator.as_ref().ok(), config.name, &self.values());
+        let RateValues { rate, burst } = resolved.values;
         let coordinator = coordinator?;
         let identity = coordinator.identity(Kind::RateLimit, config.name, config.operation, scope);
         coordinator.note_use(&identity, self, &resolved);
         coordinator
-            .run::<gcra::Gcra>(&identity, gcra::Arrival { interval, burst })
+            .run::<gcra::Gcra>(
+                &identity,
+                gcra::Arrival {
+                    interval: gcra::interval_ns(rate),
+                    burst,
+                },
+            )
             .await
             .map(|decision| decision.map_err(Duration::from_nanos))
             .inspect_err(|error| {
                 events::rate_limit_degraded(&self.at(scope), error);
             })
+    }
+
+    /// The attribute's values.
+    fn values(&self) -> RateValues {
+        RateValues {
+            rate: self.config.rate,
+            burst: self.config.burst,
+        }
+    }
+
+    /// A local rate's decision, made at once (`None` for a distributed rate, which asks the
+    /// coordinator).
+    fn decide_locally(&self, scope: &Scope) -> Option<Result<Result<(), Duration>, Error>> {
+        let config = &self.config;
+        if !config.local {
+            return None;
+        }
+        // A local rate needs a coordinator only for its overrides.
+        let coordinator = coordinator::overriding().ok_or(Error::NotInstalled);
+        let resolved = Coordinator::resolve(coordinator.as_ref().ok(), config.name, &self.values());
+        let RateValues { rate, burst } = resolved.values;
+        let interval = gcra::interval_ns(rate);
+        let identity = (config.name, config.operation, scope);
+        let cell = CELLS.get(&self.local, identity, Cell::new);
+        let decision = {
+            let mut tat = lock(&cell.tat);
+            let now = cell.clock.ns();
+            gcra::admit(*tat, now, interval, burst, &mut Seen::default())
+                .map(|next| *tat = Some(next))
+                .map_err(Duration::from_nanos)
+        };
+        CELLS.release(identity, &cell);
+        Some(Ok(decision))
+    }
+
+    /// Reports the decision for an arrival at `arrival`: `Ok` admits it.
+    fn settle(
+        &self,
+        scope: &Scope,
+        decision: Result<Result<(), Duration>, Error>,
+        arrival: crate::metrics::Stopwatch,
+    ) -> Result<(), Error> {
+        match decision {
+            Ok(Ok(())) => {
+                events::rate_limit_admitted(&self.at(scope), arrival);
+                Ok(())
+            }
+            Ok(Err(retry_after)) => {
+                events::rate_limit_rejected(&self.at(scope), Some(retry_after));
+                Err(Error::RateLimited {
+                    policy: self.config.name,
+                    scope: scope.to_string(),
+                    retry_after,
+                })
+            }
+            Err(error) => {
+                events::rate_limit_rejected(&self.at(scope), None);
+                Err(error)
+            }
+        }
     }
 }
 
@@ -179,22 +228,8 @@ where
 {
     let arrival = crate::metrics::Stopwatch::start();
     let scope = ctx.scope(scope)?;
-    match site.decide(scope).await {
-        Ok(Ok(())) => {
-            events::rate_limit_admitted(&site.at(scope), arrival);
-            body.await
-        }
-        Ok(Err(retry_after)) => {
-            events::rate_limit_rejected(&site.at(scope), Some(retry_after));
-            Err(ctx.reject(Error::RateLimited {
-                policy: site.config.name,
-                scope: scope.to_string(),
-                retry_after,
-            }))
-        }
-        Err(error) => {
-            events::rate_limit_rejected(&site.at(scope), None);
-            Err(ctx.reject(error))
-        }
-    }
+    let decision = site.decide(scope).await;
+    site.settle(scope, decision, arrival)
+        .map_err(|error| ctx.reject(error))?;
+    body.await
 }

@@ -1,0 +1,166 @@
+//! The bulkhead as a tower layer: [`BulkheadLayer`], its service [`Bulkhead`], and the policy
+//! that service applies.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tower::{BoxError, Layer};
+
+use super::{BulkheadConfig, BulkheadSite, local};
+use crate::Error;
+use crate::ctx::CallCtx;
+use crate::identity::{PolicyKind, Scope};
+use crate::policy::bulkhead;
+use crate::tower::layer::{Identity, count, duration, identity_setters};
+use crate::tower::{Admission, Admit, BoxCall, Guarded, Permit};
+
+/// A shared concurrency limit, like `#[bulkhead]`.
+pub struct BulkheadLayer<Req> {
+    identity: Identity<Req>,
+    limit: Option<u32>,
+    lease: Duration,
+    max_wait: Option<Duration>,
+    local: bool,
+}
+
+impl<Req> BulkheadLayer<Req> {
+    /// The bulkhead `name`; set its [`limit`](Self::limit).
+    pub fn new(name: &str) -> Self {
+        BulkheadLayer {
+            identity: Identity::new(name),
+            limit: None,
+            lease: bulkhead::DEFAULT_LEASE,
+            max_wait: None,
+            local: false,
+        }
+    }
+
+    /// At most this many requests at once per identity, across every process.
+    pub fn limit(mut self, limit: u32) -> Self {
+        self.limit = Some(count(PolicyKind::Bulkhead, "limit", limit));
+        self
+    }
+
+    /// The lease's time to live (30 s by default).
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = duration(PolicyKind::Bulkhead, "lease", lease);
+        self
+    }
+
+    /// Wait up to this long for a slot before rejecting (by default, reject at once).
+    pub fn max_wait(mut self, max_wait: Duration) -> Self {
+        self.max_wait = Some(duration(PolicyKind::Bulkhead, "max_wait", max_wait));
+        self
+    }
+
+    identity_setters!();
+}
+
+impl<Req> Clone for BulkheadLayer<Req> {
+    fn clone(&self) -> Self {
+        BulkheadLayer {
+            identity: self.identity.clone(),
+            ..*self
+        }
+    }
+}
+
+impl<Req> fmt::Debug for BulkheadLayer<Req> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BulkheadLayer")
+            .field("identity", &self.identity)
+            .field("limit", &self.limit)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A service behind a [`BulkheadLayer`].
+pub type Bulkhead<S, Req> = Guarded<S, BulkheadPolicy<Req>>;
+
+impl<S, Req> Layer<S> for BulkheadLayer<Req> {
+    type Service = Bulkhead<S, Req>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        let limit = self.limit.unwrap_or_else(|| {
+            panic!(
+                "caracal::tower: BulkheadLayer `{}` needs a limit: call `.limit(n)`",
+                self.identity.name
+            )
+        });
+        let site = BulkheadSite::new(BulkheadConfig {
+            name: self.identity.name,
+            operation: self.identity.operation(),
+            limit,
+            lease: self.lease,
+            max_wait: self.max_wait,
+            local: self.local,
+        });
+        let policy = BulkheadPolicy {
+            site: Arc::new(site),
+            identity: self.identity.clone(),
+        };
+        Guarded::new(inner, policy)
+    }
+}
+
+/// What a [`Bulkhead`] service applies: its site, and the request's scope.
+pub struct BulkheadPolicy<Req> {
+    site: Arc<BulkheadSite>,
+    identity: Identity<Req>,
+}
+
+impl<Req> fmt::Debug for BulkheadPolicy<Req> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BulkheadPolicy")
+            .field("identity", &self.identity)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<Req: 'static, Res: Send + 'static> Admit<Req, Res> for BulkheadPolicy<Req> {
+    type Permit = BulkheadPermit;
+    type Deferred = Result<Scope, Error>;
+
+    fn admit(&self, req: &Req) -> Admission<BulkheadPermit, Self::Deferred> {
+        let scope = match self.identity.scope(req) {
+            Ok(scope) => scope,
+            Err(error) => return Admission::Rejected(error),
+        };
+        // A distributed slot is a lease, granted by a round trip and renewed while the call
+        // runs: that is the attribute's path.
+        if !self.site.config.local {
+            return Admission::Deferred(Ok(scope));
+        }
+        match local::try_enter(&self.site, scope) {
+            Admission::Admitted(slot) => Admission::Admitted(BulkheadPermit { _slot: slot }),
+            Admission::Rejected(error) => Admission::Rejected(error),
+            Admission::Deferred(scope) => Admission::Deferred(Ok(scope)),
+        }
+    }
+
+    fn guard<F>(&self, scope: Self::Deferred, call: F) -> BoxCall<Res>
+    where
+        F: Future<Output = Result<Res, BoxError>> + Send + 'static,
+    {
+        let site = Arc::clone(&self.site);
+        Box::pin(async move { bulkhead::bulkhead(&site, &CallCtx::new(), &scope, call).await })
+    }
+}
+
+/// A local bulkhead's slot, held by a response until it is ready.
+pub struct BulkheadPermit {
+    _slot: local::OwnedSlot,
+}
+
+impl fmt::Debug for BulkheadPermit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("BulkheadPermit")
+    }
+}
+
+/// The slot is freed when the permit drops, however the request ended.
+impl<Res> Permit<Res> for BulkheadPermit {
+    fn complete(self, _: &Result<Res, BoxError>) {}
+}

@@ -1,0 +1,106 @@
+//! The response future of a [`Guarded`](super::Guarded) service.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use futures_util::TryFuture;
+use pin_project_lite::pin_project;
+use tower::BoxError;
+
+use super::service::{BoxCall, Permit};
+use crate::Error;
+
+pin_project! {
+    /// The response of a [`Guarded`](super::Guarded) service. A request the policy decided
+    /// for at once is the inner service's own future with what admitted it (no allocation);
+    /// only a decision that waits (on the coordinator, in a line) is boxed.
+    pub struct ResponseFuture<F: TryFuture, P> {
+        #[pin]
+        state: State<F, P>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F: TryFuture, P> {
+        Admitted {
+            #[pin]
+            call: F,
+            permit: Option<P>,
+        },
+        Rejected {
+            error: Option<Error>,
+        },
+        Deferred {
+            call: BoxCall<F::Ok>,
+        },
+    }
+}
+
+impl<F: TryFuture, P> ResponseFuture<F, P> {
+    /// The inner service's `call`, admitted by `permit`.
+    pub(crate) fn admitted(call: F, permit: P) -> Self {
+        let permit = Some(permit);
+        ResponseFuture {
+            state: State::Admitted { call, permit },
+        }
+    }
+
+    /// A request rejected with `error`.
+    pub(crate) fn rejected(error: Error) -> Self {
+        let error = Some(error);
+        ResponseFuture {
+            state: State::Rejected { error },
+        }
+    }
+
+    /// A request whose admission is part of `call`.
+    pub(crate) fn deferred(call: BoxCall<F::Ok>) -> Self {
+        ResponseFuture {
+            state: State::Deferred { call },
+        }
+    }
+}
+
+impl<F, P> Future for ResponseFuture<F, P>
+where
+    F: TryFuture,
+    F::Error: Into<BoxError>,
+    P: Permit<F::Ok>,
+{
+    type Output = Result<F::Ok, BoxError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().state.project() {
+            StateProj::Admitted { call, permit } => {
+                let result = ready!(call.try_poll(cx)).map_err(Into::into);
+                if let Some(permit) = permit.take() {
+                    permit.complete(&result);
+                }
+                Poll::Ready(result)
+            }
+            StateProj::Rejected { error } => {
+                let error = error
+                    .take()
+                    .expect("ResponseFuture polled after completion");
+                Poll::Ready(Err(error.into()))
+            }
+            StateProj::Deferred { call } => call.as_mut().poll(cx),
+        }
+    }
+}
+
+impl<F: TryFuture, P> fmt::Debug for ResponseFuture<F, P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match &self.state {
+            State::Admitted { .. } => "admitted",
+            State::Rejected { .. } => "rejected",
+            State::Deferred { .. } => "deferred",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("state", &state)
+            .finish()
+    }
+}
