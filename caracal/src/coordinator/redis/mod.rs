@@ -2,6 +2,7 @@
 
 mod admin;
 mod breaker;
+mod cluster_check;
 mod connector;
 #[cfg(test)]
 mod differential;
@@ -54,7 +55,8 @@ impl RedisBackend {
     ) -> Result<Self, Error> {
         let cluster = matches!(topology, Topology::Cluster(_));
         let pool = Pool::connect(
-            (&topology, &trust),
+            &topology,
+            &trust,
             timeout,
             pool_size,
             Arc::clone(&incarnation),
