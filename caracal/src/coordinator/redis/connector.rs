@@ -203,7 +203,8 @@ impl Connector {
     /// asked before the connection serves anything, all within the attempt's budget. A server
     /// that is a replica is refused: at `connect` (`first`) a standalone one is a configuration
     /// error, later a failed attempt. `on_closed` hears the connection's end. A cluster's
-    /// primaries are checked one by one instead, by its [`ClusterCheck`](super::cluster_check::ClusterCheck).
+    /// primaries are checked one by one instead, by its
+    /// [`ClusterCheck`](super::cluster_check::ClusterCheck).
     pub(super) async fn connect(
         &self,
         on_closed: impl Fn() + Send + Sync + 'static,

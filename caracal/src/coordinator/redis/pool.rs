@@ -10,9 +10,9 @@
 //!   talks to a replica) is dropped and replaced;
 //! - on a cluster, one node's failure is that node's: the cluster connection repairs its link to
 //!   it, and only the identities that node serves wait, until its `run_id` has been checked
-//!   again (see [`cluster_check`](super::cluster_check)). A cluster connection is replaced when no node at
-//!   all answers through it, or when it is older than a slot map naming a primary it sends
-//!   nothing to (its replacement is made before it is dropped).
+//!   again (see [`cluster_check`](super::cluster_check)). A cluster connection is replaced when
+//!   no node at all answers through it, or when it is older than a slot map naming a primary it
+//!   sends nothing to (its replacement is made before it is dropped).
 
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 use std::pin::pin;

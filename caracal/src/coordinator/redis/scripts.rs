@@ -91,7 +91,12 @@ mod tests {
     #[test]
     fn a_script_is_sent_after_its_prelude() {
         let prelude = lua!("breaker_prelude");
-        for script in [&super::BREAKER_ADMIT, &super::BREAKER_FORCE] {
+        for script in [
+            &super::BREAKER_ADMIT,
+            &super::BREAKER_OBSERVE,
+            &super::BREAKER_SETTLE,
+            &super::BREAKER_FORCE,
+        ] {
             let file = script
                 .body
                 .strip_prefix(prelude)
