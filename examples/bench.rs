@@ -34,7 +34,11 @@ const LEASE_SCRIPT: &str = include_str!("../lua/bulkhead_lease.lua");
 /// as it fills, like a real bulkhead's, though the baseline never releases.
 const RAW_LEASE_MS: u64 = 1;
 const RAW_LIMIT: u32 = 64;
-const OBSERVE_SCRIPT: &str = include_str!("../lua/breaker_observe.lua");
+/// As the coordinator sends it: after the breaker scripts' prelude.
+const OBSERVE_SCRIPT: &str = concat!(
+    include_str!("../lua/breaker_prelude.lua"),
+    include_str!("../lua/breaker_observe.lua")
+);
 
 #[derive(Debug)]
 struct BenchError(#[allow(dead_code)] caracal::Error);

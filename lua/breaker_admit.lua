@@ -4,6 +4,8 @@
 -- after an open time). Forced closed: yes, recording nothing, until the operator's time lapses
 -- (then closed). The same steps as `Store::admit` in the Rust kernel
 -- (caracal/src/kernel/breaker.rs).
+-- Sent after breaker_prelude.lua, whose locals it uses: now, stamp, the keys, publish and
+-- settings.
 --
 -- KEYS[1]  state hash    `caracal:v1:{<identity>}:brk:state`
 -- KEYS[2]  window list   `caracal:v1:{<identity>}:brk:window`
@@ -23,19 +25,7 @@
 --          forced-closed period expires at closed_until = now + max(window, 2 x open); the
 --          probe set expires 1 s after its latest deadline.
 -- Cost     O(log P + E): P live probes, E expired ones pruned.
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
--- Where this decision falls in the server's order (microseconds): the last element of every
--- reply and of every message, so a process never lets an earlier decision undo a later one.
-local stamp = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-local stamp_text = clock[1] .. string.format('%06d', tonumber(clock[2]))
-local state_key, window_key, probes_key = KEYS[1], KEYS[2], KEYS[3]
-
-local function publish(phase, generation)
-  if ARGV[1] ~= '' then
-    redis.call('PUBLISH', ARGV[1], ARGV[2] .. ':' .. phase .. ':' .. generation .. ':' .. stamp_text)
-  end
-end
+local config = settings()
 
 local fields = redis.call('HMGET', state_key, 'phase', 'generation', 'opened_at', 'closed_until',
   'forced_until')
@@ -53,7 +43,7 @@ if phase == 4 then
   if not lapsed then
     return {5, generation, 0, 0, stamp}
   end
-  local closed_until = now + math.max(tonumber(ARGV[7]), 2 * tonumber(ARGV[8]))
+  local closed_until = now + config.closed_ttl
   redis.call('HSET', state_key, 'phase', 0, 'opened_at', 0, 'successes', 0, 'total', 0,
     'failures', 0, 'slow', 0, 'closed_until', closed_until, 'forced_until', 0)
   redis.call('PEXPIREAT', state_key, closed_until)
@@ -66,7 +56,7 @@ end
 
 local transitioned = 0
 if phase == 1 or phase == 3 then
-  local due = tonumber(fields[3]) + tonumber(ARGV[8])
+  local due = tonumber(fields[3]) + config.open_ms
   if phase == 1 and now < due then
     return {1, generation, due - now, 0, stamp}
   end
@@ -78,10 +68,10 @@ else
   redis.call('ZREMRANGEBYSCORE', probes_key, '-inf', now)
 end
 
-if redis.call('ZCARD', probes_key) >= tonumber(ARGV[9]) then
+if redis.call('ZCARD', probes_key) >= config.half_open_probes then
   return {2, generation, 0, transitioned, stamp}
 end
-local deadline = now + tonumber(ARGV[11])
+local deadline = now + config.probe_lease_ms
 redis.call('ZADD', probes_key, deadline, ARGV[12])
 local latest = redis.call('ZRANGE', probes_key, 0, 0, 'REV', 'WITHSCORES')
 redis.call('PEXPIREAT', probes_key, math.max(deadline, tonumber(latest[2])) + 1000)

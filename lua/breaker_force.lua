@@ -3,6 +3,7 @@
 -- with an empty window. Each starts a new generation (results admitted before are stale) and
 -- clears the window and the probes. The same steps as `Store::force` in the Rust kernel
 -- (caracal/src/kernel/breaker.rs).
+-- Sent after breaker_prelude.lua, whose locals it uses: now, stamp, the keys and publish.
 --
 -- KEYS[1]  state hash    `caracal:v1:{<identity>}:brk:state`
 -- KEYS[2]  window list   `caracal:v1:{<identity>}:brk:window`
@@ -14,14 +15,6 @@
 -- Reply    {from_phase, generation, stamp}: the phase the command ended, and the new generation
 -- TTL      forced states never expire; a reset's closed state expires at now + ARGV[5].
 -- Cost     O(1).
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
--- Where this decision falls in the server's order (microseconds): the last element of every
--- reply and of every message, so a process never lets an earlier decision undo a later one.
-local stamp = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-local stamp_text = clock[1] .. string.format('%06d', tonumber(clock[2]))
-local state_key, window_key, probes_key = KEYS[1], KEYS[2], KEYS[3]
-
 local fields = redis.call('HMGET', state_key, 'phase', 'generation', 'closed_until')
 local phase = tonumber(fields[1])
 local generation = tonumber(fields[2]) or 0
@@ -48,7 +41,5 @@ else
   redis.call('PERSIST', state_key)
 end
 redis.call('DEL', window_key, probes_key)
-if ARGV[1] ~= '' then
-  redis.call('PUBLISH', ARGV[1], ARGV[2] .. ':' .. new_phase .. ':' .. generation .. ':' .. stamp_text)
-end
+publish(new_phase, generation)
 return {phase, generation, stamp}

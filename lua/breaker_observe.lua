@@ -2,6 +2,8 @@
 -- generation, and open the breaker when the window crosses a threshold (failures, or slow calls
 -- when there is a slow-call threshold). The same steps as `Store::observe` in the Rust kernel
 -- (caracal/src/kernel/breaker.rs).
+-- Sent after breaker_prelude.lua, whose locals it uses: now, stamp, the keys, publish and
+-- settings.
 --
 -- KEYS[1]  state hash    `caracal:v1:{<identity>}:brk:state`
 -- KEYS[2]  window list   `caracal:v1:{<identity>}:brk:window`: entries "<at ms>:<outcomes>",
@@ -24,15 +26,8 @@
 --          as closed).
 -- Cost     O(1) amortised: every observation is pushed once and popped once; the window is
 --          never scanned (totals live in the state).
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
--- Where this decision falls in the server's order (microseconds): the last element of every
--- reply and of every message, so a process never lets an earlier decision undo a later one.
-local stamp = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-local stamp_text = clock[1] .. string.format('%06d', tonumber(clock[2]))
-local state_key, window_key, probes_key = KEYS[1], KEYS[2], KEYS[3]
-local window_ms = tonumber(ARGV[7])
-local closed_ttl = math.max(window_ms, 2 * tonumber(ARGV[8]))
+local config = settings()
+local window_ms, closed_ttl = config.window_ms, config.closed_ttl
 
 -- How many observations, failures and slow calls `outcomes` holds.
 local function count(outcomes)
@@ -86,7 +81,7 @@ failures = failures - gone_failures + f
 slow = slow - gone_slow + s
 redis.call('RPUSH', window_key, now .. ':' .. outcomes)
 
-local window_size = tonumber(ARGV[6])
+local window_size = config.window_size
 while total > window_size do
   local entry = redis.call('LINDEX', window_key, 0)
   local sep = string.find(entry, ':', 1, true)
@@ -104,16 +99,14 @@ end
 local function reached(counted, permille)
   return permille > 0 and counted * 1000 >= permille * total
 end
-if total >= tonumber(ARGV[3])
-    and (reached(failures, tonumber(ARGV[4])) or reached(slow, tonumber(ARGV[5]))) then
+if total >= config.minimum_throughput
+    and (reached(failures, config.failure_threshold) or reached(slow, config.slow_threshold)) then
   generation = generation + 1
   redis.call('HSET', state_key, 'phase', 1, 'generation', generation, 'opened_at', now,
     'successes', 0, 'total', 0, 'failures', 0, 'slow', 0, 'closed_until', 0, 'forced_until', 0)
   redis.call('PERSIST', state_key)
   redis.call('DEL', window_key)
-  if ARGV[1] ~= '' then
-    redis.call('PUBLISH', ARGV[1], ARGV[2] .. ':1:' .. generation .. ':' .. stamp_text)
-  end
+  publish(1, generation)
   return {2, 1, generation, total, failures, slow, stamp}
 end
 redis.call('HSET', state_key, 'total', total, 'failures', failures, 'slow', slow,

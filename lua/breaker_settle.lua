@@ -3,6 +3,8 @@
 -- newer generation (or an operator) superseded, is stale and changes nothing. The same steps as
 -- `Store::settle` in the Rust kernel (caracal/src/kernel/breaker.rs). It never writes a state
 -- that does not exist, so an out-of-band deletion cannot leave a half-written state behind.
+-- Sent after breaker_prelude.lua, whose locals it uses: now, stamp, the keys, publish and
+-- settings.
 --
 -- KEYS[1]  state hash    `caracal:v1:{<identity>}:brk:state`
 -- KEYS[2]  window list   `caracal:v1:{<identity>}:brk:window`
@@ -19,19 +21,7 @@
 -- TTL      closed: the state expires at closed_until = now + max(window, 2 x open). Open and
 --          half-open: persisted. The probe set is deleted whenever the generation changes.
 -- Cost     O(log P).
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
--- Where this decision falls in the server's order (microseconds): the last element of every
--- reply and of every message, so a process never lets an earlier decision undo a later one.
-local stamp = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-local stamp_text = clock[1] .. string.format('%06d', tonumber(clock[2]))
-local state_key, window_key, probes_key = KEYS[1], KEYS[2], KEYS[3]
-
-local function publish(phase, generation)
-  if ARGV[1] ~= '' then
-    redis.call('PUBLISH', ARGV[1], ARGV[2] .. ':' .. phase .. ':' .. generation .. ':' .. stamp_text)
-  end
-end
+local config = settings()
 
 local fields = redis.call('HMGET', state_key, 'phase', 'generation', 'closed_until', 'successes')
 local phase = tonumber(fields[1])
@@ -60,12 +50,12 @@ if outcome == 'f' then
   return {4, 1, generation, 0, stamp}
 end
 local successes = tonumber(fields[4]) + 1
-if successes < tonumber(ARGV[10]) then
+if successes < config.half_open_successes then
   redis.call('HSET', state_key, 'successes', successes)
   return {2, 2, generation, successes, stamp}
 end
 generation = generation + 1
-local closed_until = now + math.max(tonumber(ARGV[7]), 2 * tonumber(ARGV[8]))
+local closed_until = now + config.closed_ttl
 redis.call('HSET', state_key, 'phase', 0, 'generation', generation, 'opened_at', 0,
   'successes', 0, 'total', 0, 'failures', 0, 'slow', 0, 'closed_until', closed_until,
   'forced_until', 0)

@@ -156,8 +156,11 @@ pub(crate) fn bulkhead_release_found_nothing(at: &At<'_>) {
     );
 }
 
-pub(crate) fn bulkhead_lease_lost(at: &At<'_>, cause: &'static str) {
-    policy_event!(WARN, "bulkhead.lease_lost", at, cause);
+pub(crate) fn bulkhead_lease_lost(
+    at: &At<'_>,
+    cause: crate::policy::bulkhead::distributed::LeaseLoss,
+) {
+    policy_event!(WARN, "bulkhead.lease_lost", at, cause = cause.as_str());
 }
 
 /// Why a bulkhead decision was taken without full knowledge.

@@ -296,11 +296,26 @@ impl CommandLog {
     }
 }
 
-/// The source of caracal's Lua script `name` (`"bulkhead_lease"`), as the coordinator sends it.
+/// What the breaker scripts are sent after, as caracal's script registry
+/// (`caracal/src/coordinator/redis/scripts.rs`) sends them: not a script of its own.
+const BREAKER_PRELUDE: &str = "breaker_prelude";
+
+/// The source of caracal's Lua script `name` (`"bulkhead_lease"`), as the coordinator sends it
+/// (a breaker script after its prelude).
 ///
 /// # Panics
 /// When there is no such script.
 pub fn script_source(name: &str) -> String {
+    let file = lua_file(name);
+    if name.starts_with("breaker_") {
+        lua_file(BREAKER_PRELUDE) + &file
+    } else {
+        file
+    }
+}
+
+/// The text of `lua/<name>.lua`.
+fn lua_file(name: &str) -> String {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../lua")
         .join(format!("{name}.lua"));
@@ -314,9 +329,9 @@ fn all_scripts() -> Vec<String> {
         .filter_map(Result::ok)
         .map(|entry| entry.path())
         .filter(|path| path.extension().is_some_and(|ext| ext == "lua"))
-        .map(|path| {
-            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        })
+        .filter_map(|path| Some(path.file_stem()?.to_str()?.to_owned()))
+        .filter(|name| name != BREAKER_PRELUDE)
+        .map(|name| script_source(&name))
         .collect()
 }
 

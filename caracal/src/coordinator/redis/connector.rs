@@ -26,6 +26,7 @@ pub(crate) enum Topology {
 /// system's. Only with the `tls` feature; without it, a `rediss://` URL is refused.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Trust {
+    /// The certificates to trust, as PEM; `None`: the system's.
     #[cfg(feature = "tls")]
     pub(crate) roots: Option<Vec<u8>>,
 }
@@ -49,6 +50,7 @@ impl Trust {
     }
 }
 
+/// No Nagle delay: commands are small, and each waits for its answer.
 fn tcp_settings() -> redis::io::tcp::TcpSettings {
     redis::io::tcp::TcpSettings::default().set_nodelay(true)
 }
@@ -68,17 +70,28 @@ pub(super) fn node_client(url: &str, trust: &Trust) -> redis::RedisResult<redis:
     )
 }
 
+/// A URL the client would not take, as a configuration error.
 pub(super) fn invalid_url(error: RedisError) -> Error {
     Error::config(format!("invalid Redis URL: {error}"))
 }
 
+/// What makes a topology's connections.
 pub(crate) enum Connector {
     Standalone(redis::Client),
+    /// The sentinels, asked for the master before each connection.
     Sentinel(Box<Sentinels>),
-    Cluster(Box<redis::cluster::ClusterClient>, Vec<String>, Trust),
+    Cluster {
+        client: Box<redis::cluster::ClusterClient>,
+        /// The nodes named in the configuration: pub/sub connects to the first that answers.
+        seeds: Vec<String>,
+        /// For pub/sub connections, which the cluster client does not make.
+        trust: Trust,
+    },
 }
 
 impl Connector {
+    /// The connector of `topology`, trusting `trust`, each connection made within a budget
+    /// derived from `timeout`. Nothing is connected yet: a URL that cannot be one fails here.
     pub(super) fn new(
         topology: &Topology,
         trust: &Trust,
@@ -107,11 +120,11 @@ impl Connector {
                     None => builder,
                 };
                 let client = builder.build().map_err(invalid_url)?;
-                Ok(Connector::Cluster(
-                    Box::new(client),
-                    seeds.clone(),
-                    trust.clone(),
-                ))
+                Ok(Connector::Cluster {
+                    client: Box::new(client),
+                    seeds: seeds.clone(),
+                    trust: trust.clone(),
+                })
             }
         }
     }
@@ -125,7 +138,7 @@ impl Connector {
         match self {
             Connector::Standalone(_) => timeout,
             Connector::Sentinel(_) => timeout * 2,
-            Connector::Cluster(..) => timeout * 3,
+            Connector::Cluster { .. } => timeout * 3,
         }
     }
 
@@ -160,7 +173,7 @@ impl Connector {
                     let (client, _) = sentinels.resolve(timeout).await?;
                     client.get_async_pubsub().await.map_err(|e| failure(&e))
                 }
-                Connector::Cluster(_, seeds, trust) => {
+                Connector::Cluster { seeds, trust, .. } => {
                     let mut last =
                         Error::unavailable(FailureKind::Disconnected, "no seed answered");
                     for seed in seeds {
@@ -190,7 +203,8 @@ impl Connector {
     /// asked before the connection serves anything, all within the attempt's budget. A server
     /// that is a replica is refused: at `connect` (`first`) a standalone one is a configuration
     /// error, later a failed attempt. `on_closed` hears the connection's end. A cluster's
-    /// primaries are checked one by one instead, by its `Checker`.
+    /// primaries are checked one by one instead, by its
+    /// [`ClusterCheck`](super::cluster_check::ClusterCheck).
     pub(super) async fn connect(
         &self,
         on_closed: impl Fn() + Send + Sync + 'static,
@@ -204,7 +218,7 @@ impl Connector {
                     let (client, master) = sentinels.resolve(timeout).await?;
                     (client, Some(master))
                 }
-                Connector::Cluster(client, ..) => {
+                Connector::Cluster { client, .. } => {
                     let conn = client.get_async_connection().await;
                     return Ok(Connected {
                         conn: Conn::Cluster(conn.map_err(|e| failure(&e))?),
@@ -297,8 +311,11 @@ async fn within<T>(
 /// A new connection, what the server told about itself on it (but for a cluster's), and the
 /// master it reaches when the sentinels named it.
 pub(super) struct Connected {
+    /// The connection.
     pub(super) conn: Conn,
+    /// What the server told about itself (`None` on a cluster, whose check reads it).
     pub(super) info: Option<ServerInfo>,
+    /// The master reached, when the sentinels named it.
     pub(super) master: Option<String>,
 }
 
@@ -356,6 +373,7 @@ pub(super) enum Conn {
 }
 
 impl Conn {
+    /// Sends `cmd`, with no deadline of its own (the caller's bounds it).
     pub(super) async fn send(&mut self, cmd: &Cmd) -> redis::RedisResult<Value> {
         match self {
             Conn::Single(conn) => conn.send_packed_command(cmd).await,

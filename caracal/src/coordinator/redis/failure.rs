@@ -15,10 +15,12 @@ pub(crate) enum RedisFailure {
 }
 
 impl RedisFailure {
+    /// Whether the server did not know the script: it is sent whole, once.
     pub(crate) fn is_noscript(&self) -> bool {
         matches!(self, RedisFailure::Redis(e) if e.code() == Some("NOSCRIPT"))
     }
 
+    /// The failure as the caller is told it (a timeout's outcome is unknown).
     pub(crate) fn into_error(self) -> Error {
         match self {
             RedisFailure::Timeout => Error::unavailable(

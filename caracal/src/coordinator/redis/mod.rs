@@ -1,6 +1,7 @@
 //! The Redis backend: policy state in Redis, changed only by atomic Lua scripts.
 
 mod admin;
+mod cluster_check;
 mod connector;
 #[cfg(test)]
 mod differential;
@@ -53,7 +54,8 @@ impl RedisBackend {
     ) -> Result<Self, Error> {
         let cluster = matches!(topology, Topology::Cluster(_));
         let pool = Pool::connect(
-            (&topology, &trust),
+            &topology,
+            &trust,
             timeout,
             pool_size,
             Arc::clone(&incarnation),

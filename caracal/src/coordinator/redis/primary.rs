@@ -12,7 +12,8 @@
 //!   (until the sentinels convert it), and writes there would be lost; so this process follows
 //!   the sentinels, not the old master's word, within a period of their switch.
 //!
-//! A cluster's primaries are checked by its `Checker` instead.
+//! A cluster's primaries are checked by its
+//! [`ClusterCheck`](super::cluster_check::ClusterCheck) instead.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};

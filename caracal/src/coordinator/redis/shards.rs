@@ -127,8 +127,11 @@ impl State {
 /// What a check is to look at: when it started, through which pool slot, and the slot map as
 /// known so far.
 pub(crate) struct Begun {
+    /// The suspicions' clock when it started: a later suspicion is not cleared by this check.
     pub(crate) start: u64,
+    /// The pool slot whose connection saw the last suspicion, if any.
     pub(crate) probe: Option<usize>,
+    /// The slot map as known so far.
     pub(crate) known: Ranges,
 }
 

@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use super::cluster_check::ClusterCheck;
 use super::connector::{Conn, Connected, Connector};
 use super::failure;
-use super::pool::Checker;
 use crate::Error;
 use crate::coordinator::incarnation::Incarnation;
 use crate::error::FailureKind;
@@ -33,9 +33,9 @@ pub(crate) struct Slot {
     demand: tokio::sync::Notify,
     closed: Arc<AtomicBool>,
     connector: Arc<Connector>,
-    pub(super) incarnation: Arc<Incarnation>,
+    incarnation: Arc<Incarnation>,
     /// A cluster's: what checks its primaries.
-    pub(super) checker: Option<Arc<Checker>>,
+    cluster_check: Option<Arc<ClusterCheck>>,
     timeout: Duration,
 }
 
@@ -61,7 +61,7 @@ impl Slot {
         closed: Arc<AtomicBool>,
         connector: Arc<Connector>,
         incarnation: Arc<Incarnation>,
-        checker: Option<Arc<Checker>>,
+        cluster_check: Option<Arc<ClusterCheck>>,
         timeout: Duration,
     ) -> Self {
         Slot {
@@ -78,7 +78,7 @@ impl Slot {
             closed,
             connector,
             incarnation,
-            checker,
+            cluster_check,
             timeout,
         }
     }
@@ -93,6 +93,25 @@ impl Slot {
         lock(&self.state).refusal.clone()
     }
 
+    /// A cluster command for `key_slot` failed in a way that may mean its primary restarted or
+    /// was replaced: that primary serves nothing until checked again.
+    pub(super) fn suspect(&self, key_slot: u16) {
+        if let Some(check) = &self.cluster_check {
+            check.suspect(key_slot, self.index);
+        }
+    }
+
+    /// Reconnected: a cluster's primaries were suspected when it went down, and each serves
+    /// once checked (the check wakes the holders); otherwise the holders are woken now.
+    fn restored(&self) {
+        match &self.cluster_check {
+            Some(check) => check.nudge(),
+            None => self.incarnation.reconnected(),
+        }
+    }
+
+    /// Connection `conn` serves now (reaching `master`, when the sentinels named it), unless
+    /// the pool was closed meanwhile.
     pub(super) fn up(&self, conn: Conn, master: Option<String>) {
         let mut state = lock(&self.state);
         state.reconnecting = false;
@@ -132,6 +151,7 @@ impl Slot {
         }
     }
 
+    /// Connection `generation` answered: its timeouts so far were not in a row.
     pub(super) fn answered(&self, generation: u64) {
         let mut state = lock(&self.state);
         if state.generation == generation {
@@ -278,6 +298,8 @@ impl Slot {
         }
     }
 
+    /// The connection and its generation, if up; if down, hurries its reconnection along
+    /// (starting one if none runs).
     pub(super) fn checkout(self: &Arc<Self>) -> Option<(Conn, u64)> {
         let mut state = lock(&self.state);
         match &state.conn {

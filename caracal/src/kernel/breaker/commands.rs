@@ -163,16 +163,22 @@ impl Kernel for Forcing {
     }
 }
 
+/// What every breaker script shares (the clock, the keys, publishing, the settings by name),
+/// sent in front of each: Redis runs one text, so the prelude's locals are the script's.
+const PRELUDE: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/lua/breaker_prelude.lua"
+));
+
+/// `static NAME: Script` of `lua/<name>.lua`, sent after the prelude.
 macro_rules! breaker_script {
     ($static:ident, $name:literal) => {
         static $static: Script = Script::new(
             $name,
-            &[include_str!(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/lua/",
-                $name,
-                ".lua"
-            ))],
+            &[
+                PRELUDE,
+                include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/", $name, ".lua")),
+            ],
         );
     };
 }
@@ -395,5 +401,30 @@ impl Scripted for Forcing {
             generation: generation(generation_n)?,
         };
         stamped(forced, stamp)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_breaker_script_is_sent_after_the_prelude() {
+        for script in [
+            Admit::SCRIPT,
+            Observe::SCRIPT,
+            Settle::SCRIPT,
+            Forcing::SCRIPT,
+        ] {
+            let file = script
+                .body()
+                .strip_prefix(PRELUDE)
+                .expect("the prelude first");
+            assert!(
+                file.starts_with(&format!("-- {}:", script.name)),
+                "{}",
+                script.name
+            );
+        }
     }
 }

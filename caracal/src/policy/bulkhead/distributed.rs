@@ -59,6 +59,33 @@ const MAX_WAIT_PAUSE: Duration = Duration::from_millis(50);
 /// The least time between a failed renewal and the next attempt.
 const MIN_RENEWAL_RETRY: Duration = Duration::from_millis(10);
 
+/// Why a lease was lost while its body ran (the `cause` of a `bulkhead.lease_lost` event).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LeaseLoss {
+    /// The server lost its data since the lease was taken: it may hold the lease no more.
+    DataLost,
+    /// Its trust deadline passed before a renewal was confirmed.
+    TrustExpired,
+    /// A renewal was answered: the coordinator no longer holds it.
+    NotHeld,
+    /// Renewals failed until the trust deadline.
+    RenewalTimedOut,
+}
+
+impl LeaseLoss {
+    /// The cause, as events tell it.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            LeaseLoss::DataLost => {
+                "the server lost its data (restarted without persistence, failed over, or flushed)"
+            }
+            LeaseLoss::TrustExpired => "the lease's trust deadline passed before it was renewed",
+            LeaseLoss::NotHeld => "the coordinator no longer holds the lease",
+            LeaseLoss::RenewalTimedOut => "no renewal succeeded before the lease's trust deadline",
+        }
+    }
+}
+
 /// How long before the earliest moment the server could expire a lease its holder stops
 /// trusting it: a tenth of the lease (10 ms at the 100 ms minimum, 3 s at the 30 s default).
 /// It covers the drift between this host's clock rate and the server's (well under 0.1 %),
@@ -328,11 +355,11 @@ impl Lease {
 
     /// Whether the lease may still be relied on at `now`: before its trust deadline, and held
     /// by a server that has not lost its data since; else why not.
-    fn check(&self, now: Instant) -> Result<(), &'static str> {
+    fn check(&self, now: Instant) -> Result<(), LeaseLoss> {
         if self.coordinator.incarnation().epoch() != self.epoch {
-            Err("the server lost its data (restarted without persistence, failed over, or flushed)")
+            Err(LeaseLoss::DataLost)
         } else if now >= self.trusted_until() {
-            Err("the lease's trust deadline passed before it was renewed")
+            Err(LeaseLoss::TrustExpired)
         } else {
             Ok(())
         }
@@ -340,7 +367,7 @@ impl Lease {
 
     /// Keeps the lease alive while the body runs; completes only when it is lost, with the
     /// cause. `sent` is when the acquire was sent.
-    async fn keep(&self, sent: Instant, limit: u32) -> &'static str {
+    async fn keep(&self, sent: Instant, limit: u32) -> LeaseLoss {
         let period = self.ttl / 3;
         let mut due = sent + period;
         loop {
@@ -365,7 +392,7 @@ impl Lease {
                     self.confirmed(sent, Instant::now());
                     due = sent + period;
                 }
-                Ok(Ok(_)) => return "the coordinator no longer holds the lease",
+                Ok(Ok(_)) => return LeaseLoss::NotHeld,
                 Ok(Err(error)) => {
                     events::bulkhead_degraded(
                         &self.identity.at(),
@@ -375,7 +402,7 @@ impl Lease {
                     // Try again soon, while the lease is still trusted.
                     due = Instant::now() + (period / 4).max(MIN_RENEWAL_RETRY);
                 }
-                Err(_) => return "no renewal succeeded before the lease's trust deadline",
+                Err(_) => return LeaseLoss::RenewalTimedOut,
             }
         }
     }
