@@ -60,8 +60,8 @@ pub const ADMISSION_SECONDS: &str = "caracal_admission_seconds";
 /// The name of the coordinator connectivity gauge.
 pub const COORDINATOR_UP: &str = "caracal_coordinator_up";
 
-use crate::events::At;
 use crate::kernel::breaker::Phase;
+use crate::labels::At;
 
 /// Gives every caracal metric its description and unit in the installed recorder (exporters
 /// show them, as Prometheus' `# HELP`). Done whenever a coordinator is made; call it yourself

@@ -18,9 +18,9 @@ use crate::config::Setting;
 use crate::config::overrides::{Resolved, Values};
 use crate::coordinator::Coordinator;
 use crate::ctx::{CallCtx, Rejection};
-use crate::events::At;
 use crate::identity::{PolicyKind, Scope};
 use crate::kernel::breaker::{Observation, ProbeOutcome, Settings};
+use crate::labels::At;
 use crate::{Error, Outcome};
 
 /// What the breaker does when the coordinator cannot answer.

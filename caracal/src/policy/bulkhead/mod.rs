@@ -16,8 +16,8 @@ use crate::config::Setting;
 use crate::config::overrides::{Resolved, Values};
 use crate::coordinator::Coordinator;
 use crate::ctx::CallCtx;
-use crate::events::At;
 use crate::identity::{PolicyKind, Scope};
+use crate::labels::At;
 
 /// The settings of one `#[bulkhead]` call site.
 #[doc(hidden)]

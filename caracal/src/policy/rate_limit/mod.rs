@@ -15,9 +15,10 @@ use crate::config::Setting;
 use crate::config::overrides::Values;
 use crate::coordinator::{self, Coordinator, RateCommand};
 use crate::ctx::CallCtx;
-use crate::events::{self, At};
+use crate::events;
 use crate::identity::{Kind, PolicyKind, Scope};
 use crate::kernel::{Seen, gcra};
+use crate::labels::At;
 use crate::policy::registry::{self, Registry};
 use crate::sync::lock;
 
