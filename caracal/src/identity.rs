@@ -118,7 +118,7 @@ impl PolicyKind {
     }
 
     /// The kind as the attribute, events, configuration and the `caracal` command name it.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             Kind::Bulkhead => "bulkhead",
             Kind::CircuitBreaker => "circuit_breaker",

@@ -20,7 +20,8 @@
 //! Each admission is exactly one decision: `admitted` (the policy let the call run),
 //! `rejected` (its rule turned the call away) or `degraded` (the coordinator could not answer,
 //! so the policy's fallback behaviour decided). `reason` is never empty; the strings are the
-//! ones the matching events carry, and are stable:
+//! ones the matching events carry, and are stable (each kind declares its own, and a test holds
+//! this table to them):
 //!
 //! | policy | `admitted` | `rejected` | `degraded` |
 //! |---|---|---|---|

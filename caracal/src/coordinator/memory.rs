@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use super::registry::{self, Registered, Report, Snapshot};
+use super::registry::{self, Registered, Report, Snapshot, StatusRead};
 use super::{
     BreakerTarget, FleetOverrides, LeaseAnswer, LeaseCommand, RateCommand, Stamped, lease_refused,
 };
@@ -306,23 +306,53 @@ impl MemoryBackend {
         })
     }
 
-    pub(super) fn identity_read(&self, kind: PolicyKind, key: &KeyBase) -> Result<Snapshot, Error> {
-        self.with(|states, now, _| match kind {
-            PolicyKind::Bulkhead => {
-                let occupancy = states.leases.get(key).map_or(0, |set| {
-                    let live = set.leases.iter().filter(|&&(_, deadline)| deadline > now);
-                    u32::try_from(live.count()).unwrap_or(u32::MAX)
-                });
-                Snapshot::Bulkhead { occupancy }
-            }
-            PolicyKind::CircuitBreaker => Snapshot::Breaker {
+    /// What `kind`'s status script (`read`) would answer: the same figures, from this
+    /// backend's state.
+    pub(super) fn identity_read(
+        &self,
+        kind: PolicyKind,
+        read: &StatusRead,
+        key: &KeyBase,
+    ) -> Result<Snapshot, Error> {
+        self.with(|states, now, _| {
+            let figures = match kind {
+                PolicyKind::Bulkhead => {
+                    let live = states.leases.get(key).map_or(0, |set| {
+                        let live = set.leases.iter().filter(|&&(_, deadline)| deadline > now);
+                        i64::try_from(live.count()).unwrap_or(i64::MAX)
+                    });
+                    vec![live]
+                }
+                PolicyKind::CircuitBreaker => {
+                    let state = states
+                        .breakers
+                        .get(key)
+                        .and_then(|(store, _)| store.live_state(now));
+                    match state {
+                        None => vec![-1; 8],
+                        Some(state) => {
+                            let figure = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+                            vec![
+                                i64::from(state.phase.code()),
+                                figure(state.generation),
+                                figure(state.opened_at),
+                                i64::from(state.counts.total),
+                                i64::from(state.counts.failures),
+                                i64::from(state.counts.slow),
+                                figure(state.closed_until),
+                                figure(state.forced_until),
+                            ]
+                        }
+                    }
+                }
+                // The other kinds read nothing live.
+                _ => Vec::new(),
+            };
+            Snapshot {
+                script: read.script,
                 now_ms: now,
-                state: states
-                    .breakers
-                    .get(key)
-                    .and_then(|(store, _)| store.live_state(now).cloned()),
-            },
-            PolicyKind::RateLimit => Snapshot::RateLimit,
+                figures,
+            }
         })
     }
 }

@@ -34,7 +34,7 @@ pub(crate) use self::incarnation::{Incarnation, LossCause};
 use self::memory::MemoryBackend;
 pub use self::redis::REDIS_ACL_RULES;
 use self::redis::RedisBackend;
-use self::registry::{Registered, Report, Snapshot, Usage};
+use self::registry::{Registered, Report, Snapshot, StatusRead, Usage};
 use self::wakeups::Wakeups;
 use crate::Error;
 use crate::config::Config;
@@ -708,10 +708,16 @@ impl Coordinator {
         }
     }
 
-    pub(crate) async fn identity_read(&self, kind: Kind, key: &KeyBase) -> Result<Snapshot, Error> {
+    /// Runs `kind`'s status read (`read`) on the identity at `key`.
+    pub(crate) async fn identity_read(
+        &self,
+        kind: Kind,
+        read: &StatusRead,
+        key: &KeyBase,
+    ) -> Result<Snapshot, Error> {
         match &self.inner.backend {
-            Backend::Memory(memory) => memory.identity_read(kind, key),
-            Backend::Redis(redis) => redis.identity_read(kind, key).await,
+            Backend::Memory(memory) => memory.identity_read(kind, read, key),
+            Backend::Redis(redis) => redis.identity_read(read, key).await,
         }
     }
 

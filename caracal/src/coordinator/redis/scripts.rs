@@ -28,6 +28,14 @@ macro_rules! scripts {
             });
         )*
 
+        /// The script called `name`: what a kind's status read names.
+        pub(crate) fn named(name: &str) -> Option<&'static Script> {
+            match name {
+                $($file => Some(&*$static),)*
+                _ => None,
+            }
+        }
+
         /// Every script, for preloading and tests.
         #[cfg(test)]
         pub(crate) fn all() -> Vec<&'static Script> {
@@ -48,7 +56,8 @@ scripts! {
     REGISTRY_READ => "registry_read",
     OVERRIDES_WRITE => "overrides_write",
     OVERRIDES_READ => "overrides_read",
-    IDENTITY_READ => "identity_read",
+    BULKHEAD_STATUS => "bulkhead_status",
+    BREAKER_STATUS => "breaker_status",
 }
 
 #[cfg(test)]

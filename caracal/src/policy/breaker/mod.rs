@@ -5,6 +5,7 @@
 //! process's view of the state (see `coordinator::breakers`); the local breaker runs it under a
 //! mutex.
 
+pub(crate) mod descriptor;
 mod distributed;
 mod local;
 
@@ -289,7 +290,7 @@ impl BreakerSite {
 
     fn at<'a>(&self, scope: &'a Scope) -> At<'a> {
         At {
-            policy: "circuit_breaker",
+            policy: descriptor::DESCRIPTOR.kind.as_str(),
             name: self.config.name,
             operation: self.config.operation,
             scope: scope.as_str(),

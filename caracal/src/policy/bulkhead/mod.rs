@@ -5,6 +5,7 @@
 //! returned, failed, panicked or dropped. Local, a slot is a count in a budget shared by every
 //! call site with the same identity in this process, with a FIFO line for callers that wait.
 
+pub(crate) mod descriptor;
 pub(crate) mod distributed;
 mod local;
 
@@ -95,7 +96,7 @@ impl BulkheadSite {
 
     fn at<'a>(&self, scope: &'a Scope) -> At<'a> {
         At {
-            policy: "bulkhead",
+            policy: descriptor::DESCRIPTOR.kind.as_str(),
             name: self.config.name,
             operation: self.config.operation,
             scope: scope.as_str(),
