@@ -276,9 +276,9 @@ mod tests {
     /// The metrics' table of decisions and reasons is the descriptors'.
     #[test]
     fn the_metrics_reasons_table_is_the_descriptors() {
-        let source = include_str!("../metrics.rs");
+        let source = include_str!("../metrics.md");
         for policy in POLICIES {
-            let start = format!("//! | `{}` | ", policy.kind);
+            let start = format!("| `{}` | ", policy.kind);
             let row = source
                 .lines()
                 .find(|line| line.starts_with(&start))
