@@ -1,10 +1,7 @@
 //! How the status reads: a table for people, JSON lines for programs.
 
-use std::time::Duration;
-
-use caracal::PolicyKind;
-use caracal::admin::{IdentityStatus, PolicyState};
-use serde::Serialize;
+use caracal::admin::{IdentityStatus, PolicyState, StatusValue};
+use serde::{Serialize, Serializer};
 
 /// One identity as a line of `status --json`.
 #[derive(Debug, Serialize)]
@@ -15,76 +12,46 @@ struct Line<'a> {
     scope: &'a str,
     drift: bool,
     #[serde(flatten)]
-    state: State,
+    state: Fields<'a>,
 }
 
-/// The fields of each kind.
-#[derive(Debug, Serialize)]
-#[serde(untagged)]
-enum State {
-    Bulkhead {
-        limit: Option<u32>,
-        occupancy: u32,
-    },
-    CircuitBreaker {
-        state: &'static str,
-        generation: u64,
-        window_total: u32,
-        window_failures: u32,
-        retry_after_ms: Option<u64>,
-    },
-    RateLimit {
-        rate: Option<f64>,
-        burst: Option<u32>,
-    },
-    /// A kind this version of the command does not know: its common fields only.
-    Unknown {},
+/// The fields of the identity's kind, in the kind's order.
+#[derive(Debug)]
+struct Fields<'a>(&'a PolicyState);
+
+impl Serialize for Fields<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.fields().map(|(name, value)| (name, Json(value))))
+    }
 }
 
-fn kind(kind: PolicyKind) -> &'static str {
-    kind.as_str()
-}
+/// A field's value in JSON: unset is `null`.
+#[derive(Debug)]
+struct Json<'a>(&'a StatusValue);
 
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+impl Serialize for Json<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            StatusValue::Count(n) => serializer.serialize_u64(*n),
+            StatusValue::Number(n) => serializer.serialize_f64(*n),
+            StatusValue::Text(text) => serializer.serialize_str(text),
+            // Unset, and any kind of value this version of the command does not know.
+            _ => serializer.serialize_none(),
+        }
+    }
 }
 
 /// `status --json`: one object per identity, each on its own line.
 pub(crate) fn json_lines(identities: &[IdentityStatus]) -> String {
     let mut out = String::new();
     for identity in identities {
-        let state = match &identity.state {
-            PolicyState::Bulkhead { limit, occupancy } => State::Bulkhead {
-                limit: *limit,
-                occupancy: *occupancy,
-            },
-            PolicyState::CircuitBreaker {
-                state,
-                generation,
-                window_total,
-                window_failures,
-                retry_after,
-                ..
-            } => State::CircuitBreaker {
-                state: state.as_str(),
-                generation: *generation,
-                window_total: *window_total,
-                window_failures: *window_failures,
-                retry_after_ms: retry_after.map(millis),
-            },
-            PolicyState::RateLimit { rate, burst } => State::RateLimit {
-                rate: *rate,
-                burst: *burst,
-            },
-            _ => State::Unknown {},
-        };
         let line = Line {
-            kind: kind(identity.kind),
+            kind: identity.kind.as_str(),
             name: &identity.name,
             operation: &identity.operation,
             scope: &identity.scope,
             drift: identity.drift,
-            state,
+            state: Fields(&identity.state),
         };
         // Strings, numbers and options only: serializing cannot fail.
         if let Ok(text) = serde_json::to_string(&line) {
@@ -134,48 +101,10 @@ pub(crate) fn table(identities: &[IdentityStatus], namespace: &str) -> String {
     out
 }
 
-/// `850ms`, `4s 120ms`, `4m 59s`: milliseconds while they matter, whole seconds after.
-fn readable(duration: Duration) -> String {
-    let shown = if duration >= Duration::from_secs(10) {
-        Duration::from_secs(duration.as_secs())
-    } else {
-        Duration::from_millis(millis(duration))
-    };
-    humantime::format_duration(shown).to_string()
-}
-
 fn row(identity: &IdentityStatus) -> [String; 7] {
-    let (state, detail) = match &identity.state {
-        PolicyState::Bulkhead { limit, occupancy } => (
-            match limit {
-                Some(limit) => format!("{occupancy}/{limit} in use"),
-                None => format!("{occupancy} in use"),
-            },
-            String::new(),
-        ),
-        PolicyState::CircuitBreaker {
-            state,
-            generation,
-            window_total,
-            window_failures,
-            retry_after,
-            ..
-        } => {
-            let mut detail =
-                format!("generation {generation}, {window_failures} of {window_total} failed");
-            if let Some(retry_after) = retry_after {
-                detail.push_str(&format!(", probe in {}", readable(*retry_after)));
-            }
-            (state.as_str().to_owned(), detail)
-        }
-        PolicyState::RateLimit { rate, burst } => (
-            rate.map_or_else(|| "?/s".to_owned(), |rate| format!("{rate}/s")),
-            burst.map_or_else(String::new, |burst| format!("burst {burst}")),
-        ),
-        _ => ("?".to_owned(), String::new()),
-    };
+    let [state, detail] = identity.state.summary();
     [
-        kind(identity.kind).to_owned(),
+        identity.kind.as_str().to_owned(),
         identity.name.clone(),
         identity.operation.clone(),
         identity.scope.clone(),
@@ -183,17 +112,4 @@ fn row(identity: &IdentityStatus) -> [String; 7] {
         state,
         detail,
     ]
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn times_left_read_well() {
-        assert_eq!(readable(Duration::from_micros(555_321)), "555ms");
-        assert_eq!(readable(Duration::from_millis(4_120)), "4s 120ms");
-        assert_eq!(readable(Duration::from_millis(299_983)), "4m 59s");
-        assert_eq!(readable(Duration::ZERO), "0s");
-    }
 }

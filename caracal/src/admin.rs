@@ -4,14 +4,14 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use caracal::admin::{BreakerCommand, PolicyState};
+//! use caracal::admin::{BreakerCommand, StatusValue};
 //!
 //! # async fn drill() -> Result<(), caracal::Error> {
 //! let coordinator = caracal::Coordinator::redis("redis://127.0.0.1:6379").connect().await?;
 //! let admin = coordinator.admin();
 //! for identity in admin.status().await? {
-//!     if let PolicyState::CircuitBreaker { state, .. } = &identity.state {
-//!         println!("{} {}: {}", identity.name, identity.scope, state.as_str());
+//!     if let Some(StatusValue::Text(state)) = identity.state.get("state") {
+//!         println!("{} {} {}: {state}", identity.kind, identity.name, identity.scope);
 //!     }
 //! }
 //! // Every process rejects calls to partner-api for a minute, then probes it.
@@ -32,9 +32,14 @@ use crate::Error;
 use crate::config::OverrideKey;
 use crate::config::overrides::text;
 use crate::coordinator::Coordinator;
-use crate::coordinator::registry::{Registered, Snapshot};
+use crate::coordinator::registry::Snapshot;
 use crate::identity::{Identity, PolicyKind, Scope, check_part};
 use crate::kernel::breaker::{Force, Phase};
+pub use crate::policy::descriptor::StatusValue;
+use crate::policy::{
+    self,
+    descriptor::{self, Descriptor, Field},
+};
 
 /// The operations of [`Coordinator::admin`].
 #[derive(Debug, Clone)]
@@ -60,40 +65,57 @@ pub struct IdentityStatus {
     pub state: PolicyState,
 }
 
-/// What an identity's state holds.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum PolicyState {
-    /// A bulkhead.
-    Bulkhead {
-        /// The limit processes use (the last one reported).
-        limit: Option<u32>,
-        /// Bodies running now, across the fleet.
-        occupancy: u32,
-    },
-    /// A circuit breaker.
-    CircuitBreaker {
-        /// Its state.
-        state: BreakerState,
-        /// Its generation: every change of state starts a new one.
-        generation: u64,
-        /// Observations in its window.
-        window_total: u32,
-        /// Failures among them.
-        window_failures: u32,
-        /// Slow calls among them.
-        window_slow: u32,
-        /// While open: how long until a probe may be admitted (forced open without an end:
-        /// `None`).
-        retry_after: Option<Duration>,
-    },
-    /// A rate limit.
-    RateLimit {
-        /// Admissions per second processes use (the last reported).
-        rate: Option<f64>,
-        /// Its burst (the last reported).
-        burst: Option<u32>,
-    },
+/// What an identity's state holds: its kind's status fields, by name, in the order the kind
+/// declares them (`caracal status --json` prints them so).
+///
+/// A bulkhead has `limit` (the last reported) and `occupancy` (bodies running now, across the
+/// fleet); a circuit breaker `state` (see [`BreakerState::as_str`]), `generation`,
+/// `window_total`, `window_failures`, `retry_after_ms` (while open, until a probe may be
+/// admitted) and `window_slow`; a rate limit `rate` and `burst` (the last reported).
+#[derive(Debug, Clone)]
+pub struct PolicyState {
+    kind: &'static Descriptor,
+    values: Vec<StatusValue>,
+}
+
+impl PolicyState {
+    /// Each field that `caracal status --json` prints, and its value, in order.
+    pub fn fields(&self) -> impl Iterator<Item = (&'static str, &StatusValue)> {
+        self.kind
+            .fields
+            .iter()
+            .zip(&self.values)
+            .filter(|(field, _)| field.json)
+            .map(|(field, value)| (field.name, value))
+    }
+
+    /// The value of the field `name`, printed or not (`None`: the kind has no such field).
+    pub fn get(&self, name: &str) -> Option<&StatusValue> {
+        self.field(name).map(|(_, value)| value)
+    }
+
+    fn field(&self, name: &str) -> Option<(&'static Field, &StatusValue)> {
+        let at = self
+            .kind
+            .fields
+            .iter()
+            .position(|field| field.name == name)?;
+        Some((&self.kind.fields[at], self.values.get(at)?))
+    }
+
+    /// The STATE and DETAIL cells of the `caracal status` table (`3/5 in use`; `open`,
+    /// `generation 4, 3 of 10 failed, probe in 4s 120ms`).
+    pub fn summary(&self) -> [String; 2] {
+        self.kind
+            .table
+            .map(|template| descriptor::render(template, |name| self.field(name)))
+    }
+}
+
+impl PartialEq for PolicyState {
+    fn eq(&self, other: &Self) -> bool {
+        self.kind.kind == other.kind.kind && self.values == other.values
+    }
 }
 
 /// A circuit breaker's state.
@@ -256,11 +278,20 @@ impl Admin {
         let registered = self.coordinator.registry_read().await?;
         let mut listed = Vec::with_capacity(registered.len());
         for identity in registered {
-            let snapshot = self
-                .coordinator
-                .identity_read(identity.kind, &identity.key)
-                .await?;
-            listed.push(status(identity, snapshot));
+            let kind = policy::descriptor(identity.kind);
+            let snapshot = match &kind.read {
+                Some(read) => self.coordinator.identity_read(read, &identity.key).await?,
+                None => Snapshot::NOTHING,
+            };
+            let values = (kind.status)(&identity, &snapshot)?;
+            listed.push(IdentityStatus {
+                kind: identity.kind,
+                name: identity.name,
+                operation: identity.operation,
+                scope: identity.scope,
+                drift: identity.drift,
+                state: PolicyState { kind, values },
+            });
         }
         listed.sort_by(|a, b| {
             (a.kind, &a.name, &a.operation, &a.scope).cmp(&(
@@ -398,63 +429,5 @@ impl Admin {
 /// the breaker's window, and processes that use it keep it alive anyway.
 const RESET_CLOSED_TTL_MS: u64 = 60_000;
 
-/// A reported value of `identity`, parsed.
-fn parsed<T: std::str::FromStr>(identity: &Registered, key: &str) -> Option<T> {
-    identity.value(key)?.parse().ok()
-}
-
-fn status(identity: Registered, snapshot: Snapshot) -> IdentityStatus {
-    let state = match snapshot {
-        Snapshot::Bulkhead { occupancy } => PolicyState::Bulkhead {
-            limit: parsed(&identity, "limit"),
-            occupancy,
-        },
-        Snapshot::RateLimit => PolicyState::RateLimit {
-            rate: parsed(&identity, "rate"),
-            burst: parsed(&identity, "burst"),
-        },
-        Snapshot::Breaker { now_ms, state } => {
-            let open_ms = identity
-                .value("open")
-                .and_then(|open| humantime::parse_duration(open).ok())
-                .map(|open| u64::try_from(open.as_millis()).unwrap_or(u64::MAX));
-            match state {
-                None => PolicyState::CircuitBreaker {
-                    state: BreakerState::Closed,
-                    generation: 0,
-                    window_total: 0,
-                    window_failures: 0,
-                    window_slow: 0,
-                    retry_after: None,
-                },
-                Some(state) => {
-                    let retry_after_ms = match state.phase {
-                        Phase::Open => open_ms.map(|open| {
-                            state.opened_at.saturating_add(open).saturating_sub(now_ms)
-                        }),
-                        Phase::ForcedOpen if state.forced_until != 0 => {
-                            Some(state.forced_until.saturating_sub(now_ms))
-                        }
-                        _ => None,
-                    };
-                    PolicyState::CircuitBreaker {
-                        state: BreakerState::of(state.phase),
-                        generation: state.generation,
-                        window_total: state.counts.total,
-                        window_failures: state.counts.failures,
-                        window_slow: state.counts.slow,
-                        retry_after: retry_after_ms.map(Duration::from_millis),
-                    }
-                }
-            }
-        }
-    };
-    IdentityStatus {
-        kind: identity.kind,
-        name: identity.name,
-        operation: identity.operation,
-        scope: identity.scope,
-        drift: identity.drift,
-        state,
-    }
-}
+#[cfg(test)]
+mod tests;

@@ -16,17 +16,8 @@ use std::time::Duration;
 
 use crate::Error;
 use crate::kernel::breaker::{Counts, ObserveReply, Phase, SettleReply, Transition};
+use crate::labels::At;
 use crate::metrics::{self, Decision, InFlight, Stopwatch};
-
-/// Which policy instance an event is about.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct At<'a> {
-    pub(crate) policy: &'static str,
-    pub(crate) name: &'a str,
-    pub(crate) operation: &'a str,
-    pub(crate) scope: &'a str,
-    pub(crate) coordination: &'static str,
-}
 
 /// What the events of the attributes that guard the whole call rather than an identity's
 /// budget (`#[retry]`, `#[timeout]`, `#[fallback]`) carry: the function, and the identity its

@@ -16,7 +16,8 @@ use std::fmt::{self, Write as _};
 use sha2::{Digest, Sha256};
 
 use crate::Error;
-use crate::events::{At, Call};
+use crate::events::Call;
+use crate::labels::At;
 
 /// The longest identity part, in UTF-8 bytes.
 pub(crate) const MAX_PART_BYTES: usize = 1024;
@@ -117,7 +118,7 @@ impl PolicyKind {
     }
 
     /// The kind as the attribute, events, configuration and the `caracal` command name it.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             Kind::Bulkhead => "bulkhead",
             Kind::CircuitBreaker => "circuit_breaker",

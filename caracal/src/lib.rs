@@ -86,6 +86,7 @@ mod fencing;
 pub mod guide;
 mod identity;
 mod kernel;
+mod labels;
 #[cfg(test)]
 mod layers;
 pub mod metrics;

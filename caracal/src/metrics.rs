@@ -1,53 +1,4 @@
-//! Metrics, with the cargo feature `metrics`, through the [`metrics`](https://docs.rs/metrics)
-//! facade (0.24): install any recorder (`metrics-exporter-prometheus`, …) and caracal's
-//! decisions show up in it. Without the feature none of this is compiled: no dependency, no
-//! clock reading, nothing per call.
-//!
-//! | name | kind | labels | meaning |
-//! |---|---|---|---|
-//! | `caracal_decisions_total` | counter | `policy`, `name`, `operation`, `decision`, `reason` | one per admission decision of a bulkhead, circuit breaker or rate limit (one per attempt under a `#[retry]`) |
-//! | `caracal_circuit_breaker_state` | gauge | `name`, `operation`, `scope` | the breaker's state as this process knows it: 0 closed, 1 open, 2 half_open, 3 forced_open, 4 forced_closed |
-//! | `caracal_bulkhead_in_flight` | gauge | `name`, `operation` | bodies this process runs inside bulkheads right now (every scope, local and distributed) |
-//! | `caracal_admission_seconds` | histogram | `policy`, `name`, `operation` | from the call reaching the policy to its admission, waits and round trips included; admitted calls only |
-//! | `caracal_coordinator_up` | gauge | | 1 while every connection to the coordinator is up (always, for the in-memory one), 0 from the loss of one until it is restored |
-//!
-//! `policy` is `bulkhead`, `circuit_breaker` or `rate_limit`; `name` and `operation` are the
-//! attribute's. Scopes are left out of every label but the breaker state's: a scope per tenant
-//! or per user would make one series each.
-//!
-//! # Decisions and reasons
-//!
-//! Each admission is exactly one decision: `admitted` (the policy let the call run),
-//! `rejected` (its rule turned the call away) or `degraded` (the coordinator could not answer,
-//! so the policy's fallback behaviour decided). `reason` is never empty; the strings are the
-//! ones the matching events carry, and are stable:
-//!
-//! | policy | `admitted` | `rejected` | `degraded` |
-//! |---|---|---|---|
-//! | `bulkhead` | `admitted` | `capacity`, `wait_timeout`, `admission_expired` | `fail_closed` |
-//! | `rate_limit` | `admitted` | `rate_exceeded` | `fail_closed` |
-//! | `circuit_breaker` | `closed`, `half_open` (a probe), `forced_closed` | `open`, `half_open` (every probe slot taken), `forced_open` | `fail_open` (ran unrecorded), `fail_closed` |
-//!
-//! A bulkhead and a rate limit always fail closed, so their `degraded` decisions are calls
-//! turned away (`Error::CoordinatorUnavailable`); a breaker's may have run (`fail_open`) or not
-//! (`fail_closed`, which also covers a scope last seen open). Rejected + degraded/fail_closed
-//! is everything a policy turned away. A call refused before any policy decided — no
-//! coordinator installed, an invalid scope — is not a decision.
-//!
-//! # The breaker state
-//!
-//! The gauge follows what this process learns of the breaker, wherever the change was made:
-//! a change by another process or by an operator reaches it through the coordinator's feed,
-//! as the `circuit_breaker.state_changed` event does. A process reports the identities it has
-//! used since it started; the gauge is set when it first learns a breaker's state and on every
-//! change after that.
-//!
-//! # Cost
-//!
-//! With the feature on, each decision registers its handles with the recorder by key (what the
-//! `metrics` macros do: the labels are copied), and an admission reads tokio's clock twice;
-//! that is a few hundred nanoseconds with a Prometheus recorder, nothing next to a Redis round
-//! trip, noticeable next to a local bulkhead's few nanoseconds.
+#![doc = include_str!("metrics.md")]
 
 /// The name of the decisions counter.
 pub const DECISIONS_TOTAL: &str = "caracal_decisions_total";
@@ -60,8 +11,8 @@ pub const ADMISSION_SECONDS: &str = "caracal_admission_seconds";
 /// The name of the coordinator connectivity gauge.
 pub const COORDINATOR_UP: &str = "caracal_coordinator_up";
 
-use crate::events::At;
 use crate::kernel::breaker::Phase;
+use crate::labels::At;
 
 /// Gives every caracal metric its description and unit in the installed recorder (exporters
 /// show them, as Prometheus' `# HELP`). Done whenever a coordinator is made; call it yourself

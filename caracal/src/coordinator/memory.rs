@@ -8,13 +8,11 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::protocol::FleetOverrides;
-use super::registry::{self, Registered, Report, Snapshot};
+use super::registry::{self, Registered, Report, Snapshot, StatusRead};
 use crate::Error;
 use crate::clock::Clock;
 use crate::error::FailureKind;
-use crate::identity::{KeyBase, PolicyKind};
-use crate::kernel::breaker::Stored;
-use crate::kernel::lease::LeaseSet;
+use crate::identity::KeyBase;
 use crate::kernel::{Kernel, Now, Seen, State};
 use crate::sync::lock;
 
@@ -46,6 +44,8 @@ trait Map: Any + Send + std::fmt::Debug {
     /// Drops what can no longer matter at `now`.
     fn sweep(&mut self, now: Now);
     fn as_any(&mut self) -> &mut dyn Any;
+    /// `key`'s state, if it has one.
+    fn state(&self, key: &KeyBase) -> Option<&dyn Any>;
 }
 
 impl<S: State + std::fmt::Debug> Map for HashMap<KeyBase, S> {
@@ -55,6 +55,10 @@ impl<S: State + std::fmt::Debug> Map for HashMap<KeyBase, S> {
 
     fn as_any(&mut self) -> &mut dyn Any {
         self
+    }
+
+    fn state(&self, key: &KeyBase) -> Option<&dyn Any> {
+        self.get(key).map(|state| state as &dyn Any)
     }
 }
 
@@ -188,23 +192,24 @@ impl MemoryBackend {
         })
     }
 
-    pub(super) fn identity_read(&self, kind: PolicyKind, key: &KeyBase) -> Result<Snapshot, Error> {
-        self.with(|states, Now { ms: now, .. }| match kind {
-            PolicyKind::Bulkhead => {
-                let occupancy = states.map::<LeaseSet>().get(key).map_or(0, |set| {
-                    let live = set.leases.iter().filter(|&&(_, deadline)| deadline > now);
-                    u32::try_from(live.count()).unwrap_or(u32::MAX)
-                });
-                Snapshot::Bulkhead { occupancy }
+    /// What `read`'s status script would answer: the same figures, from this backend's
+    /// state.
+    pub(super) fn identity_read(
+        &self,
+        read: &StatusRead,
+        key: &KeyBase,
+    ) -> Result<Snapshot, Error> {
+        self.with(|states, now| {
+            let (state_type, figures) = read.memory;
+            let state = states
+                .maps
+                .get(&state_type())
+                .and_then(|map| map.state(key));
+            Snapshot {
+                script: read.script.name,
+                now_ms: now.ms,
+                figures: figures(state, now.ms),
             }
-            PolicyKind::CircuitBreaker => Snapshot::Breaker {
-                now_ms: now,
-                state: states
-                    .map::<Stored>()
-                    .get(key)
-                    .and_then(|stored| stored.store.live_state(now).cloned()),
-            },
-            PolicyKind::RateLimit => Snapshot::RateLimit,
         })
     }
 }
@@ -217,7 +222,7 @@ mod tests {
 
     use super::*;
     use crate::identity::{Identity, Kind, Scope};
-    use crate::kernel::lease::{Lease, LeaseAction, LeaseReply, LeaseStep, Release};
+    use crate::kernel::lease::{Lease, LeaseAction, LeaseReply, LeaseSet, LeaseStep, Release};
 
     fn identity() -> Identity {
         Identity::new("ns", Kind::Bulkhead, "p", "op", &Scope::GLOBAL)

@@ -36,7 +36,7 @@ use self::memory::MemoryBackend;
 pub(crate) use self::protocol::{BreakerTarget, FleetOverrides, LeaseAnswer, LeaseCommand};
 pub use self::redis::REDIS_ACL_RULES;
 use self::redis::RedisBackend;
-use self::registry::{Registered, Report, Snapshot, Usage};
+use self::registry::{Registered, Report, Snapshot, StatusRead, Usage};
 use self::wakeups::Wakeups;
 use crate::Error;
 use crate::config::Config;
@@ -591,10 +591,15 @@ impl Coordinator {
         }
     }
 
-    pub(crate) async fn identity_read(&self, kind: Kind, key: &KeyBase) -> Result<Snapshot, Error> {
+    /// Runs a kind's status read on the identity at `key`.
+    pub(crate) async fn identity_read(
+        &self,
+        read: &StatusRead,
+        key: &KeyBase,
+    ) -> Result<Snapshot, Error> {
         match &self.inner.backend {
-            Backend::Memory(memory) => memory.identity_read(kind, key),
-            Backend::Redis(redis) => redis.identity_read(kind, key).await,
+            Backend::Memory(memory) => memory.identity_read(read, key),
+            Backend::Redis(redis) => redis.identity_read(read, key).await,
         }
     }
 

@@ -10,7 +10,9 @@
 //! another reporter used other values within [`DRIFT_WINDOW`]; a change of that answer is a
 //! `config.drift` event.
 
+use std::any::{Any, TypeId};
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,7 +23,9 @@ use super::{Coordinator, feed};
 use crate::config::overrides::{Resolved, Values};
 use crate::events;
 use crate::identity::{Identity, KeyBase, PolicyKind};
+use crate::script::Script;
 use crate::sync::lock;
+use crate::{Error, FailureKind};
 
 /// How often a process reports the identities it uses.
 pub(crate) const REPORT_EVERY: Duration = Duration::from_secs(5);
@@ -95,6 +99,11 @@ impl Registered {
             .filter(|value| *value != "none")
     }
 
+    /// The value of `key` as reported, parsed (`None` if it was not, is unset or unreadable).
+    pub(crate) fn parsed<T: std::str::FromStr>(&self, key: &str) -> Option<T> {
+        self.value(key)?.parse().ok()
+    }
+
     /// Each key's value and where it came from, in the kind's key order.
     pub(crate) fn entries(&self) -> impl Iterator<Item = (&str, &str, &str)> {
         self.values
@@ -107,19 +116,58 @@ impl Registered {
     }
 }
 
-/// What an identity's shared state holds now, for `caracal status`.
+/// How a kind's live state is read for `caracal status`: its status script (in `lua/`, by
+/// name) and the suffixes of the keys it reads. The kind declares it; the backends answer it
+/// without knowing which kind asks.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StatusRead {
+    /// The script.
+    pub(crate) script: &'static Script,
+    /// The suffixes of its `KEYS`, in order.
+    pub(crate) keys: &'static [&'static str],
+    /// How many integers it answers after the server's time.
+    pub(crate) figures: usize,
+    /// The in-memory backend's form of the read: the type of state the kind keeps there
+    /// ([`TypeId::of`] it), and the same figures from an identity's state of that type (or
+    /// from none), at `now_ms`.
+    pub(crate) memory: (fn() -> TypeId, fn(Option<&dyn Any>, u64) -> Vec<i64>),
+}
+
+/// What an identity's shared state holds now, as its kind's status read answers: the
+/// backend's time and the kind's figures, which the kind reads.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Snapshot {
-    Bulkhead {
-        occupancy: u32,
-    },
-    /// The breaker's live state (`None`: closed with an empty window), at `now_ms`.
-    Breaker {
-        now_ms: u64,
-        state: Option<crate::kernel::breaker::State>,
-    },
-    /// A rate limit's state says nothing an operator reads.
-    RateLimit,
+pub(crate) struct Snapshot {
+    /// The script that answered, to name in a complaint about its reply.
+    pub(crate) script: &'static str,
+    pub(crate) now_ms: u64,
+    pub(crate) figures: Vec<i64>,
+}
+
+impl Snapshot {
+    /// What a kind without a status read is given.
+    pub(crate) const NOTHING: Snapshot = Snapshot {
+        script: "",
+        now_ms: 0,
+        figures: Vec::new(),
+    };
+
+    /// Exactly `N` figures.
+    pub(crate) fn figures<const N: usize>(&self) -> Result<[i64; N], Error> {
+        <[i64; N]>::try_from(self.figures.as_slice()).map_err(|_| {
+            self.malformed(format_args!(
+                "{} figures instead of {N}",
+                self.figures.len()
+            ))
+        })
+    }
+
+    /// The error of a reply the kind cannot read.
+    pub(crate) fn malformed(&self, detail: impl fmt::Display) -> Error {
+        Error::unavailable(
+            FailureKind::MalformedReply,
+            format!("{} replied {detail}", self.script),
+        )
+    }
 }
 
 fn describe(identity: &Identity) -> String {

@@ -6,9 +6,10 @@ use redis::Value;
 use super::{RedisBackend, reply, scripts};
 use crate::Error;
 use crate::coordinator::protocol::FleetOverrides;
-use crate::coordinator::registry::{DRIFT_WINDOW, MAX_IDENTITIES, Registered, Report, Snapshot};
-use crate::identity::{KeyBase, PolicyKind};
-use crate::kernel::breaker::{Counts, Phase, State};
+use crate::coordinator::registry::{
+    DRIFT_WINDOW, MAX_IDENTITIES, Registered, Report, Snapshot, StatusRead,
+};
+use crate::identity::KeyBase;
 
 fn registry_keys(base: &KeyBase) -> [String; 2] {
     [base.key("registry"), base.key("registry:expiry")]
@@ -235,77 +236,25 @@ impl RedisBackend {
         reply::flag(script.name, changed)
     }
 
+    /// Runs a kind's status read on the identity at `key`: the server's time, then the
+    /// kind's figures.
     pub(in crate::coordinator) async fn identity_read(
         &self,
-        kind: PolicyKind,
+        read: &StatusRead,
         key: &KeyBase,
     ) -> Result<Snapshot, Error> {
-        let script = &scripts::IDENTITY_READ;
-        match kind {
-            PolicyKind::Bulkhead => {
-                let value = self
-                    .link
-                    .eval(script, key, &[key.key("leases")], "bulkhead")
-                    .await?;
-                let [_now, occupancy] = reply::integers::<2>(script.name, value)?;
-                let occupancy = u32::try_from(occupancy).map_err(|_| {
-                    reply::malformed(script.name, format_args!("occupancy {occupancy}"))
-                })?;
-                Ok(Snapshot::Bulkhead { occupancy })
-            }
-            PolicyKind::CircuitBreaker => {
-                let value = self
-                    .link
-                    .eval(script, key, &[key.key("brk:state")], "breaker")
-                    .await?;
-                let fields = reply::integers::<9>(script.name, value)?;
-                decode_breaker(script.name, fields)
-            }
-            PolicyKind::RateLimit => Ok(Snapshot::RateLimit),
-        }
-    }
-}
-
-fn decode_breaker(script: &str, fields: [i64; 9]) -> Result<Snapshot, Error> {
-    let [
-        now,
-        phase,
-        generation,
-        opened_at,
-        total,
-        failures,
-        slow,
-        closed_until,
-        forced_until,
-    ] = fields;
-    let now_ms = unsigned(script, now)?;
-    if phase < 0 {
-        return Ok(Snapshot::Breaker {
+        let script = read.script;
+        let keys: Vec<String> = read.keys.iter().map(|suffix| key.key(suffix)).collect();
+        let value = self.link.eval(script, key, &keys, &[] as &[&str]).await?;
+        let mut figures = reply::integer_groups::<1>(script.name, value, read.figures + 1)?
+            .into_iter()
+            .map(|[figure]| figure);
+        // At least the time: `integer_groups` checked the count.
+        let now_ms = unsigned(script.name, figures.next().unwrap_or(-1))?;
+        Ok(Snapshot {
+            script: script.name,
             now_ms,
-            state: None,
-        });
+            figures: figures.collect(),
+        })
     }
-    let count = |n: i64| u32::try_from(n.max(0)).map_err(|_| reply::malformed(script, n));
-    let time = |n: i64| u64::try_from(n.max(0)).map_err(|_| reply::malformed(script, n));
-    let phase = Phase::from_code(phase)
-        .ok_or_else(|| reply::malformed(script, format_args!("phase {phase}")))?;
-    let state = State {
-        phase,
-        generation: unsigned(script, generation)?,
-        opened_at: time(opened_at)?,
-        probe_successes: 0,
-        counts: Counts {
-            total: count(total)?,
-            failures: count(failures)?,
-            slow: count(slow)?,
-        },
-        closed_until: time(closed_until)?,
-        forced_until: time(forced_until)?,
-    };
-    // A closed state past its time counts as absent, as the scripts treat it.
-    let live = phase != Phase::Closed || state.closed_until > now_ms;
-    Ok(Snapshot::Breaker {
-        now_ms,
-        state: live.then_some(state),
-    })
 }

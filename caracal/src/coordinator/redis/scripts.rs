@@ -20,7 +20,6 @@ scripts! {
     REGISTRY_READ => "registry_read",
     OVERRIDES_WRITE => "overrides_write",
     OVERRIDES_READ => "overrides_read",
-    IDENTITY_READ => "identity_read",
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! process's view of the state (see `coordinator::breakers`); the local breaker runs it under a
 //! mutex.
 
+pub(crate) mod descriptor;
 mod distributed;
 mod local;
 #[cfg(feature = "tower")]
@@ -20,9 +21,9 @@ use crate::config::Setting;
 use crate::config::overrides::{Resolved, Values};
 use crate::coordinator::Coordinator;
 use crate::ctx::{CallCtx, Rejection};
-use crate::events::At;
 use crate::identity::{PolicyKind, Scope};
 use crate::kernel::breaker::{Observation, ProbeOutcome, Settings};
+use crate::labels::At;
 use crate::{Error, Outcome};
 
 /// What the breaker does when the coordinator cannot answer.
@@ -291,7 +292,7 @@ impl BreakerSite {
 
     fn at<'a>(&self, scope: &'a Scope) -> At<'a> {
         At {
-            policy: "circuit_breaker",
+            policy: descriptor::DESCRIPTOR.kind.as_str(),
             name: self.config.name,
             operation: self.config.operation,
             scope: scope.as_str(),

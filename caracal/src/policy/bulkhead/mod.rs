@@ -5,6 +5,7 @@
 //! returned, failed, panicked or dropped. Local, a slot is a count in a budget shared by every
 //! call site with the same identity in this process, with a FIFO line for callers that wait.
 
+pub(crate) mod descriptor;
 pub(crate) mod distributed;
 mod local;
 #[cfg(feature = "tower")]
@@ -18,8 +19,8 @@ use crate::config::Setting;
 use crate::config::overrides::{Resolved, Values};
 use crate::coordinator::Coordinator;
 use crate::ctx::CallCtx;
-use crate::events::At;
 use crate::identity::{PolicyKind, Scope};
+use crate::labels::At;
 
 /// The settings of one `#[bulkhead]` call site.
 #[doc(hidden)]
@@ -97,7 +98,7 @@ impl BulkheadSite {
 
     fn at<'a>(&self, scope: &'a Scope) -> At<'a> {
         At {
-            policy: "bulkhead",
+            policy: descriptor::DESCRIPTOR.kind.as_str(),
             name: self.config.name,
             operation: self.config.operation,
             scope: scope.as_str(),

@@ -13,11 +13,14 @@ use crate::Error;
 use crate::clock::Clock;
 use crate::config::Setting;
 use crate::config::overrides::Values;
+use crate::coordinator::registry::{Registered, Snapshot};
 use crate::coordinator::{self, Coordinator};
 use crate::ctx::CallCtx;
-use crate::events::{self, At};
+use crate::events;
 use crate::identity::{Kind, PolicyKind, Scope};
 use crate::kernel::{Seen, gcra};
+use crate::labels::At;
+use crate::policy::descriptor::{Decisions, Descriptor, Field, StatusValue, Unit};
 use crate::policy::registry::{self, Registry};
 use crate::sync::lock;
 
@@ -71,6 +74,39 @@ impl Values for RateValues {
     }
 }
 
+/// The rate limit kind. Its state (a theoretical arrival time) says nothing an operator
+/// reads: its status is the values processes report.
+pub(crate) const DESCRIPTOR: Descriptor = Descriptor {
+    kind: PolicyKind::RateLimit,
+    fields: &[
+        // Admissions per second processes use, and the burst (the last reported).
+        Field::new("rate", Unit::PerSecond),
+        Field::new("burst", Unit::Count),
+    ],
+    table: ["{rate}/s", "[burst {burst}]"],
+    read: None,
+    status,
+    events: &[
+        "rate_limit.admitted",
+        "rate_limit.rejected",
+        "rate_limit.degraded",
+    ],
+    decisions: Decisions {
+        admitted: &["admitted"],
+        rejected: &["rate_exceeded"],
+        degraded: &["fail_closed"],
+    },
+};
+
+fn status(reported: &Registered, _: &Snapshot) -> Result<Vec<StatusValue>, Error> {
+    Ok(vec![
+        reported
+            .parsed::<f64>("rate")
+            .map_or(StatusValue::Unset, StatusValue::Number),
+        StatusValue::count(reported.parsed::<u32>("burst")),
+    ])
+}
+
 /// One identity's local cell: its theoretical arrival time on its own clock.
 #[derive(Debug)]
 pub(crate) struct Cell {
@@ -114,7 +150,7 @@ impl RateLimitSite {
 
     fn at<'a>(&self, scope: &'a Scope) -> At<'a> {
         At {
-            policy: "rate_limit",
+            policy: DESCRIPTOR.kind.as_str(),
             name: self.config.name,
             operation: self.config.operation,
             scope: scope.as_str(),

@@ -1,0 +1,133 @@
+//! Status rows as each kind builds them, and the table cells they make.
+
+use super::*;
+use crate::coordinator::registry::Registered;
+
+/// The state `kind` shows for reported `values` and a status read's `figures` at 10s.
+fn state(kind: PolicyKind, values: &str, figures: &[i64]) -> PolicyState {
+    let description = format!("[\"{kind}\",\"p\",\"p\",\"global\"]");
+    let reported = Registered::read(
+        &"0".repeat(64),
+        &description,
+        values.into(),
+        "".into(),
+        false,
+    )
+    .expect("a readable entry");
+    let kind = policy::descriptor(kind);
+    let snapshot = Snapshot {
+        script: "status",
+        now_ms: 10_000,
+        figures: figures.to_vec(),
+    };
+    let values = (kind.status)(&reported, &snapshot).expect("a readable snapshot");
+    PolicyState { kind, values }
+}
+
+fn fields(state: &PolicyState) -> Vec<(&'static str, String)> {
+    state
+        .fields()
+        .map(|(name, value)| (name, value.to_string()))
+        .collect()
+}
+
+#[test]
+fn a_bulkhead_shows_its_occupancy_of_its_limit() {
+    let held = state(PolicyKind::Bulkhead, "limit=5 lease=30s", &[2]);
+    assert_eq!(held.summary(), ["2/5 in use".to_owned(), String::new()]);
+    assert_eq!(
+        fields(&held),
+        [("limit", "5".into()), ("occupancy", "2".into())]
+    );
+    let unknown = state(PolicyKind::Bulkhead, "limit=none", &[0]);
+    assert_eq!(unknown.get("limit"), Some(&StatusValue::Unset));
+    assert_eq!(unknown.summary()[0], "0 in use");
+}
+
+#[test]
+fn a_breaker_shows_its_window_and_the_time_to_its_probe() {
+    let names: Vec<&str> = fields(&state(PolicyKind::CircuitBreaker, "", &[-1; 8]))
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "state",
+            "generation",
+            "window_total",
+            "window_failures",
+            "retry_after_ms"
+        ]
+    );
+    let absent = state(PolicyKind::CircuitBreaker, "open=10s", &[-1; 8]);
+    assert_eq!(
+        absent.summary(),
+        [
+            "closed".to_owned(),
+            "generation 0, 0 of 0 failed".to_owned()
+        ]
+    );
+    assert_eq!(absent.get("retry_after_ms"), Some(&StatusValue::Unset));
+    let open = state(
+        PolicyKind::CircuitBreaker,
+        "open=10s",
+        &[1, 3, 4_120, 4, 2, 1, 0, 0],
+    );
+    assert_eq!(
+        open.summary(),
+        [
+            "open".to_owned(),
+            "generation 3, 2 of 4 failed, probe in 4s 120ms".to_owned()
+        ]
+    );
+    assert_eq!(open.get("retry_after_ms"), Some(&StatusValue::Count(4_120)));
+    assert_eq!(open.get("window_slow"), Some(&StatusValue::Count(1)));
+    let forced = state(PolicyKind::CircuitBreaker, "", &[3, 4, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(forced.summary()[1], "generation 4, 0 of 0 failed");
+    let lapsed = state(
+        PolicyKind::CircuitBreaker,
+        "",
+        &[0, 5, 0, 9, 9, 0, 10_000, 0],
+    );
+    assert_eq!(lapsed.get("generation"), Some(&StatusValue::Count(0)));
+}
+
+#[test]
+fn a_rate_limit_shows_what_processes_report() {
+    let reported = state(PolicyKind::RateLimit, "rate=100 burst=7", &[]);
+    assert_eq!(
+        reported.summary(),
+        ["100/s".to_owned(), "burst 7".to_owned()]
+    );
+    assert_eq!(reported.get("rate"), Some(&StatusValue::Number(100.0)));
+    let unknown = state(PolicyKind::RateLimit, "", &[]);
+    assert_eq!(unknown.summary(), ["?/s".to_owned(), String::new()]);
+}
+
+#[test]
+fn an_unreadable_figure_is_a_malformed_reply() {
+    let reported = Registered::read(
+        &"0".repeat(64),
+        "[\"circuit_breaker\",\"p\",\"p\",\"global\"]",
+        String::new(),
+        String::new(),
+        false,
+    )
+    .expect("a readable entry");
+    let snapshot = Snapshot {
+        script: "breaker_status",
+        now_ms: 0,
+        figures: vec![9, 0, 0, 0, 0, 0, 0, 0],
+    };
+    let error = (policy::descriptor(PolicyKind::CircuitBreaker).status)(&reported, &snapshot)
+        .expect_err("phase 9 is no phase");
+    assert_eq!(
+        error.failure_kind(),
+        Some(crate::FailureKind::MalformedReply)
+    );
+    assert!(
+        error.to_string().contains("breaker_status replied phase 9"),
+        "{error}"
+    );
+}

@@ -1,0 +1,73 @@
+//! The bulkhead as `caracal status`, the metrics and the events name it.
+
+use std::any::{Any, TypeId};
+
+use crate::Error;
+use crate::coordinator::registry::{Registered, Snapshot, StatusRead};
+use crate::identity::PolicyKind;
+use crate::kernel::lease::LeaseSet;
+use crate::policy::descriptor::{Decisions, Descriptor, Field, StatusValue, Unit};
+use crate::script::Script;
+
+/// The bulkhead kind.
+pub(crate) const DESCRIPTOR: Descriptor = Descriptor {
+    kind: PolicyKind::Bulkhead,
+    fields: &[
+        // The limit processes use (the last one reported).
+        Field::new("limit", Unit::Count),
+        // Bodies running now, across the fleet.
+        Field::new("occupancy", Unit::Count),
+    ],
+    table: ["{occupancy}[/{limit}] in use", ""],
+    read: Some(StatusRead {
+        script: &STATUS,
+        keys: &["leases"],
+        figures: 1,
+        memory: (TypeId::of::<LeaseSet>, live_leases),
+    }),
+    status,
+    events: &[
+        "bulkhead.admitted",
+        "bulkhead.rejected",
+        "bulkhead.released",
+        "bulkhead.lease_lost",
+        "bulkhead.degraded",
+    ],
+    decisions: Decisions {
+        admitted: &["admitted"],
+        rejected: &["capacity", "wait_timeout", "admission_expired"],
+        degraded: &["fail_closed"],
+    },
+};
+
+static STATUS: Script = Script::new(
+    "bulkhead_status",
+    &[include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/lua/bulkhead_status.lua"
+    ))],
+);
+
+/// What the status script counts, from a lease set in memory: the leases live at `now_ms`.
+fn live_leases(set: Option<&dyn Any>, now_ms: u64) -> Vec<i64> {
+    let live = set
+        .and_then(|set| set.downcast_ref::<LeaseSet>())
+        .map_or(0, |set| {
+            let live = set
+                .leases
+                .iter()
+                .filter(|&&(_, deadline)| deadline > now_ms);
+            i64::try_from(live.count()).unwrap_or(i64::MAX)
+        });
+    vec![live]
+}
+
+fn status(reported: &Registered, snapshot: &Snapshot) -> Result<Vec<StatusValue>, Error> {
+    let [occupancy] = snapshot.figures()?;
+    let occupancy = u32::try_from(occupancy)
+        .map_err(|_| snapshot.malformed(format_args!("occupancy {occupancy}")))?;
+    Ok(vec![
+        StatusValue::count(reported.parsed::<u32>("limit")),
+        StatusValue::Count(occupancy.into()),
+    ])
+}
