@@ -200,15 +200,14 @@ impl MemoryBackend {
         key: &KeyBase,
     ) -> Result<Snapshot, Error> {
         self.with(|states, now| {
-            let (state_type, figures) = read.memory;
             let state = states
                 .maps
-                .get(&state_type())
+                .get(&(read.memory.state)())
                 .and_then(|map| map.state(key));
             Snapshot {
                 script: read.script.name,
                 now_ms: now.ms,
-                figures: figures(state, now.ms),
+                figures: (read.memory.figures)(state, now.ms),
             }
         })
     }

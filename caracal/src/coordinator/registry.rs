@@ -127,10 +127,16 @@ pub(crate) struct StatusRead {
     pub(crate) keys: &'static [&'static str],
     /// How many integers it answers after the server's time.
     pub(crate) figures: usize,
-    /// The in-memory backend's form of the read: the type of state the kind keeps there
-    /// ([`TypeId::of`] it), and the same figures from an identity's state of that type (or
-    /// from none), at `now_ms`.
-    pub(crate) memory: (fn() -> TypeId, fn(Option<&dyn Any>, u64) -> Vec<i64>),
+    /// The in-memory backend's form of the read.
+    pub(crate) memory: MemoryRead,
+}
+
+/// A status read in the in-memory backend: the type of state the kind keeps there, and the
+/// script's figures from an identity's state of that type (or from none), at a time in ms.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MemoryRead {
+    pub(crate) state: fn() -> TypeId,
+    pub(crate) figures: fn(Option<&dyn Any>, u64) -> Vec<i64>,
 }
 
 /// What an identity's shared state holds now, as its kind's status read answers: the

@@ -3,7 +3,7 @@
 use std::any::{Any, TypeId};
 
 use crate::Error;
-use crate::coordinator::registry::{Registered, Snapshot, StatusRead};
+use crate::coordinator::registry::{MemoryRead, Registered, Snapshot, StatusRead};
 use crate::identity::PolicyKind;
 use crate::kernel::breaker::Phase;
 use crate::kernel::breaker::Stored;
@@ -35,7 +35,10 @@ pub(crate) const DESCRIPTOR: Descriptor = Descriptor {
         script: &STATUS,
         keys: &["brk:state"],
         figures: 8,
-        memory: (TypeId::of::<Stored>, live_state),
+        memory: MemoryRead {
+            state: TypeId::of::<Stored>,
+            figures: live_state,
+        },
     }),
     status,
     events: &[

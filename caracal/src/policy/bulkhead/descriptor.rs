@@ -3,7 +3,7 @@
 use std::any::{Any, TypeId};
 
 use crate::Error;
-use crate::coordinator::registry::{Registered, Snapshot, StatusRead};
+use crate::coordinator::registry::{MemoryRead, Registered, Snapshot, StatusRead};
 use crate::identity::PolicyKind;
 use crate::kernel::lease::LeaseSet;
 use crate::policy::descriptor::{Decisions, Descriptor, Field, StatusValue, Unit};
@@ -23,7 +23,10 @@ pub(crate) const DESCRIPTOR: Descriptor = Descriptor {
         script: &STATUS,
         keys: &["leases"],
         figures: 1,
-        memory: (TypeId::of::<LeaseSet>, live_leases),
+        memory: MemoryRead {
+            state: TypeId::of::<LeaseSet>,
+            figures: live_leases,
+        },
     }),
     status,
     events: &[
