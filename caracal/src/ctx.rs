@@ -4,6 +4,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::Error;
+use crate::error::Refusal;
 use crate::identity::Scope;
 use crate::sync::lock;
 
@@ -40,11 +41,11 @@ pub enum Rejection {
 
 impl Rejection {
     fn of(error: &Error) -> Self {
-        match error {
-            Error::BulkheadFull { .. } | Error::RateLimited { .. } => Rejection::Admission,
-            Error::LeaseLost { .. } | Error::Timeout { .. } => Rejection::Cut,
-            Error::CoordinatorUnavailable { .. } => Rejection::Coordinator,
-            _ => Rejection::Refused,
+        match error.refusal() {
+            Refusal::Admission => Rejection::Admission,
+            Refusal::Cut => Rejection::Cut,
+            Refusal::Coordinator => Rejection::Coordinator,
+            Refusal::Protection | Refusal::Mistake => Rejection::Refused,
         }
     }
 

@@ -152,6 +152,20 @@ impl Error {
         }
     }
 
+    /// What kind of refusal this is, as the layers outside the one that produced it judge it.
+    pub(crate) fn refusal(&self) -> Refusal {
+        match self {
+            Error::BulkheadFull { .. } | Error::RateLimited { .. } => Refusal::Admission,
+            Error::LeaseLost { .. } | Error::Timeout { .. } => Refusal::Cut,
+            Error::CoordinatorUnavailable { .. } => Refusal::Coordinator,
+            Error::CircuitOpen { .. } => Refusal::Protection,
+            Error::NotInstalled
+            | Error::AlreadyInstalled
+            | Error::InvalidScope { .. }
+            | Error::InvalidConfig { .. } => Refusal::Mistake,
+        }
+    }
+
     /// The failure kind when this is `CoordinatorUnavailable`.
     pub(crate) fn failure_kind(&self) -> Option<FailureKind> {
         match self {
@@ -159,6 +173,21 @@ impl Error {
             _ => None,
         }
     }
+}
+
+/// What an [`Error`] refused, in the terms the layers around a guarded call act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// Not admitted (a full bulkhead, a rate): the call never started.
+    Admission,
+    /// Admitted, then cut short by caracal (a lost lease, a timeout).
+    Cut,
+    /// The coordinator failed: the admission or the call's fate is unknown.
+    Coordinator,
+    /// Refused to protect the downstream before anything was attempted (an open circuit).
+    Protection,
+    /// A mistake in the program (a blank scope, no coordinator installed, a bad setting).
+    Mistake,
 }
 
 /// For functions returning `std::io::Result`: a rejection becomes an `io::Error` of kind
@@ -267,12 +296,12 @@ impl FailureKind {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    #[test]
-    fn codes_are_distinct_and_snake_case() {
-        let all = [
+    /// One error of every variant.
+    pub(crate) fn one_of_each() -> Vec<Error> {
+        vec![
             Error::BulkheadFull {
                 policy: "p",
                 scope: "s".into(),
@@ -300,7 +329,35 @@ mod tests {
             Error::AlreadyInstalled,
             Error::InvalidScope { reason: "blank" },
             Error::config("x"),
-        ];
+        ]
+    }
+
+    #[test]
+    fn every_error_is_one_refusal() {
+        let refusals: Vec<_> = one_of_each()
+            .iter()
+            .map(|error| (error.code(), error.refusal()))
+            .collect();
+        assert_eq!(
+            refusals,
+            [
+                ("bulkhead_full", Refusal::Admission),
+                ("lease_lost", Refusal::Cut),
+                ("circuit_open", Refusal::Protection),
+                ("rate_limited", Refusal::Admission),
+                ("timeout", Refusal::Cut),
+                ("coordinator_unavailable", Refusal::Coordinator),
+                ("not_installed", Refusal::Mistake),
+                ("already_installed", Refusal::Mistake),
+                ("invalid_scope", Refusal::Mistake),
+                ("invalid_config", Refusal::Mistake),
+            ]
+        );
+    }
+
+    #[test]
+    fn codes_are_distinct_and_snake_case() {
+        let all = one_of_each();
         let codes: std::collections::HashSet<_> = all.iter().map(Error::code).collect();
         assert_eq!(codes.len(), all.len());
         assert!(

@@ -51,6 +51,7 @@ macro_rules! call_event {
     }};
 }
 
+/// An event about one identity of a policy kind, `$at` its labels.
 macro_rules! policy_event {
     ($level:ident, $event:literal, $at:expr $(, $($field:tt)+)?) => {{
         let at: &At<'_> = $at;
@@ -67,6 +68,7 @@ macro_rules! policy_event {
         )
     }};
 }
+pub(crate) use policy_event;
 
 /// Whether anyone listens to caracal's debug events: figures only those events carry (how
 /// long a slot was held) are not measured otherwise.
@@ -75,7 +77,7 @@ pub(crate) fn debug_enabled() -> bool {
     tracing::enabled!(target: "caracal", tracing::Level::DEBUG)
 }
 
-fn millis(duration: Duration) -> u64 {
+pub(crate) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
@@ -120,7 +122,7 @@ pub(crate) fn bulkhead_rejected(
 
 /// Counts a bulkhead's or rate limit's refusal: a coordinator that could not answer is the
 /// degraded decision of a policy that fails closed; anything else, its rule's rejection.
-fn rejected_or_degraded(at: &At<'_>, reason: &'static str) {
+pub(crate) fn rejected_or_degraded(at: &At<'_>, reason: &'static str) {
     match reason {
         "coordinator_unavailable" => metrics::decided(at, Decision::Degraded, "fail_closed"),
         _ => metrics::decided(at, Decision::Rejected, reason),
@@ -343,42 +345,6 @@ pub(crate) fn breaker_settled(at: &At<'_>, attempted: u64, reply: &SettleReply) 
     if let SettleReply::Stale { generation, .. } = *reply {
         breaker_observation_stale(at, attempted, generation);
     }
-}
-
-/// A rate limit admitted a call that reached it at `arrival`.
-pub(crate) fn rate_limit_admitted(at: &At<'_>, arrival: Stopwatch) {
-    policy_event!(DEBUG, "rate_limit.admitted", at);
-    metrics::admitted(at, "admitted", arrival);
-}
-
-/// `retry_after` is `None` when the rejection is a coordinator failure (fail closed).
-pub(crate) fn rate_limit_rejected(at: &At<'_>, retry_after: Option<Duration>) {
-    let reason = if retry_after.is_some() {
-        "rate_exceeded"
-    } else {
-        "coordinator_unavailable"
-    };
-    policy_event!(
-        DEBUG,
-        "rate_limit.rejected",
-        at,
-        reason,
-        retry_after_ms = retry_after.map(millis),
-        retry_after_us = retry_after.map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
-    );
-    rejected_or_degraded(at, reason);
-}
-
-pub(crate) fn rate_limit_degraded(at: &At<'_>, error: &Error) {
-    let failure = error.failure_kind().map(|k| k.as_str());
-    policy_event!(
-        WARN,
-        "rate_limit.degraded",
-        at,
-        reason = "admission_unknown",
-        error = error.code(),
-        failure
-    );
 }
 
 pub(crate) fn timeout(call: &Call<'_>, after: Duration) {

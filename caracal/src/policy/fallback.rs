@@ -6,6 +6,7 @@
 use std::ops::ControlFlow;
 
 use crate::ctx::CallCtx;
+use crate::error::Refusal;
 use crate::identity::{FunctionIdentity, Scope};
 use crate::{Error, events};
 
@@ -22,18 +23,7 @@ pub struct FallbackConfig {
 /// valid or a coordinator that was never installed is a mistake in the program, which a
 /// fallback would hide on every call; those reach the caller.
 fn answers(error: &Error) -> bool {
-    match error {
-        Error::BulkheadFull { .. }
-        | Error::LeaseLost { .. }
-        | Error::CircuitOpen { .. }
-        | Error::RateLimited { .. }
-        | Error::Timeout { .. }
-        | Error::CoordinatorUnavailable { .. } => true,
-        Error::NotInstalled
-        | Error::AlreadyInstalled
-        | Error::InvalidScope { .. }
-        | Error::InvalidConfig { .. } => false,
-    }
+    error.refusal() != Refusal::Mistake
 }
 
 /// Takes the result of the layers inside a `#[fallback]`: `Continue` with the rejection to
@@ -67,7 +57,6 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::error::FailureKind;
 
     static CONFIG: FallbackConfig = FallbackConfig {
         identity: FunctionIdentity {
@@ -89,44 +78,16 @@ mod tests {
     }
 
     #[test]
-    fn the_six_protective_rejections_reach_the_handler() {
-        let errors = [
-            Error::BulkheadFull {
-                policy: "p",
-                scope: "s".to_owned(),
-                limit: 1,
-            },
-            Error::LeaseLost {
-                policy: "p",
-                scope: "s".to_owned(),
-            },
-            Error::CircuitOpen {
-                policy: "p",
-                scope: "s".to_owned(),
-                retry_after: None,
-            },
-            Error::RateLimited {
-                policy: "p",
-                scope: "s".to_owned(),
-                retry_after: Duration::from_secs(1),
-            },
-            Error::Timeout {
-                after: Duration::from_secs(1),
-            },
-            Error::unavailable(FailureKind::ShutDown, "x"),
-        ];
+    fn every_protective_rejection_reaches_the_handler() {
+        let errors = crate::error::tests::one_of_each();
+        let protective: Vec<_> = errors
+            .iter()
+            .filter(|error| error.refusal() != Refusal::Mistake)
+            .map(Error::code)
+            .collect();
+        assert_eq!(protective.len(), 6, "{protective:?}");
         let codes: Vec<_> = errors.into_iter().filter_map(handed_over).collect();
-        assert_eq!(
-            codes,
-            [
-                "bulkhead_full",
-                "lease_lost",
-                "circuit_open",
-                "rate_limited",
-                "timeout",
-                "coordinator_unavailable"
-            ]
-        );
+        assert_eq!(codes, protective);
     }
 
     #[test]

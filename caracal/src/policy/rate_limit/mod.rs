@@ -16,7 +16,6 @@ use crate::config::overrides::Values;
 use crate::coordinator::registry::{Registered, Snapshot};
 use crate::coordinator::{self, Coordinator};
 use crate::ctx::CallCtx;
-use crate::events;
 use crate::identity::{Kind, PolicyKind, Scope};
 use crate::kernel::{Seen, gcra};
 use crate::labels::At;
@@ -185,7 +184,7 @@ impl RateLimitSite {
             .await
             .map(|decision| decision.map_err(Duration::from_nanos))
             .inspect_err(|error| {
-                events::rate_limit_degraded(&self.at(scope), error);
+                events::degraded(&self.at(scope), error);
             })
     }
 
@@ -231,11 +230,11 @@ impl RateLimitSite {
     ) -> Result<(), Error> {
         match decision {
             Ok(Ok(())) => {
-                events::rate_limit_admitted(&self.at(scope), arrival);
+                events::admitted(&self.at(scope), arrival);
                 Ok(())
             }
             Ok(Err(retry_after)) => {
-                events::rate_limit_rejected(&self.at(scope), Some(retry_after));
+                events::rejected(&self.at(scope), Some(retry_after));
                 Err(Error::RateLimited {
                     policy: self.config.name,
                     scope: scope.to_string(),
@@ -243,7 +242,7 @@ impl RateLimitSite {
                 })
             }
             Err(error) => {
-                events::rate_limit_rejected(&self.at(scope), None);
+                events::rejected(&self.at(scope), None);
                 Err(error)
             }
         }
@@ -268,4 +267,50 @@ where
     site.settle(scope, decision, arrival)
         .map_err(|error| ctx.reject(error))?;
     body.await
+}
+
+/// The kind's events (see [`crate::events`]).
+mod events {
+    use std::time::Duration;
+
+    use crate::Error;
+    use crate::events::{millis, policy_event, rejected_or_degraded};
+    use crate::labels::At;
+    use crate::metrics::{self, Stopwatch};
+
+    /// A rate limit admitted a call that reached it at `arrival`.
+    pub(super) fn admitted(at: &At<'_>, arrival: Stopwatch) {
+        policy_event!(DEBUG, "rate_limit.admitted", at);
+        metrics::admitted(at, "admitted", arrival);
+    }
+
+    /// `retry_after` is `None` when the rejection is a coordinator failure (fail closed).
+    pub(super) fn rejected(at: &At<'_>, retry_after: Option<Duration>) {
+        let reason = if retry_after.is_some() {
+            "rate_exceeded"
+        } else {
+            "coordinator_unavailable"
+        };
+        policy_event!(
+            DEBUG,
+            "rate_limit.rejected",
+            at,
+            reason,
+            retry_after_ms = retry_after.map(millis),
+            retry_after_us = retry_after.map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+        );
+        rejected_or_degraded(at, reason);
+    }
+
+    pub(super) fn degraded(at: &At<'_>, error: &Error) {
+        let failure = error.failure_kind().map(|k| k.as_str());
+        policy_event!(
+            WARN,
+            "rate_limit.degraded",
+            at,
+            reason = "admission_unknown",
+            error = error.code(),
+            failure
+        );
+    }
 }
