@@ -50,7 +50,7 @@ use std::time::Duration;
 use tower::{BoxError, Layer, Service};
 
 use crate::config::Setting;
-use crate::config::keys;
+use crate::config::keys::{self, Read as _};
 use crate::ctx::CallCtx;
 use crate::identity::{PolicyKind, Scope, check_part, intern};
 use crate::policy::breaker::{self, BreakerConfig, BreakerSite, OnCoordinatorError, SlowCall};
@@ -200,7 +200,7 @@ impl<Req> BulkheadLayer<Req> {
         BulkheadLayer {
             identity: Identity::new(name),
             limit: None,
-            lease: bulkhead::DEFAULT_LEASE,
+            lease: caracal_spec::bulkhead::LEASE.default.duration(),
             max_wait: None,
             local: false,
         }
@@ -555,7 +555,7 @@ impl<Req> RateLimitLayer<Req> {
         RateLimitLayer {
             identity: Identity::new(name),
             rate: None,
-            burst: 1,
+            burst: caracal_spec::rate_limit::BURST.default.integer(),
             local: false,
         }
     }

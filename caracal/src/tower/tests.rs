@@ -215,6 +215,7 @@ fn a_percentage_threshold_panics() {
 
 #[test]
 fn layers_take_the_attributes_defaults() {
+    use caracal_spec::breaker as spec;
     let layer = CircuitBreakerLayer::<Request, u16>::new("defaults").open(Duration::from_secs(1));
     let config = layer.config.config("defaults", "defaults", false);
     assert_eq!(config.window, Duration::from_secs(60), "max(3 × open, 60s)");
@@ -225,6 +226,10 @@ fn layers_take_the_attributes_defaults() {
             config.window_size,
             config.half_open_probes
         ),
-        (20, 100, 3)
+        (
+            spec::MINIMUM_THROUGHPUT.default.integer(),
+            spec::WINDOW_SIZE.default.integer(),
+            spec::HALF_OPEN_PROBES.default.integer()
+        )
     );
 }
