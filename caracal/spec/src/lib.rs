@@ -316,3 +316,98 @@ impl fmt::Display for Default {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+
+    use std::string::ToString;
+
+    use super::*;
+
+    /// Whether `default` is a value `ty` accepts, or no value at all.
+    fn within(ty: Type, default: Default) -> bool {
+        match (ty, default) {
+            (_, Default::Required { .. } | Default::Unset | Default::Derived(_)) => true,
+            (Type::Integer { min, max }, Default::Integer(n)) => (min..=max).contains(&n),
+            (Type::Float { min, max, .. }, Default::Float(x)) => (min..=max).contains(&x),
+            (Type::Duration { min, max }, Default::Duration(d)) => (min..=max).contains(&d),
+            (Type::Choice(choices), Default::Choice(choice)) => choices.contains(&choice),
+            _ => false,
+        }
+    }
+
+    #[test]
+    fn every_default_is_a_value_its_key_accepts() {
+        for kind in KINDS {
+            for key in kind.keys {
+                assert!(within(key.ty, key.default), "{}.{}", kind.name, key.name);
+            }
+        }
+    }
+
+    #[test]
+    fn a_derived_default_follows_a_duration_key_of_its_kind() {
+        for kind in KINDS {
+            for key in kind.keys {
+                if let Default::Derived(rule) = key.default {
+                    let of = kind.key(rule.of).expect("the key it follows");
+                    assert!(matches!(of.ty, Type::Duration { .. }), "{}", key.name);
+                    assert!(matches!(key.ty, Type::Duration { .. }), "{}", key.name);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_required_keys_example_gives_it() {
+        for kind in KINDS.iter().filter(|kind| !kind.positional) {
+            for key in kind.keys {
+                if let Default::Required { example } = key.default {
+                    assert!(
+                        example.starts_with(&(key.name.to_string() + " = ")),
+                        "{example}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn names_are_unique_and_found() {
+        for (index, kind) in KINDS.iter().enumerate() {
+            assert!(KINDS[..index].iter().all(|other| other.name != kind.name));
+            assert_eq!(
+                super::kind(kind.name).map(|found| found.keys.len()),
+                Some(kind.keys.len())
+            );
+            let arguments: std::vec::Vec<_> = kind.arguments().collect();
+            for (at, name) in arguments.iter().enumerate() {
+                assert!(
+                    !arguments[..at].contains(name),
+                    "{}: {name} twice",
+                    kind.name
+                );
+            }
+            assert!(kind.positional <= (kind.keys.len() == 1 && kind.functions.is_empty()));
+        }
+        assert_eq!(super::kind("gauge").map(|kind| kind.name), None);
+    }
+
+    #[test]
+    fn durations_read_as_written() {
+        let cases = [
+            (Duration::ZERO, "0ms"),
+            (Duration::from_nanos(1), "1ns"),
+            (Duration::from_millis(100), "100ms"),
+            (Duration::from_secs(90), "90s"),
+            (DAY, "24h"),
+        ];
+        for (duration, text) in cases {
+            assert_eq!(Human(duration).to_string(), text);
+        }
+        let rule = breaker::WINDOW.default.derived();
+        assert_eq!(rule.apply(Duration::from_secs(1)), Duration::from_secs(60));
+        assert_eq!(rule.apply(Duration::from_secs(30)), Duration::from_secs(90));
+    }
+}
