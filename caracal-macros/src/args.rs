@@ -3,6 +3,7 @@
 
 use std::fmt::Display;
 
+use caracal_spec::{Default, Function, Key};
 use proc_macro2::TokenStream;
 use quote::quote;
 use syn::ext::IdentExt;
@@ -51,25 +52,21 @@ pub(crate) trait Convert<T>: FnOnce(&str, &Expr) -> syn::Result<T> {}
 impl<T, F: FnOnce(&str, &Expr) -> syn::Result<T>> Convert<T> for F {}
 
 impl Args {
-    /// Parses `tokens`, accepting the keys in `valid` (groups listed in the order a message
-    /// should show them).
+    /// Parses `tokens` as the arguments of the attribute `spec` describes.
     pub(crate) fn parse(
-        attribute: &'static str,
-        valid: &[&[&str]],
+        spec: &'static caracal_spec::Kind,
         anchor: TokenStream,
         tokens: TokenStream,
     ) -> syn::Result<Self> {
         let list = Punctuated::<Arg, Token![,]>::parse_terminated.parse2(tokens)?;
+        let attribute = spec.name;
         let mut args = Args {
             attribute,
             anchor,
             given: Vec::new(),
             errors: Errors::default(),
         };
-        let valid: Vec<&str> = valid
-            .iter()
-            .flat_map(|group| group.iter().copied())
-            .collect();
+        let valid: Vec<&str> = spec.arguments().collect();
         for arg in list {
             let key = arg.key.unraw().to_string();
             if !valid.contains(&key.as_str()) {
@@ -130,13 +127,34 @@ impl Args {
         result.map_err(|error| self.errors.push(error)).ok()
     }
 
-    /// Like [`get`](Self::get), for an argument without a default; `example` shows its use.
-    pub(crate) fn require<T>(
+    /// The value of the spec's `key`, converted by what `convert` makes for it.
+    pub(crate) fn setting<T, C: Convert<T>>(
         &mut self,
-        key: &str,
-        example: &str,
-        convert: impl Convert<T>,
+        key: &'static Key,
+        convert: impl FnOnce(&'static Key) -> C,
     ) -> Option<T> {
+        self.get(key.name, convert(key))
+    }
+
+    /// Like [`setting`](Self::setting), for a key the spec says is required.
+    pub(crate) fn required<T, C: Convert<T>>(
+        &mut self,
+        key: &'static Key,
+        convert: impl FnOnce(&'static Key) -> C,
+    ) -> Option<T> {
+        let Default::Required { example } = key.default else {
+            panic!("`{}` has a default", key.name)
+        };
+        self.require(key.name, example, convert(key))
+    }
+
+    /// The path the spec's function argument names, if given.
+    pub(crate) fn function(&mut self, spec: &'static Function) -> Option<Path> {
+        self.get(spec.name, path(spec))
+    }
+
+    /// Like [`get`](Self::get), for an argument without a default; `example` shows its use.
+    fn require<T>(&mut self, key: &str, example: &str, convert: impl Convert<T>) -> Option<T> {
         if !self.has(key) {
             let attribute = self.attribute;
             let error = syn::Error::new_spanned(
@@ -209,8 +227,9 @@ pub(crate) fn string(key: &str, value: &Expr) -> syn::Result<LitStr> {
     }
 }
 
-/// A path, naming a function of the given `shape`.
-pub(crate) fn path(shape: &'static str) -> impl Convert<Path> {
+/// A path, naming a function of the shape `spec` gives.
+fn path(spec: &'static Function) -> impl Convert<Path> {
+    let shape = spec.shape;
     move |key, value| match value {
         Expr::Path(path) if path.qself.is_none() => Ok(path.path.clone()),
         _ => Err(wrong_type(

@@ -1,43 +1,32 @@
-//! `#[circuit_breaker]` settings.
+//! `#[circuit_breaker]`: its settings, and the breaker it wraps around the layers inside it.
 
 use std::time::Duration;
 
+use caracal_spec::breaker as spec;
 use proc_macro2::TokenStream;
 use quote::{ToTokens, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Expr, Path};
 
-use crate::args::{self, Args, path};
-use crate::durations::{self, DAY, MILLISECOND, duration};
-use crate::identity::{self, Identity};
+use crate::args::{self, Args};
+use crate::durations::{self, duration};
+use crate::identity::Identity;
+use crate::layer::{Frame, Kind, Layer, Place, Written, pinned, typed_fn};
 use crate::values::{self, Value, integer, number};
 
-pub(crate) const ARGS: &[&[&str]] = &[
-    &[
-        "minimum_throughput",
-        "failure_threshold",
-        "window_size",
-        "window",
-        "open",
-        "half_open_probes",
-        "half_open_successes",
-        "probe_lease",
-        "slow_call",
-        "slow_call_threshold",
-        "on_coordinator_error",
-        "classify",
-    ],
-    identity::ARGS,
-];
+/// The attribute.
+pub(crate) const KIND: Kind = Kind {
+    name: spec::KIND.name,
+    parse,
+};
 
-const DEFAULT_MINIMUM_THROUGHPUT: u32 = 20;
-const DEFAULT_WINDOW_SIZE: u32 = 100;
-const DEFAULT_OPEN: Duration = Duration::from_secs(30);
-/// The shortest default window, so a short `open` still leaves room for enough observations.
-const MIN_DEFAULT_WINDOW: Duration = Duration::from_secs(60);
+fn parse(written: Written, function: &str) -> syn::Result<Box<dyn Layer>> {
+    let args = Args::parse(&spec::KIND, written.anchor, written.args)?;
+    Ok(Box::new(Breaker::parse(args, function)?))
+}
 
-pub(crate) struct Breaker {
-    pub(crate) identity: Identity,
+struct Breaker {
+    identity: Identity,
     minimum_throughput: Value<u32>,
     failure_threshold: Value<f64>,
     window_size: Value<u32>,
@@ -56,30 +45,30 @@ pub(crate) struct Breaker {
 }
 
 impl Breaker {
-    pub(crate) fn parse(mut args: Args, function: &str) -> syn::Result<Self> {
+    fn parse(mut args: Args, function: &str) -> syn::Result<Self> {
         let identity = Identity::parse(&mut args, function);
         let minimum_throughput = args
-            .get("minimum_throughput", integer(1..=u32::MAX))
-            .unwrap_or(Value::Literal(DEFAULT_MINIMUM_THROUGHPUT));
+            .setting(&spec::MINIMUM_THROUGHPUT, integer)
+            .unwrap_or(Value::Literal(spec::MINIMUM_THROUGHPUT.default.integer()));
         let failure_threshold = args
-            .get("failure_threshold", threshold)
-            .unwrap_or(Value::Literal(0.5));
+            .setting(&spec::FAILURE_THRESHOLD, threshold)
+            .unwrap_or(Value::Literal(spec::FAILURE_THRESHOLD.default.float()));
         let window_size = args
-            .get("window_size", integer(1..=1_000_000))
-            .unwrap_or(Value::Literal(DEFAULT_WINDOW_SIZE));
-        let window = args.get("window", duration(MILLISECOND, DAY));
+            .setting(&spec::WINDOW_SIZE, integer)
+            .unwrap_or(Value::Literal(spec::WINDOW_SIZE.default.integer()));
+        let window = args.setting(&spec::WINDOW, duration);
         let open = args
-            .get("open", duration(MILLISECOND, DAY))
-            .unwrap_or(DEFAULT_OPEN);
+            .setting(&spec::OPEN, duration)
+            .unwrap_or(spec::OPEN.default.duration());
         let half_open_probes = args
-            .get("half_open_probes", integer(1..=10_000))
-            .unwrap_or(Value::Literal(3));
+            .setting(&spec::HALF_OPEN_PROBES, integer)
+            .unwrap_or(Value::Literal(spec::HALF_OPEN_PROBES.default.integer()));
         let half_open_successes = args
-            .get("half_open_successes", integer(1..=10_000))
-            .unwrap_or(Value::Literal(2));
-        let probe_lease = args.get("probe_lease", duration(MILLISECOND, DAY));
-        let slow_call = args.get("slow_call", duration(MILLISECOND, DAY));
-        let slow_call_threshold = args.get("slow_call_threshold", threshold);
+            .setting(&spec::HALF_OPEN_SUCCESSES, integer)
+            .unwrap_or(Value::Literal(spec::HALF_OPEN_SUCCESSES.default.integer()));
+        let probe_lease = args.setting(&spec::PROBE_LEASE, duration);
+        let slow_call = args.setting(&spec::SLOW_CALL, duration);
+        let slow_call_threshold = args.setting(&spec::SLOW_CALL_THRESHOLD, threshold);
         if slow_call.is_none() && args.has("slow_call_threshold") {
             args.conflict(
                 "slow_call_threshold",
@@ -87,9 +76,10 @@ impl Breaker {
             );
         }
         let fail_closed = args
-            .get("on_coordinator_error", on_coordinator_error)
-            .unwrap_or(false);
-        let classify = args.get("classify", path("fn(&Result<T, E>) -> caracal::Outcome"));
+            .setting(&spec::ON_COORDINATOR_ERROR, choice)
+            .unwrap_or(spec::ON_COORDINATOR_ERROR.default.choice())
+            == "fail_closed";
+        let classify = args.function(&spec::CLASSIFY);
         if identity.local && args.has("on_coordinator_error") {
             args.conflict(
                 "on_coordinator_error",
@@ -106,13 +96,15 @@ impl Breaker {
                 minimum_throughput,
                 failure_threshold,
                 window_size,
-                window: window.unwrap_or_else(|| (open * 3).max(MIN_DEFAULT_WINDOW)),
+                window: window.unwrap_or_else(|| spec::WINDOW.default.derived().apply(open)),
                 open,
                 half_open_probes,
                 half_open_successes,
-                probe_lease: probe_lease.unwrap_or(open * 2),
+                probe_lease: probe_lease
+                    .unwrap_or_else(|| spec::PROBE_LEASE.default.derived().apply(open)),
                 slow_call: slow_call.map(|slow_call| {
-                    let threshold = slow_call_threshold.unwrap_or(Value::Literal(0.5));
+                    let threshold = slow_call_threshold
+                        .unwrap_or(Value::Literal(spec::SLOW_CALL_THRESHOLD.default.float()));
                     (slow_call, threshold)
                 }),
                 fail_closed,
@@ -121,9 +113,14 @@ impl Breaker {
             })
         })
     }
+}
 
-    /// The call site's `static`: its type and initializer.
-    pub(crate) fn site(&self) -> (TokenStream, TokenStream) {
+impl Layer for Breaker {
+    fn identity(&self) -> Option<&Identity> {
+        Some(&self.identity)
+    }
+
+    fn site(&self, _: &Frame<'_>) -> (TokenStream, TokenStream) {
         let identity = self.identity.fields();
         let minimum_throughput = self.minimum_throughput.tokens();
         let failure_threshold = self.failure_threshold.tokens();
@@ -168,9 +165,19 @@ impl Breaker {
         )
     }
 
-    /// The `classify` function, if one was given.
-    pub(crate) fn classify(&self) -> Option<&Path> {
-        self.classify.as_ref()
+    fn wrap(&self, place: &Place, frame: &Frame<'_>, inner: TokenStream) -> TokenStream {
+        let Place { site, scope, ctx } = place;
+        let classify = match &self.classify {
+            Some(path) => typed_fn(
+                path,
+                frame.output,
+                quote!(::core::result::Result<T, E>),
+                quote!(::caracal::Outcome),
+            ),
+            None => quote!(::caracal::__private::ClassifyByResult),
+        };
+        let inner = pinned(inner);
+        quote!(::caracal::__private::circuit_breaker(&#site, &#ctx, &#scope, #classify, #inner))
     }
 }
 
@@ -213,12 +220,14 @@ fn window_fits(args: &mut Args, minimum: &Value<u32>, size: &Value<u32>) -> Opti
     })
 }
 
-/// `failure_threshold` and `slow_call_threshold`: a fraction. A literal that reads as a percentage gets the fraction it
-/// probably means.
-fn threshold(key: &str, value: &Expr) -> syn::Result<Value<f64>> {
-    let (min, max) = (0.001, 0.999);
-    number(min, max, " (a fraction: 0.5 is half the observations)")(key, value).map_err(|error| {
-        match values::literal_number(value) {
+/// `failure_threshold` and `slow_call_threshold`: a fraction. A literal that reads as a
+/// percentage gets the fraction it probably means.
+fn threshold(spec: &'static caracal_spec::Key) -> impl args::Convert<Value<f64>> {
+    let caracal_spec::Type::Float { min, max, hint } = spec.ty else {
+        panic!("`{}` is not a number key", spec.name)
+    };
+    move |key: &str, value: &Expr| {
+        number(spec, hint)(key, value).map_err(|error| match values::literal_number(value) {
             Some(percent) if (2.0..100.0).contains(&percent) => syn::Error::new_spanned(
                 value,
                 format!(
@@ -227,20 +236,27 @@ fn threshold(key: &str, value: &Expr) -> syn::Result<Value<f64>> {
                 ),
             ),
             _ => error,
-        }
-    })
+        })
+    }
 }
 
-/// `"fail_open"` (false) or `"fail_closed"` (true).
-fn on_coordinator_error(key: &str, value: &syn::Expr) -> syn::Result<bool> {
-    let expected = r#""fail_open" or "fail_closed""#;
-    let literal = args::string(key, value).map_err(|_| args::wrong_type(key, expected, value))?;
-    match literal.value().as_str() {
-        "fail_open" => Ok(false),
-        "fail_closed" => Ok(true),
-        _ => Err(syn::Error::new_spanned(
-            literal,
-            format!("`{key}` must be {expected}"),
-        )),
+/// One of the choices of `spec`, a choice key: `"fail_open"` or `"fail_closed"`.
+fn choice(spec: &'static caracal_spec::Key) -> impl args::Convert<&'static str> {
+    let caracal_spec::Type::Choice(choices) = spec.ty else {
+        panic!("`{}` is not a choice key", spec.name)
+    };
+    move |key: &str, value: &Expr| {
+        let quoted: Vec<_> = choices
+            .iter()
+            .map(|choice| format!("\"{choice}\""))
+            .collect();
+        let expected = quoted.join(" or ");
+        let literal =
+            args::string(key, value).map_err(|_| args::wrong_type(key, &expected, value))?;
+        choices
+            .iter()
+            .copied()
+            .find(|choice| literal.value() == *choice)
+            .ok_or_else(|| syn::Error::new_spanned(literal, format!("`{key}` must be {expected}")))
     }
 }

@@ -1,34 +1,41 @@
-//! `#[bulkhead]` settings.
+//! `#[bulkhead]`: its settings, and the admission it wraps around each attempt.
 
 use std::time::Duration;
 
+use caracal_spec::bulkhead as spec;
 use proc_macro2::TokenStream;
 use quote::quote;
 
 use crate::args::Args;
-use crate::durations::{self, DAY, MILLISECOND, duration};
-use crate::identity::{self, Identity};
+use crate::durations::{self, duration};
+use crate::identity::Identity;
+use crate::layer::{Frame, Kind, Layer, Place, Written, pinned};
 use crate::values::{Value, integer};
 
-pub(crate) const ARGS: &[&[&str]] = &[&["limit", "lease", "max_wait"], identity::ARGS];
+/// The attribute.
+pub(crate) const KIND: Kind = Kind {
+    name: spec::KIND.name,
+    parse,
+};
 
-const DEFAULT_LEASE: Duration = Duration::from_secs(30);
-/// Renewal runs every `lease / 3`: below this a lease is mostly renewal traffic.
-const MIN_LEASE: Duration = Duration::from_millis(100);
+fn parse(written: Written, function: &str) -> syn::Result<Box<dyn Layer>> {
+    let args = Args::parse(&spec::KIND, written.anchor, written.args)?;
+    Ok(Box::new(Bulkhead::parse(args, function)?))
+}
 
-pub(crate) struct Bulkhead {
-    pub(crate) identity: Identity,
+struct Bulkhead {
+    identity: Identity,
     limit: Value<u32>,
     lease: Duration,
     max_wait: Option<Duration>,
 }
 
 impl Bulkhead {
-    pub(crate) fn parse(mut args: Args, function: &str) -> syn::Result<Self> {
+    fn parse(mut args: Args, function: &str) -> syn::Result<Self> {
         let identity = Identity::parse(&mut args, function);
-        let limit = args.require("limit", "limit = 20", integer(1..=1_000_000));
-        let lease = args.get("lease", duration(MIN_LEASE, DAY));
-        let max_wait = args.get("max_wait", duration(MILLISECOND, DAY));
+        let limit = args.required(&spec::LIMIT, integer);
+        let lease = args.setting(&spec::LEASE, duration);
+        let max_wait = args.setting(&spec::MAX_WAIT, duration);
         if identity.local && args.has("lease") {
             args.conflict(
                 "lease",
@@ -39,14 +46,23 @@ impl Bulkhead {
             Some(Bulkhead {
                 identity,
                 limit: limit?,
-                lease: lease.unwrap_or(DEFAULT_LEASE),
+                lease: lease.unwrap_or(spec::LEASE.default.duration()),
                 max_wait,
             })
         })
     }
+}
 
-    /// The call site's `static`: its type and initializer.
-    pub(crate) fn site(&self) -> (TokenStream, TokenStream) {
+impl Layer for Bulkhead {
+    fn per_attempt(&self) -> bool {
+        true
+    }
+
+    fn identity(&self) -> Option<&Identity> {
+        Some(&self.identity)
+    }
+
+    fn site(&self, _: &Frame<'_>) -> (TokenStream, TokenStream) {
         let identity = self.identity.fields();
         let limit = self.limit.tokens();
         let lease = durations::tokens(self.lease);
@@ -60,5 +76,11 @@ impl Bulkhead {
                 max_wait: #max_wait,
             })),
         )
+    }
+
+    fn wrap(&self, place: &Place, _: &Frame<'_>, inner: TokenStream) -> TokenStream {
+        let Place { site, scope, ctx } = place;
+        let inner = pinned(inner);
+        quote!(::caracal::__private::bulkhead(&#site, &#ctx, &#scope, #inner))
     }
 }

@@ -3,18 +3,16 @@
 
 use std::time::Duration;
 
+use caracal_spec::{Human, Key, Type};
 use proc_macro2::TokenStream;
 use quote::quote;
 use syn::{Expr, LitStr};
 
 use crate::args::{self, Convert};
 
-pub(crate) const MILLISECOND: Duration = Duration::from_millis(1);
-/// The longest duration any argument accepts: past it a value is a typo, not a setting.
-pub(crate) const DAY: Duration = Duration::from_secs(24 * 60 * 60);
-
-/// A duration argument within `min..=max`.
-pub(crate) fn duration(min: Duration, max: Duration) -> impl Convert<Duration> {
+/// A duration argument within the bounds of `spec`, a duration key.
+pub(crate) fn duration(spec: &'static Key) -> impl Convert<Duration> {
+    let (min, max) = bounds(spec);
     move |key, value: &Expr| {
         let literal = args::string(key, value).map_err(|_| {
             args::wrong_type(
@@ -24,6 +22,14 @@ pub(crate) fn duration(min: Duration, max: Duration) -> impl Convert<Duration> {
             )
         })?;
         parse(&literal, &format!("`{key}`"), min, max)
+    }
+}
+
+/// The bounds of `spec`, a duration key.
+pub(crate) fn bounds(spec: &Key) -> (Duration, Duration) {
+    match spec.ty {
+        Type::Duration { min, max } => (min, max),
+        _ => panic!("`{}` is not a duration key", spec.name),
     }
 }
 
@@ -45,34 +51,16 @@ pub(crate) fn parse(
         return Ok(parsed);
     }
     let range = if min.is_zero() {
-        format!("at most {}", human(max))
+        format!("at most {}", Human(max))
     } else if min == Duration::from_nanos(1) {
-        format!("greater than 0 and at most {}", human(max))
+        format!("greater than 0 and at most {}", Human(max))
     } else {
-        format!("from {} to {}", human(min), human(max))
+        format!("from {} to {}", Human(min), Human(max))
     };
     Err(syn::Error::new_spanned(
         literal,
         format!("{what} must be {range}"),
     ))
-}
-
-/// The duration in the largest unit that keeps it whole, as a user would write it.
-fn human(duration: Duration) -> String {
-    let nanos = duration.as_nanos();
-    [
-        (3_600_000_000_000, "h"),
-        (60_000_000_000, "m"),
-        (1_000_000_000, "s"),
-        (1_000_000, "ms"),
-        (1_000, "us"),
-    ]
-    .into_iter()
-    .find(|(unit, _)| nanos.is_multiple_of(*unit))
-    .map_or_else(
-        || format!("{nanos}ns"),
-        |(unit, suffix)| format!("{}{suffix}", nanos / unit),
-    )
 }
 
 /// The expression for `duration` in the expansion.

@@ -14,9 +14,16 @@ use syn::{
 use crate::errors::Errors;
 use crate::identity::Identity;
 use crate::layer::{self, Frame, Kind, Layer, Written};
+use crate::names;
 
-/// Expands the caracal attribute `kind`, written on `item` with arguments `args`.
-pub(crate) fn attribute(kind: Kind, args: TokenStream, item: TokenStream) -> TokenStream {
+/// Expands the caracal attribute `kind`, written on `item` with arguments `args`; `kinds` are
+/// every attribute, which it gathers from the function too.
+pub(crate) fn attribute(
+    kind: &'static Kind,
+    kinds: &[&'static Kind],
+    args: TokenStream,
+    item: TokenStream,
+) -> TokenStream {
     if is_stacked_marker(&args) {
         return item;
     }
@@ -27,7 +34,7 @@ pub(crate) fn attribute(kind: Kind, args: TokenStream, item: TokenStream) -> Tok
             return quote!(#error #item);
         }
     };
-    match expand(kind, args, &mut function) {
+    match expand(kind, kinds, args, &mut function) {
         Ok(expanded) => expanded,
         // The function stays, unguarded and without its caracal attributes, so the only
         // errors are ours and not a cascade from its callers.
@@ -39,8 +46,8 @@ pub(crate) fn attribute(kind: Kind, args: TokenStream, item: TokenStream) -> Tok
 }
 
 /// The error for an attribute on something that is not a function with a body.
-fn misplaced(kind: Kind, item: &TokenStream, error: syn::Error) -> syn::Error {
-    let name = kind.name();
+fn misplaced(kind: &Kind, item: &TokenStream, error: syn::Error) -> syn::Error {
+    let name = kind.name;
     match syn::parse2::<Item>(item.clone()) {
         // Also what `#[retry] #[async_trait] impl …` comes to: the attribute cannot reach the
         // methods through the impl, while one on a method runs after `#[async_trait]`.
@@ -68,7 +75,12 @@ fn misplaced(kind: Kind, item: &TokenStream, error: syn::Error) -> syn::Error {
     }
 }
 
-fn expand(kind: Kind, args: TokenStream, function: &mut ItemFn) -> syn::Result<TokenStream> {
+fn expand(
+    kind: &'static Kind,
+    kinds: &[&'static Kind],
+    args: TokenStream,
+    function: &mut ItemFn,
+) -> syn::Result<TokenStream> {
     let mut errors = Errors::default();
     let mut written = vec![Written {
         kind,
@@ -79,12 +91,12 @@ fn expand(kind: Kind, args: TokenStream, function: &mut ItemFn) -> syn::Result<T
     // Every other caracal attribute expands here too, so they form one pipeline. Each leaves a
     // marker in its place that expands to nothing, only so that its import counts as used.
     for attr in &mut function.attrs {
-        let Some(kind) = ours(attr) else {
+        let Some(kind) = ours(kinds, attr) else {
             continue;
         };
         match args_of(attr, kind) {
             Ok(args) => {
-                if written.iter().any(|earlier| earlier.kind == kind) {
+                if written.iter().any(|earlier| earlier.kind.name == kind.name) {
                     errors.push(twice(kind, attr));
                 }
                 written.push(Written {
@@ -111,12 +123,15 @@ fn expand(kind: Kind, args: TokenStream, function: &mut ItemFn) -> syn::Result<T
     let name = function.sig.ident.unraw().to_string();
     let mut layers = Vec::with_capacity(written.len());
     for written in written {
-        match Layer::parse(written, &name) {
+        match (written.kind.parse)(written, &name) {
             Ok(layer) => layers.push(layer),
             Err(error) => errors.push(error),
         }
     }
-    let arguments = match (&shape, layers.iter().find_map(Layer::fallback_span)) {
+    let arguments = match (
+        &shape,
+        layers.iter().find_map(|layer| layer.fallback_span()),
+    ) {
         (Some(shape), Some(span)) => arguments(&function.sig, shape, span)
             .map_err(|error| errors.push(error))
             .unwrap_or_default(),
@@ -128,13 +143,13 @@ fn expand(kind: Kind, args: TokenStream, function: &mut ItemFn) -> syn::Result<T
     // The function's identity, as the layers that guard the whole call report it: the first
     // coordinated attribute written on it says who the function is.
     let first_coordinated = layers.iter().position(|layer| layer.identity().is_some());
-    // Admission (bulkhead, rate limit) guards each attempt, wherever it is written; the rest
-    // nest as written, outermost first.
+    // Admission guards each attempt, wherever it is written; the rest nest as written,
+    // outermost first.
     let (per_attempt, outer): (Vec<_>, Vec<_>) = layers
         .into_iter()
         .enumerate()
         .partition(|(_, layer)| layer.per_attempt());
-    let (written_at, layers): (Vec<usize>, Vec<Layer>) =
+    let (written_at, layers): (Vec<usize>, Vec<Box<dyn Layer>>) =
         outer.into_iter().chain(per_attempt).unzip();
     let identity =
         first_coordinated.and_then(|first| written_at.iter().position(|&at| at == first));
@@ -155,30 +170,30 @@ fn is_stacked_marker(args: &TokenStream) -> bool {
     )
 }
 
-/// The caracal attribute `attr` is, if any.
-fn ours(attr: &Attribute) -> Option<Kind> {
+/// The caracal attribute among `kinds` that `attr` is, if any.
+fn ours(kinds: &[&'static Kind], attr: &Attribute) -> Option<&'static Kind> {
     match attr.style {
-        AttrStyle::Outer => Kind::of(attr.path()),
+        AttrStyle::Outer => Kind::of(kinds, attr.path()),
         AttrStyle::Inner(_) => None,
     }
 }
 
 /// The arguments of a stacked attribute: `#[retry]` or `#[retry(…)]`.
-fn args_of(attr: &Attribute, kind: Kind) -> syn::Result<TokenStream> {
+fn args_of(attr: &Attribute, kind: &Kind) -> syn::Result<TokenStream> {
     match &attr.meta {
         Meta::Path(_) => Ok(TokenStream::new()),
         Meta::List(list) => Ok(list.tokens.clone()),
         Meta::NameValue(meta) => Err(syn::Error::new_spanned(
             meta,
-            format!("write `#[{0}(…)]`, not `#[{0} = …]`", kind.name()),
+            format!("write `#[{0}(…)]`, not `#[{0} = …]`", kind.name),
         )),
     }
 }
 
 /// The error for a second attribute of one kind: the two would nest, each running all of the
 /// other (two `#[retry(max_attempts = 3)]` run the body up to 9 times).
-fn twice(kind: Kind, attr: &Attribute) -> syn::Error {
-    let name = kind.name();
+fn twice(kind: &Kind, attr: &Attribute) -> syn::Error {
+    let name = kind.name;
     syn::Error::new_spanned(
         attr,
         format!(
@@ -207,8 +222,8 @@ struct AsyncTrait {
 
 impl Shape {
     /// The shape of `function`, or why it cannot take caracal attributes.
-    fn of(kind: Kind, function: &mut ItemFn) -> syn::Result<Self> {
-        let name = kind.name();
+    fn of(kind: &Kind, function: &mut ItemFn) -> syn::Result<Self> {
+        let name = kind.name;
         let mut errors = Errors::default();
         let (output, async_trait) = if function.sig.asyncness.is_some() {
             let output = match &function.sig.output {
@@ -405,7 +420,7 @@ fn arguments(sig: &Signature, shape: &Shape, at: Span) -> syn::Result<Vec<TokenS
 fn assemble(
     function: &mut ItemFn,
     shape: Shape,
-    layers: &[Layer],
+    layers: &[Box<dyn Layer>],
     identity: Option<usize>,
     arguments: &[TokenStream],
 ) {
@@ -416,11 +431,11 @@ fn assemble(
     let (identity, scope, default_scope) = match identity {
         Some(index) => (
             layers[index].identity().expect("the layer has an identity"),
-            layer::scope_name(index),
+            names::scope_name(index),
             TokenStream::new(),
         ),
         None => {
-            let variable = layer::function_scope_name();
+            let variable = names::function_scope_name();
             let scope = default.scope();
             (&default, variable.clone(), quote!(let #variable = #scope;))
         }
@@ -437,7 +452,7 @@ fn assemble(
         .enumerate()
         .filter_map(|(index, layer)| {
             let scope = layer.identity()?.scope();
-            let name = layer::scope_name(index);
+            let name = names::scope_name(index);
             Some(quote!(let #name = #scope;))
         })
         .chain(std::iter::once(default_scope))
@@ -466,9 +481,9 @@ fn assemble(
 
 /// The statements that run `stmts` (the function's body) through `layers`, given the scopes
 /// are evaluated before them.
-fn pipeline(stmts: &[Stmt], frame: &Frame<'_>, layers: &[Layer]) -> TokenStream {
+fn pipeline(stmts: &[Stmt], frame: &Frame<'_>, layers: &[Box<dyn Layer>]) -> TokenStream {
     let output = frame.output;
-    let fake_return = layer::hygienic("__caracal_fake_return");
+    let fake_return = names::hygienic("__caracal_fake_return");
     // tracing-attributes' trick: an unreachable `return` of the function's type tells the
     // compiler the block's type, so `?` and `return` in the body type-check as in the function.
     let body = quote! {
@@ -491,23 +506,23 @@ fn pipeline(stmts: &[Stmt], frame: &Frame<'_>, layers: &[Layer]) -> TokenStream 
     let attempt_span = layers
         .iter()
         .rev()
-        .find_map(Layer::retry_span)
+        .find_map(|layer| layer.retry_span())
         .unwrap_or_else(Span::call_site);
     let mut body = Group::new(Delimiter::Brace, body);
     body.set_span(attempt_span);
-    let witness = layer::witness_name();
+    let witness = names::witness_name();
     let mut pipeline = quote_spanned! {attempt_span=>
         ::caracal::__private::enter(&#witness, async #body)
     };
     for (index, layer) in layers.iter().enumerate().rev() {
-        pipeline = layer.wrap(index, frame, pipeline);
+        pipeline = layer::wrap(&**layer, index, frame, pipeline);
     }
     let sites = layers
         .iter()
         .enumerate()
-        .map(|(index, layer)| layer.site(index, frame));
-    let ctx = layer::ctx_name();
-    let result = layer::hygienic("__caracal_result");
+        .map(|(index, layer)| layer::site(&**layer, index, frame));
+    let ctx = names::ctx_name();
+    let result = names::hygienic("__caracal_result");
     // Whether the error type takes rejections is checked once, here, with a message saying
     // what to write, spanned on the return type (see `caracal::__private::Probe`).
     let check = quote_spanned! {output.span()=>

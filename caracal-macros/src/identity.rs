@@ -1,5 +1,5 @@
-//! The arguments shared by the coordinated policies (`#[bulkhead]`, `#[circuit_breaker]`,
-//! `#[rate_limit]`): `name`, `operation`, `scope` and `local`.
+//! The arguments shared by the coordinated policies (those whose spec takes
+//! [`caracal_spec::IDENTITY`]): `name`, `operation`, `scope` and `local`.
 
 use proc_macro2::TokenStream;
 use quote::{quote, quote_spanned};
@@ -8,12 +8,6 @@ use syn::{Expr, ExprLit, Lit};
 
 use crate::args::Args;
 use crate::values::{self, Value};
-
-/// The keys parsed here.
-pub(crate) const ARGS: &[&str] = &["name", "operation", "scope", "local"];
-
-/// The longest identity part, in UTF-8 bytes (as the runtime checks for run-time scopes).
-pub(crate) const MAX_PART_BYTES: usize = 1024;
 
 /// Who shares a budget or a breaker with whom.
 pub(crate) struct Identity {

@@ -15,6 +15,7 @@ mod expand;
 mod fallback;
 mod identity;
 mod layer;
+mod names;
 mod rate_limit;
 mod retry;
 mod timeout;
@@ -24,17 +25,32 @@ use proc_macro::TokenStream;
 
 use crate::layer::Kind;
 
-macro_rules! attribute {
-    ($(#[$doc:meta])* $name:ident => $kind:ident) => {
-        $(#[$doc])*
-        #[proc_macro_attribute]
-        pub fn $name(args: TokenStream, item: TokenStream) -> TokenStream {
-            expand::attribute(Kind::$kind, args.into(), item.into()).into()
+/// Registers the attributes, one line each (`name => module::KIND;`, after its documentation):
+/// the `#[proc_macro_attribute]` entry points, and [`KINDS`], which the pipeline recognises on
+/// a function.
+macro_rules! attributes {
+    ($($(#[$doc:meta])* $name:ident => $kind:path;)*) => {
+        $(
+            $(#[$doc])*
+            #[proc_macro_attribute]
+            pub fn $name(args: TokenStream, item: TokenStream) -> TokenStream {
+                expand::attribute(&$kind, KINDS, args.into(), item.into()).into()
+            }
+        )*
+
+        /// Every attribute.
+        const KINDS: &[&Kind] = &[$(&$kind),*];
+
+        #[cfg(test)]
+        #[test]
+        fn each_entry_point_is_named_as_its_kind() {
+            $(assert_eq!($kind.name, stringify!($name));)*
         }
     };
 }
 
-attribute! {
+attributes! {
+
     /// A concurrency limit shared by every process using the coordinator: at most `limit`
     /// bodies run at once per identity (name, operation, scope). Arguments, defaults and
     /// rejections: [`#[bulkhead]`](https://docs.rs/caracal/latest/caracal/guide/attributes/index.html#bulkhead--at-most-limit-bodies-at-once); what its lease
@@ -56,10 +72,8 @@ attribute! {
     /// # assert_eq!(order.unwrap(), "order 7 from eu");
     /// # }
     /// ```
-    bulkhead => Bulkhead
-}
+    bulkhead => bulkhead::KIND;
 
-attribute! {
     /// A circuit breaker whose failure window is shared by every process using the coordinator.
     /// Arguments, defaults and rejections:
     /// [`#[circuit_breaker]`](https://docs.rs/caracal/latest/caracal/guide/attributes/index.html#circuit_breaker--one-failure-window-per-identity-fleet-wide).
@@ -80,10 +94,8 @@ attribute! {
     /// # assert_eq!(order.unwrap(), 7);
     /// # }
     /// ```
-    circuit_breaker => CircuitBreaker
-}
+    circuit_breaker => breaker::KIND;
 
-attribute! {
     /// A rate limit (GCRA) shared by every process using the coordinator. Arguments, defaults
     /// and rejections: [`#[rate_limit]`](https://docs.rs/caracal/latest/caracal/guide/attributes/index.html#rate_limit--a-shared-gcra-rate).
     ///
@@ -103,10 +115,8 @@ attribute! {
     /// # assert!(sent.is_ok());
     /// # }
     /// ```
-    rate_limit => RateLimit
-}
+    rate_limit => rate_limit::KIND;
 
-attribute! {
     /// Runs the layers inside it again when an attempt fails, with exponential backoff and full
     /// jitter. Arguments and defaults: [`#[retry]`](https://docs.rs/caracal/latest/caracal/guide/attributes/index.html#retry).
     ///
@@ -133,10 +143,8 @@ attribute! {
     /// # assert_eq!(get_order(7).await.unwrap(), 7);
     /// # }
     /// ```
-    retry => Retry
-}
+    retry => retry::KIND;
 
-attribute! {
     /// Answers caracal's own rejections from the layers inside it with a handler, an `async fn`
     /// taking the function's arguments and then the `caracal::Error`. Which rejections, and
     /// the handler's shape: [`#[fallback]`](https://docs.rs/caracal/latest/caracal/guide/attributes/index.html#fallbackhandler).
@@ -162,10 +170,8 @@ attribute! {
     /// # assert_eq!(order.unwrap(), "order 7");
     /// # }
     /// ```
-    fallback => Fallback
-}
+    fallback => fallback::KIND;
 
-attribute! {
     /// A deadline on the layers inside it. What happens when it elapses:
     /// [`#[timeout]`](https://docs.rs/caracal/latest/caracal/guide/attributes/index.html#timeout2s).
     ///
@@ -185,5 +191,5 @@ attribute! {
     /// # assert_eq!(error.code(), "timeout");
     /// # }
     /// ```
-    timeout => Timeout
+    timeout => timeout::KIND;
 }

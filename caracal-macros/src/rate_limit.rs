@@ -1,37 +1,51 @@
-//! `#[rate_limit]` settings.
+//! `#[rate_limit]`: its settings, and the admission it wraps around each attempt.
 
+use caracal_spec::rate_limit as spec;
 use proc_macro2::TokenStream;
 use quote::quote;
 
 use crate::args::Args;
-use crate::identity::{self, Identity};
+use crate::identity::Identity;
+use crate::layer::{Frame, Kind, Layer, Place, Written, pinned};
 use crate::values::{Value, integer, number};
 
-pub(crate) const ARGS: &[&[&str]] = &[&["rate", "burst"], identity::ARGS];
+/// The attribute.
+pub(crate) const KIND: Kind = Kind {
+    name: spec::KIND.name,
+    parse,
+};
 
-pub(crate) struct RateLimit {
-    pub(crate) identity: Identity,
+fn parse(written: Written, function: &str) -> syn::Result<Box<dyn Layer>> {
+    let mut args = Args::parse(&spec::KIND, written.anchor, written.args)?;
+    let identity = Identity::parse(&mut args, function);
+    // The message about a constant out of range says no more than the bounds, as it always has.
+    let rate = args.required(&spec::RATE, |key| number(key, ""));
+    let burst = args.setting(&spec::BURST, integer);
+    args.finish(|| {
+        Some(Box::new(RateLimit {
+            identity,
+            rate: rate?,
+            burst: burst.unwrap_or(Value::Literal(spec::BURST.default.integer())),
+        }) as Box<dyn Layer>)
+    })
+}
+
+struct RateLimit {
+    identity: Identity,
     rate: Value<f64>,
     burst: Value<u32>,
 }
 
-impl RateLimit {
-    pub(crate) fn parse(mut args: Args, function: &str) -> syn::Result<Self> {
-        let identity = Identity::parse(&mut args, function);
-        // Below a millionth per second (one admission every ~11.6 days) a rate is a typo.
-        let rate = args.require("rate", "rate = 10", number(0.000_001, 1_000_000.0, ""));
-        let burst = args.get("burst", integer(1..=1_000_000));
-        args.finish(|| {
-            Some(RateLimit {
-                identity,
-                rate: rate?,
-                burst: burst.unwrap_or(Value::Literal(1)),
-            })
-        })
+impl Layer for RateLimit {
+    fn per_attempt(&self) -> bool {
+        true
     }
 
-    /// The call site's `static`: its type and initializer.
-    pub(crate) fn site(&self) -> (TokenStream, TokenStream) {
+    fn identity(&self) -> Option<&Identity> {
+        Some(&self.identity)
+    }
+
+    fn site(&self, _: &Frame<'_>) -> (TokenStream, TokenStream) {
         let identity = self.identity.fields();
         let rate = self.rate.tokens();
         let burst = self.burst.tokens();
@@ -43,5 +57,11 @@ impl RateLimit {
                 burst: #burst,
             })),
         )
+    }
+
+    fn wrap(&self, place: &Place, _: &Frame<'_>, inner: TokenStream) -> TokenStream {
+        let Place { site, scope, ctx } = place;
+        let inner = pinned(inner);
+        quote!(::caracal::__private::rate_limit(&#site, &#ctx, &#scope, #inner))
     }
 }

@@ -1,36 +1,49 @@
-//! `#[retry]` settings.
+//! `#[retry]`: its settings, and the loop it runs the layers inside it in.
 
 use std::time::Duration;
 
-use proc_macro2::TokenStream;
+use caracal_spec::Human;
+use caracal_spec::retry as spec;
+use proc_macro2::{Span, TokenStream};
 use quote::quote;
 use syn::Path;
 
-use crate::args::{Args, path};
-use crate::durations::{self, DAY, duration};
+use crate::args::Args;
+use crate::durations::{self, duration};
+use crate::layer::{Frame, Kind, Layer, Place, Written, typed_fn};
+use crate::names::hygienic;
 use crate::values::{Value, integer};
 
-pub(crate) const ARGS: &[&[&str]] = &[&["max_attempts", "backoff", "max_backoff", "when"]];
+/// The attribute.
+pub(crate) const KIND: Kind = Kind {
+    name: spec::KIND.name,
+    parse,
+};
 
-const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(10);
+fn parse(written: Written, _: &str) -> syn::Result<Box<dyn Layer>> {
+    let args = Args::parse(&spec::KIND, written.anchor, written.args)?;
+    Ok(Box::new(Retry::parse(args, written.span)?))
+}
 
-pub(crate) struct Retry {
+struct Retry {
     max_attempts: Value<u32>,
     backoff: Duration,
     max_backoff: Duration,
     when: Option<Path>,
+    /// The attribute's name: where a retry re-runs the body from.
+    span: Span,
 }
 
 impl Retry {
-    pub(crate) fn parse(mut args: Args) -> syn::Result<Self> {
-        let max_attempts = args.require("max_attempts", "max_attempts = 3", integer(1..=1000));
+    fn parse(mut args: Args, span: Span) -> syn::Result<Self> {
+        let max_attempts = args.required(&spec::MAX_ATTEMPTS, integer);
         let backoff = args
-            .get("backoff", duration(Duration::ZERO, DAY))
-            .unwrap_or_default();
+            .setting(&spec::BACKOFF, duration)
+            .unwrap_or(spec::BACKOFF.default.duration());
         let max_backoff = args
-            .get("max_backoff", duration(Duration::ZERO, DAY))
-            .unwrap_or(DEFAULT_MAX_BACKOFF);
-        let when = args.get("when", path("fn(&E) -> bool"));
+            .setting(&spec::MAX_BACKOFF, duration)
+            .unwrap_or(spec::MAX_BACKOFF.default.duration());
+        let when = args.function(&spec::WHEN);
         if args.all_valid() && max_backoff < backoff {
             if args.has("max_backoff") {
                 args.conflict(
@@ -40,7 +53,10 @@ impl Retry {
             } else {
                 args.conflict(
                     "backoff",
-                    "`backoff` is longer than `max_backoff` (10s by default); raise `max_backoff` too",
+                    format!(
+                        "`backoff` is longer than `max_backoff` ({} by default); raise `max_backoff` too",
+                        Human(spec::MAX_BACKOFF.default.duration())
+                    ),
                 );
             }
         }
@@ -50,13 +66,15 @@ impl Retry {
                 backoff,
                 max_backoff,
                 when,
+                span,
             })
         })
     }
+}
 
-    /// The call site's `static`: its type and initializer; `identity` is what its events
-    /// report.
-    pub(crate) fn site(&self, identity: &TokenStream) -> (TokenStream, TokenStream) {
+impl Layer for Retry {
+    fn site(&self, frame: &Frame<'_>) -> (TokenStream, TokenStream) {
+        let identity = &frame.identity;
         let max_attempts = self.max_attempts.tokens();
         let backoff = durations::tokens(self.backoff);
         let max_backoff = durations::tokens(self.max_backoff);
@@ -71,8 +89,32 @@ impl Retry {
         )
     }
 
-    /// The `when` function, if one was given.
-    pub(crate) fn when(&self) -> Option<&Path> {
-        self.when.as_ref()
+    fn wrap(&self, place: &Place, frame: &Frame<'_>, inner: TokenStream) -> TokenStream {
+        let Place { site, ctx, .. } = place;
+        let call_scope = &frame.scope;
+        let when = match &self.when {
+            Some(path) => typed_fn(path, frame.output, quote!(E), quote!(bool)),
+            None => quote!(::caracal::__private::RetryBodyErrors),
+        };
+        let state = hygienic("__caracal_retry");
+        let outcome = hygienic("__caracal_outcome");
+        let result = hygienic("__caracal_result");
+        // A loop, not a closure, so a body borrowing `&mut self` can run once per attempt.
+        quote!(async {
+            let mut #state =
+                ::caracal::__private::Retry::new(&#site, &#ctx, &#call_scope, #when);
+            loop {
+                let #outcome = #inner.await;
+                if let ::caracal::__private::ControlFlow::Break(#result) =
+                    #state.settle(#outcome).await
+                {
+                    break #result;
+                }
+            }
+        })
+    }
+
+    fn retry_span(&self) -> Option<Span> {
+        Some(self.span)
     }
 }

@@ -7,14 +7,14 @@
 use std::fmt::Display;
 use std::ops::RangeInclusive;
 
+use caracal_spec::{Key, MAX_PART_BYTES, Type};
 use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::{ToTokens, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Expr, ExprLit, ExprUnary, Lit, LitFloat, LitStr, UnOp};
 
 use crate::args::{Convert, wrong_type};
-use crate::identity::MAX_PART_BYTES;
-use crate::layer::hygienic;
+use crate::names::hygienic;
 
 /// A setting given as a literal, or as a constant expression checked when it is compiled.
 #[derive(Clone)]
@@ -173,8 +173,13 @@ fn other_literal(value: &Expr) -> bool {
     matches!(value, Expr::Lit(_)) && numeric(value).is_none()
 }
 
-/// A count (`u32`) within `range`: an integer literal, or a constant expression.
-pub(crate) fn integer(range: RangeInclusive<u32>) -> impl Convert<Value<u32>> {
+/// A count (`u32`) within the bounds of `spec`, an integer key: an integer literal, or a
+/// constant expression.
+pub(crate) fn integer(spec: &'static Key) -> impl Convert<Value<u32>> {
+    let Type::Integer { min, max } = spec.ty else {
+        panic!("`{}` is not an integer key", spec.name)
+    };
+    let range = min..=max;
     move |key, value| {
         let what = format!("an integer from {} to {}", range.start(), range.end());
         let out_of_range = || syn::Error::new_spanned(value, format!("`{key}` must be {what}"));
@@ -194,10 +199,13 @@ pub(crate) fn integer(range: RangeInclusive<u32>) -> impl Convert<Value<u32>> {
     }
 }
 
-/// A number (`f64`) within `min..=max`: an integer or float literal, or a constant expression
-/// in which integer literals count as floats (`rate = 10 * 60` is `600.0`). `hint` adds to the
-/// message of a constant out of range.
-pub(crate) fn number(min: f64, max: f64, hint: &'static str) -> impl Convert<Value<f64>> {
+/// A number (`f64`) within the bounds of `spec`, a number key: an integer or float literal,
+/// or a constant expression in which integer literals count as floats (`rate = 10 * 60` is
+/// `600.0`). `hint` adds to the message of a constant out of range.
+pub(crate) fn number(spec: &'static Key, hint: &'static str) -> impl Convert<Value<f64>> {
+    let Type::Float { min, max, .. } = spec.ty else {
+        panic!("`{}` is not a number key", spec.name)
+    };
     move |key, value| {
         let what = format!("a number between {min} and {max}");
         if let Some(n) = literal_number(value) {

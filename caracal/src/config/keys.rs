@@ -1,109 +1,37 @@
-//! What may be configured at run time: each policy kind's keys, their types and bounds, and
-//! the parsing of a value from TOML or from text (a fleet override). The bounds are the
-//! attribute's (`caracal-macros` checks the same at compile time).
+//! What may be configured at run time: each policy kind's keys, their types and bounds (the
+//! kind's table in `caracal-spec`, which `caracal-macros` checks the same at compile time), and
+//! the parsing of a value from TOML or from text (a fleet override).
 
 use std::fmt;
 use std::time::Duration;
 
+pub(crate) use caracal_spec::Key;
+use caracal_spec::{KINDS, Type};
+
 use crate::identity::PolicyKind;
 
-const MILLISECOND: Duration = Duration::from_millis(1);
-const DAY: Duration = Duration::from_secs(24 * 60 * 60);
-/// The shortest bulkhead lease: renewal every third of it must stay practical.
-const MIN_LEASE: Duration = Duration::from_millis(100);
-
-/// The type and bounds of one key.
-#[derive(Debug, Clone, Copy)]
-enum Type {
-    Count {
-        min: u32,
-        max: u32,
-    },
-    Number {
-        min: f64,
-        max: f64,
-        hint: &'static str,
-    },
-    Duration {
-        min: Duration,
-        max: Duration,
-    },
-    Choice(&'static [&'static str]),
-}
-
-/// One configurable key of a policy kind.
-#[derive(Debug)]
-pub(crate) struct Key {
-    pub(crate) name: &'static str,
-    kind: Type,
-}
-
-const fn key(name: &'static str, kind: Type) -> Key {
-    Key { name, kind }
-}
-
-const FRACTION: Type = Type::Number {
-    min: 0.001,
-    max: 0.999,
-    hint: " (a fraction: 0.5 is half the observations)",
-};
-
-const fn count(min: u32, max: u32) -> Type {
-    Type::Count { min, max }
-}
-
-const fn duration(min: Duration) -> Type {
-    Type::Duration { min, max: DAY }
-}
-
-const BULKHEAD: &[Key] = &[
-    key("limit", count(1, 1_000_000)),
-    key("lease", duration(MIN_LEASE)),
-    key("max_wait", duration(MILLISECOND)),
-];
-
-const CIRCUIT_BREAKER: &[Key] = &[
-    key("minimum_throughput", count(1, u32::MAX)),
-    key("failure_threshold", FRACTION),
-    key("window_size", count(1, 1_000_000)),
-    key("window", duration(MILLISECOND)),
-    key("open", duration(MILLISECOND)),
-    key("half_open_probes", count(1, 10_000)),
-    key("half_open_successes", count(1, 10_000)),
-    key("probe_lease", duration(MILLISECOND)),
-    key("slow_call", duration(MILLISECOND)),
-    key("slow_call_threshold", FRACTION),
-    key(
-        "on_coordinator_error",
-        Type::Choice(&["fail_open", "fail_closed"]),
-    ),
-];
-
-const RATE_LIMIT: &[Key] = &[
-    key(
-        "rate",
-        Type::Number {
-            min: 0.000_001,
-            max: 1_000_000.0,
-            hint: " (admissions per second)",
-        },
-    ),
-    key("burst", count(1, 1_000_000)),
-];
-
 /// The most keys a kind has.
-pub(crate) const MAX_KEYS: usize = 11;
+pub(crate) const MAX_KEYS: usize = caracal_spec::MAX_KEYS;
 
-/// Arguments that name or shape an identity, or are code: never overridden.
-const FIXED: &[&str] = &["name", "operation", "scope", "local", "classify", "when"];
+/// The spec's table of `kind`, found by the kind's name.
+fn spec(kind: PolicyKind) -> &'static caracal_spec::Kind {
+    caracal_spec::kind(kind.as_str())
+        .filter(|spec| spec.run_time)
+        .unwrap_or_else(|| panic!("caracal-spec has no run-time table for `{kind}`"))
+}
 
 /// The keys of `kind`, in the attribute's order.
 pub(crate) fn keys(kind: PolicyKind) -> &'static [Key] {
-    match kind {
-        PolicyKind::Bulkhead => BULKHEAD,
-        PolicyKind::CircuitBreaker => CIRCUIT_BREAKER,
-        PolicyKind::RateLimit => RATE_LIMIT,
-    }
+    spec(kind).keys
+}
+
+/// Whether `name` is an argument of some kind that is part of the call site (its identity, or
+/// a function of the user's), so never overridden.
+fn fixed(name: &str) -> bool {
+    caracal_spec::IDENTITY.contains(&name)
+        || KINDS
+            .iter()
+            .any(|kind| kind.functions.iter().any(|function| function.name == name))
 }
 
 /// The key `name` of `kind`, or why there is none.
@@ -111,7 +39,7 @@ pub(crate) fn find(kind: PolicyKind, name: &str) -> Result<&'static Key, String>
     if let Some(key) = keys(kind).iter().find(|key| key.name == name) {
         return Ok(key);
     }
-    if FIXED.contains(&name) {
+    if fixed(name) {
         return Err(format!(
             "`{name}` cannot be set at run time: it is part of the call site"
         ));
@@ -147,22 +75,33 @@ impl fmt::Display for Setting {
     }
 }
 
-impl Key {
+/// Reading and checking a value for a key of the spec.
+pub(crate) trait Read {
     /// Reads a TOML value.
-    pub(crate) fn read_toml(&self, value: &toml::Value) -> Result<Setting, String> {
-        let setting = match (self.kind, value) {
-            (Type::Count { .. }, toml::Value::Integer(n)) => {
-                Setting::Count(u32::try_from(*n).map_err(|_| self.out_of_range(n))?)
+    fn read_toml(&self, value: &toml::Value) -> Result<Setting, String>;
+
+    /// Reads a value written as text (`40`, `0.3`, `50ms`, `fail_closed`).
+    fn read_text(&self, text: &str) -> Result<Setting, String>;
+
+    /// Checks a value against the key's type and bounds.
+    fn check(&self, setting: Setting) -> Result<Setting, String>;
+}
+
+impl Read for Key {
+    fn read_toml(&self, value: &toml::Value) -> Result<Setting, String> {
+        let setting = match (self.ty, value) {
+            (Type::Integer { .. }, toml::Value::Integer(n)) => {
+                Setting::Count(u32::try_from(*n).map_err(|_| out_of_range(self, n))?)
             }
-            (Type::Number { .. }, toml::Value::Integer(n)) => Setting::Number(*n as f64),
-            (Type::Number { .. }, toml::Value::Float(x)) => Setting::Number(*x),
+            (Type::Float { .. }, toml::Value::Integer(n)) => Setting::Number(*n as f64),
+            (Type::Float { .. }, toml::Value::Float(x)) => Setting::Number(*x),
             (Type::Duration { .. } | Type::Choice(_), toml::Value::String(text)) => {
                 return self.read_text(text);
             }
             _ => {
                 return Err(format!(
                     "must be {}, not a {}",
-                    self.expected(),
+                    expected(self),
                     value.type_str()
                 ));
             }
@@ -170,29 +109,30 @@ impl Key {
         self.check(setting)
     }
 
-    /// Reads a value written as text (`40`, `0.3`, `50ms`, `fail_closed`).
-    pub(crate) fn read_text(&self, text: &str) -> Result<Setting, String> {
+    fn read_text(&self, text: &str) -> Result<Setting, String> {
         let text = text.trim();
-        let setting = match self.kind {
-            Type::Count { .. } => Setting::Count(text.parse().map_err(|_| self.malformed(text))?),
-            Type::Number { .. } => Setting::Number(text.parse().map_err(|_| self.malformed(text))?),
+        let setting = match self.ty {
+            Type::Integer { .. } => {
+                Setting::Count(text.parse().map_err(|_| malformed(self, text))?)
+            }
+            Type::Float { .. } => Setting::Number(text.parse().map_err(|_| malformed(self, text))?),
             Type::Duration { .. } => Setting::Duration(
-                humantime::parse_duration(text).map_err(|_| self.malformed(text))?,
+                humantime::parse_duration(text).map_err(|_| malformed(self, text))?,
             ),
             Type::Choice(choices) => Setting::Choice(
                 choices
                     .iter()
                     .find(|choice| **choice == text)
-                    .ok_or_else(|| self.malformed(text))?,
+                    .ok_or_else(|| malformed(self, text))?,
             ),
         };
         self.check(setting)
     }
 
-    pub(crate) fn check(&self, setting: Setting) -> Result<Setting, String> {
-        let within = match (self.kind, setting) {
-            (Type::Count { min, max }, Setting::Count(n)) => (min..=max).contains(&n),
-            (Type::Number { min, max, .. }, Setting::Number(x)) => {
+    fn check(&self, setting: Setting) -> Result<Setting, String> {
+        let within = match (self.ty, setting) {
+            (Type::Integer { min, max }, Setting::Count(n)) => (min..=max).contains(&n),
+            (Type::Float { min, max, .. }, Setting::Number(x)) => {
                 x.is_finite() && (min..=max).contains(&x)
             }
             (Type::Duration { min, max }, Setting::Duration(d)) => (min..=max).contains(&d),
@@ -202,33 +142,34 @@ impl Key {
         if within {
             Ok(setting)
         } else {
-            Err(self.out_of_range(setting))
+            Err(out_of_range(self, setting))
         }
     }
+}
 
-    fn expected(&self) -> String {
-        match self.kind {
-            Type::Count { min, max } => format!("an integer from {min} to {max}"),
-            Type::Number { min, max, hint } => format!("a number from {min} to {max}{hint}"),
-            Type::Duration { min, max } => format!(
-                "a duration with a unit from {} to {}, like \"250ms\" or \"2s\"",
-                humantime::format_duration(min),
-                humantime::format_duration(max)
-            ),
-            Type::Choice(choices) => {
-                let quoted: Vec<_> = choices.iter().map(|c| format!("\"{c}\"")).collect();
-                quoted.join(" or ")
-            }
+/// What `key` accepts, as messages say it.
+fn expected(key: &Key) -> String {
+    match key.ty {
+        Type::Integer { min, max } => format!("an integer from {min} to {max}"),
+        Type::Float { min, max, hint } => format!("a number from {min} to {max}{hint}"),
+        Type::Duration { min, max } => format!(
+            "a duration with a unit from {} to {}, like \"250ms\" or \"2s\"",
+            humantime::format_duration(min),
+            humantime::format_duration(max)
+        ),
+        Type::Choice(choices) => {
+            let quoted: Vec<_> = choices.iter().map(|c| format!("\"{c}\"")).collect();
+            quoted.join(" or ")
         }
     }
+}
 
-    fn out_of_range(&self, value: impl fmt::Display) -> String {
-        format!("must be {}, got {value}", self.expected())
-    }
+fn out_of_range(key: &Key, value: impl fmt::Display) -> String {
+    format!("must be {}, got {value}", expected(key))
+}
 
-    fn malformed(&self, text: &str) -> String {
-        format!("must be {}, got `{text}`", self.expected())
-    }
+fn malformed(key: &Key, text: &str) -> String {
+    format!("must be {}, got `{text}`", expected(key))
 }
 
 #[cfg(test)]
@@ -303,9 +244,9 @@ mod tests {
     fn canonical_text_reads_back() {
         for kind in PolicyKind::ALL {
             for key in keys(kind) {
-                let sample = match key.kind {
-                    Type::Count { min, .. } => Setting::Count(min),
-                    Type::Number { max, .. } => Setting::Number(max),
+                let sample = match key.ty {
+                    Type::Integer { min, .. } => Setting::Count(min),
+                    Type::Float { max, .. } => Setting::Number(max),
                     Type::Duration { min, .. } => Setting::Duration(min * 3 / 2),
                     Type::Choice(choices) => Setting::Choice(choices[0]),
                 };

@@ -26,6 +26,7 @@ pub(crate) mod overrides;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use self::keys::Read as _;
 pub(crate) use self::keys::Setting;
 use crate::Error;
 use crate::identity::{PolicyKind, check_part};

@@ -193,3 +193,140 @@ fn override_keys_are_kind_name_key() {
         assert!(OverrideKey::parse(bad).is_err(), "{bad}");
     }
 }
+
+/// The run-time kinds are exactly the kinds whose spec table says so, found by name: a kind
+/// added to one and not the other fails here rather than at its first configuration.
+#[test]
+fn the_run_time_kinds_are_the_specs() {
+    let spec: Vec<_> = caracal_spec::KINDS
+        .iter()
+        .filter(|kind| kind.run_time)
+        .map(|kind| kind.name)
+        .collect();
+    let kinds: Vec<_> = PolicyKind::ALL.iter().map(|kind| kind.as_str()).collect();
+    assert_eq!(kinds, spec);
+    for kind in PolicyKind::ALL {
+        let names: Vec<_> = keys::keys(kind).iter().map(|key| key.name).collect();
+        let spec = caracal_spec::kind(kind.as_str()).expect("found above");
+        assert_eq!(
+            names,
+            spec.keys.iter().map(|key| key.name).collect::<Vec<_>>()
+        );
+    }
+}
+
+/// Between a page's `<!-- spec: {name} -->` and `<!-- /spec -->` markers: the table the spec
+/// renders there.
+fn rendered<'a>(page: &'a str, name: &str) -> &'a str {
+    let open = format!("<!-- spec: {name} -->\n");
+    let start = page.find(&open).expect("the page has the marker") + open.len();
+    let end = start
+        + page[start..]
+            .find("<!-- /spec -->")
+            .expect("the table ends");
+    &page[start..end]
+}
+
+/// Fails with the table to paste when the page's differs from the spec's.
+fn assert_renders(page: &str, name: &str, expected: &str) {
+    assert!(
+        rendered(page, name) == expected,
+        "the `{name}` table of the docs differs from caracal-spec; it should read:\n{expected}"
+    );
+}
+
+/// What a key's values are, for the tables.
+fn accepts(ty: &caracal_spec::Type) -> String {
+    use caracal_spec::Type;
+    match ty {
+        Type::Integer { .. } => format!("an integer, {ty}"),
+        Type::Float { .. } => format!("a number, {ty}"),
+        Type::Duration { .. } => format!("a duration, {ty}"),
+        Type::Choice(_) => format!("{ty}"),
+    }
+}
+
+#[test]
+fn the_attributes_bounds_table_is_the_specs() {
+    let mut table =
+        String::from("| attribute | argument | accepts | default |\n|---|---|---|---|\n");
+    for kind in caracal_spec::KINDS {
+        for key in kind.keys {
+            let argument = if kind.positional {
+                "(the one argument)".to_owned()
+            } else {
+                format!("`{}`", key.name)
+            };
+            let accepts = accepts(&key.ty);
+            table += &format!(
+                "| `#[{}]` | {argument} | {accepts} | {} |\n",
+                kind.name, key.default
+            );
+        }
+        for function in kind.functions {
+            table += &format!(
+                "| `#[{}]` | `{}` | a path to `{}` | {} |\n",
+                kind.name, function.name, function.shape, function.default
+            );
+        }
+    }
+    assert_renders(include_str!("../../docs/attributes.md"), "bounds", &table);
+}
+
+#[test]
+fn the_configuration_keys_table_is_the_specs() {
+    let mut table = String::from("| kind | keys |\n|---|---|\n");
+    for kind in caracal_spec::KINDS.iter().filter(|kind| kind.run_time) {
+        let keys: Vec<_> = kind
+            .keys
+            .iter()
+            .map(|key| format!("`{}`", key.name))
+            .collect();
+        table += &format!("| `{}` | {} |\n", kind.name, keys.join(", "));
+    }
+    assert_renders(include_str!("../../docs/configuration.md"), "keys", &table);
+}
+
+/// Each attribute's own table (under its `## `#[name]`` heading) lists its arguments in the
+/// spec's order, each with the spec's default (a row may explain it further: `none: reject at
+/// once`).
+#[test]
+fn each_attributes_table_has_the_specs_defaults() {
+    let page = include_str!("../../docs/attributes.md");
+    for kind in caracal_spec::KINDS.iter().filter(|kind| !kind.positional) {
+        let heading = format!("\n## `#[{}]`", kind.name);
+        let start = page.find(&heading).expect("a section per attribute") + heading.len();
+        let section = &page[start..];
+        let section = &section[..section.find("\n## ").unwrap_or(section.len())];
+        let rows: Vec<(&str, &str)> = section
+            .lines()
+            .filter_map(|line| {
+                let mut cells = line.strip_prefix("| `")?.split(" | ");
+                Some((cells.next()?.strip_suffix('`')?, cells.next()?))
+            })
+            .collect();
+        let expected: Vec<(&str, String)> = kind
+            .keys
+            .iter()
+            .map(|key| (key.name, key.default.to_string()))
+            .chain(
+                kind.functions
+                    .iter()
+                    .map(|function| (function.name, function.default.to_owned())),
+            )
+            .collect();
+        assert_eq!(
+            rows.iter().map(|(name, _)| *name).collect::<Vec<_>>(),
+            expected.iter().map(|(name, _)| *name).collect::<Vec<_>>(),
+            "the arguments of #[{}]",
+            kind.name
+        );
+        for ((name, default), (_, expected)) in rows.iter().zip(&expected) {
+            assert!(
+                default.starts_with(expected.as_str()),
+                "#[{}] `{name}`: the docs say the default is {default}, the spec {expected}",
+                kind.name
+            );
+        }
+    }
+}

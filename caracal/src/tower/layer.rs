@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::Error;
 use crate::config::Setting;
-use crate::config::keys;
+use crate::config::keys::{self, Read as _};
 use crate::identity::{PolicyKind, Scope, check_part, intern};
 
 /// The scope of a request: a function of it, or the default.

@@ -15,6 +15,7 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
+use caracal_spec::breaker as spec;
 use futures_util::FutureExt;
 
 use crate::config::Setting;
@@ -34,6 +35,25 @@ pub enum OnCoordinatorError {
     FailOpen,
     /// Reject with `Error::CoordinatorUnavailable`.
     FailClosed,
+}
+
+impl OnCoordinatorError {
+    /// The behaviour as `on_coordinator_error` names it.
+    fn name(self) -> &'static str {
+        match self {
+            OnCoordinatorError::FailOpen => "fail_open",
+            OnCoordinatorError::FailClosed => "fail_closed",
+        }
+    }
+
+    /// The behaviour `name` (one of the key's choices, already checked) names.
+    fn named(name: &str) -> Self {
+        if name == OnCoordinatorError::FailClosed.name() {
+            OnCoordinatorError::FailClosed
+        } else {
+            OnCoordinatorError::FailOpen
+        }
+    }
 }
 
 /// The settings of one `#[circuit_breaker]` call site.
@@ -136,10 +156,7 @@ impl Values for BreakerValues {
             "probe_lease" => Setting::Duration(self.probe_lease),
             "slow_call" => Setting::Duration(self.slow_call?.after),
             "slow_call_threshold" => Setting::Number(self.slow_call?.threshold),
-            "on_coordinator_error" => Setting::Choice(match self.on_coordinator_error {
-                OnCoordinatorError::FailOpen => "fail_open",
-                OnCoordinatorError::FailClosed => "fail_closed",
-            }),
+            "on_coordinator_error" => Setting::Choice(self.on_coordinator_error.name()),
             _ => return None,
         })
     }
@@ -167,11 +184,7 @@ impl Values for BreakerValues {
                 }
             }
             ("on_coordinator_error", Setting::Choice(choice)) => {
-                self.on_coordinator_error = if choice == "fail_closed" {
-                    OnCoordinatorError::FailClosed
-                } else {
-                    OnCoordinatorError::FailOpen
-                };
+                self.on_coordinator_error = OnCoordinatorError::named(choice);
             }
             _ => {}
         }
@@ -187,22 +200,22 @@ impl Values for BreakerValues {
 }
 
 /// The slow-call threshold when `slow_call` is given alone.
-pub(crate) const DEFAULT_SLOW_CALL_THRESHOLD: f64 = 0.5;
+pub(crate) const DEFAULT_SLOW_CALL_THRESHOLD: f64 = spec::SLOW_CALL_THRESHOLD.default.float();
 
-/// A breaker's values before it has a site: the attribute's defaults (which `caracal-macros`
-/// applies at compile time), for breakers built at run time.
+/// A breaker's values before it has a site, for breakers built at run time: the spec's
+/// defaults (which `caracal-macros` applies at compile time) until a setter changes them.
 #[cfg(feature = "tower")]
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Defaults {
     pub(crate) minimum_throughput: u32,
     pub(crate) failure_threshold: f64,
     pub(crate) window_size: u32,
-    /// `max(3 × open, 60s)` when not given.
+    /// Derived from `open` when not given.
     pub(crate) window: Option<Duration>,
     pub(crate) open: Duration,
     pub(crate) half_open_probes: u32,
     pub(crate) half_open_successes: u32,
-    /// `2 × open` when not given.
+    /// Derived from `open` when not given.
     pub(crate) probe_lease: Option<Duration>,
     pub(crate) slow_call: Option<SlowCall>,
     pub(crate) on_coordinator_error: OnCoordinatorError,
@@ -212,16 +225,18 @@ pub(crate) struct Defaults {
 impl Default for Defaults {
     fn default() -> Self {
         Defaults {
-            minimum_throughput: 20,
-            failure_threshold: 0.5,
-            window_size: 100,
+            minimum_throughput: spec::MINIMUM_THROUGHPUT.default.integer(),
+            failure_threshold: spec::FAILURE_THRESHOLD.default.float(),
+            window_size: spec::WINDOW_SIZE.default.integer(),
             window: None,
-            open: Duration::from_secs(30),
-            half_open_probes: 3,
-            half_open_successes: 2,
+            open: spec::OPEN.default.duration(),
+            half_open_probes: spec::HALF_OPEN_PROBES.default.integer(),
+            half_open_successes: spec::HALF_OPEN_SUCCESSES.default.integer(),
             probe_lease: None,
             slow_call: None,
-            on_coordinator_error: OnCoordinatorError::FailOpen,
+            on_coordinator_error: OnCoordinatorError::named(
+                spec::ON_COORDINATOR_ERROR.default.choice(),
+            ),
         }
     }
 }
@@ -243,11 +258,13 @@ impl Defaults {
             window_size: self.window_size,
             window: self
                 .window
-                .unwrap_or_else(|| (self.open * 3).max(Duration::from_secs(60))),
+                .unwrap_or_else(|| spec::WINDOW.default.derived().apply(self.open)),
             open: self.open,
             half_open_probes: self.half_open_probes,
             half_open_successes: self.half_open_successes,
-            probe_lease: self.probe_lease.unwrap_or(self.open * 2),
+            probe_lease: self
+                .probe_lease
+                .unwrap_or_else(|| spec::PROBE_LEASE.default.derived().apply(self.open)),
             slow_call: self.slow_call,
             on_coordinator_error: self.on_coordinator_error,
             local,

@@ -12,7 +12,7 @@ use super::{
     BreakerConfig, BreakerSite, DEFAULT_SLOW_CALL_THRESHOLD, Defaults, OnCoordinatorError, SlowCall,
 };
 use crate::config::Setting;
-use crate::config::keys;
+use crate::config::keys::{self, Read as _};
 use crate::ctx::CallCtx;
 use crate::identity::{PolicyKind, Scope};
 use crate::tower::layer::{Identity, count, duration, identity_setters, number};
@@ -246,6 +246,7 @@ mod tests {
 
     #[test]
     fn layers_take_the_attributes_defaults() {
+        use caracal_spec::breaker as spec;
         let layer = CircuitBreakerLayer::<(), u16>::new("defaults").open(Duration::from_secs(1));
         let config = layer.config.config("defaults", "defaults", false);
         assert_eq!(config.window, Duration::from_secs(60), "max(3 × open, 60s)");
@@ -256,7 +257,11 @@ mod tests {
                 config.window_size,
                 config.half_open_probes
             ),
-            (20, 100, 3)
+            (
+                spec::MINIMUM_THROUGHPUT.default.integer(),
+                spec::WINDOW_SIZE.default.integer(),
+                spec::HALF_OPEN_PROBES.default.integer()
+            )
         );
     }
 }

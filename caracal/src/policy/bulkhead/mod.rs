@@ -40,11 +40,6 @@ pub struct BulkheadConfig {
     pub local: bool,
 }
 
-/// The lease when none is given (the attribute's default, which `caracal-macros` applies at
-/// compile time).
-#[cfg(feature = "tower")]
-pub(crate) const DEFAULT_LEASE: Duration = Duration::from_secs(30);
-
 /// The values of a bulkhead that configuration may change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct BulkheadValues {

@@ -31,7 +31,7 @@ impl<Req> BulkheadLayer<Req> {
         BulkheadLayer {
             identity: Identity::new(name),
             limit: None,
-            lease: bulkhead::DEFAULT_LEASE,
+            lease: caracal_spec::bulkhead::LEASE.default.duration(),
             max_wait: None,
             local: false,
         }

@@ -29,7 +29,7 @@ impl<Req> RateLimitLayer<Req> {
         RateLimitLayer {
             identity: Identity::new(name),
             rate: None,
-            burst: 1,
+            burst: caracal_spec::rate_limit::BURST.default.integer(),
             local: false,
         }
     }

@@ -1,0 +1,413 @@
+//! The arguments of [caracal](https://docs.rs/caracal)'s policies as data: for each kind, its
+//! keys with their types, bounds, defaults and a line of documentation.
+//!
+//! One table, three readers: `caracal-macros` checks an attribute's arguments against it at
+//! compile time and fills in the defaults; `caracal` checks run-time configuration (TOML and
+//! fleet overrides) against the same bounds and builds its tower layers with the same defaults;
+//! a test of `caracal` checks its documentation's tables against it. A bound or a default is
+//! written here and nowhere else.
+//!
+//! A new kind is one file (its [`Kind`] constant) and one line in [`KINDS`].
+//!
+//! ```
+//! let lease = caracal_spec::kind("bulkhead").and_then(|kind| kind.key("lease")).unwrap();
+//! assert_eq!(lease.default.duration(), std::time::Duration::from_secs(30));
+//! ```
+#![no_std]
+#![forbid(unsafe_code)]
+
+use core::fmt;
+use core::time::Duration;
+
+pub mod breaker;
+pub mod bulkhead;
+pub mod rate_limit;
+pub mod retry;
+pub mod timeout;
+
+/// Every kind that takes arguments, in the order the documentation lists them.
+pub const KINDS: &[&Kind] = &[
+    &bulkhead::KIND,
+    &breaker::KIND,
+    &rate_limit::KIND,
+    &timeout::KIND,
+    &retry::KIND,
+];
+
+/// The kind named `name` (as the attribute is named: `circuit_breaker`), if there is one.
+pub fn kind(name: &str) -> Option<&'static Kind> {
+    KINDS.iter().copied().find(|kind| kind.name == name)
+}
+
+/// The arguments every coordinated kind takes besides its own keys: who shares a budget or a
+/// breaker with whom. They name the call site, so they are never set at run time.
+pub const IDENTITY: &[&str] = &["name", "operation", "scope", "local"];
+
+/// The longest identity part (a name, an operation, a scope), in UTF-8 bytes.
+pub const MAX_PART_BYTES: usize = 1024;
+
+/// One millisecond: the shortest duration most keys accept.
+pub const MILLISECOND: Duration = Duration::from_millis(1);
+
+/// The longest duration any key accepts: past it a value is a typo, not a setting.
+pub const DAY: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The most keys a kind has: the size of a table with one entry per key of any kind.
+pub const MAX_KEYS: usize = {
+    let mut most = 0;
+    let mut index = 0;
+    while index < KINDS.len() {
+        if KINDS[index].keys.len() > most {
+            most = KINDS[index].keys.len();
+        }
+        index += 1;
+    }
+    most
+};
+
+/// A policy kind's arguments.
+#[derive(Debug)]
+pub struct Kind {
+    /// The attribute's name, which configuration and events use too.
+    pub name: &'static str,
+    /// Its keys with values, in the order messages list them.
+    pub keys: &'static [Key],
+    /// Its arguments naming a function of the user's, after the keys.
+    pub functions: &'static [Function],
+    /// Whether it takes the [`IDENTITY`] arguments, after the functions.
+    pub identity: bool,
+    /// Whether run-time configuration may change its keys.
+    pub run_time: bool,
+    /// Whether its one key is written alone (`#[timeout("2s")]`), not as `key = value`.
+    pub positional: bool,
+}
+
+impl Kind {
+    /// The key `name`, if the kind has it.
+    pub fn key(&self, name: &str) -> Option<&Key> {
+        self.keys.iter().find(|key| key.name == name)
+    }
+
+    /// Every argument the attribute accepts, in the order messages list them: the keys, the
+    /// functions, then the identity's.
+    pub fn arguments(&self) -> impl Iterator<Item = &'static str> + use<> {
+        let identity: &'static [&'static str] = if self.identity { IDENTITY } else { &[] };
+        let keys: &'static [Key] = self.keys;
+        let functions: &'static [Function] = self.functions;
+        keys.iter()
+            .map(|key| key.name)
+            .chain(functions.iter().map(|function| function.name))
+            .chain(identity.iter().copied())
+    }
+}
+
+/// One key: `limit = 20`, `open = "30s"`.
+#[derive(Debug)]
+pub struct Key {
+    /// As the attribute, the configuration and the tower setter name it.
+    pub name: &'static str,
+    /// What values it accepts.
+    pub ty: Type,
+    /// Its value when not given.
+    pub default: Default,
+    /// What it means, in one line.
+    pub doc: &'static str,
+}
+
+/// What a key accepts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Type {
+    /// An integer (a `u32`) within `min..=max`.
+    Integer {
+        /// The smallest accepted.
+        min: u32,
+        /// The largest accepted.
+        max: u32,
+    },
+    /// A number (an `f64`) within `min..=max`.
+    Float {
+        /// The smallest accepted.
+        min: f64,
+        /// The largest accepted.
+        max: f64,
+        /// What the number is, appended to messages about a value out of range: ` (a
+        /// fraction: 0.5 is half the observations)`; empty if it goes without saying.
+        hint: &'static str,
+    },
+    /// A duration, written as a string with a unit, within `min..=max`.
+    Duration {
+        /// The shortest accepted.
+        min: Duration,
+        /// The longest accepted.
+        max: Duration,
+    },
+    /// One of a few strings.
+    Choice(&'static [&'static str]),
+}
+
+impl Type {
+    /// A duration from `min` to a [`DAY`], the bounds of most duration keys.
+    pub const fn duration(min: Duration) -> Type {
+        Type::Duration { min, max: DAY }
+    }
+}
+
+/// A key's value when not given.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Default {
+    /// There is none: the attribute needs the key. `example` shows it given (`limit = 20`).
+    Required {
+        /// The key as a message suggests writing it.
+        example: &'static str,
+    },
+    /// Unset: the behaviour the key would change is off (no `max_wait`: reject at once).
+    Unset,
+    /// This integer.
+    Integer(u32),
+    /// This number.
+    Float(f64),
+    /// This duration.
+    Duration(Duration),
+    /// This choice.
+    Choice(&'static str),
+    /// Computed from another key's value (a duration).
+    Derived(Derived),
+}
+
+impl Default {
+    /// The integer default; panics (at compile time, where it is used in a `const`) on a key
+    /// of another type, which is a mistake in the caller.
+    pub const fn integer(self) -> u32 {
+        match self {
+            Default::Integer(n) => n,
+            _ => panic!("the default is not an integer"),
+        }
+    }
+
+    /// The number default; panics like [`integer`](Self::integer).
+    pub const fn float(self) -> f64 {
+        match self {
+            Default::Float(x) => x,
+            _ => panic!("the default is not a number"),
+        }
+    }
+
+    /// The duration default; panics like [`integer`](Self::integer).
+    pub const fn duration(self) -> Duration {
+        match self {
+            Default::Duration(d) => d,
+            _ => panic!("the default is not a duration"),
+        }
+    }
+
+    /// The choice default; panics like [`integer`](Self::integer).
+    pub const fn choice(self) -> &'static str {
+        match self {
+            Default::Choice(choice) => choice,
+            _ => panic!("the default is not a choice"),
+        }
+    }
+
+    /// The rule of a derived default; panics like [`integer`](Self::integer).
+    pub const fn derived(self) -> Derived {
+        match self {
+            Default::Derived(rule) => rule,
+            _ => panic!("the default is not derived"),
+        }
+    }
+}
+
+/// A default computed from another duration key: `max(times × of, at_least)`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Derived {
+    /// The key it follows.
+    pub of: &'static str,
+    /// How many times that key's value.
+    pub times: u32,
+    /// The least it is.
+    pub at_least: Duration,
+}
+
+impl Derived {
+    /// The default when the key it follows is `of`.
+    pub fn apply(self, of: Duration) -> Duration {
+        of.saturating_mul(self.times).max(self.at_least)
+    }
+}
+
+/// An argument naming a function of the user's (`classify = my_classifier`): code, so never set
+/// at run time.
+#[derive(Debug)]
+pub struct Function {
+    /// The argument's name.
+    pub name: &'static str,
+    /// The function's type, as messages show it: `fn(&E) -> bool`.
+    pub shape: &'static str,
+    /// What is done without it.
+    pub default: &'static str,
+    /// What it decides, in one line.
+    pub doc: &'static str,
+}
+
+/// A duration as a user would write it: in the largest unit that keeps it whole (`30s`,
+/// `24h`, `100ms`; zero as `0ms`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Human(pub Duration);
+
+impl fmt::Display for Human {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let nanos = self.0.as_nanos();
+        if nanos == 0 {
+            return f.write_str("0ms");
+        }
+        let units = [
+            (3_600_000_000_000, "h"),
+            (60_000_000_000, "m"),
+            (1_000_000_000, "s"),
+            (1_000_000, "ms"),
+            (1_000, "us"),
+        ];
+        match units.iter().find(|(unit, _)| nanos.is_multiple_of(*unit)) {
+            Some((unit, suffix)) => write!(f, "{}{suffix}", nanos / unit),
+            None => write!(f, "{nanos}ns"),
+        }
+    }
+}
+
+/// The bounds as the documentation's tables show them: `1 to 1000000`, `100ms to 24h`.
+impl fmt::Display for Type {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Type::Integer { min, max } => write!(f, "{min} to {max}"),
+            Type::Float { min, max, .. } => write!(f, "{min} to {max}"),
+            Type::Duration { min, max } => write!(f, "{} to {}", Human(min), Human(max)),
+            Type::Choice(choices) => {
+                for (index, choice) in choices.iter().enumerate() {
+                    let separator = if index == 0 { "" } else { " or " };
+                    write!(f, "{separator}`\"{choice}\"`")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The default as the documentation's tables show it: `required`, `` `20` ``,
+/// `` `"30s"` ``, `none`, `` `max(3 × open, 60s)` ``.
+impl fmt::Display for Default {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Default::Required { .. } => f.write_str("required"),
+            Default::Unset => f.write_str("none"),
+            Default::Integer(n) => write!(f, "`{n}`"),
+            Default::Float(x) => write!(f, "`{x}`"),
+            Default::Duration(d) => write!(f, "`\"{}\"`", Human(d)),
+            Default::Choice(choice) => write!(f, "`\"{choice}\"`"),
+            Default::Derived(Derived {
+                of,
+                times,
+                at_least,
+            }) if at_least.is_zero() => write!(f, "`{times} × {of}`"),
+            Default::Derived(Derived {
+                of,
+                times,
+                at_least,
+            }) => write!(f, "`max({times} × {of}, {})`", Human(at_least)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+
+    use std::string::ToString;
+
+    use super::*;
+
+    /// Whether `default` is a value `ty` accepts, or no value at all.
+    fn within(ty: Type, default: Default) -> bool {
+        match (ty, default) {
+            (_, Default::Required { .. } | Default::Unset | Default::Derived(_)) => true,
+            (Type::Integer { min, max }, Default::Integer(n)) => (min..=max).contains(&n),
+            (Type::Float { min, max, .. }, Default::Float(x)) => (min..=max).contains(&x),
+            (Type::Duration { min, max }, Default::Duration(d)) => (min..=max).contains(&d),
+            (Type::Choice(choices), Default::Choice(choice)) => choices.contains(&choice),
+            _ => false,
+        }
+    }
+
+    #[test]
+    fn every_default_is_a_value_its_key_accepts() {
+        for kind in KINDS {
+            for key in kind.keys {
+                assert!(within(key.ty, key.default), "{}.{}", kind.name, key.name);
+            }
+        }
+    }
+
+    #[test]
+    fn a_derived_default_follows_a_duration_key_of_its_kind() {
+        for kind in KINDS {
+            for key in kind.keys {
+                if let Default::Derived(rule) = key.default {
+                    let of = kind.key(rule.of).expect("the key it follows");
+                    assert!(matches!(of.ty, Type::Duration { .. }), "{}", key.name);
+                    assert!(matches!(key.ty, Type::Duration { .. }), "{}", key.name);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_required_keys_example_gives_it() {
+        for kind in KINDS.iter().filter(|kind| !kind.positional) {
+            for key in kind.keys {
+                if let Default::Required { example } = key.default {
+                    assert!(
+                        example.starts_with(&(key.name.to_string() + " = ")),
+                        "{example}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn names_are_unique_and_found() {
+        for (index, kind) in KINDS.iter().enumerate() {
+            assert!(KINDS[..index].iter().all(|other| other.name != kind.name));
+            assert_eq!(
+                super::kind(kind.name).map(|found| found.keys.len()),
+                Some(kind.keys.len())
+            );
+            let arguments: std::vec::Vec<_> = kind.arguments().collect();
+            for (at, name) in arguments.iter().enumerate() {
+                assert!(
+                    !arguments[..at].contains(name),
+                    "{}: {name} twice",
+                    kind.name
+                );
+            }
+            assert!(kind.positional <= (kind.keys.len() == 1 && kind.functions.is_empty()));
+        }
+        assert_eq!(super::kind("gauge").map(|kind| kind.name), None);
+    }
+
+    #[test]
+    fn durations_read_as_written() {
+        let cases = [
+            (Duration::ZERO, "0ms"),
+            (Duration::from_nanos(1), "1ns"),
+            (Duration::from_millis(100), "100ms"),
+            (Duration::from_secs(90), "90s"),
+            (DAY, "24h"),
+        ];
+        for (duration, text) in cases {
+            assert_eq!(Human(duration).to_string(), text);
+        }
+        let rule = breaker::WINDOW.default.derived();
+        assert_eq!(rule.apply(Duration::from_secs(1)), Duration::from_secs(60));
+        assert_eq!(rule.apply(Duration::from_secs(30)), Duration::from_secs(90));
+    }
+}

@@ -1,0 +1,39 @@
+//! `#[rate_limit]`: a shared GCRA rate.
+
+use crate::{Default, Key, Kind, Type};
+
+/// The kind.
+pub const KIND: Kind = Kind {
+    name: "rate_limit",
+    keys: &[RATE, BURST],
+    functions: &[],
+    identity: true,
+    run_time: true,
+    positional: false,
+};
+
+/// Admissions per second.
+pub const RATE: Key = Key {
+    name: "rate",
+    // Below a millionth per second (one admission every ~11.6 days) a rate is a typo.
+    ty: Type::Float {
+        min: 0.000_001,
+        max: 1_000_000.0,
+        hint: " (admissions per second)",
+    },
+    default: Default::Required {
+        example: "rate = 10",
+    },
+    doc: "admissions per second (`0.5` = one per 2 s)",
+};
+
+/// Admissions at once after idle time.
+pub const BURST: Key = Key {
+    name: "burst",
+    ty: Type::Integer {
+        min: 1,
+        max: 1_000_000,
+    },
+    default: Default::Integer(1),
+    doc: "how many may be admitted at once after idle time, fleet-wide",
+};
