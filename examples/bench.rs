@@ -29,15 +29,15 @@ const SEQUENTIAL_CALLS: usize = 4000;
 const CONCURRENT_TASKS: usize = 64;
 const CONCURRENT_RUN: Duration = Duration::from_secs(3);
 const LOCAL_CALLS: u32 = 1_000_000;
-const LEASE_SCRIPT: &str = include_str!("../lua/bulkhead_lease.lua");
+const LEASE_SCRIPT: &str = include_str!("../caracal/src/policy/bulkhead/kernel/lease.lua");
 /// The raw baseline's leases last 1 ms and its limit is 64: the set stays small and is pruned
 /// as it fills, like a real bulkhead's, though the baseline never releases.
 const RAW_LEASE_MS: u64 = 1;
 const RAW_LIMIT: u32 = 64;
 /// As the coordinator sends it: after the breaker scripts' prelude.
 const OBSERVE_SCRIPT: &str = concat!(
-    include_str!("../lua/breaker_prelude.lua"),
-    include_str!("../lua/breaker_observe.lua")
+    include_str!("../caracal/src/policy/breaker/kernel/prelude.lua"),
+    include_str!("../caracal/src/policy/breaker/kernel/observe.lua")
 );
 
 #[derive(Debug)]
@@ -233,7 +233,7 @@ async fn raw_acquire(mut conn: MultiplexedConnection, sha: Arc<str>, key: Arc<st
         .expect("raw EVALSHA");
 }
 
-/// One observation (a success) through `lua/breaker_observe.lua`, as the coordinator sends it.
+/// One observation (a success) through the breaker's observation script, as the coordinator sends it.
 async fn raw_observe(
     mut conn: MultiplexedConnection,
     sha: Arc<str>,

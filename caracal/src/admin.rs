@@ -34,7 +34,7 @@ use crate::config::overrides::text;
 use crate::coordinator::Coordinator;
 use crate::coordinator::registry::Snapshot;
 use crate::identity::{Identity, PolicyKind, Scope, check_part};
-use crate::kernel::breaker::{Force, Phase};
+use crate::policy::breaker::kernel::{Force, Phase};
 pub use crate::policy::descriptor::StatusValue;
 use crate::policy::{
     self,

@@ -15,9 +15,9 @@
 use std::time::Duration;
 
 use crate::Error;
-use crate::kernel::breaker::{Counts, ObserveReply, Phase, SettleReply, Transition};
 use crate::labels::At;
 use crate::metrics::{self, Decision, InFlight, Stopwatch};
+use crate::policy::breaker::kernel::{Counts, ObserveReply, Phase, SettleReply, Transition};
 
 /// What the events of the attributes that guard the whole call rather than an identity's
 /// budget (`#[retry]`, `#[timeout]`, `#[fallback]`) carry: the function, and the identity its

@@ -81,71 +81,23 @@ impl fmt::Display for Scope {
     }
 }
 
-/// The policy kinds that own shared state, and that configuration and the admin API name.
-///
-/// ```
-/// assert_eq!(caracal::PolicyKind::CircuitBreaker.as_str(), "circuit_breaker");
-/// assert_eq!("rate_limit".parse::<caracal::PolicyKind>().ok(), Some(caracal::PolicyKind::RateLimit));
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[non_exhaustive]
-pub enum PolicyKind {
-    /// `#[bulkhead]`.
-    Bulkhead,
-    /// `#[circuit_breaker]`.
-    CircuitBreaker,
-    /// `#[rate_limit]`.
-    RateLimit,
-}
+pub use caracal_spec::PolicyKind;
 
-pub(crate) use PolicyKind as Kind;
-
-impl PolicyKind {
-    /// Every kind.
-    pub const ALL: [PolicyKind; 3] = [
-        PolicyKind::Bulkhead,
-        PolicyKind::CircuitBreaker,
-        PolicyKind::RateLimit,
-    ];
-
-    /// The kind as keys name it (@gkoos/caracal's names).
-    pub(crate) fn key_name(self) -> &'static str {
-        match self {
-            Kind::Bulkhead => "bulkhead",
-            Kind::CircuitBreaker => "breaker",
-            Kind::RateLimit => "ratelimit",
-        }
-    }
-
-    /// The kind as the attribute, events, configuration and the `caracal` command name it.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Kind::Bulkhead => "bulkhead",
-            Kind::CircuitBreaker => "circuit_breaker",
-            Kind::RateLimit => "rate_limit",
-        }
-    }
-}
-
-impl fmt::Display for PolicyKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for PolicyKind {
-    type Err = Error;
-
-    fn from_str(text: &str) -> Result<Self, Error> {
-        PolicyKind::ALL
-            .into_iter()
-            .find(|kind| kind.as_str() == text)
-            .ok_or_else(|| {
-                Error::config(format!(
-                    "unknown policy kind `{text}`: expected `bulkhead`, `circuit_breaker` or `rate_limit`"
-                ))
-            })
-    }
+/// The kind named `text`, or the configuration error that names the kinds there are.
+pub(crate) fn policy_kind(text: &str) -> Result<PolicyKind, Error> {
+    text.parse().map_err(|_: caracal_spec::UnknownKind| {
+        let kinds: Vec<String> = PolicyKind::ALL
+            .iter()
+            .map(|kind| format!("`{kind}`"))
+            .collect();
+        let (last, others) = kinds
+            .split_last()
+            .unwrap_or_else(|| unreachable!("three kinds"));
+        Error::config(format!(
+            "unknown policy kind `{text}`: expected {} or {last}",
+            others.join(", ")
+        ))
+    })
 }
 
 /// One coordination identity of a distributed policy, as the runtime carries it: what it is
@@ -154,7 +106,7 @@ impl std::str::FromStr for PolicyKind {
 /// distributed policy starts from one of these.
 #[derive(Debug, Clone)]
 pub(crate) struct Identity {
-    pub(crate) kind: Kind,
+    pub(crate) kind: PolicyKind,
     /// Static for an attribute's call site; owned for one built at run time (a tower layer,
     /// the admin API).
     pub(crate) name: Cow<'static, str>,
@@ -168,7 +120,7 @@ impl Identity {
     /// already validated.
     pub(crate) fn new(
         namespace: &str,
-        kind: Kind,
+        kind: PolicyKind,
         name: impl Into<Cow<'static, str>>,
         operation: impl Into<Cow<'static, str>>,
         scope: &Scope,
@@ -234,7 +186,7 @@ impl KeyBase {
     /// Derives the key base of an identity. The parts must already be validated.
     pub(crate) fn derive(
         namespace: &str,
-        kind: Kind,
+        kind: PolicyKind,
         name: &str,
         operation: &str,
         scope: &Scope,
@@ -348,7 +300,7 @@ mod tests {
 
     #[test]
     fn every_suffix_shares_the_hash_tag() {
-        let base = KeyBase::derive("ns", Kind::CircuitBreaker, "p", "op", &Scope::GLOBAL);
+        let base = KeyBase::derive("ns", PolicyKind::CircuitBreaker, "p", "op", &Scope::GLOBAL);
         let a = base.key("breaker");
         let b = base.key("probes");
         assert_eq!(a[..a.len() - 7], b[..b.len() - 6]);
@@ -368,12 +320,10 @@ mod tests {
             let text = |field: &str| v[field].as_str().expect("string field").to_owned();
             let policy = text("policy");
             let (kind, name) = policy.split_once(':').expect("kind:name");
-            let kind = match kind {
-                "bulkhead" => Kind::Bulkhead,
-                "breaker" => Kind::CircuitBreaker,
-                "ratelimit" => Kind::RateLimit,
-                other => panic!("unknown policy kind {other}"),
-            };
+            let kind = PolicyKind::ALL
+                .into_iter()
+                .find(|known| known.key_name() == kind)
+                .unwrap_or_else(|| panic!("unknown policy kind {kind}"));
             let scope = Scope::new(text("scope")).expect("vector scope is valid");
             let base = KeyBase::derive(&text("namespace"), kind, name, &text("operation"), &scope);
             assert_eq!(base.key(&text("suffix")), text("key"), "vector {line}");
@@ -384,8 +334,8 @@ mod tests {
 
     #[test]
     fn delimiters_cannot_collide() {
-        let a = KeyBase::derive("a:b", Kind::Bulkhead, "c", "d", &Scope::GLOBAL);
-        let b = KeyBase::derive("a", Kind::Bulkhead, "b:c", "d", &Scope::GLOBAL);
+        let a = KeyBase::derive("a:b", PolicyKind::Bulkhead, "c", "d", &Scope::GLOBAL);
+        let b = KeyBase::derive("a", PolicyKind::Bulkhead, "b:c", "d", &Scope::GLOBAL);
         assert_ne!(a, b);
     }
 }

@@ -65,9 +65,8 @@
 //!
 //! # Features
 //!
-//! - `tower`: [`BulkheadLayer`](crate::tower::BulkheadLayer),
-//!   [`CircuitBreakerLayer`](crate::tower::CircuitBreakerLayer) and
-//!   [`RateLimitLayer`](crate::tower::RateLimitLayer) for axum, tonic and hyper.
+//! - `tower`: a layer for each attribute that guards an identity (see
+//!   [`caracal::tower`](crate::tower)), for axum, tonic and hyper.
 //! - `tls`: `rediss://` URLs, through rustls
 //!   (`RedisBuilder::tls_root_certificates` for a CA of your own).
 //! - `metrics`: decisions, breaker states, bulkhead occupancy, admission latency and
@@ -101,7 +100,7 @@ pub mod tower;
 #[path = "private.rs"]
 pub mod __private;
 
-pub use caracal_macros::{bulkhead, circuit_breaker, fallback, rate_limit, retry, timeout};
+pub use caracal_macros::*;
 pub use config::Config;
 pub use coordinator::{Coordinator, DataLoss, REDIS_ACL_RULES, RedisBuilder, install};
 pub use error::{CoordinatorFailure, Error, FailureKind};

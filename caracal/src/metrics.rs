@@ -11,8 +11,8 @@ pub const ADMISSION_SECONDS: &str = "caracal_admission_seconds";
 /// The name of the coordinator connectivity gauge.
 pub const COORDINATOR_UP: &str = "caracal_coordinator_up";
 
-use crate::kernel::breaker::Phase;
 use crate::labels::At;
+use crate::policy::breaker::kernel::Phase;
 
 /// Gives every caracal metric its description and unit in the installed recorder (exporters
 /// show them, as Prometheus' `# HELP`). Done whenever a coordinator is made; call it yourself

@@ -8,15 +8,7 @@ use futures_util::FutureExt;
 
 pub use crate::ctx::{CallCtx, Rejection};
 pub use crate::identity::{FunctionIdentity, Scope};
-pub use crate::policy::breaker::{
-    BreakerConfig, BreakerSite, Classify, ClassifyByResult, OnCoordinatorError, SlowCall,
-    circuit_breaker,
-};
-pub use crate::policy::bulkhead::{BulkheadConfig, BulkheadSite, bulkhead};
-pub use crate::policy::fallback::{FallbackConfig, fallback};
-pub use crate::policy::rate_limit::{RateLimitConfig, RateLimitSite, rate_limit};
-pub use crate::policy::retry::{Retry, RetryBodyErrors, RetryConfig, RetryWhen};
-pub use crate::policy::timeout::{TimeoutConfig, timeout};
+pub use crate::policy::expansion::*;
 pub use core::ops::ControlFlow;
 pub use core::time::Duration;
 

@@ -296,9 +296,42 @@ impl CommandLog {
     }
 }
 
-/// What the breaker scripts are sent after, as caracal's script registry
-/// (`caracal/src/coordinator/redis/scripts.rs`) sends them: not a script of its own.
-const BREAKER_PRELUDE: &str = "breaker_prelude";
+/// Every Lua script caracal sends, by the name it gives it, and the files (under `caracal/`)
+/// its text is made of, in order: a kind's scripts live in its kernel's folder (a breaker
+/// script is sent after the breaker's prelude), the coordinator's own in `lua/`.
+const SCRIPTS: &[(&str, &[&str])] = &[
+    ("acl_check", &["lua/acl_check.lua"]),
+    ("registry_report", &["lua/registry_report.lua"]),
+    ("registry_read", &["lua/registry_read.lua"]),
+    ("overrides_read", &["lua/overrides_read.lua"]),
+    ("overrides_write", &["lua/overrides_write.lua"]),
+    ("bulkhead_lease", &["src/policy/bulkhead/kernel/lease.lua"]),
+    (
+        "bulkhead_status",
+        &["src/policy/bulkhead/kernel/status.lua"],
+    ),
+    ("rate_limit", &["src/policy/rate_limit/kernel/admit.lua"]),
+    (
+        "breaker_admit",
+        &[BREAKER_PRELUDE, "src/policy/breaker/kernel/admit.lua"],
+    ),
+    (
+        "breaker_observe",
+        &[BREAKER_PRELUDE, "src/policy/breaker/kernel/observe.lua"],
+    ),
+    (
+        "breaker_settle",
+        &[BREAKER_PRELUDE, "src/policy/breaker/kernel/settle.lua"],
+    ),
+    (
+        "breaker_force",
+        &[BREAKER_PRELUDE, "src/policy/breaker/kernel/force.lua"],
+    ),
+    ("breaker_status", &["src/policy/breaker/kernel/status.lua"]),
+];
+
+/// What the breaker's scripts but its status read are sent after.
+const BREAKER_PRELUDE: &str = "src/policy/breaker/kernel/prelude.lua";
 
 /// The source of caracal's Lua script `name` (`"bulkhead_lease"`), as the coordinator sends it
 /// (a breaker script after its prelude).
@@ -306,32 +339,25 @@ const BREAKER_PRELUDE: &str = "breaker_prelude";
 /// # Panics
 /// When there is no such script.
 pub fn script_source(name: &str) -> String {
-    let file = lua_file(name);
-    if name.starts_with("breaker_") {
-        lua_file(BREAKER_PRELUDE) + &file
-    } else {
-        file
-    }
+    let (_, files) = SCRIPTS
+        .iter()
+        .find(|(script, _)| *script == name)
+        .unwrap_or_else(|| panic!("no script {name}"));
+    files.iter().map(|file| caracal_file(file)).collect()
 }
 
-/// The text of `lua/<name>.lua`.
-fn lua_file(name: &str) -> String {
+/// The text of `caracal/<path>`.
+fn caracal_file(path: &str) -> String {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../lua")
-        .join(format!("{name}.lua"));
+        .join("../caracal")
+        .join(path);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 fn all_scripts() -> Vec<String> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../lua");
-    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    entries
-        .filter_map(Result::ok)
-        .map(|entry| entry.path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "lua"))
-        .filter_map(|path| Some(path.file_stem()?.to_str()?.to_owned()))
-        .filter(|name| name != BREAKER_PRELUDE)
-        .map(|name| script_source(&name))
+    SCRIPTS
+        .iter()
+        .map(|(name, _)| script_source(name))
         .collect()
 }
 

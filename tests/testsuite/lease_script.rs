@@ -1,4 +1,4 @@
-//! `lua/bulkhead_lease.lua` on its own, against a real standalone server and a real
+//! The lease script (`caracal/src/policy/bulkhead/kernel/lease.lua`) on its own, against a real standalone server and a real
 //! three-master cluster: the lease-set semantics @gkoos/caracal replicas rely on.
 
 use std::thread::sleep;
@@ -9,7 +9,7 @@ use redis::ConnectionLike;
 
 use crate::common::PATIENCE;
 
-const SCRIPT: &str = include_str!("../../lua/bulkhead_lease.lua");
+const SCRIPT: &str = include_str!("../../caracal/src/policy/bulkhead/kernel/lease.lua");
 
 struct Lease<'a, C> {
     conn: &'a mut C,

@@ -25,6 +25,88 @@ pub mod rate_limit;
 pub mod retry;
 pub mod timeout;
 
+/// The policy kinds that own shared state, and that configuration and the admin API name.
+///
+/// ```
+/// use caracal_spec::PolicyKind;
+/// assert_eq!(PolicyKind::CircuitBreaker.as_str(), "circuit_breaker");
+/// assert_eq!("bulkhead".parse::<PolicyKind>().ok(), Some(PolicyKind::Bulkhead));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum PolicyKind {
+    /// `#[bulkhead]`.
+    Bulkhead,
+    /// `#[circuit_breaker]`.
+    CircuitBreaker,
+    /// `#[rate_limit]`.
+    RateLimit,
+}
+
+impl PolicyKind {
+    /// Every kind.
+    pub const ALL: [PolicyKind; 3] = [
+        PolicyKind::Bulkhead,
+        PolicyKind::CircuitBreaker,
+        PolicyKind::RateLimit,
+    ];
+
+    /// The kind as the attribute, events, configuration and the `caracal` command name it.
+    pub const fn as_str(self) -> &'static str {
+        self.names().0
+    }
+
+    /// The kind as the keys of its shared state name it (@gkoos/caracal's names, so that
+    /// replicas of both share one state).
+    pub const fn key_name(self) -> &'static str {
+        self.names().1
+    }
+
+    const fn names(self) -> (&'static str, &'static str) {
+        match self {
+            PolicyKind::Bulkhead => (bulkhead::KIND.name, "bulkhead"),
+            PolicyKind::CircuitBreaker => (breaker::KIND.name, "breaker"),
+            PolicyKind::RateLimit => (rate_limit::KIND.name, "ratelimit"),
+        }
+    }
+}
+
+impl fmt::Display for PolicyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A name that is no [`PolicyKind`]'s.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownKind;
+
+impl fmt::Display for UnknownKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("unknown policy kind: expected ")?;
+        for (index, kind) in PolicyKind::ALL.iter().enumerate() {
+            let separator = match index {
+                0 => "",
+                _ if index + 1 == PolicyKind::ALL.len() => " or ",
+                _ => ", ",
+            };
+            write!(f, "{separator}`{kind}`")?;
+        }
+        Ok(())
+    }
+}
+
+impl core::str::FromStr for PolicyKind {
+    type Err = UnknownKind;
+
+    fn from_str(text: &str) -> Result<Self, UnknownKind> {
+        PolicyKind::ALL
+            .into_iter()
+            .find(|kind| kind.as_str() == text)
+            .ok_or(UnknownKind)
+    }
+}
+
 /// Every kind that takes arguments, in the order the documentation lists them.
 pub const KINDS: &[&Kind] = &[
     &bulkhead::KIND,

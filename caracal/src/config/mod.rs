@@ -9,11 +9,9 @@
 //! [circuit_breaker.partner-api]
 //! failure_threshold = 0.3
 //! open = "10s"
-//!
-//! [rate_limit.search]
-//! rate = 200
-//! burst = 20
 //! ```
+//!
+//! Every kind's keys, their bounds and defaults: [the configuration guide](crate::guide::configuration).
 //!
 //! Three layers decide a value, the first that has it winning: a **fleet override** (set with
 //! `caracal config set`, stored in the coordinator under the namespace, applied by every
@@ -136,9 +134,8 @@ fn parse(text: &str, file: Option<&Path>) -> Result<Config, Error> {
     let mut tables = Tables::new();
     for (kind_name, policies) in &root {
         place.table = Some(kind_name.clone());
-        let kind: PolicyKind = kind_name
-            .parse()
-            .map_err(|error: Error| place.error(reason(&error)))?;
+        let kind =
+            crate::identity::policy_kind(kind_name).map_err(|error| place.error(reason(&error)))?;
         let toml::Value::Table(policies) = policies else {
             return Err(place.error(format!(
                 "`{kind_name}` must be a table of named policies, like [{kind_name}.partner-api]"
@@ -216,7 +213,7 @@ impl OverrideKey {
         };
         let (kind, rest) = text.split_once('.').ok_or_else(malformed)?;
         let (name, key) = rest.rsplit_once('.').ok_or_else(malformed)?;
-        let kind: PolicyKind = kind.parse()?;
+        let kind = crate::identity::policy_kind(kind)?;
         check_part(name).map_err(|why| Error::config(format!("`{text}`: the name {why}")))?;
         let key = keys::find(kind, key).map_err(|why| Error::config(format!("`{text}`: {why}")))?;
         Ok(OverrideKey {

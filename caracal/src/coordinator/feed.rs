@@ -9,7 +9,7 @@
 use std::sync::LazyLock;
 
 use crate::identity::KeyBase;
-use crate::kernel::breaker::Phase;
+use crate::policy::breaker::kernel::Phase;
 
 /// Who changed a state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,11 +120,11 @@ fn parse_transition(message: &str) -> Option<Transition> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::identity::{Kind, Scope};
+    use crate::identity::{PolicyKind, Scope};
 
     #[test]
     fn messages_round_trip_and_anything_else_is_ignored() {
-        let key = KeyBase::derive("ns", Kind::CircuitBreaker, "b", "b", &Scope::GLOBAL);
+        let key = KeyBase::derive("ns", PolicyKind::CircuitBreaker, "b", "b", &Scope::GLOBAL);
         let message = format!("{}:3:7:1764536400123456", prefix(Origin::Operator, &key));
         assert_eq!(
             parse(&message),

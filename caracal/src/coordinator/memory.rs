@@ -220,11 +220,13 @@ mod tests {
     use uuid::Uuid;
 
     use super::*;
-    use crate::identity::{Identity, Kind, Scope};
-    use crate::kernel::lease::{Lease, LeaseAction, LeaseReply, LeaseSet, LeaseStep, Release};
+    use crate::identity::{Identity, PolicyKind, Scope};
+    use crate::policy::bulkhead::kernel::{
+        Lease, LeaseAction, LeaseReply, LeaseSet, LeaseStep, Release,
+    };
 
     fn identity() -> Identity {
-        Identity::new("ns", Kind::Bulkhead, "p", "op", &Scope::GLOBAL)
+        Identity::new("ns", PolicyKind::Bulkhead, "p", "op", &Scope::GLOBAL)
     }
 
     fn acquire(

@@ -42,11 +42,11 @@ use crate::Error;
 use crate::config::Config;
 use crate::config::overrides::{Overrides, Resolved, Values};
 use crate::error::FailureKind;
-use crate::identity::{Identity, KeyBase, Kind, Scope};
+use crate::identity::{Identity, KeyBase, PolicyKind, Scope};
 pub(crate) use crate::kernel::Stamped;
-use crate::kernel::breaker::{Force, ForceReply, Forcing};
-use crate::kernel::lease::{Lease, Refusal, Release};
 use crate::kernel::{Kernel, Scripted};
+use crate::policy::breaker::kernel::{Force, ForceReply, Forcing};
+use crate::policy::bulkhead::kernel::{Lease, Refusal, Release};
 
 /// Where distributed policies keep their shared state.
 ///
@@ -341,7 +341,7 @@ impl Coordinator {
     /// The identity of `kind`'s (name, operation, scope) in this coordinator's namespace.
     pub(crate) fn identity(
         &self,
-        kind: Kind,
+        kind: PolicyKind,
         name: impl Into<std::borrow::Cow<'static, str>>,
         operation: impl Into<std::borrow::Cow<'static, str>>,
         scope: &Scope,

@@ -7,8 +7,8 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use crate::identity::Identity;
-use crate::kernel::breaker::Settings;
-use crate::kernel::lease::{LeaseAction, LeaseReply, LeaseStep};
+use crate::policy::breaker::kernel::Settings;
+use crate::policy::bulkhead::kernel::{LeaseAction, LeaseReply, LeaseStep};
 
 /// One lease command: `action` on `token`'s lease in `identity`'s lease set.
 #[derive(Debug, Clone, Copy)]

@@ -86,11 +86,11 @@ impl Drop for Released<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::identity::{Kind, Scope};
+    use crate::identity::{PolicyKind, Scope};
 
     fn key(scope: &str) -> KeyBase {
         let scope = Scope::new(scope.to_owned()).expect("scope");
-        KeyBase::derive("ns", Kind::Bulkhead, "p", "op", &scope)
+        KeyBase::derive("ns", PolicyKind::Bulkhead, "p", "op", &scope)
     }
 
     #[tokio::test]

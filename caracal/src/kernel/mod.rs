@@ -1,19 +1,18 @@
-//! The three state machines every policy decision comes down to, as pure functions of (stored
-//! state, input, `now`): the circuit breaker ([`breaker`]), the bulkhead's lease set
-//! ([`lease`]) and the rate limiter's GCRA cell ([`gcra`]).
+//! What every kind's state machine is: a [`Kernel`] (the pure step from stored state, command
+//! and `now` to a reply) and, for the coordinator's Redis backend, a [`Scripted`] one (its Lua
+//! script, keys, encoding and strict decoding). Each kind's kernels live in its own folder,
+//! `policy/<kind>/kernel/`, with their scripts beside them.
 //!
-//! Nothing here reads a clock, does I/O or draws a random number: `now` and every value that
-//! would be random (a token, a generation to mint) come in as plain integers. That is what lets
-//! one piece of code serve three users — the local policies and the in-memory coordinator run
-//! it on tokio's clock, and each Lua script in `lua/` implements the same steps on Redis time —
-//! and lets a differential test replay generated sequences against a kernel and its script and
-//! demand identical replies and identical stored state.
+//! Nothing in a kernel reads a clock, does I/O or draws a random number: `now` and every value
+//! that would be random (a token, a generation to mint) come in as plain integers. That is what
+//! lets one piece of code serve three users — the local policies and the in-memory coordinator
+//! run it on tokio's clock, and each script implements the same steps on Redis time — and lets
+//! a differential test replay generated sequences against a kernel and its script and demand
+//! identical replies and identical stored state.
 //!
-//! This module sits below both the policies and the coordinator backends and imports neither.
+//! The kernels sit below both the policies and the coordinator backends and import neither
+//! (`layers.rs` checks it).
 
-pub(crate) mod breaker;
-pub(crate) mod gcra;
-pub(crate) mod lease;
 mod wire;
 
 pub(crate) use self::wire::{Malformed, Now, Publish, Sink, Stamped, Wire};

@@ -4,12 +4,32 @@ pub(crate) mod breaker;
 pub(crate) mod bulkhead;
 pub(crate) mod descriptor;
 pub(crate) mod fallback;
-#[cfg(feature = "tower")]
-pub(crate) mod layers;
 pub(crate) mod rate_limit;
 mod registry;
 pub(crate) mod retry;
 pub(crate) mod timeout;
+
+/// What the attribute macros expand to, from every kind (re-exported by `__private`).
+pub(crate) mod expansion {
+    pub use super::breaker::{
+        BreakerConfig, BreakerSite, Classify, ClassifyByResult, OnCoordinatorError, SlowCall,
+        circuit_breaker,
+    };
+    pub use super::bulkhead::{BulkheadConfig, BulkheadSite, bulkhead};
+    pub use super::fallback::{FallbackConfig, fallback};
+    pub use super::rate_limit::{RateLimitConfig, RateLimitSite, rate_limit};
+    pub use super::retry::{Retry, RetryBodyErrors, RetryConfig, RetryWhen};
+    pub use super::timeout::{TimeoutConfig, timeout};
+}
+
+/// Each kind's tower layer, its service, and the policy and permit that service applies:
+/// re-exported as [`caracal::tower`](crate::tower).
+#[cfg(feature = "tower")]
+pub(crate) mod layers {
+    pub use super::breaker::tower::{CircuitBreaker, CircuitBreakerLayer, CircuitBreakerPolicy};
+    pub use super::bulkhead::tower::{Bulkhead, BulkheadLayer, BulkheadPermit, BulkheadPolicy};
+    pub use super::rate_limit::tower::{RateLimit, RateLimitLayer, RateLimitPolicy};
+}
 
 use self::descriptor::Descriptor;
 use crate::identity::PolicyKind;

@@ -7,7 +7,7 @@
 //! What is modelled, in the terms of the library:
 //!
 //! - **The server** ([`state::Server`]): one identity's lease set (token → deadline in server
-//!   time) and fencing counter, as `lua/bulkhead_lease.lua` runs them: an acquire admits while
+//!   time) and fencing counter, as the lease script (`policy/bulkhead/kernel/lease.lua`) runs them: an acquire admits while
 //!   fewer than `limit` leases are live and grants `max(last + 1, server now × scale)`; a
 //!   renewal pushes a live lease to `now + ttl` and is denied for one gone; a release removes;
 //!   the counter lives a lease past the latest deadline; a command carrying a token its process

@@ -12,7 +12,7 @@ use super::{Admission, ViewDecision};
 use crate::Error;
 use crate::coordinator::{BreakerTarget, Coordinator, Stamped, upgrade};
 use crate::events;
-use crate::kernel::breaker::{
+use crate::policy::breaker::kernel::{
     Admit, AdmitCommand, AdmitReply, Phase, ProbeOutcome, Settle, SettleCommand, SettleReply,
 };
 

@@ -10,7 +10,9 @@ use super::{BATCH_DELAY, MAX_BATCH, VIEW_MAX_AGE, announce, learned_origin};
 use crate::Error;
 use crate::coordinator::{BreakerTarget, Coordinator, Stamped, upgrade};
 use crate::events::{self, ChangeOrigin};
-use crate::kernel::breaker::{Counts, Observation, Observe, ObserveCommand, ObserveReply, Phase};
+use crate::policy::breaker::kernel::{
+    Counts, Observation, Observe, ObserveCommand, ObserveReply, Phase,
+};
 use crate::sync::lock;
 
 impl Coordinator {

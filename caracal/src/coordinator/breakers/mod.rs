@@ -54,7 +54,9 @@ use super::feed::{Origin, Transition};
 use super::{BreakerTarget, Stamped};
 use crate::events::{self, ChangeOrigin};
 use crate::identity::{Identity, KeyBase};
-use crate::kernel::breaker::{Counts, Force, ForceReply, Phase, Transition as BreakerTransition};
+use crate::policy::breaker::kernel::{
+    Counts, Force, ForceReply, Phase, Transition as BreakerTransition,
+};
 use crate::sync::lock;
 
 /// How long a closed (or forced) view is trusted without confirmation.

@@ -2,11 +2,11 @@
 
 use super::view::Applied;
 use super::*;
-use crate::identity::{Kind, Scope};
-use crate::kernel::breaker::Observation;
+use crate::identity::{PolicyKind, Scope};
+use crate::policy::breaker::kernel::Observation;
 
 fn identity() -> Identity {
-    Identity::new("ns", Kind::CircuitBreaker, "p", "op", &Scope::GLOBAL)
+    Identity::new("ns", PolicyKind::CircuitBreaker, "p", "op", &Scope::GLOBAL)
 }
 
 /// A test's clock: instants `ms` after its start.
@@ -108,7 +108,7 @@ fn a_view_with_a_batch_in_flight_is_not_forgotten() {
     let identities: Vec<_> = (0..MAX_VIEWS)
         .map(|i| {
             let scope = Scope::new(format!("s{i}")).expect("scope");
-            Identity::new("ns", Kind::CircuitBreaker, "p", "op", &scope)
+            Identity::new("ns", PolicyKind::CircuitBreaker, "p", "op", &scope)
         })
         .collect();
     for (i, identity) in (0u64..).zip(&identities) {

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use super::{LAST_KNOWN_AGE, MAX_VIEWS, VIEW_MAX_AGE};
 use crate::events;
 use crate::identity::{Identity, KeyBase};
-use crate::kernel::breaker::{
+use crate::policy::breaker::kernel::{
     AdmitReply, Counts, Observation, ObserveReply, Phase, Settings, SettleReply,
     Transition as BreakerTransition,
 };

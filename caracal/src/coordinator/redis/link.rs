@@ -25,8 +25,8 @@ use crate::coordinator::incarnation::{Incarnation, LossCause};
 use crate::coordinator::protocol::LeaseAnswer;
 use crate::error::FailureKind;
 use crate::identity::KeyBase;
-use crate::kernel::lease::{Lease, LeaseReply, LeaseStep};
 use crate::kernel::{Script, Scripted};
+use crate::policy::bulkhead::kernel::{Lease, LeaseReply, LeaseStep};
 use crate::sync::lock;
 
 /// How long a release whose outcome is unknown waits before it is sent again (unless an

@@ -37,7 +37,7 @@ use super::protocol::{LeaseAnswer, LeaseCommand};
 use crate::Error;
 use crate::identity::KeyBase;
 use crate::kernel::Scripted;
-use crate::kernel::lease::LeaseAction;
+use crate::policy::bulkhead::kernel::LeaseAction;
 
 pub(super) struct RedisBackend {
     link: Arc<Link>,

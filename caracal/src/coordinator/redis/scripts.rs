@@ -33,7 +33,7 @@ mod tests {
                     walk(&path, found);
                 } else if path.extension().is_some_and(|ext| ext == "lua")
                     // A prelude is no script: its header says what it gives the scripts after it.
-                    && !path.to_string_lossy().ends_with("_prelude.lua")
+                    && !path.file_stem().is_some_and(|stem| stem.to_string_lossy().ends_with("prelude"))
                 {
                     let text = std::fs::read_to_string(&path).expect("a readable script");
                     found.push((path, text));

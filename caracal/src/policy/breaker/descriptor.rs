@@ -5,8 +5,8 @@ use std::any::{Any, TypeId};
 use crate::Error;
 use crate::coordinator::registry::{MemoryRead, Registered, Snapshot, StatusRead};
 use crate::identity::PolicyKind;
-use crate::kernel::breaker::Phase;
-use crate::kernel::breaker::Stored;
+use crate::policy::breaker::kernel::Phase;
+use crate::policy::breaker::kernel::Stored;
 use crate::policy::descriptor::{Decisions, Descriptor, Field, StatusValue, Unit};
 use crate::script::Script;
 
@@ -58,13 +58,7 @@ pub(crate) const DESCRIPTOR: Descriptor = Descriptor {
     },
 };
 
-static STATUS: Script = Script::new(
-    "breaker_status",
-    &[include_str!(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/lua/breaker_status.lua"
-    ))],
-);
+static STATUS: Script = Script::new("breaker_status", &[include_str!("kernel/status.lua")]);
 
 /// What the status script reads, from a breaker's store in memory: its live state at
 /// `now_ms`, or `-1` for every figure when it has none.
@@ -88,7 +82,7 @@ fn live_state(stored: Option<&dyn Any>, now_ms: u64) -> Vec<i64> {
     ]
 }
 
-/// Reads `lua/breaker_status.lua`'s figures: an absent state (or a closed one past its time,
+/// Reads `kernel/status.lua`'s figures: an absent state (or a closed one past its time,
 /// as the scripts treat it) is closed with an empty window.
 fn status(reported: &Registered, snapshot: &Snapshot) -> Result<Vec<StatusValue>, Error> {
     let [

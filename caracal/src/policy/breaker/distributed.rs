@@ -13,9 +13,9 @@ use std::future::Future;
 use super::{BreakerSite, Classify, OnCoordinatorError, ProbeSlot, run_admitted};
 use crate::coordinator::{self, Admission, BreakerTarget};
 use crate::ctx::CallCtx;
-use crate::identity::{Kind, Scope};
-use crate::kernel::breaker::Phase;
+use crate::identity::{PolicyKind, Scope};
 use crate::metrics::Stopwatch;
+use crate::policy::breaker::kernel::Phase;
 use crate::{Error, events};
 
 pub(super) async fn run<T, E, C, F>(
@@ -36,7 +36,12 @@ where
         Ok(coordinator) => coordinator,
         Err(error) => return Err(ctx.reject(error)),
     };
-    let identity = coordinator.identity(Kind::CircuitBreaker, config.name, config.operation, scope);
+    let identity = coordinator.identity(
+        PolicyKind::CircuitBreaker,
+        config.name,
+        config.operation,
+        scope,
+    );
     let resolved = site.resolve(Some(&coordinator));
     coordinator.note_use(&identity, site, &resolved);
     let values = resolved.values;

@@ -13,10 +13,10 @@ use crate::ctx::CallCtx;
 use crate::events::ChangeOrigin;
 use crate::identity::Scope;
 use crate::kernel::Seen;
-use crate::kernel::breaker::{
+use crate::metrics::Stopwatch;
+use crate::policy::breaker::kernel::{
     AdmitReply, Counts, Phase, ProbeOutcome, Settings, Store, Transition,
 };
-use crate::metrics::Stopwatch;
 use crate::policy::registry::{self, Registry};
 use crate::sync::lock;
 use crate::{Error, events};

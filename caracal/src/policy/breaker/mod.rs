@@ -1,12 +1,13 @@
 //! `#[circuit_breaker]`: one shared failure window per identity.
 //!
-//! The state machine is [`crate::kernel::breaker`]; the distributed breaker runs it in the
+//! The state machine is [`crate::policy::breaker::kernel`]; the distributed breaker runs it in the
 //! coordinator (Lua in Redis, or the in-memory backend) and admits closed-path calls from this
 //! process's view of the state (see `coordinator::breakers`); the local breaker runs it under a
 //! mutex.
 
 pub(crate) mod descriptor;
 mod distributed;
+pub(crate) mod kernel;
 mod local;
 #[cfg(feature = "tower")]
 pub(crate) mod tower;
@@ -23,8 +24,8 @@ use crate::config::overrides::{Resolved, Values};
 use crate::coordinator::Coordinator;
 use crate::ctx::{CallCtx, Rejection};
 use crate::identity::{PolicyKind, Scope};
-use crate::kernel::breaker::{Observation, ProbeOutcome, Settings};
 use crate::labels::At;
+use crate::policy::breaker::kernel::{Observation, ProbeOutcome, Settings};
 use crate::{Error, Outcome};
 
 /// What the breaker does when the coordinator cannot answer.

@@ -5,7 +5,7 @@ use std::any::{Any, TypeId};
 use crate::Error;
 use crate::coordinator::registry::{MemoryRead, Registered, Snapshot, StatusRead};
 use crate::identity::PolicyKind;
-use crate::kernel::lease::LeaseSet;
+use crate::policy::bulkhead::kernel::LeaseSet;
 use crate::policy::descriptor::{Decisions, Descriptor, Field, StatusValue, Unit};
 use crate::script::Script;
 
@@ -43,13 +43,7 @@ pub(crate) const DESCRIPTOR: Descriptor = Descriptor {
     },
 };
 
-static STATUS: Script = Script::new(
-    "bulkhead_status",
-    &[include_str!(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/lua/bulkhead_status.lua"
-    ))],
-);
+static STATUS: Script = Script::new("bulkhead_status", &[include_str!("kernel/status.lua")]);
 
 /// What the status script counts, from a lease set in memory: the leases live at `now_ms`.
 fn live_leases(set: Option<&dyn Any>, now_ms: u64) -> Vec<i64> {

@@ -50,9 +50,9 @@ use crate::ctx::{CallCtx, Rejection};
 use crate::error::FailureKind;
 use crate::events::{self, BulkheadRejection, Degraded};
 use crate::fencing;
-use crate::identity::{Identity, Kind, Scope};
-use crate::kernel::lease::LeaseAction;
+use crate::identity::{Identity, PolicyKind, Scope};
 use crate::metrics::Stopwatch;
+use crate::policy::bulkhead::kernel::LeaseAction;
 
 const FIRST_WAIT_PAUSE: Duration = Duration::from_millis(2);
 const MAX_WAIT_PAUSE: Duration = Duration::from_millis(50);
@@ -112,7 +112,7 @@ where
         Ok(coordinator) => coordinator,
         Err(error) => return Err(ctx.reject(error)),
     };
-    let identity = coordinator.identity(Kind::Bulkhead, config.name, config.operation, scope);
+    let identity = coordinator.identity(PolicyKind::Bulkhead, config.name, config.operation, scope);
     let resolved = site.resolve(Some(&coordinator));
     coordinator.note_use(&identity, site, &resolved);
     let values = resolved.values;

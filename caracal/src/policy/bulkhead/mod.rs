@@ -7,6 +7,7 @@
 
 pub(crate) mod descriptor;
 pub(crate) mod distributed;
+pub(crate) mod kernel;
 mod local;
 #[cfg(feature = "tower")]
 pub(crate) mod tower;

@@ -16,14 +16,16 @@ use crate::config::overrides::Values;
 use crate::coordinator::registry::{Registered, Snapshot};
 use crate::coordinator::{self, Coordinator};
 use crate::ctx::CallCtx;
-use crate::identity::{Kind, PolicyKind, Scope};
-use crate::kernel::{Seen, gcra};
+use crate::identity::{PolicyKind, Scope};
+use crate::kernel::Seen;
 use crate::labels::At;
 use crate::policy::descriptor::{Decisions, Descriptor, Field, StatusValue, Unit};
+use crate::policy::rate_limit::kernel as gcra;
 use crate::policy::registry::{self, Registry};
 use crate::sync::lock;
 
 #[cfg(feature = "tower")]
+pub(crate) mod kernel;
 pub(crate) mod tower;
 
 /// The settings of one `#[rate_limit]` call site.
@@ -171,7 +173,8 @@ impl RateLimitSite {
         let resolved = Coordinator::resolve(coordinator.as_ref().ok(), config.name, &self.values());
         let RateValues { rate, burst } = resolved.values;
         let coordinator = coordinator?;
-        let identity = coordinator.identity(Kind::RateLimit, config.name, config.operation, scope);
+        let identity =
+            coordinator.identity(PolicyKind::RateLimit, config.name, config.operation, scope);
         coordinator.note_use(&identity, self, &resolved);
         coordinator
             .run::<gcra::Gcra>(

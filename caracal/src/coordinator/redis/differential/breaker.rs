@@ -11,12 +11,12 @@ use uuid::Uuid;
 
 use super::{Env, differential};
 use crate::coordinator::redis::kernels::{self, Encoded};
-use crate::kernel::breaker::{
+use crate::kernel::{Scripted, Seen, Stamped, Wire};
+use crate::policy::breaker::kernel::{
     Admit, AdmitCommand, AdmitReply, Counts, Entry, Force, Forcing, Observation, Observe,
     ObserveCommand, ObserveReply, Outcomes, Phase, ProbeOutcome, Settings, Settle, SettleCommand,
     State, Store, Stored, TRANSITIONS,
 };
-use crate::kernel::{Scripted, Seen, Stamped, Wire};
 
 const MINT: u64 = 0xABCDE;
 

@@ -11,10 +11,10 @@ use uuid::Uuid;
 
 use super::{Env, differential};
 use crate::coordinator::redis::token_text;
-use crate::kernel::lease::{
+use crate::kernel::{Seen, Wire};
+use crate::policy::bulkhead::kernel::{
     Branch, Lease, LeaseAction, LeaseReply, LeaseSet, LeaseStep, MAX_FENCE, Refusal, Terms, Token,
 };
-use crate::kernel::{Seen, Wire};
 
 /// A token by its index among those used so far (modulo how many), or a new one.
 type Pick = Option<usize>;

@@ -7,8 +7,8 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
 use super::{Env, clock, differential};
-use crate::kernel::gcra::{Arrival, Branch, Cell, Gcra};
 use crate::kernel::{Kernel, Seen, Wire};
+use crate::policy::rate_limit::kernel::{Arrival, Branch, Cell, Gcra};
 
 #[derive(Debug, Clone)]
 enum Command {

@@ -2,7 +2,7 @@
 //! once after idle time. Pure; times are nanoseconds.
 //!
 //! The only state is the cell's theoretical arrival time (TAT). The local limiter and the
-//! in-memory coordinator run this on tokio's clock; `lua/rate_limit.lua` is the same decision
+//! in-memory coordinator run this on tokio's clock; `admit.lua` beside this file is the same decision
 //! on Redis time.
 //!
 //! | condition | branch | reply |
@@ -11,7 +11,7 @@
 //! | TAT ahead of now by at most `interval × (burst − 1)` | [`Burst`](Branch::Burst) | admitted; TAT moves one interval on |
 //! | TAT further ahead | [`Rejected`](Branch::Rejected) | rejected with the wait until it would not be |
 
-use super::{Kernel, Malformed, Now, Script, Scripted, Seen, Sink, State, Wire};
+use crate::kernel::{Kernel, Malformed, Now, Script, Scripted, Seen, Sink, State, Wire};
 
 /// The emission interval in nanoseconds for `rate` admissions per second: rounded up, so the
 /// limiter never admits more than asked (700/s is 1 428 572 ns, not 1 ms).
@@ -94,13 +94,7 @@ impl Kernel for Gcra {
     }
 }
 
-static SCRIPT: Script = Script::new(
-    "rate_limit",
-    &[include_str!(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/lua/rate_limit.lua"
-    ))],
-);
+static SCRIPT: Script = Script::new("rate limit admission", &[include_str!("admit.lua")]);
 
 impl Scripted for Gcra {
     const SCRIPT: &'static Script = &SCRIPT;

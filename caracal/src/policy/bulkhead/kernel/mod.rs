@@ -2,7 +2,7 @@
 //! deadline, taken, renewed and released by its holder, and a fencing token for every lease
 //! granted. Pure; `now` and deadlines are milliseconds.
 //!
-//! `lua/bulkhead_lease.lua` implements the same steps on a Redis sorted set (token → deadline)
+//! `lease.lua` beside this file implements the same steps on a Redis sorted set (token → deadline)
 //! whose layout and meaning are @gkoos/caracal's, so Rust and TypeScript replicas share one
 //! budget; a release is a bare `ZREM` of the token there and [`LeaseSet::release`] here.
 //!
@@ -54,7 +54,7 @@
 //! Several tokens acquired in one command are decided one after the other at the same `now`,
 //! exactly as the same single acquires would be.
 
-use super::{Kernel, Malformed, Now, Script, Scripted, Seen, Sink, State, Wire};
+use crate::kernel::{Kernel, Malformed, Now, Script, Scripted, Seen, Sink, State, Wire};
 
 /// A lease's token (a UUID).
 pub(crate) type Token = u128;
@@ -395,13 +395,7 @@ impl Kernel for Lease {
     }
 }
 
-static SCRIPT: Script = Script::new(
-    "bulkhead_lease",
-    &[include_str!(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/lua/bulkhead_lease.lua"
-    ))],
-);
+static SCRIPT: Script = Script::new("bulkhead_lease", &[include_str!("lease.lua")]);
 
 impl Scripted for Lease {
     const SCRIPT: &'static Script = &SCRIPT;

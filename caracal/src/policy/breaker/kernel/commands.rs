@@ -165,28 +165,19 @@ impl Kernel for Forcing {
 
 /// What every breaker script shares (the clock, the keys, publishing, the settings by name),
 /// sent in front of each: Redis runs one text, so the prelude's locals are the script's.
-const PRELUDE: &str = include_str!(concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/lua/breaker_prelude.lua"
-));
+const PRELUDE: &str = include_str!("prelude.lua");
 
-/// `static NAME: Script` of `lua/<name>.lua`, sent after the prelude.
+/// `static NAME: Script` called `name`, of `file` (beside this one) sent after the prelude.
 macro_rules! breaker_script {
-    ($static:ident, $name:literal) => {
-        static $static: Script = Script::new(
-            $name,
-            &[
-                PRELUDE,
-                include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/", $name, ".lua")),
-            ],
-        );
+    ($static:ident, $name:literal, $file:literal) => {
+        static $static: Script = Script::new($name, &[PRELUDE, include_str!($file)]);
     };
 }
 
-breaker_script!(ADMIT, "breaker_admit");
-breaker_script!(OBSERVE, "breaker_observe");
-breaker_script!(SETTLE, "breaker_settle");
-breaker_script!(FORCE, "breaker_force");
+breaker_script!(ADMIT, "breaker_admit", "admit.lua");
+breaker_script!(OBSERVE, "breaker_observe", "observe.lua");
+breaker_script!(SETTLE, "breaker_settle", "settle.lua");
+breaker_script!(FORCE, "breaker_force", "force.lua");
 
 /// The three keys of a breaker identity.
 const KEYS: &[&str] = &["brk:state", "brk:window", "brk:probes"];

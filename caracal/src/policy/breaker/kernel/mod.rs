@@ -1,7 +1,7 @@
 //! The circuit breaker's state machine: pure, with no clock, no I/O and no randomness (the
 //! caller supplies `now` in milliseconds and the value a fresh epoch is minted from).
 //!
-//! The in-memory coordinator and the local breaker run this code; `lua/breaker_*.lua`
+//! The in-memory coordinator and the local breaker run this code; the scripts beside this file
 //! implement the same steps on the same stored layout; a differential property test replays
 //! generated command sequences against both and demands identical replies and identical final
 //! state.
@@ -67,7 +67,7 @@ pub(crate) use self::commands::{
 
 use std::collections::VecDeque;
 
-use super::Seen;
+use crate::kernel::Seen;
 use Action as A;
 use Phase::{Closed, ForcedClosed, ForcedOpen, HalfOpen, Open};
 use Trigger as T;

@@ -1,5 +1,5 @@
--- rate_limit: GCRA admission. One admission per `interval` on average, up to `burst` at once
--- after idle time. Same decision as `gcra::admit` in the Rust kernel (caracal/src/kernel/gcra.rs).
+-- The rate limit's GCRA admission. One admission per `interval` on average, up to `burst` at
+-- once after idle time. Same decision as `admit` in the Rust kernel beside this file (mod.rs).
 --
 -- KEYS[1]  `caracal:v1:{<identity>}:rate:ns`: the theoretical arrival time (TAT) as
 --          "<seconds>:<nanoseconds>" of server time. Time is kept as a (seconds, nanoseconds)
