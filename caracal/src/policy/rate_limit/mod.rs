@@ -24,8 +24,8 @@ use crate::policy::rate_limit::kernel as gcra;
 use crate::policy::registry::{self, Registry};
 use crate::sync::lock;
 
-#[cfg(feature = "tower")]
 pub(crate) mod kernel;
+#[cfg(feature = "tower")]
 pub(crate) mod tower;
 
 /// The settings of one `#[rate_limit]` call site.
