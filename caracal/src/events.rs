@@ -18,6 +18,7 @@ use crate::Error;
 use crate::labels::At;
 use crate::metrics::{self, Decision, InFlight, Stopwatch};
 use crate::policy::breaker::kernel::{Counts, ObserveReply, Phase, SettleReply, Transition};
+use crate::summary;
 
 /// What the events of the attributes that guard the whole call rather than an identity's
 /// budget (`#[retry]`, `#[timeout]`, `#[fallback]`) carry: the function, and the identity its
@@ -174,13 +175,18 @@ pub(crate) fn bulkhead_degraded(at: &At<'_>, reason: Degraded, error: &Error) {
         Degraded::ReleaseUnknown => "release_unknown",
     };
     let failure = error.failure_kind().map(|k| k.as_str());
+    let condition = [reason, failure.unwrap_or(error.code())];
+    let Some(suppressed) = summary::repeat("bulkhead.degraded", at, &condition) else {
+        return;
+    };
     policy_event!(
         WARN,
         "bulkhead.degraded",
         at,
         reason,
         error = error.code(),
-        failure
+        failure,
+        suppressed
     );
 }
 
@@ -301,28 +307,39 @@ pub(crate) fn breaker_probe_started(at: &At<'_>, generation: u64, arrival: Stopw
 
 /// The coordinator could not answer: `behaviour` is `"fail_open"` or `"fail_closed"`.
 pub(crate) fn breaker_degraded(at: &At<'_>, behaviour: &'static str, last_known: Option<Phase>) {
+    metrics::decided(at, Decision::Degraded, behaviour);
+    let condition = [behaviour, last_known.map_or("unknown", Phase::as_str)];
+    let Some(suppressed) = summary::repeat("circuit_breaker.degraded", at, &condition) else {
+        return;
+    };
     policy_event!(
         WARN,
         "circuit_breaker.degraded",
         at,
         reason = "coordinator_unavailable",
         behaviour,
-        last_known = last_known.map(Phase::as_str)
+        last_known = last_known.map(Phase::as_str),
+        suppressed
     );
-    metrics::decided(at, Decision::Degraded, behaviour);
 }
 
 /// A breaker command failed: `command` is `"admit"`, `"observe"` or `"settle"` (not
 /// `operation`, which every policy event carries as the identity's operation).
 pub(crate) fn breaker_coordinator_error(at: &At<'_>, command: &'static str, error: &Error) {
     let failure = error.failure_kind().map(|k| k.as_str());
+    let condition = [command, failure.unwrap_or(error.code())];
+    let Some(suppressed) = summary::repeat("circuit_breaker.coordinator_error", at, &condition)
+    else {
+        return;
+    };
     policy_event!(
         WARN,
         "circuit_breaker.coordinator_error",
         at,
         command,
         error = error.code(),
-        failure
+        failure,
+        suppressed
     );
 }
 

@@ -92,6 +92,7 @@ pub mod metrics;
 mod outcome;
 mod policy;
 mod script;
+mod summary;
 mod sync;
 #[cfg(feature = "tower")]
 pub mod tower;

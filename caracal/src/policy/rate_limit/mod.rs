@@ -280,6 +280,7 @@ mod events {
     use crate::events::{millis, policy_event, rejected_or_degraded};
     use crate::labels::At;
     use crate::metrics::{self, Stopwatch};
+    use crate::summary;
 
     /// A rate limit admitted a call that reached it at `arrival`.
     pub(super) fn admitted(at: &At<'_>, arrival: Stopwatch) {
@@ -307,13 +308,18 @@ mod events {
 
     pub(super) fn degraded(at: &At<'_>, error: &Error) {
         let failure = error.failure_kind().map(|k| k.as_str());
+        let condition = [failure.unwrap_or(error.code())];
+        let Some(suppressed) = summary::repeat("rate_limit.degraded", at, &condition) else {
+            return;
+        };
         policy_event!(
             WARN,
             "rate_limit.degraded",
             at,
             reason = "admission_unknown",
             error = error.code(),
-            failure
+            failure,
+            suppressed
         );
     }
 }
