@@ -9,7 +9,7 @@
 //! leaves its last count unsaid until it starts again (no timer runs for it).
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash, Hasher, RandomState};
+use std::hash::{BuildHasher, RandomState};
 use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
@@ -50,9 +50,8 @@ pub(crate) fn repeat(event: &'static str, at: &At<'_>, condition: &[&str]) -> Op
 
 impl Summaries {
     fn key(&self, event: &str, at: &At<'_>, condition: &[&str]) -> u64 {
-        let mut hasher = self.hasher.build_hasher();
-        (event, at.policy, at.name, at.operation, at.scope, condition).hash(&mut hasher);
-        hasher.finish()
+        self.hasher
+            .hash_one((event, at.policy, at.name, at.operation, at.scope, condition))
     }
 
     fn repeat(
