@@ -346,7 +346,8 @@ impl Admin {
         };
         let reply = self
             .coordinator
-            .breaker_force(&identity, force)
+            .breakers()
+            .force(&identity, force)
             .await?
             .reply;
         Ok(BreakerChanged {
@@ -360,7 +361,7 @@ impl Admin {
     /// and every fleet override, used or not. With `setting`, only those of that
     /// `<kind>.<name>.<key>` (or, without the key, `<kind>.<name>`).
     pub async fn config(&self, setting: Option<&str>) -> Result<Vec<ConfigValue>, Error> {
-        self.coordinator.sync_fleet().await?;
+        self.coordinator.fleet().sync().await?;
         let registered = self.coordinator.registry_read().await?;
         let mut values: Vec<ConfigValue> = Vec::new();
         let mut push = |value: ConfigValue| {
@@ -406,14 +407,17 @@ impl Admin {
     /// checked as the attribute would check it.
     pub async fn set_override(&self, setting: &str, value: &str) -> Result<(), Error> {
         let key = OverrideKey::parse(setting)?;
-        self.coordinator.write_override(&key, Some(value)).await?;
+        self.coordinator
+            .fleet()
+            .write_override(&key, Some(value))
+            .await?;
         Ok(())
     }
 
     /// Removes a fleet-wide override; answers whether there was one.
     pub async fn unset_override(&self, setting: &str) -> Result<bool, Error> {
         let key = OverrideKey::parse(setting)?;
-        self.coordinator.write_override(&key, None).await
+        self.coordinator.fleet().write_override(&key, None).await
     }
 
     /// Completes at the next change an operator would see: a breaker's state anywhere in the

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::{Backend, Coordinator};
+use super::Coordinator;
 use crate::Error;
 use crate::config::{OverrideKey, Tables, check_table};
 use crate::events;
@@ -84,20 +84,33 @@ fn tables(pairs: Vec<(String, String)>) -> Tables {
     tables
 }
 
-impl Coordinator {
+/// The fleet's overrides, kept in sync with the coordinator: the part of a coordinator that
+/// [`Coordinator::fleet`] hands out.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FleetSync<'a> {
+    pub(super) coordinator: &'a Coordinator,
+}
+
+impl FleetSync<'_> {
     /// Reads the fleet's overrides if their version moved, and applies them.
-    pub(crate) async fn sync_fleet(&self) -> Result<(), Error> {
-        let fleet = &self.inner.fleet;
+    pub(crate) async fn sync(&self) -> Result<(), Error> {
+        let fleet = &self.coordinator.inner.fleet;
         let known = fleet.version.load(Ordering::Acquire);
         let known = (known != u64::MAX).then_some(known);
-        let (version, pairs) = self.overrides_read(known).await?;
+        let namespace = self.coordinator.namespace_base();
+        let (version, pairs) = self
+            .coordinator
+            .inner
+            .backend
+            .overrides_read(&namespace, known)
+            .await?;
         if let Some(pairs) = pairs {
             let count = pairs.len();
-            self.inner.overrides.set_fleet(tables(pairs));
+            self.coordinator.inner.overrides.set_fleet(tables(pairs));
             fleet.version.store(version, Ordering::Release);
             // Only once they are in force: a call that starts after the event uses them.
             events::config_applied(version, count);
-            self.changed();
+            self.coordinator.changed();
         }
         Ok(())
     }
@@ -105,16 +118,17 @@ impl Coordinator {
     /// Keeps this process's copy of the fleet's overrides current, from now until the
     /// coordinator shuts down or is dropped. Needs a runtime; without one it starts with the
     /// first call that has one.
-    pub(super) fn start_fleet_sync(&self) {
-        self.start_once(&self.inner.fleet.running, |weak| async move {
-            while let Some(coordinator) = super::live(&weak) {
-                // A failed check is retried at the next; the overrides in force stay.
-                let _ = coordinator.sync_fleet().await;
-                let changed = Arc::clone(&coordinator.inner.fleet.changed);
-                drop(coordinator);
-                let _ = tokio::time::timeout(CHECK_EVERY, changed.notified()).await;
-            }
-        });
+    pub(super) fn start(&self) {
+        self.coordinator
+            .start_once(&self.coordinator.inner.fleet.running, |weak| async move {
+                while let Some(coordinator) = super::live(&weak) {
+                    // A failed check is retried at the next; the overrides in force stay.
+                    let _ = coordinator.fleet().sync().await;
+                    let changed = Arc::clone(&coordinator.inner.fleet.changed);
+                    drop(coordinator);
+                    let _ = tokio::time::timeout(CHECK_EVERY, changed.notified()).await;
+                }
+            });
     }
 
     /// Sets (`Some(value)`) or removes one fleet override and applies it here at once;
@@ -127,15 +141,14 @@ impl Coordinator {
         let setting = key.to_string();
         let canonical = value.map(|value| key.value(value)).transpose()?;
         let canonical = canonical.map(|value| value.to_string());
-        let changed = match &self.inner.backend {
-            Backend::Memory(memory) => memory.overrides_write(&setting, canonical.as_deref())?,
-            Backend::Redis(redis) => {
-                redis
-                    .overrides_write(&self.namespace_base(), &setting, canonical.as_deref())
-                    .await?
-            }
-        };
-        self.sync_fleet().await?;
+        let namespace = self.coordinator.namespace_base();
+        let changed = self
+            .coordinator
+            .inner
+            .backend
+            .overrides_write(&namespace, &setting, canonical.as_deref())
+            .await?;
+        self.sync().await?;
         Ok(changed)
     }
 }

@@ -5,6 +5,7 @@
 //! namespace. Policies talk to it through the narrow operations below and never learn which
 //! backend answers.
 
+mod backend;
 pub(crate) mod background;
 mod breakers;
 mod builder;
@@ -25,6 +26,7 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
+use self::backend::Backend;
 use self::background::Background;
 pub(crate) use self::breakers::Admission;
 use self::breakers::Breakers;
@@ -32,21 +34,16 @@ pub use self::builder::RedisBuilder;
 use self::fleet::Fleet;
 pub use self::incarnation::DataLoss;
 pub(crate) use self::incarnation::{Incarnation, LossCause};
-use self::memory::MemoryBackend;
-pub(crate) use self::protocol::{BreakerTarget, FleetOverrides, LeaseAnswer, LeaseCommand};
+pub(crate) use self::protocol::{BreakerTarget, LeaseAnswer, LeaseCommand};
 pub use self::redis::REDIS_ACL_RULES;
-use self::redis::RedisBackend;
-use self::registry::{Registered, Report, Snapshot, StatusRead, Usage};
+use self::registry::{Registered, Snapshot, StatusRead, Usage};
 use self::wakeups::Wakeups;
 use crate::Error;
 use crate::config::Config;
 use crate::config::overrides::{Overrides, Resolved, Values};
-use crate::error::FailureKind;
 use crate::identity::{Identity, KeyBase, PolicyKind, Scope};
 pub(crate) use crate::kernel::Stamped;
 use crate::kernel::{Kernel, Scripted};
-use crate::policy::breaker::kernel::{Force, ForceReply, Forcing};
-use crate::policy::bulkhead::kernel::{Lease, Refusal, Release};
 
 /// Where distributed policies keep their shared state.
 ///
@@ -92,36 +89,12 @@ struct Inner {
     shut_down: AtomicBool,
 }
 
-// Few coordinators exist (one per process, usually): boxing either variant would only add an
-// indirection to every command.
-#[allow(clippy::large_enum_variant)]
-enum Backend {
-    Memory(MemoryBackend),
-    Redis(RedisBackend),
-}
-
 impl fmt::Debug for Coordinator {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Coordinator")
             .field("backend", &self.backend_name())
             .field("namespace", &self.inner.namespace)
             .finish()
-    }
-}
-
-/// The error a lease command refused whole ends in.
-fn lease_refused(refusal: Refusal) -> Error {
-    match refusal {
-        Refusal::Lost => Error::unavailable(
-            FailureKind::DataLost,
-            "the identity's lease set was lost (flushed, evicted or deleted) while a lease in it \
-             was live",
-        ),
-        Refusal::Exhausted => Error::unavailable(
-            FailureKind::Server,
-            "the identity's fencing counter reached 2^53 - 1: no further lease can carry an exact \
-             token",
-        ),
     }
 }
 
@@ -138,7 +111,7 @@ impl Coordinator {
     pub fn in_memory() -> Self {
         Self::new(
             builder::DEFAULT_NAMESPACE.to_owned(),
-            Backend::Memory(MemoryBackend::default()),
+            Backend::Memory(Default::default()),
             (Arc::default(), Background::here()),
         )
     }
@@ -257,14 +230,14 @@ impl Coordinator {
     /// as that node answers.
     async fn start(self) -> Result<Self, Error> {
         self.ensure_transition_feed();
-        match self.sync_fleet().await {
+        match self.fleet().sync().await {
             Ok(()) => {}
             Err(error @ Error::CoordinatorUnavailable { .. }) => {
                 crate::events::config_unread(&error);
             }
             Err(error) => return Err(error),
         }
-        self.start_fleet_sync();
+        self.fleet().start();
         Ok(self)
     }
 
@@ -293,11 +266,7 @@ impl Coordinator {
     /// assert_eq!(caracal::Coordinator::in_memory().backend_name(), "memory");
     /// ```
     pub fn backend_name(&self) -> &'static str {
-        match &self.inner.backend {
-            Backend::Memory(_) => "memory",
-            Backend::Redis(redis) if redis.is_cluster() => "redis-cluster",
-            Backend::Redis(_) => "redis",
-        }
+        self.inner.backend.name()
     }
 
     /// Flushes what is still in flight in the background (lease releases, probe settlements,
@@ -314,12 +283,9 @@ impl Coordinator {
     /// ```
     pub async fn shutdown(&self) {
         self.inner.shut_down.store(true, Ordering::Release);
-        self.flush_batches_now();
+        self.breakers().flush_now();
         self.inner.background.flush(self.command_timeout()).await;
-        match &self.inner.backend {
-            Backend::Memory(memory) => memory.close(),
-            Backend::Redis(redis) => redis.close(),
-        }
+        self.inner.backend.close();
     }
 
     /// Runs `future` with this coordinator in place of the installed one.
@@ -352,10 +318,7 @@ impl Coordinator {
     /// How long one command may take (for the in-memory backend, the time it gives background
     /// work at shutdown).
     pub(crate) fn command_timeout(&self) -> Duration {
-        match &self.inner.backend {
-            Backend::Memory(_) => Duration::from_millis(100),
-            Backend::Redis(redis) => redis.command_timeout(),
-        }
+        self.inner.backend.command_timeout()
     }
 
     /// Which incarnation of the server holds this coordinator's state (see [`Incarnation`]).
@@ -372,25 +335,12 @@ impl Coordinator {
     where
         <K as Kernel>::State: fmt::Debug,
     {
-        match &self.inner.backend {
-            Backend::Memory(memory) => memory.run::<K>(&identity.key, &command),
-            Backend::Redis(redis) => redis.run::<K>(&identity.key, command).await,
-        }
+        self.inner.backend.run::<K>(&identity.key, command).await
     }
 
     /// Runs one lease command.
     pub(crate) async fn lease(&self, command: LeaseCommand<'_>) -> Result<LeaseAnswer, Error> {
-        match &self.inner.backend {
-            Backend::Memory(memory) => {
-                let sent = tokio::time::Instant::now();
-                let reply = memory.run::<Lease>(&command.identity.key, &command.step())?;
-                Ok(LeaseAnswer {
-                    reply: reply.map_err(lease_refused)?,
-                    sent,
-                })
-            }
-            Backend::Redis(redis) => redis.lease(command).await,
-        }
+        self.inner.backend.lease(command).await
     }
 
     /// Releases `token`'s lease without waiting for the answer. The release is queued on the
@@ -404,34 +354,36 @@ impl Coordinator {
         until: tokio::time::Instant,
         on_done: impl FnOnce(Result<bool, Error>) + Send + 'static,
     ) {
-        match &self.inner.backend {
-            Backend::Memory(memory) => {
-                on_done(memory.run::<Release>(&identity.key, &token.as_u128()));
-            }
-            Backend::Redis(redis) => redis.release(&identity.key, token, until, on_done),
-        }
+        self.inner
+            .backend
+            .release(&identity.key, token, until, on_done);
     }
 }
 
 impl Coordinator {
-    /// Carries out an operator's command on the breaker of `identity`, and applies it to this
-    /// process's own view at once.
-    pub(crate) async fn breaker_force(
-        &self,
-        identity: &Identity,
-        force: Force,
-    ) -> Result<Stamped<ForceReply>, Error> {
-        let asked = tokio::time::Instant::now();
-        let forced = self.run::<Forcing>(identity, force).await?;
-        self.inner
-            .breakers
-            .on_forced(&identity.key, force, forced, asked);
-        Ok(forced)
+    /// This coordinator's breaker views: how calls pass its breakers, and what it knows of them.
+    pub(crate) fn breakers(&self) -> breakers::Views<'_> {
+        breakers::Views { coordinator: self }
+    }
+
+    /// This coordinator's reports of which call sites use which identities.
+    pub(crate) fn uses(&self) -> registry::Uses<'_> {
+        registry::Uses { coordinator: self }
+    }
+
+    /// This coordinator's copy of the fleet's overrides.
+    pub(crate) fn fleet(&self) -> fleet::FleetSync<'_> {
+        fleet::FleetSync { coordinator: self }
+    }
+
+    /// A handle on this coordinator that does not keep it alive (for background work).
+    fn downgrade(&self) -> Weak<Inner> {
+        Arc::downgrade(&self.inner)
     }
 
     /// Makes sure this process listens for breaker transitions published by other processes.
     fn ensure_transition_feed(&self) {
-        let Backend::Redis(redis) = &self.inner.backend else {
+        let Some(redis) = self.inner.backend.redis() else {
             return;
         };
         if self.inner.feed.swap(true, Ordering::AcqRel) {
@@ -568,27 +520,12 @@ impl Coordinator {
     }
 }
 
-/// The registry, fleet overrides and state reads, on either backend.
+/// What the operator's view reads, on either backend.
 impl Coordinator {
-    async fn registry_report(&self, reports: &[Report]) -> Result<Vec<bool>, Error> {
-        match &self.inner.backend {
-            Backend::Memory(memory) => memory.registry_report(reports),
-            Backend::Redis(redis) => redis.registry_report(&self.namespace_base(), reports).await,
-        }
-    }
-
+    /// Every identity the namespace's registry holds.
     pub(crate) async fn registry_read(&self) -> Result<Vec<Registered>, Error> {
-        match &self.inner.backend {
-            Backend::Memory(memory) => memory.registry_read(),
-            Backend::Redis(redis) => redis.registry_read(&self.namespace_base()).await,
-        }
-    }
-
-    async fn overrides_read(&self, known: Option<u64>) -> Result<FleetOverrides, Error> {
-        match &self.inner.backend {
-            Backend::Memory(memory) => memory.overrides_read(known),
-            Backend::Redis(redis) => redis.overrides_read(&self.namespace_base(), known).await,
-        }
+        let namespace = self.namespace_base();
+        self.inner.backend.registry_read(&namespace).await
     }
 
     /// Runs a kind's status read on the identity at `key`.
@@ -597,10 +534,7 @@ impl Coordinator {
         read: &StatusRead,
         key: &KeyBase,
     ) -> Result<Snapshot, Error> {
-        match &self.inner.backend {
-            Backend::Memory(memory) => memory.identity_read(read, key),
-            Backend::Redis(redis) => redis.identity_read(read, key).await,
-        }
+        self.inner.backend.identity_read(read, key).await
     }
 
     /// The fleet's overrides as this process applies them.

@@ -216,7 +216,14 @@ pub(super) struct Usage {
     reporting: AtomicBool,
 }
 
-impl Coordinator {
+/// The call sites' uses of identities, reported to the namespace's registry: the part of a
+/// coordinator that [`Coordinator::uses`] hands out.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Uses<'a> {
+    pub(super) coordinator: &'a Coordinator,
+}
+
+impl Uses<'_> {
     /// Notes that the call site `site` uses `identity` with `resolved` values. Costs a lookup
     /// when nothing changed; the report goes out in the background.
     pub(crate) fn note_use<S, V: Values>(
@@ -225,10 +232,10 @@ impl Coordinator {
         site: &S,
         resolved: &Resolved<V>,
     ) {
-        let usage = &self.inner.usage;
+        let usage = &self.coordinator.inner.usage;
         let site = std::ptr::from_ref(site) as usize;
-        let generation = self.inner.overrides.generation();
-        let fleet = self.inner.fleet.version();
+        let generation = self.coordinator.inner.overrides.generation();
+        let fleet = self.coordinator.inner.fleet.version();
         {
             let mut uses = lock(&usage.uses);
             let found = uses
@@ -276,28 +283,29 @@ impl Coordinator {
     }
 
     fn start_reporting(&self) {
-        self.start_once(&self.inner.usage.reporting, |weak| async move {
-            while let Some(coordinator) = super::live(&weak) {
-                let soon = Arc::clone(&coordinator.inner.usage.soon);
-                drop(coordinator);
-                let woken = tokio::time::timeout(REPORT_EVERY, soon.notified())
-                    .await
-                    .is_ok();
-                if woken {
-                    tokio::time::sleep(REPORT_SOON).await;
+        self.coordinator
+            .start_once(&self.coordinator.inner.usage.reporting, |weak| async move {
+                while let Some(coordinator) = super::live(&weak) {
+                    let soon = Arc::clone(&coordinator.inner.usage.soon);
+                    drop(coordinator);
+                    let woken = tokio::time::timeout(REPORT_EVERY, soon.notified())
+                        .await
+                        .is_ok();
+                    if woken {
+                        tokio::time::sleep(REPORT_SOON).await;
+                    }
+                    match super::upgrade(&weak) {
+                        Some(coordinator) => coordinator.uses().report_uses().await,
+                        None => return,
+                    }
                 }
-                match super::upgrade(&weak) {
-                    Some(coordinator) => coordinator.report_uses().await,
-                    None => return,
-                }
-            }
-        });
+            });
     }
 
     /// Sends one report of every use since the last, and announces changes of drift.
     async fn report_uses(&self) {
         let reports: Vec<(Report, usize)> = {
-            let mut uses = lock(&self.inner.usage.uses);
+            let mut uses = lock(&self.coordinator.inner.usage.uses);
             uses.retain(|_, uses| {
                 uses.retain(|u| u.idle < FORGET_AFTER_REPORTS);
                 !uses.is_empty()
@@ -337,11 +345,18 @@ impl Coordinator {
             return;
         }
         let sent: Vec<Report> = reports.iter().map(|(report, _)| report.clone()).collect();
-        let drifts = match self.registry_report(&sent).await {
+        let namespace = self.coordinator.namespace_base();
+        let drifts = match self
+            .coordinator
+            .inner
+            .backend
+            .registry_report(&namespace, &sent)
+            .await
+        {
             Ok(drifts) => drifts,
             Err(_) => {
                 // Reported again with the next round.
-                let mut uses = lock(&self.inner.usage.uses);
+                let mut uses = lock(&self.coordinator.inner.usage.uses);
                 for (report, site) in &reports {
                     if let Some(u) = find(&mut uses, &report.key, *site) {
                         u.changed = true;
@@ -352,7 +367,7 @@ impl Coordinator {
         };
         let mut announced = Vec::new();
         {
-            let mut uses = lock(&self.inner.usage.uses);
+            let mut uses = lock(&self.coordinator.inner.usage.uses);
             for ((report, site), drift) in reports.iter().zip(drifts) {
                 if let Some(u) = find(&mut uses, &report.key, *site)
                     && u.drift != drift

@@ -2,29 +2,28 @@
 //! and a probe's settlement.
 
 use std::future::Future;
-use std::sync::Arc;
 
 use tokio::time::Instant;
 use uuid::Uuid;
 
+use super::Views;
 use super::view::Tells;
 use super::{Admission, ViewDecision};
 use crate::Error;
-use crate::coordinator::{BreakerTarget, Coordinator, Stamped, upgrade};
+use crate::coordinator::{BreakerTarget, Stamped, upgrade};
 use crate::events;
+use crate::identity::Identity;
 use crate::policy::breaker::kernel::{
-    Admit, AdmitCommand, AdmitReply, Phase, ProbeOutcome, Settle, SettleCommand, SettleReply,
+    Admit, AdmitCommand, AdmitReply, Force, ForceReply, Forcing, Phase, ProbeOutcome, Settle,
+    SettleCommand, SettleReply,
 };
 
-impl Coordinator {
+impl Views<'_> {
     /// Decides how a call passes `target`'s breaker: from this process's view when it can, else
     /// with one round trip.
-    pub(crate) async fn breaker_admission(
-        &self,
-        target: &BreakerTarget,
-    ) -> Result<Admission, Error> {
-        let breakers = &self.inner.breakers;
-        self.ensure_transition_feed();
+    pub(crate) async fn admission(&self, target: &BreakerTarget) -> Result<Admission, Error> {
+        let breakers = self.state();
+        self.coordinator.ensure_transition_feed();
         // The batches waited for, and until when.
         let mut waiting: Option<(u64, Instant)> = None;
         loop {
@@ -38,8 +37,9 @@ impl Coordinator {
                 // that never comes (its task dropped with a runtime) must not hold admissions
                 // forever; the coordinator decides after that.
                 ViewDecision::AwaitVerdict { verdict, until } => {
-                    let (_, deadline) = *waiting
-                        .get_or_insert_with(|| (until, Instant::now() + self.command_timeout()));
+                    let (_, deadline) = *waiting.get_or_insert_with(|| {
+                        (until, Instant::now() + self.coordinator.command_timeout())
+                    });
                     if tokio::time::timeout_at(deadline, verdict).await.is_err() {
                         break;
                     }
@@ -50,7 +50,7 @@ impl Coordinator {
         // If this call is dropped (or the reply lost) after the script took a probe slot, the
         // slot is handed back rather than held until its lease ends.
         let mut unclaimed = UnclaimedProbe {
-            coordinator: self,
+            views: *self,
             target,
             token,
             armed: true,
@@ -60,7 +60,10 @@ impl Coordinator {
             token: token.as_u128(),
             settings: target.settings,
         };
-        let Stamped { reply, stamp } = self.run::<Admit>(&target.identity, admit).await?;
+        let Stamped { reply, stamp } = self
+            .coordinator
+            .run::<Admit>(&target.identity, admit)
+            .await?;
         let told = reply.told(&target.settings);
         let admission = match reply {
             AdmitReply::Closed { generation, .. } => Admission::Closed { generation },
@@ -81,8 +84,8 @@ impl Coordinator {
     }
 
     /// What this process last saw of `target`'s breaker, within the last-known age bound.
-    pub(crate) fn breaker_last_known(&self, target: &BreakerTarget) -> Option<Phase> {
-        self.inner.breakers.last_known(&target.identity.key)
+    pub(crate) fn last_known(&self, target: &BreakerTarget) -> Option<Phase> {
+        self.state().last_known(&target.identity.key)
     }
 
     /// Settles the probe `token` admitted under `generation`. The request is sent at the first
@@ -94,7 +97,7 @@ impl Coordinator {
         outcome: ProbeOutcome,
         generation: u64,
     ) -> impl Future<Output = Result<Stamped<SettleReply>, Error>> + Send + 'static {
-        let coordinator = self.clone();
+        let coordinator = self.coordinator.clone();
         let settle = SettleCommand {
             token: token.as_u128(),
             outcome,
@@ -105,7 +108,7 @@ impl Coordinator {
     }
 
     /// Settles a probe without waiting; the reply refreshes the view.
-    pub(crate) fn breaker_settle_later(
+    pub(crate) fn settle_later(
         &self,
         target: &BreakerTarget,
         token: Uuid,
@@ -114,9 +117,9 @@ impl Coordinator {
     ) {
         let asked = Instant::now();
         let settle = self.settle(target.clone(), token, outcome, generation);
-        let weak = Arc::downgrade(&self.inner);
+        let weak = self.coordinator.downgrade();
         let target = target.clone();
-        self.in_background(async move {
+        self.coordinator.in_background(async move {
             let reply = settle.await;
             let Some(coordinator) = upgrade(&weak) else {
                 return;
@@ -126,10 +129,8 @@ impl Coordinator {
                     events::breaker_settled(&target.identity.at(), generation, &reply);
                     let told = reply.told(&target.settings);
                     let learned = told.learned(asked, stamp);
-                    coordinator
-                        .inner
-                        .breakers
-                        .learn(&target, learned, told.maker);
+                    let views = coordinator.breakers();
+                    views.state().learn(&target, learned, told.maker);
                 }
                 Err(error) => {
                     events::breaker_coordinator_error(&target.identity.at(), "settle", &error)
@@ -137,11 +138,24 @@ impl Coordinator {
             }
         });
     }
+
+    /// Carries out an operator's command on the breaker of `identity`, and applies it to this
+    /// process's own view at once.
+    pub(crate) async fn force(
+        &self,
+        identity: &Identity,
+        force: Force,
+    ) -> Result<Stamped<ForceReply>, Error> {
+        let asked = tokio::time::Instant::now();
+        let forced = self.coordinator.run::<Forcing>(identity, force).await?;
+        self.state().on_forced(&identity.key, force, forced, asked);
+        Ok(forced)
+    }
 }
 
 /// A probe slot the admission script may have taken for a call that never learned of it.
 struct UnclaimedProbe<'a> {
-    coordinator: &'a Coordinator,
+    views: Views<'a>,
     target: &'a BreakerTarget,
     token: Uuid,
     armed: bool,
@@ -151,9 +165,9 @@ impl Drop for UnclaimedProbe<'_> {
     fn drop(&mut self) {
         if self.armed {
             let settle =
-                self.coordinator
+                self.views
                     .settle(self.target.clone(), self.token, ProbeOutcome::Ignored, 0);
-            self.coordinator.in_background(async move {
+            self.views.coordinator.in_background(async move {
                 let _ = settle.await;
             });
         }

@@ -5,30 +5,26 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
+use super::Views;
 use super::view::{Applied, Learned, Maker, Tells, View, learn_in};
 use super::{BATCH_DELAY, MAX_BATCH, VIEW_MAX_AGE, announce, learned_origin};
 use crate::Error;
-use crate::coordinator::{BreakerTarget, Coordinator, Stamped, upgrade};
+use crate::coordinator::{BreakerTarget, Stamped, upgrade};
 use crate::events::{self, ChangeOrigin};
 use crate::policy::breaker::kernel::{
     Counts, Observation, Observe, ObserveCommand, ObserveReply, Phase,
 };
 use crate::sync::lock;
 
-impl Coordinator {
+impl Views<'_> {
     /// Records the outcome of a closed-path call admitted under `generation`, without waiting:
     /// it joins the identity's pending batch, which goes out after [`BATCH_DELAY`] — or at
     /// once when it is full, or when this process's own outcomes may already open the breaker.
-    pub(crate) fn breaker_record(
-        &self,
-        target: &BreakerTarget,
-        generation: u64,
-        observation: Observation,
-    ) {
+    pub(crate) fn record(&self, target: &BreakerTarget, generation: u64, observation: Observation) {
         // Decided under the lock, sent after it: a backend may answer synchronously, and the
         // answer updates the views.
         let (send, new_batch) = {
-            let mut views = lock(&self.inner.breakers.views);
+            let mut views = lock(&self.state().views);
             let view = views.entry(target.identity.key.clone()).or_insert_with(|| {
                 // Known of nothing: stale already, and taking any answer.
                 let long_ago = Instant::now() - VIEW_MAX_AGE;
@@ -76,30 +72,30 @@ impl Coordinator {
             self.send_batch(target, batch_generation, outcomes);
         }
         if new_batch {
-            let weak = Arc::downgrade(&self.inner);
-            let flush_now = Arc::clone(&self.inner.breakers.flush_now);
+            let weak = self.coordinator.downgrade();
+            let flush_now = Arc::clone(&self.state().flush_now);
             let target = target.clone();
-            self.in_background(async move {
+            self.coordinator.in_background(async move {
                 tokio::select! {
                     () = tokio::time::sleep(BATCH_DELAY) => {}
                     () = flush_now.notified() => {}
                 }
                 if let Some(coordinator) = upgrade(&weak) {
-                    coordinator.flush_batch(&target, generation);
+                    coordinator.breakers().flush_batch(&target, generation);
                 }
             });
         }
     }
 
     /// Sends every pending batch now (shutdown).
-    pub(in crate::coordinator) fn flush_batches_now(&self) {
-        self.inner.breakers.flush_now.notify_waiters();
+    pub(in crate::coordinator) fn flush_now(&self) {
+        self.state().flush_now.notify_waiters();
     }
 
     /// Sends `target`'s pending batch of `generation`, if it is still waiting.
     fn flush_batch(&self, target: &BreakerTarget, generation: u64) {
         let pending = {
-            let mut views = lock(&self.inner.breakers.views);
+            let mut views = lock(&self.state().views);
             views.get_mut(&target.identity.key).and_then(|view| {
                 let batch = view
                     .batch
@@ -122,14 +118,16 @@ impl Coordinator {
             mint: crate::coordinator::mint_generation(),
             settings: target.settings,
         };
-        let weak = Arc::downgrade(&self.inner);
+        let weak = self.coordinator.downgrade();
         let target = target.clone();
-        let coordinator = self.clone();
-        self.in_background(async move {
+        let coordinator = self.coordinator.clone();
+        self.coordinator.in_background(async move {
             let reply = coordinator.run::<Observe>(&target.identity, observe).await;
             drop(coordinator);
             if let Some(coordinator) = upgrade(&weak) {
-                coordinator.on_observed(&target, generation, counts, asked, reply);
+                coordinator
+                    .breakers()
+                    .on_observed(&target, generation, counts, asked, reply);
             }
         });
     }
@@ -144,7 +142,7 @@ impl Coordinator {
         asked: Instant,
         reply: Result<Stamped<ObserveReply>, Error>,
     ) {
-        let breakers = &self.inner.breakers;
+        let breakers = self.state();
         let at = target.identity.at();
         match &reply {
             Ok(stamped) => events::breaker_observed(&at, attempted, &stamped.reply),

@@ -51,7 +51,7 @@ use uuid::Uuid;
 
 use self::view::{Learned, Maker, View, learn_in};
 use super::feed::{Origin, Transition};
-use super::{BreakerTarget, Stamped};
+use super::{BreakerTarget, Coordinator, Stamped};
 use crate::events::{self, ChangeOrigin};
 use crate::identity::{Identity, KeyBase};
 use crate::policy::breaker::kernel::{
@@ -89,6 +89,21 @@ pub(crate) enum Admission {
     ProbeLimit { generation: u64 },
 }
 
+/// The breaker views of one coordinator, with what their operations need: the coordinator's
+/// backend (its commands) and its background work. What [`Coordinator::breakers`] hands out.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Views<'a> {
+    pub(super) coordinator: &'a Coordinator,
+}
+
+impl Views<'_> {
+    /// The views themselves.
+    fn state(&self) -> &Breakers {
+        &self.coordinator.inner.breakers
+    }
+}
+
+/// What this process knows of each breaker, owned by its coordinator.
 #[derive(Debug, Default)]
 pub(super) struct Breakers {
     views: Mutex<HashMap<KeyBase, View>>,

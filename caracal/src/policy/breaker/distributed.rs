@@ -43,18 +43,18 @@ where
         scope,
     );
     let resolved = site.resolve(Some(&coordinator));
-    coordinator.note_use(&identity, site, &resolved);
+    coordinator.uses().note_use(&identity, site, &resolved);
     let values = resolved.values;
     let target = BreakerTarget {
         identity,
         settings: values.settings(false),
     };
     let at = target.identity.at();
-    let admission = match coordinator.breaker_admission(&target).await {
+    let admission = match coordinator.breakers().admission(&target).await {
         Ok(admission) => admission,
         Err(error) => {
             events::breaker_coordinator_error(&at, "admit", &error);
-            let last_known = coordinator.breaker_last_known(&target);
+            let last_known = coordinator.breakers().last_known(&target);
             let last_seen_open = matches!(
                 last_known,
                 Some(Phase::Open | Phase::HalfOpen | Phase::ForcedOpen)
@@ -78,7 +78,9 @@ where
             events::breaker_admitted(&at, Phase::Closed, generation, arrival);
             run_admitted(values.slow_after(), ctx, &classify, body, |verdict| {
                 if let Some(observation) = verdict.observation() {
-                    coordinator.breaker_record(&target, generation, observation);
+                    coordinator
+                        .breakers()
+                        .record(&target, generation, observation);
                 }
             })
             .await
@@ -91,7 +93,9 @@ where
         Admission::Probe { generation, token } => {
             events::breaker_probe_started(&at, generation, arrival);
             let slot = ProbeSlot(Some(|outcome| {
-                coordinator.breaker_settle_later(&target, token, outcome, generation);
+                coordinator
+                    .breakers()
+                    .settle_later(&target, token, outcome, generation);
             }));
             run_admitted(values.slow_after(), ctx, &classify, body, |verdict| {
                 slot.settle(verdict);

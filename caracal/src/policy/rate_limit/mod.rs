@@ -175,7 +175,7 @@ impl RateLimitSite {
         let coordinator = coordinator?;
         let identity =
             coordinator.identity(PolicyKind::RateLimit, config.name, config.operation, scope);
-        coordinator.note_use(&identity, self, &resolved);
+        coordinator.uses().note_use(&identity, self, &resolved);
         coordinator
             .run::<gcra::Gcra>(
                 &identity,

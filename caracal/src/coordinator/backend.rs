@@ -1,0 +1,182 @@
+//! The backend a coordinator owns: the embedded one or Redis. Every command a coordinator runs
+//! goes through here, the one place that knows there are two.
+
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use super::memory::MemoryBackend;
+use super::protocol::{FleetOverrides, LeaseAnswer, LeaseCommand};
+use super::redis::RedisBackend;
+use super::registry::{Registered, Report, Snapshot, StatusRead};
+use crate::Error;
+use crate::error::FailureKind;
+use crate::identity::KeyBase;
+use crate::kernel::Scripted;
+use crate::policy::bulkhead::kernel::{Lease, Refusal, Release};
+
+// Few coordinators exist (one per process, usually): boxing either variant would only add an
+// indirection to every command.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Backend {
+    Memory(MemoryBackend),
+    Redis(RedisBackend),
+}
+
+impl Backend {
+    /// `"memory"`, `"redis"` or `"redis-cluster"`.
+    pub(super) fn name(&self) -> &'static str {
+        match self {
+            Backend::Memory(_) => "memory",
+            Backend::Redis(redis) if redis.is_cluster() => "redis-cluster",
+            Backend::Redis(_) => "redis",
+        }
+    }
+
+    /// The Redis backend, if this is one.
+    pub(super) fn redis(&self) -> Option<&RedisBackend> {
+        match self {
+            Backend::Memory(_) => None,
+            Backend::Redis(redis) => Some(redis),
+        }
+    }
+
+    /// Refuses further commands.
+    pub(super) fn close(&self) {
+        match self {
+            Backend::Memory(memory) => memory.close(),
+            Backend::Redis(redis) => redis.close(),
+        }
+    }
+
+    /// How long one command may take (for the in-memory backend, the time it gives background
+    /// work at shutdown).
+    pub(super) fn command_timeout(&self) -> Duration {
+        match self {
+            Backend::Memory(_) => Duration::from_millis(100),
+            Backend::Redis(redis) => redis.command_timeout(),
+        }
+    }
+
+    /// Runs one command of kernel `K` on the state at `key`.
+    pub(super) async fn run<K: Scripted>(
+        &self,
+        key: &KeyBase,
+        command: K::Command,
+    ) -> Result<K::Reply, Error>
+    where
+        K::State: std::fmt::Debug,
+    {
+        match self {
+            Backend::Memory(memory) => memory.run::<K>(key, &command),
+            Backend::Redis(redis) => redis.run::<K>(key, command).await,
+        }
+    }
+
+    /// Runs one lease command.
+    pub(super) async fn lease(&self, command: LeaseCommand<'_>) -> Result<LeaseAnswer, Error> {
+        match self {
+            Backend::Memory(memory) => {
+                let sent = tokio::time::Instant::now();
+                let reply = memory.run::<Lease>(&command.identity.key, &command.step())?;
+                Ok(LeaseAnswer {
+                    reply: reply.map_err(lease_refused)?,
+                    sent,
+                })
+            }
+            Backend::Redis(redis) => redis.lease(command).await,
+        }
+    }
+
+    /// Releases `token`'s lease at `key` without waiting (see [`Coordinator::release`]).
+    ///
+    /// [`Coordinator::release`]: super::Coordinator::release
+    pub(super) fn release(
+        &self,
+        key: &KeyBase,
+        token: Uuid,
+        until: tokio::time::Instant,
+        on_done: impl FnOnce(Result<bool, Error>) + Send + 'static,
+    ) {
+        match self {
+            Backend::Memory(memory) => on_done(memory.run::<Release>(key, &token.as_u128())),
+            Backend::Redis(redis) => redis.release(key, token, until, on_done),
+        }
+    }
+
+    /// Reports uses to the namespace's registry: whether each report's identity drifts.
+    pub(super) async fn registry_report(
+        &self,
+        namespace: &KeyBase,
+        reports: &[Report],
+    ) -> Result<Vec<bool>, Error> {
+        match self {
+            Backend::Memory(memory) => memory.registry_report(reports),
+            Backend::Redis(redis) => redis.registry_report(namespace, reports).await,
+        }
+    }
+
+    /// Every identity the namespace's registry holds.
+    pub(super) async fn registry_read(
+        &self,
+        namespace: &KeyBase,
+    ) -> Result<Vec<Registered>, Error> {
+        match self {
+            Backend::Memory(memory) => memory.registry_read(),
+            Backend::Redis(redis) => redis.registry_read(namespace).await,
+        }
+    }
+
+    /// The fleet's overrides, unless their version is `known`.
+    pub(super) async fn overrides_read(
+        &self,
+        namespace: &KeyBase,
+        known: Option<u64>,
+    ) -> Result<FleetOverrides, Error> {
+        match self {
+            Backend::Memory(memory) => memory.overrides_read(known),
+            Backend::Redis(redis) => redis.overrides_read(namespace, known).await,
+        }
+    }
+
+    /// Sets (`Some`) or removes one fleet override: whether it changed anything.
+    pub(super) async fn overrides_write(
+        &self,
+        namespace: &KeyBase,
+        setting: &str,
+        value: Option<&str>,
+    ) -> Result<bool, Error> {
+        match self {
+            Backend::Memory(memory) => memory.overrides_write(setting, value),
+            Backend::Redis(redis) => redis.overrides_write(namespace, setting, value).await,
+        }
+    }
+
+    /// Runs a kind's status read on the identity at `key`.
+    pub(super) async fn identity_read(
+        &self,
+        read: &StatusRead,
+        key: &KeyBase,
+    ) -> Result<Snapshot, Error> {
+        match self {
+            Backend::Memory(memory) => memory.identity_read(read, key),
+            Backend::Redis(redis) => redis.identity_read(read, key).await,
+        }
+    }
+}
+
+/// The error a lease command refused whole ends in.
+fn lease_refused(refusal: Refusal) -> Error {
+    match refusal {
+        Refusal::Lost => Error::unavailable(
+            FailureKind::DataLost,
+            "the identity's lease set was lost (flushed, evicted or deleted) while a lease in it \
+             was live",
+        ),
+        Refusal::Exhausted => Error::unavailable(
+            FailureKind::Server,
+            "the identity's fencing counter reached 2^53 - 1: no further lease can carry an exact \
+             token",
+        ),
+    }
+}
