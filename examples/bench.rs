@@ -8,8 +8,8 @@
 //! cargo run --release -p caracal-examples --example bench -- local     # in-process figures only
 //! ```
 //!
-//! Figures: a raw `EVALSHA` of the lease script (the floor a distributed call cannot beat);
-//! guarded calls through the distributed bulkhead, the closed circuit breaker, and both, at 1
+//! Figures: the wire's floor (one `EVALSHA` of the lease script written by hand on a blocking
+//! socket: no client library, no runtime) and the same call through redis-rs; guarded calls through the distributed bulkhead, the closed circuit breaker, and both, at 1
 //! and 64 tasks; what Redis spends per guarded call (`INFO commandstats`) against the cost of
 //! an empty script; breaker observations at `window_size` 10 000 against 100; the local
 //! bulkhead and breaker against a bare `tokio::sync::Semaphore`, tower's `ConcurrencyLimit`
@@ -17,13 +17,17 @@
 
 use std::hint::black_box;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use caracal::{bulkhead, circuit_breaker};
 use caracal_examples::{commandstats, emit, redis_url};
+use floor::SocketFloor;
 use redis::aio::MultiplexedConnection;
 use tower::{Service, ServiceExt};
+
+#[path = "bench/floor.rs"]
+mod floor;
 
 const SEQUENTIAL_CALLS: usize = 4000;
 const CONCURRENT_TASKS: usize = 64;
@@ -80,41 +84,75 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
     sorted[index].as_secs_f64() * 1e6
 }
 
-/// Median and p99 in microseconds of `n` sequential runs of `baseline` and of `call`, taken in
-/// turns: on a noisy machine a quiet or busy moment then falls on both alike, and their ratio
-/// holds from run to run where two separate series would not.
-async fn latencies<B, BFut, F, Fut>(n: usize, mut baseline: B, mut call: F) -> [(f64, f64); 2]
+/// Median and p99 in microseconds.
+#[derive(Clone, Copy)]
+struct Spread {
+    p50: f64,
+    p99: f64,
+}
+
+impl Spread {
+    fn of(mut samples: Vec<Duration>) -> Self {
+        if samples.is_empty() {
+            return Spread {
+                p50: f64::NAN,
+                p99: f64::NAN,
+            };
+        }
+        samples.sort();
+        Spread {
+            p50: percentile(&samples, 0.5),
+            p99: percentile(&samples, 0.99),
+        }
+    }
+}
+
+/// The spreads of `n` sequential runs of the socket floor (if there is one), of `raw` and of
+/// `call`, taken in turns: on a noisy machine a quiet or busy moment then falls on all three
+/// alike, and their ratios hold from run to run where separate series would not.
+async fn latencies<R, RFut, F, Fut>(
+    n: usize,
+    mut floor: Option<&mut SocketFloor>,
+    mut raw: R,
+    mut call: F,
+) -> [Spread; 3]
 where
-    B: FnMut() -> BFut,
-    BFut: Future<Output = ()>,
+    R: FnMut() -> RFut,
+    RFut: Future<Output = ()>,
     F: FnMut() -> Fut,
     Fut: Future<Output = ()>,
 {
     for _ in 0..n / 10 {
-        baseline().await;
+        if let Some(floor) = floor.as_deref_mut() {
+            floor.call();
+        }
+        raw().await;
         call().await;
     }
-    let mut samples = [Vec::with_capacity(n), Vec::with_capacity(n)];
+    let mut samples = [(); 3].map(|()| Vec::with_capacity(n));
     for _ in 0..n {
+        if let Some(floor) = floor.as_deref_mut() {
+            let start = Instant::now();
+            floor.call();
+            samples[0].push(start.elapsed());
+        }
         let start = Instant::now();
-        baseline().await;
-        samples[0].push(start.elapsed());
+        raw().await;
+        samples[1].push(start.elapsed());
         let start = Instant::now();
         call().await;
-        samples[1].push(start.elapsed());
+        samples[2].push(start.elapsed());
     }
-    samples.map(|mut samples| {
-        samples.sort();
-        (percentile(&samples, 0.5), percentile(&samples, 0.99))
-    })
+    samples.map(Spread::of)
 }
 
-/// What a throughput run measured: calls per second over the measured window, and every call
-/// made (warm-up and wind-down included, to divide server counters by).
+/// What a throughput run measured: calls per second and the latency spread over the measured
+/// window, and every call made (warm-up and wind-down included, to divide server counters by).
 #[derive(Clone, Copy)]
 struct Throughput {
     rate: f64,
     calls: f64,
+    latency: Spread,
 }
 
 /// Calls per second with `tasks` tasks each running `call` in a loop for `CONCURRENT_RUN`.
@@ -123,15 +161,27 @@ where
     F: Fn() -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send,
 {
+    const WARMING: u8 = 0;
+    const MEASURING: u8 = 1;
+    const STOPPED: u8 = 2;
     let call = Arc::new(call);
-    let stop = Arc::new(AtomicBool::new(false));
+    let phase = Arc::new(AtomicU8::new(WARMING));
     let done = Arc::new(AtomicU64::new(0));
     let workers: Vec<_> = (0..tasks)
         .map(|_| {
-            let (call, stop, done) = (Arc::clone(&call), Arc::clone(&stop), Arc::clone(&done));
+            let (call, phase, done) = (Arc::clone(&call), Arc::clone(&phase), Arc::clone(&done));
             tokio::spawn(async move {
-                while !stop.load(Ordering::Relaxed) {
+                let mut samples = Vec::new();
+                loop {
+                    let now = phase.load(Ordering::Relaxed);
+                    if now == STOPPED {
+                        return samples;
+                    }
+                    let start = Instant::now();
                     call().await;
+                    if now == MEASURING {
+                        samples.push(start.elapsed());
+                    }
                     done.fetch_add(1, Ordering::Relaxed);
                     // Keeps a zero-round-trip call from starving the other tasks.
                     tokio::task::yield_now().await;
@@ -140,17 +190,20 @@ where
         })
         .collect();
     tokio::time::sleep(CONCURRENT_RUN / 5).await;
+    phase.store(MEASURING, Ordering::Relaxed);
     let start = (done.load(Ordering::Relaxed), Instant::now());
     tokio::time::sleep(CONCURRENT_RUN).await;
     let calls = done.load(Ordering::Relaxed) - start.0;
     let rate = calls as f64 / start.1.elapsed().as_secs_f64();
-    stop.store(true, Ordering::Relaxed);
+    phase.store(STOPPED, Ordering::Relaxed);
+    let mut samples = Vec::new();
     for worker in workers {
-        let _ = worker.await;
+        samples.extend(worker.await.unwrap_or_default());
     }
     Throughput {
         rate,
         calls: done.load(Ordering::Relaxed) as f64,
+        latency: Spread::of(samples),
     }
 }
 
@@ -212,28 +265,37 @@ async fn load_script(conn: &mut MultiplexedConnection, body: &str) -> String {
         .expect("SCRIPT LOAD")
 }
 
-/// A unique token, as the policy uses, without pulling a UUID crate into the example.
+/// A unique token shaped as the policy's (a hyphenated UUID), without pulling a UUID crate
+/// into the example.
 fn token() -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    format!("bench-{:032x}", NEXT.fetch_add(1, Ordering::Relaxed))
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("{:08x}-0000-4000-9000-{n:012x}", std::process::id())
+}
+
+/// The raw baseline's `EVALSHA` of the lease script, as the coordinator sends a lone acquire:
+/// the lease set and its fencing counter, then action, ttl, limit, the live fence known (none)
+/// and the token.
+pub(crate) fn raw_args(sha: &str, key: &str, token: &str) -> Vec<String> {
+    let fence = format!("{key}:fence");
+    [sha, "2", key, &fence, "acquire"]
+        .map(str::to_owned)
+        .into_iter()
+        .chain([RAW_LEASE_MS.to_string(), RAW_LIMIT.to_string(), "0".into()])
+        .chain([token.to_owned()])
+        .collect()
 }
 
 async fn raw_acquire(mut conn: MultiplexedConnection, sha: Arc<str>, key: Arc<str>) {
     let _: redis::Value = redis::cmd("EVALSHA")
-        .arg(&*sha)
-        .arg(2)
-        .arg(&*key)
-        .arg(format!("{key}:fence"))
-        .arg("acquire")
-        .arg(RAW_LEASE_MS)
-        .arg(RAW_LIMIT)
-        .arg(token())
+        .arg(raw_args(&sha, &key, &token()))
         .query_async(&mut conn)
         .await
         .expect("raw EVALSHA");
 }
 
-/// One observation (a success) through the breaker's observation script, as the coordinator sends it.
+/// One observation (a success) through the breaker's observation script, with the arguments
+/// the coordinator sends (the breaker kernel's `Scripted::encode` for `Observe`).
 async fn raw_observe(
     mut conn: MultiplexedConnection,
     sha: Arc<str>,
@@ -246,13 +308,14 @@ async fn raw_observe(
         .arg(&*sha)
         .arg(3)
         .arg(&keys)
-        // channel, tag, minimum_throughput, threshold, window_size, window ms, open ms,
-        // probes, successes, probe lease ms; then generation, outcomes, mint.
+        // channel, prefix; minimum_throughput, threshold, slow-call threshold (none),
+        // window_size, window ms, open ms, probes, successes, probe lease ms; then generation
+        // (a fresh state's), outcomes, mint.
+        .arg(("", &*tag))
         .arg((
-            "",
-            &*tag,
             1_000_000,
             999,
+            0,
             window_size,
             3_600_000,
             30_000,
@@ -292,7 +355,7 @@ fn redis_benchmark(url: &str, sha: &str, key: &str) -> Option<f64> {
             "-q",
         ])
         .args(["EVALSHA", sha, "2", key, &format!("{key}:fence"), "acquire"])
-        .args([RAW_LEASE_MS.to_string(), RAW_LIMIT.to_string()])
+        .args([RAW_LEASE_MS.to_string(), RAW_LIMIT.to_string(), "0".into()])
         .arg("__rand_int__")
         .output()
         .ok()?;
@@ -341,46 +404,74 @@ async fn redis_figures(url: &str) -> Result<(), caracal::Error> {
             .expect("DEL");
     };
 
-    // Latency: guarded calls against one raw EVALSHA round trip each, in turns.
-    let latency = |figure: &str, [(raw_median, _), (median, p99)]: [(f64, f64); 2]| {
+    // Latency: guarded calls against the socket floor and one raw EVALSHA round trip each, in
+    // turns.
+    let mut floor = SocketFloor::connect(url, &sha, &raw_key);
+    let mut floor_shown = false;
+    let mut latency = |figure: &str, [floor, raw, call]: [Spread; 3]| {
+        if !std::mem::replace(&mut floor_shown, true) {
+            emit(
+                "socket_floor_1_task_us",
+                &[("median", floor.p50), ("p99", floor.p99)],
+            );
+            emit(
+                "raw_evalsha_1_task_us",
+                &[
+                    ("median", raw.p50),
+                    ("p99", raw.p99),
+                    ("ratio_to_socket_floor", raw.p50 / floor.p50),
+                ],
+            );
+        }
         emit(
             figure,
             &[
-                ("median", median),
-                ("p99", p99),
-                ("raw_evalsha_median", raw_median),
-                ("ratio_to_raw_evalsha", median / raw_median),
-                ("added_median", median - raw_median),
+                ("median", call.p50),
+                ("p99", call.p99),
+                ("raw_evalsha_median", raw.p50),
+                ("ratio_to_raw_evalsha", call.p50 / raw.p50),
+                ("added_median", call.p50 - raw.p50),
+                ("socket_floor_median", floor.p50),
+                ("ratio_to_socket_floor", call.p50 / floor.p50),
             ],
         );
     };
     latency(
         "bulkhead_1_task_us",
-        latencies(SEQUENTIAL_CALLS, &raw, || async {
+        latencies(SEQUENTIAL_CALLS, floor.as_mut(), &raw, || async {
             guarded().await.expect("admitted")
         })
         .await,
     );
     latency(
         "breaker_closed_1_task_us",
-        latencies(SEQUENTIAL_CALLS, &raw, || async {
+        latencies(SEQUENTIAL_CALLS, floor.as_mut(), &raw, || async {
             breaker_closed().await.expect("admitted")
         })
         .await,
     );
     latency(
         "breaker_and_bulkhead_1_task_us",
-        latencies(SEQUENTIAL_CALLS, &raw, || async {
+        latencies(SEQUENTIAL_CALLS, floor.as_mut(), &raw, || async {
             breaker_and_bulkhead().await.expect("admitted")
         })
         .await,
     );
+    drop(floor);
     clear_raw(conn.clone(), Arc::clone(&raw_key)).await;
 
     // Throughput at 64 tasks, with what Redis spends per call.
-    let raw_rate = throughput(CONCURRENT_TASKS, raw.clone()).await.rate;
+    let raw_run = throughput(CONCURRENT_TASKS, raw.clone()).await;
+    let raw_rate = raw_run.rate;
     clear_raw(conn.clone(), Arc::clone(&raw_key)).await;
-    emit("raw_evalsha_64_tasks_per_s", &[("rate", raw_rate)]);
+    emit(
+        "raw_evalsha_64_tasks_per_s",
+        &[
+            ("rate", raw_rate),
+            ("p50_us", raw_run.latency.p50),
+            ("p99_us", raw_run.latency.p99),
+        ],
+    );
     let server_rate = redis_benchmark(url, &sha, &raw_key);
     let (bulkhead, [acquires, acquire_usec, releases, release_usec]) = server_cost(
         &mut conn,
@@ -397,6 +488,12 @@ async fn redis_figures(url: &str) -> Result<(), caracal::Error> {
             (
                 "ratio_to_redis_benchmark",
                 bulkhead.rate / server_rate.unwrap_or(f64::NAN),
+            ),
+            ("p50_us", bulkhead.latency.p50),
+            ("p99_us", bulkhead.latency.p99),
+            (
+                "p99_ratio_to_raw",
+                bulkhead.latency.p99 / raw_run.latency.p99,
             ),
         ],
     );
