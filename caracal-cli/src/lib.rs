@@ -11,7 +11,9 @@
 //!
 //! Exit status: 0 on success, 2 on a usage error (including a malformed `--for` duration,
 //! and a setting, value, name or scope the library rejects as invalid), 1 when the
-//! coordinator fails (Redis unreachable or refusing, missing permissions). Every error is one
+//! coordinator fails (Redis unreachable or refusing, missing permissions), 3 when a command
+//! that changes the fleet would change nothing in use (no process uses the breaker or policy
+//! it names, or the sites that do would ignore the value; `--force` does it anyway). Every error is one
 //! line on stderr, `caracal: <message>`. The reference is the operations guide of the
 //! `caracal` crate.
 //!
@@ -28,11 +30,11 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use caracal::Coordinator;
-use caracal::admin::{Admin, BreakerCommand, BreakerId};
+use caracal::admin::{Admin, BreakerCommand, BreakerId, Refusal};
 use clap::Parser;
 use clap::error::ErrorKind;
 
-use crate::args::{BreakerTarget, Cli, Command, ConfigCommand};
+use crate::args::{BreakerTarget, Cli, Command, ConfigCommand, Steer};
 
 /// Runs the command with these arguments (the first is the program's name), printing its
 /// output and errors; returns its exit status.
@@ -66,6 +68,9 @@ enum Failure {
     Usage(String),
     /// The coordinator (or the terminal) failed: exit 1.
     Coordinator(String),
+    /// No process uses what the command names, or would apply it: exit 3 (`--force` does it
+    /// anyway).
+    Refused(String),
     /// The reader of our output went away (`caracal status | head -1`): stop, quietly.
     Quiet,
 }
@@ -75,6 +80,7 @@ impl Failure {
         match self {
             Failure::Usage(_) => 2,
             Failure::Coordinator(_) => 1,
+            Failure::Refused(_) => 3,
             Failure::Quiet => 0,
         }
     }
@@ -95,7 +101,9 @@ impl Failure {
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Failure::Usage(message) | Failure::Coordinator(message) => f.write_str(message),
+            Failure::Usage(message) | Failure::Coordinator(message) | Failure::Refused(message) => {
+                f.write_str(message)
+            }
             Failure::Quiet => Ok(()),
         }
     }
@@ -384,22 +392,50 @@ fn breaker_label(target: &BreakerTarget) -> String {
     }
 }
 
+/// Exit 3 with `refusal`, unless it is forced or there is none.
+fn unless_forced(refusal: Option<Refusal>, steer: &Steer) -> Result<(), Failure> {
+    match refusal {
+        Some(refusal) if !steer.force => Err(Failure::Refused(refusal.reason)),
+        _ => Ok(()),
+    }
+}
+
 async fn breaker(admin: &Admin, command: args::BreakerCommand) -> Result<(), Failure> {
-    let (target, command, lasts) = match command {
-        args::BreakerCommand::Open { breaker, lasts } => (
+    let (target, command, lasts, steer) = match command {
+        args::BreakerCommand::Open {
+            breaker,
+            lasts,
+            steer,
+        } => (
             breaker,
             BreakerCommand::Open { lasts: lasts.lasts },
             lasts.lasts,
+            steer,
         ),
-        args::BreakerCommand::Close { breaker, lasts } => (
+        args::BreakerCommand::Close {
+            breaker,
+            lasts,
+            steer,
+        } => (
             breaker,
             BreakerCommand::Close { lasts: lasts.lasts },
             lasts.lasts,
+            steer,
         ),
-        args::BreakerCommand::Reset { breaker } => (breaker, BreakerCommand::Reset, None),
+        args::BreakerCommand::Reset { breaker, steer } => {
+            (breaker, BreakerCommand::Reset, None, steer)
+        }
     };
+    let id = breaker_id(&target);
+    if !steer.force {
+        let refusal = admin
+            .check_breaker(&id, command)
+            .await
+            .map_err(|e| Failure::of(&e))?;
+        unless_forced(refusal, &steer)?;
+    }
     let changed = admin
-        .breaker(&breaker_id(&target), command)
+        .breaker(&id, command)
         .await
         .map_err(|e| Failure::of(&e))?;
     let until = match lasts {
@@ -431,7 +467,14 @@ async fn config(admin: &Admin, command: ConfigCommand) -> Result<(), Failure> {
             }
             print(&out)
         }
-        ConfigCommand::Set { key, value } => {
+        ConfigCommand::Set { key, value, steer } => {
+            if !steer.force {
+                let refusal = admin
+                    .check_override(&key, Some(&value))
+                    .await
+                    .map_err(|e| Failure::of(&e))?;
+                unless_forced(refusal, &steer)?;
+            }
             admin
                 .set_override(&key, &value)
                 .await
@@ -451,7 +494,14 @@ async fn config(admin: &Admin, command: ConfigCommand) -> Result<(), Failure> {
                 "{key} = {stored} (fleet): every process applies it within a second\n"
             ))
         }
-        ConfigCommand::Unset { key } => {
+        ConfigCommand::Unset { key, steer } => {
+            if !steer.force {
+                let refusal = admin
+                    .check_override(&key, None)
+                    .await
+                    .map_err(|e| Failure::of(&e))?;
+                unless_forced(refusal, &steer)?;
+            }
             let removed = admin
                 .unset_override(&key)
                 .await
