@@ -28,6 +28,10 @@ pub(crate) struct Cli {
     #[arg(long, global = true, value_name = "NS")]
     pub(crate) namespace: Option<String>,
 
+    /// Print JSON instead of text: one object per line.
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+
     #[command(subcommand)]
     pub(crate) command: Command,
 }
@@ -35,11 +39,7 @@ pub(crate) struct Cli {
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// Every identity in use in the namespace, with its state now.
-    Status {
-        /// One JSON object per line, per identity.
-        #[arg(long)]
-        json: bool,
-    },
+    Status,
     /// The status table, redrawn on every change (and every second), until Ctrl-C.
     Watch,
     /// Force a circuit breaker open or closed, or reset it, in every process.

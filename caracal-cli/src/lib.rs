@@ -1,8 +1,8 @@
 //! The `caracal` command: a thin layer over [`caracal::admin`].
 //!
 //! ```text
-//! caracal [--url URL] [--namespace NS] status [--json]
-//! caracal [--url URL] [--namespace NS] watch
+//! caracal [--url URL] [--namespace NS] [--json] status
+//! caracal [--url URL] [--namespace NS] [--json] watch
 //! caracal [--url URL] [--namespace NS] breaker open  NAME [--operation OP] [--scope S] [--for DURATION]
 //! caracal [--url URL] [--namespace NS] breaker close NAME [--operation OP] [--scope S] [--for DURATION]
 //! caracal [--url URL] [--namespace NS] breaker reset NAME [--operation OP] [--scope S]
@@ -257,10 +257,10 @@ async fn execute(cli: Cli) -> Result<(), Failure> {
     let coordinator = target.connect().await?;
     let admin = coordinator.admin();
     let result = match cli.command {
-        Command::Status { json } => status(&admin, &target.namespace, json).await,
-        Command::Watch => watch(&admin, &target.namespace).await,
-        Command::Breaker(command) => breaker(&admin, command).await,
-        Command::Config(command) => config(&admin, command).await,
+        Command::Status => status(&admin, &target.namespace, cli.json).await,
+        Command::Watch => watch(&admin, &target.namespace, cli.json).await,
+        Command::Breaker(command) => breaker(&admin, command, cli.json).await,
+        Command::Config(command) => config(&admin, command, cli.json).await,
     };
     coordinator.shutdown().await;
     result
@@ -289,8 +289,8 @@ async fn status(admin: &Admin, namespace: &str, json: bool) -> Result<(), Failur
 /// How often `watch` redraws when nothing changed (occupancy moves without a change event).
 const REDRAW_EVERY: Duration = Duration::from_secs(1);
 
-async fn watch(admin: &Admin, namespace: &str) -> Result<(), Failure> {
-    let terminal = std::io::stdout().is_terminal();
+async fn watch(admin: &Admin, namespace: &str, json: bool) -> Result<(), Failure> {
+    let terminal = std::io::stdout().is_terminal() && !json;
     // Listening from the start: an interrupt while the first frame is drawn ends the watch
     // cleanly too.
     let mut interrupts = Interrupts::listen()?;
@@ -298,12 +298,18 @@ async fn watch(admin: &Admin, namespace: &str) -> Result<(), Failure> {
     loop {
         let now = humantime::format_rfc3339_seconds(SystemTime::now());
         let body = match admin.status().await {
+            Ok(identities) if json => render::json_lines(&identities),
             Ok(identities) => render::table(&identities, namespace),
+            Err(error) if json => render::json_line(&render::Unavailable {
+                unavailable: one_line(&error),
+            }),
             // A watch outlives a blip: say so in the snapshot, and try again.
             Err(error) => format!("unavailable: {}\n", one_line(&error)),
         };
         let heading = format!("caracal watch: namespace `{namespace}`, {now} (Ctrl-C to stop)\n");
-        let frame = if terminal {
+        let frame = if json {
+            body
+        } else if terminal {
             // Home, clear the screen, draw.
             format!("\x1b[H\x1b[2J{heading}\n{body}")
         } else if first {
@@ -400,7 +406,7 @@ fn unless_forced(refusal: Option<Refusal>, steer: &Steer) -> Result<(), Failure>
     }
 }
 
-async fn breaker(admin: &Admin, command: args::BreakerCommand) -> Result<(), Failure> {
+async fn breaker(admin: &Admin, command: args::BreakerCommand, json: bool) -> Result<(), Failure> {
     let (target, command, lasts, steer) = match command {
         args::BreakerCommand::Open {
             breaker,
@@ -438,6 +444,18 @@ async fn breaker(admin: &Admin, command: args::BreakerCommand) -> Result<(), Fai
         .breaker(&id, command)
         .await
         .map_err(|e| Failure::of(&e))?;
+    if json {
+        return print(&render::json_line(&render::BreakerChanged {
+            kind: "circuit_breaker",
+            name: &target.name,
+            operation: target.operation.as_deref().unwrap_or(&target.name),
+            scope: target.scope.as_deref().unwrap_or("global"),
+            from: changed.from.as_str(),
+            to: changed.to.as_str(),
+            generation: changed.generation,
+            for_ms: lasts.map(|lasts| u64::try_from(lasts.as_millis()).unwrap_or(u64::MAX)),
+        }));
+    }
     let until = match lasts {
         Some(lasts) => format!(" for {}", humantime::format_duration(lasts)),
         None => String::new(),
@@ -451,7 +469,7 @@ async fn breaker(admin: &Admin, command: args::BreakerCommand) -> Result<(), Fai
     ))
 }
 
-async fn config(admin: &Admin, command: ConfigCommand) -> Result<(), Failure> {
+async fn config(admin: &Admin, command: ConfigCommand, json: bool) -> Result<(), Failure> {
     match command {
         ConfigCommand::Get { key } => {
             let values = admin
@@ -460,10 +478,14 @@ async fn config(admin: &Admin, command: ConfigCommand) -> Result<(), Failure> {
                 .map_err(|e| Failure::of(&e))?;
             let mut out = String::new();
             for value in values {
-                out.push_str(&format!(
-                    "{} = {} ({})\n",
-                    value.setting, value.value, value.source
-                ));
+                if json {
+                    out.push_str(&render::json_line(&render::Value::of(&value)));
+                } else {
+                    out.push_str(&format!(
+                        "{} = {} ({})\n",
+                        value.setting, value.value, value.source
+                    ));
+                }
             }
             print(&out)
         }
@@ -490,6 +512,13 @@ async fn config(admin: &Admin, command: ConfigCommand) -> Result<(), Failure> {
                         .find(|v| v.setting == key && v.source == "fleet")
                 })
                 .map_or(value, |v| v.value);
+            if json {
+                return print(&render::json_line(&render::Value {
+                    setting: &key,
+                    value: &stored,
+                    source: "fleet",
+                }));
+            }
             print(&format!(
                 "{key} = {stored} (fleet): every process applies it within a second\n"
             ))
@@ -506,6 +535,12 @@ async fn config(admin: &Admin, command: ConfigCommand) -> Result<(), Failure> {
                 .unset_override(&key)
                 .await
                 .map_err(|e| Failure::of(&e))?;
+            if json {
+                return print(&render::json_line(&render::Removed {
+                    setting: &key,
+                    removed,
+                }));
+            }
             print(&if removed {
                 format!("{key}: fleet override removed\n")
             } else {

@@ -86,11 +86,10 @@ impl PolicyState {
             .fields
             .iter()
             .zip(&self.values)
-            .filter(|(field, _)| field.json)
             .map(|(field, value)| (field.name, value))
     }
 
-    /// The value of the field `name`, printed or not (`None`: the kind has no such field).
+    /// The value of the field `name` (`None`: the kind has no such field).
     pub fn get(&self, name: &str) -> Option<&StatusValue> {
         self.field(name).map(|(_, value)| value)
     }
@@ -105,7 +104,7 @@ impl PolicyState {
     }
 
     /// The STATE and DETAIL cells of the `caracal status` table (`3/5 in use`; `open`,
-    /// `generation 4, 3 of 10 failed, probe in 4s 120ms`).
+    /// `generation 4, 3 of 10 failed, 1 slow, probe in 4s 120ms`).
     pub fn summary(&self) -> [String; 2] {
         self.kind
             .table

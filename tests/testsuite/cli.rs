@@ -395,6 +395,75 @@ fn commands_on_what_no_process_uses_exit_3() {
     );
 }
 
+/// `--json` is taken by every command that prints: one JSON object per line.
+#[test]
+fn json_on_every_command() {
+    let server = RedisServer::start();
+    let (url, namespace) = (server.url(), unique("cli-json"));
+    let json = |args: &[&str]| -> Vec<serde_json::Value> {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        caracal(&url, &namespace, &all)
+            .ok()
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("a JSON object per line"))
+            .collect()
+    };
+    let opened = json(&[
+        "breaker", "open", "cli-x", "--scope", "eu", "--for", "2m", "--force",
+    ]);
+    assert_eq!(
+        opened,
+        [serde_json::json!({
+            "kind": "circuit_breaker", "name": "cli-x", "operation": "cli-x", "scope": "eu",
+            "from": "closed", "to": "forced_open", "generation": opened[0]["generation"],
+            "for_ms": 120_000
+        })]
+    );
+    assert!(opened[0]["generation"].is_u64(), "{opened:?}");
+    assert_eq!(
+        json(&[
+            "config",
+            "set",
+            "circuit_breaker.cli-x.open",
+            "0.5s",
+            "--force"
+        ]),
+        [
+            serde_json::json!({"setting": "circuit_breaker.cli-x.open", "value": "500ms", "source": "fleet"})
+        ]
+    );
+    assert_eq!(
+        json(&["config", "get"]),
+        [
+            serde_json::json!({"setting": "circuit_breaker.cli-x.open", "value": "500ms", "source": "fleet"})
+        ]
+    );
+    assert_eq!(
+        json(&["config", "unset", "circuit_breaker.cli-x.open", "--force"]),
+        [serde_json::json!({"setting": "circuit_breaker.cli-x.open", "removed": true})]
+    );
+    assert_eq!(json(&["status"]), Vec::<serde_json::Value>::new());
+    // The flag goes after the command just as well.
+    let reset = caracal(
+        &url,
+        &namespace,
+        &[
+            "breaker", "reset", "cli-x", "--scope", "eu", "--force", "--json",
+        ],
+    )
+    .ok();
+    let reset: serde_json::Value = serde_json::from_str(reset.trim_end()).expect("JSON");
+    assert_eq!(
+        (&reset["from"], &reset["to"], &reset["for_ms"]),
+        (
+            &serde_json::json!("forced_open"),
+            &serde_json::json!("closed"),
+            &serde_json::Value::Null
+        )
+    );
+}
+
 /// A comma-separated URL is a list of cluster seeds, as for `Coordinator::from_env`.
 #[test]
 fn a_comma_separated_url_is_a_cluster() {

@@ -496,6 +496,7 @@ fn status_lists_every_identity_of_the_fleet_with_drift() {
             "retry_after_ms",
             "state",
             "window_failures",
+            "window_slow",
             "window_total"
         ]),
         "{breaker}"

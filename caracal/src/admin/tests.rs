@@ -57,7 +57,8 @@ fn a_breaker_shows_its_window_and_the_time_to_its_probe() {
             "generation",
             "window_total",
             "window_failures",
-            "retry_after_ms"
+            "retry_after_ms",
+            "window_slow"
         ]
     );
     let absent = state(PolicyKind::CircuitBreaker, "open=10s", &[-1; 8]);
@@ -65,7 +66,7 @@ fn a_breaker_shows_its_window_and_the_time_to_its_probe() {
         absent.summary(),
         [
             "closed".to_owned(),
-            "generation 0, 0 of 0 failed".to_owned()
+            "generation 0, 0 of 0 failed, 0 slow".to_owned()
         ]
     );
     assert_eq!(absent.get("retry_after_ms"), Some(&StatusValue::Unset));
@@ -78,13 +79,13 @@ fn a_breaker_shows_its_window_and_the_time_to_its_probe() {
         open.summary(),
         [
             "open".to_owned(),
-            "generation 3, 2 of 4 failed, probe in 4s 120ms".to_owned()
+            "generation 3, 2 of 4 failed, 1 slow, probe in 4s 120ms".to_owned()
         ]
     );
     assert_eq!(open.get("retry_after_ms"), Some(&StatusValue::Count(4_120)));
     assert_eq!(open.get("window_slow"), Some(&StatusValue::Count(1)));
     let forced = state(PolicyKind::CircuitBreaker, "", &[3, 4, 0, 0, 0, 0, 0, 0]);
-    assert_eq!(forced.summary()[1], "generation 4, 0 of 0 failed");
+    assert_eq!(forced.summary()[1], "generation 4, 0 of 0 failed, 0 slow");
     let lapsed = state(
         PolicyKind::CircuitBreaker,
         "",

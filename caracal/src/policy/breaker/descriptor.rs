@@ -25,11 +25,11 @@ pub(crate) const DESCRIPTOR: Descriptor = Descriptor {
         // without an end).
         Field::new("retry_after_ms", Unit::Millis),
         // Slow calls in the window.
-        Field::unlisted("window_slow", Unit::Count),
+        Field::new("window_slow", Unit::Count),
     ],
     table: [
         "{state}",
-        "generation {generation}, {window_failures} of {window_total} failed[, probe in {retry_after_ms}]",
+        "generation {generation}, {window_failures} of {window_total} failed, {window_slow} slow[, probe in {retry_after_ms}]",
     ],
     read: Some(StatusRead {
         script: &STATUS,
