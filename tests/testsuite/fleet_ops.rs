@@ -492,6 +492,7 @@ fn status_lists_every_identity_of_the_fleet_with_drift() {
     assert_eq!(
         keys(breaker),
         with(&[
+            "forced_until_ms",
             "generation",
             "retry_after_ms",
             "state",
@@ -570,6 +571,14 @@ fn status_lists_every_identity_of_the_fleet_with_drift() {
     assert_eq!(breaker["generation"].as_u64(), Some(generation(&opened)));
     let left = breaker["retry_after_ms"].as_u64().expect("retry_after_ms");
     assert!(left > 0 && left <= 3_600_000, "{breaker}");
+    let until = breaker["forced_until_ms"]
+        .as_u64()
+        .expect("forced_until_ms");
+    let now_ms = now_us() / 1000;
+    assert!(
+        until > now_ms && until <= now_ms + 3_600_000 + PATIENCE.as_millis() as u64,
+        "{breaker}"
+    );
     let table = caracal(&["status"]).ok();
     assert!(
         row_of(&table, "cli-status-breaker").contains("forced_open"),

@@ -58,7 +58,8 @@ fn a_breaker_shows_its_window_and_the_time_to_its_probe() {
             "window_total",
             "window_failures",
             "retry_after_ms",
-            "window_slow"
+            "window_slow",
+            "forced_until_ms"
         ]
     );
     let absent = state(PolicyKind::CircuitBreaker, "open=10s", &[-1; 8]);
@@ -86,6 +87,20 @@ fn a_breaker_shows_its_window_and_the_time_to_its_probe() {
     assert_eq!(open.get("window_slow"), Some(&StatusValue::Count(1)));
     let forced = state(PolicyKind::CircuitBreaker, "", &[3, 4, 0, 0, 0, 0, 0, 0]);
     assert_eq!(forced.summary()[1], "generation 4, 0 of 0 failed, 0 slow");
+    assert_eq!(forced.get("forced_until_ms"), Some(&StatusValue::Unset));
+    let for_a_while = state(
+        PolicyKind::CircuitBreaker,
+        "",
+        &[4, 4, 0, 0, 0, 0, 0, 70_000],
+    );
+    assert_eq!(
+        for_a_while.get("state"),
+        Some(&StatusValue::Text("forced_closed"))
+    );
+    assert_eq!(
+        for_a_while.get("forced_until_ms"),
+        Some(&StatusValue::Count(70_000))
+    );
     let lapsed = state(
         PolicyKind::CircuitBreaker,
         "",
