@@ -28,6 +28,10 @@ pub(crate) struct Cli {
     #[arg(long, global = true, value_name = "NS")]
     pub(crate) namespace: Option<String>,
 
+    /// Print JSON instead of text: one object per line.
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+
     #[command(subcommand)]
     pub(crate) command: Command,
 }
@@ -35,11 +39,7 @@ pub(crate) struct Cli {
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// Every identity in use in the namespace, with its state now.
-    Status {
-        /// One JSON object per line, per identity.
-        #[arg(long)]
-        json: bool,
-    },
+    Status,
     /// The status table, redrawn on every change (and every second), until Ctrl-C.
     Watch,
     /// Force a circuit breaker open or closed, or reset it, in every process.
@@ -59,6 +59,8 @@ pub(crate) enum BreakerCommand {
         breaker: BreakerTarget,
         #[command(flatten)]
         lasts: Lasts,
+        #[command(flatten)]
+        steer: Steer,
     },
     /// Every process admits every call and records nothing, until --for elapses (then
     /// closed) or a reset.
@@ -67,11 +69,15 @@ pub(crate) enum BreakerCommand {
         breaker: BreakerTarget,
         #[command(flatten)]
         lasts: Lasts,
+        #[command(flatten)]
+        steer: Steer,
     },
     /// Closed, with an empty window and a new generation.
     Reset {
         #[command(flatten)]
         breaker: BreakerTarget,
+        #[command(flatten)]
+        steer: Steer,
     },
 }
 
@@ -116,13 +122,26 @@ pub(crate) enum ConfigCommand {
         /// The value, as the attribute's argument takes it (`40`, `0.3`, `10s`).
         #[arg(value_name = "VALUE", allow_hyphen_values = true)]
         value: String,
+        #[command(flatten)]
+        steer: Steer,
     },
     /// Remove a fleet-wide override.
     Unset {
         /// `<kind>.<name>.<key>`.
         #[arg(value_name = "KEY")]
         key: String,
+        #[command(flatten)]
+        steer: Steer,
     },
+}
+
+/// What every command that changes the fleet takes.
+#[derive(Debug, Args)]
+pub(crate) struct Steer {
+    /// Do it even though no process uses what it names, or the sites that do would ignore
+    /// it (without it, that exits 3 naming what is in use).
+    #[arg(long)]
+    pub(crate) force: bool,
 }
 
 /// A duration with a unit, as humantime reads it.
@@ -148,7 +167,7 @@ mod tests {
     #[test]
     fn breaker_arguments_and_defaults() {
         let cli = parse(&["breaker", "open", "partner-api", "--for", "1s"]).expect("parses");
-        let Command::Breaker(BreakerCommand::Open { breaker, lasts }) = cli.command else {
+        let Command::Breaker(BreakerCommand::Open { breaker, lasts, .. }) = cli.command else {
             panic!("{cli:?}");
         };
         assert_eq!(breaker.name, "partner-api");

@@ -1,8 +1,8 @@
 //! The `caracal` command: a thin layer over [`caracal::admin`].
 //!
 //! ```text
-//! caracal [--url URL] [--namespace NS] status [--json]
-//! caracal [--url URL] [--namespace NS] watch
+//! caracal [--url URL] [--namespace NS] [--json] status
+//! caracal [--url URL] [--namespace NS] [--json] watch
 //! caracal [--url URL] [--namespace NS] breaker open  NAME [--operation OP] [--scope S] [--for DURATION]
 //! caracal [--url URL] [--namespace NS] breaker close NAME [--operation OP] [--scope S] [--for DURATION]
 //! caracal [--url URL] [--namespace NS] breaker reset NAME [--operation OP] [--scope S]
@@ -11,7 +11,9 @@
 //!
 //! Exit status: 0 on success, 2 on a usage error (including a malformed `--for` duration,
 //! and a setting, value, name or scope the library rejects as invalid), 1 when the
-//! coordinator fails (Redis unreachable or refusing, missing permissions). Every error is one
+//! coordinator fails (Redis unreachable or refusing, missing permissions), 3 when a command
+//! that changes the fleet would change nothing in use (no process uses the breaker or policy
+//! it names, or the sites that do would ignore the value; `--force` does it anyway). Every error is one
 //! line on stderr, `caracal: <message>`. The reference is the operations guide of the
 //! `caracal` crate.
 //!
@@ -28,11 +30,11 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use caracal::Coordinator;
-use caracal::admin::{Admin, BreakerCommand, BreakerId};
+use caracal::admin::{Admin, BreakerCommand, BreakerId, Refusal};
 use clap::Parser;
 use clap::error::ErrorKind;
 
-use crate::args::{BreakerTarget, Cli, Command, ConfigCommand};
+use crate::args::{BreakerTarget, Cli, Command, ConfigCommand, Steer};
 
 /// Runs the command with these arguments (the first is the program's name), printing its
 /// output and errors; returns its exit status.
@@ -66,6 +68,9 @@ enum Failure {
     Usage(String),
     /// The coordinator (or the terminal) failed: exit 1.
     Coordinator(String),
+    /// No process uses what the command names, or would apply it: exit 3 (`--force` does it
+    /// anyway).
+    Refused(String),
     /// The reader of our output went away (`caracal status | head -1`): stop, quietly.
     Quiet,
 }
@@ -75,6 +80,7 @@ impl Failure {
         match self {
             Failure::Usage(_) => 2,
             Failure::Coordinator(_) => 1,
+            Failure::Refused(_) => 3,
             Failure::Quiet => 0,
         }
     }
@@ -95,7 +101,9 @@ impl Failure {
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Failure::Usage(message) | Failure::Coordinator(message) => f.write_str(message),
+            Failure::Usage(message) | Failure::Coordinator(message) | Failure::Refused(message) => {
+                f.write_str(message)
+            }
             Failure::Quiet => Ok(()),
         }
     }
@@ -249,10 +257,10 @@ async fn execute(cli: Cli) -> Result<(), Failure> {
     let coordinator = target.connect().await?;
     let admin = coordinator.admin();
     let result = match cli.command {
-        Command::Status { json } => status(&admin, &target.namespace, json).await,
-        Command::Watch => watch(&admin, &target.namespace).await,
-        Command::Breaker(command) => breaker(&admin, command).await,
-        Command::Config(command) => config(&admin, command).await,
+        Command::Status => status(&admin, &target.namespace, cli.json).await,
+        Command::Watch => watch(&admin, &target.namespace, cli.json).await,
+        Command::Breaker(command) => breaker(&admin, command, cli.json).await,
+        Command::Config(command) => config(&admin, command, cli.json).await,
     };
     coordinator.shutdown().await;
     result
@@ -281,8 +289,8 @@ async fn status(admin: &Admin, namespace: &str, json: bool) -> Result<(), Failur
 /// How often `watch` redraws when nothing changed (occupancy moves without a change event).
 const REDRAW_EVERY: Duration = Duration::from_secs(1);
 
-async fn watch(admin: &Admin, namespace: &str) -> Result<(), Failure> {
-    let terminal = std::io::stdout().is_terminal();
+async fn watch(admin: &Admin, namespace: &str, json: bool) -> Result<(), Failure> {
+    let terminal = std::io::stdout().is_terminal() && !json;
     // Listening from the start: an interrupt while the first frame is drawn ends the watch
     // cleanly too.
     let mut interrupts = Interrupts::listen()?;
@@ -290,12 +298,18 @@ async fn watch(admin: &Admin, namespace: &str) -> Result<(), Failure> {
     loop {
         let now = humantime::format_rfc3339_seconds(SystemTime::now());
         let body = match admin.status().await {
+            Ok(identities) if json => render::json_lines(&identities),
             Ok(identities) => render::table(&identities, namespace),
+            Err(error) if json => render::json_line(&render::Unavailable {
+                unavailable: one_line(&error),
+            }),
             // A watch outlives a blip: say so in the snapshot, and try again.
             Err(error) => format!("unavailable: {}\n", one_line(&error)),
         };
         let heading = format!("caracal watch: namespace `{namespace}`, {now} (Ctrl-C to stop)\n");
-        let frame = if terminal {
+        let frame = if json {
+            body
+        } else if terminal {
             // Home, clear the screen, draw.
             format!("\x1b[H\x1b[2J{heading}\n{body}")
         } else if first {
@@ -384,24 +398,64 @@ fn breaker_label(target: &BreakerTarget) -> String {
     }
 }
 
-async fn breaker(admin: &Admin, command: args::BreakerCommand) -> Result<(), Failure> {
-    let (target, command, lasts) = match command {
-        args::BreakerCommand::Open { breaker, lasts } => (
+/// Exit 3 with `refusal`, unless it is forced or there is none.
+fn unless_forced(refusal: Option<Refusal>, steer: &Steer) -> Result<(), Failure> {
+    match refusal {
+        Some(refusal) if !steer.force => Err(Failure::Refused(refusal.reason)),
+        _ => Ok(()),
+    }
+}
+
+async fn breaker(admin: &Admin, command: args::BreakerCommand, json: bool) -> Result<(), Failure> {
+    let (target, command, lasts, steer) = match command {
+        args::BreakerCommand::Open {
+            breaker,
+            lasts,
+            steer,
+        } => (
             breaker,
             BreakerCommand::Open { lasts: lasts.lasts },
             lasts.lasts,
+            steer,
         ),
-        args::BreakerCommand::Close { breaker, lasts } => (
+        args::BreakerCommand::Close {
+            breaker,
+            lasts,
+            steer,
+        } => (
             breaker,
             BreakerCommand::Close { lasts: lasts.lasts },
             lasts.lasts,
+            steer,
         ),
-        args::BreakerCommand::Reset { breaker } => (breaker, BreakerCommand::Reset, None),
+        args::BreakerCommand::Reset { breaker, steer } => {
+            (breaker, BreakerCommand::Reset, None, steer)
+        }
     };
+    let id = breaker_id(&target);
+    if !steer.force {
+        let refusal = admin
+            .check_breaker(&id, command)
+            .await
+            .map_err(|e| Failure::of(&e))?;
+        unless_forced(refusal, &steer)?;
+    }
     let changed = admin
-        .breaker(&breaker_id(&target), command)
+        .breaker(&id, command)
         .await
         .map_err(|e| Failure::of(&e))?;
+    if json {
+        return print(&render::json_line(&render::BreakerChanged {
+            kind: "circuit_breaker",
+            name: &target.name,
+            operation: target.operation.as_deref().unwrap_or(&target.name),
+            scope: target.scope.as_deref().unwrap_or("global"),
+            from: changed.from.as_str(),
+            to: changed.to.as_str(),
+            generation: changed.generation,
+            for_ms: lasts.map(|lasts| u64::try_from(lasts.as_millis()).unwrap_or(u64::MAX)),
+        }));
+    }
     let until = match lasts {
         Some(lasts) => format!(" for {}", humantime::format_duration(lasts)),
         None => String::new(),
@@ -415,7 +469,7 @@ async fn breaker(admin: &Admin, command: args::BreakerCommand) -> Result<(), Fai
     ))
 }
 
-async fn config(admin: &Admin, command: ConfigCommand) -> Result<(), Failure> {
+async fn config(admin: &Admin, command: ConfigCommand, json: bool) -> Result<(), Failure> {
     match command {
         ConfigCommand::Get { key } => {
             let values = admin
@@ -424,14 +478,25 @@ async fn config(admin: &Admin, command: ConfigCommand) -> Result<(), Failure> {
                 .map_err(|e| Failure::of(&e))?;
             let mut out = String::new();
             for value in values {
-                out.push_str(&format!(
-                    "{} = {} ({})\n",
-                    value.setting, value.value, value.source
-                ));
+                if json {
+                    out.push_str(&render::json_line(&render::Value::of(&value)));
+                } else {
+                    out.push_str(&format!(
+                        "{} = {} ({})\n",
+                        value.setting, value.value, value.source
+                    ));
+                }
             }
             print(&out)
         }
-        ConfigCommand::Set { key, value } => {
+        ConfigCommand::Set { key, value, steer } => {
+            if !steer.force {
+                let refusal = admin
+                    .check_override(&key, Some(&value))
+                    .await
+                    .map_err(|e| Failure::of(&e))?;
+                unless_forced(refusal, &steer)?;
+            }
             admin
                 .set_override(&key, &value)
                 .await
@@ -447,15 +512,35 @@ async fn config(admin: &Admin, command: ConfigCommand) -> Result<(), Failure> {
                         .find(|v| v.setting == key && v.source == "fleet")
                 })
                 .map_or(value, |v| v.value);
+            if json {
+                return print(&render::json_line(&render::Value {
+                    setting: &key,
+                    value: &stored,
+                    source: "fleet",
+                }));
+            }
             print(&format!(
                 "{key} = {stored} (fleet): every process applies it within a second\n"
             ))
         }
-        ConfigCommand::Unset { key } => {
+        ConfigCommand::Unset { key, steer } => {
+            if !steer.force {
+                let refusal = admin
+                    .check_override(&key, None)
+                    .await
+                    .map_err(|e| Failure::of(&e))?;
+                unless_forced(refusal, &steer)?;
+            }
             let removed = admin
                 .unset_override(&key)
                 .await
                 .map_err(|e| Failure::of(&e))?;
+            if json {
+                return print(&render::json_line(&render::Removed {
+                    setting: &key,
+                    removed,
+                }));
+            }
             print(&if removed {
                 format!("{key}: fleet override removed\n")
             } else {

@@ -1,6 +1,6 @@
 //! How the status reads: a table for people, JSON lines for programs.
 
-use caracal::admin::{IdentityStatus, PolicyState, StatusValue};
+use caracal::admin::{ConfigValue, IdentityStatus, PolicyState, StatusValue};
 use serde::{Serialize, Serializer};
 
 /// One identity as a line of `status --json`.
@@ -41,6 +41,59 @@ impl Serialize for Json<'_> {
     }
 }
 
+/// `breaker … --json`: what the command did.
+#[derive(Debug, Serialize)]
+pub(crate) struct BreakerChanged<'a> {
+    pub(crate) kind: &'static str,
+    pub(crate) name: &'a str,
+    pub(crate) operation: &'a str,
+    pub(crate) scope: &'a str,
+    pub(crate) from: &'static str,
+    pub(crate) to: &'static str,
+    pub(crate) generation: u64,
+    /// How long the forced state lasts; `null` until a reset.
+    pub(crate) for_ms: Option<u64>,
+}
+
+/// `config get|set --json`: one value in force and where it came from.
+#[derive(Debug, Serialize)]
+pub(crate) struct Value<'a> {
+    pub(crate) setting: &'a str,
+    pub(crate) value: &'a str,
+    pub(crate) source: &'a str,
+}
+
+impl<'a> Value<'a> {
+    pub(crate) fn of(value: &'a ConfigValue) -> Self {
+        Value {
+            setting: &value.setting,
+            value: &value.value,
+            source: &value.source,
+        }
+    }
+}
+
+/// `config unset --json`: whether there was an override to remove.
+#[derive(Debug, Serialize)]
+pub(crate) struct Removed<'a> {
+    pub(crate) setting: &'a str,
+    pub(crate) removed: bool,
+}
+
+/// `watch --json`, when a snapshot could not be read.
+#[derive(Debug, Serialize)]
+pub(crate) struct Unavailable {
+    pub(crate) unavailable: String,
+}
+
+/// One object as a line of JSON.
+pub(crate) fn json_line(object: &impl Serialize) -> String {
+    // Strings, numbers, booleans and options only: serializing cannot fail.
+    let mut line = serde_json::to_string(object).unwrap_or_default();
+    line.push('\n');
+    line
+}
+
 /// `status --json`: one object per identity, each on its own line.
 pub(crate) fn json_lines(identities: &[IdentityStatus]) -> String {
     let mut out = String::new();
@@ -53,11 +106,7 @@ pub(crate) fn json_lines(identities: &[IdentityStatus]) -> String {
             drift: identity.drift,
             state: Fields(&identity.state),
         };
-        // Strings, numbers and options only: serializing cannot fail.
-        if let Ok(text) = serde_json::to_string(&line) {
-            out.push_str(&text);
-            out.push('\n');
-        }
+        out.push_str(&json_line(&line));
     }
     out
 }

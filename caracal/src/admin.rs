@@ -40,6 +40,7 @@ use crate::policy::{
     self,
     descriptor::{self, Descriptor, Field},
 };
+pub use checks::Refusal;
 
 /// The operations of [`Coordinator::admin`].
 #[derive(Debug, Clone)]
@@ -85,11 +86,10 @@ impl PolicyState {
             .fields
             .iter()
             .zip(&self.values)
-            .filter(|(field, _)| field.json)
             .map(|(field, value)| (field.name, value))
     }
 
-    /// The value of the field `name`, printed or not (`None`: the kind has no such field).
+    /// The value of the field `name` (`None`: the kind has no such field).
     pub fn get(&self, name: &str) -> Option<&StatusValue> {
         self.field(name).map(|(_, value)| value)
     }
@@ -104,7 +104,7 @@ impl PolicyState {
     }
 
     /// The STATE and DETAIL cells of the `caracal status` table (`3/5 in use`; `open`,
-    /// `generation 4, 3 of 10 failed, probe in 4s 120ms`).
+    /// `generation 4, 3 of 10 failed, 1 slow, probe in 4s 120ms`).
     pub fn summary(&self) -> [String; 2] {
         self.kind
             .table
@@ -312,38 +312,7 @@ impl Admin {
         command: BreakerCommand,
     ) -> Result<BreakerChanged, Error> {
         let identity = breaker.identity(&self.coordinator)?;
-        let lasts_ms = |lasts: Option<Duration>| -> Result<u64, Error> {
-            match lasts {
-                None => Ok(0),
-                Some(lasts) if !lasts.is_zero() && lasts <= MAX_FORCED => {
-                    Ok(u64::try_from(lasts.as_millis()).unwrap_or(u64::MAX).max(1))
-                }
-                Some(lasts) => Err(Error::config(format!(
-                    "a forced state lasts from 1ms to a year, not {}",
-                    humantime::format_duration(lasts)
-                ))),
-            }
-        };
-        let (force, to) = match command {
-            BreakerCommand::Open { lasts } => (
-                Force::Open {
-                    lasts_ms: lasts_ms(lasts)?,
-                },
-                BreakerState::ForcedOpen,
-            ),
-            BreakerCommand::Close { lasts } => (
-                Force::Closed {
-                    lasts_ms: lasts_ms(lasts)?,
-                },
-                BreakerState::ForcedClosed,
-            ),
-            BreakerCommand::Reset => (
-                Force::Reset {
-                    closed_ttl_ms: RESET_CLOSED_TTL_MS,
-                },
-                BreakerState::Closed,
-            ),
-        };
+        let (force, to) = forcing(command)?;
         let reply = self
             .coordinator
             .breakers()
@@ -429,9 +398,47 @@ impl Admin {
     }
 }
 
+/// What `command` has the breaker's state do, and the state it starts; an error for a
+/// forced state asked to last too little or too long.
+fn forcing(command: BreakerCommand) -> Result<(Force, BreakerState), Error> {
+    let lasts_ms = |lasts: Option<Duration>| -> Result<u64, Error> {
+        match lasts {
+            None => Ok(0),
+            Some(lasts) if !lasts.is_zero() && lasts <= MAX_FORCED => {
+                Ok(u64::try_from(lasts.as_millis()).unwrap_or(u64::MAX).max(1))
+            }
+            Some(lasts) => Err(Error::config(format!(
+                "a forced state lasts from 1ms to a year, not {}",
+                humantime::format_duration(lasts)
+            ))),
+        }
+    };
+    Ok(match command {
+        BreakerCommand::Open { lasts } => (
+            Force::Open {
+                lasts_ms: lasts_ms(lasts)?,
+            },
+            BreakerState::ForcedOpen,
+        ),
+        BreakerCommand::Close { lasts } => (
+            Force::Closed {
+                lasts_ms: lasts_ms(lasts)?,
+            },
+            BreakerState::ForcedClosed,
+        ),
+        BreakerCommand::Reset => (
+            Force::Reset {
+                closed_ttl_ms: RESET_CLOSED_TTL_MS,
+            },
+            BreakerState::Closed,
+        ),
+    })
+}
+
 /// How long a reset's closed state lasts without observations: the operator does not know
 /// the breaker's window, and processes that use it keep it alive anyway.
 const RESET_CLOSED_TTL_MS: u64 = 60_000;
 
+mod checks;
 #[cfg(test)]
 mod tests;

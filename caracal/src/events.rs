@@ -460,6 +460,27 @@ pub(crate) fn config_override_ignored(setting: &str, error: &Error) {
     );
 }
 
+/// This process does not apply the override `key = value` of the policy `name` of `kind`: its
+/// site's other values cannot take it (`reason`). Said once per change of the overrides; the
+/// identity's other overrides stay in force.
+pub(crate) fn config_ignored(
+    kind: crate::identity::PolicyKind,
+    name: &str,
+    key: &str,
+    value: &str,
+    reason: &str,
+) {
+    tracing::warn!(
+        target: "caracal",
+        event = "config.ignored",
+        policy = kind.as_str(),
+        name,
+        key,
+        value,
+        reason,
+    );
+}
+
 /// The fleet's overrides could not be read when the coordinator connected; it runs on the
 /// other values until they are.
 pub(crate) fn config_unread(error: &Error) {

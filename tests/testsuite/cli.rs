@@ -18,6 +18,12 @@ use crate::common::{PATIENCE, TestError, unique};
 /// The command under test.
 const CARACAL: &str = env!("CARGO_BIN_EXE_caracal-command");
 
+/// The command: `$CARACAL_TEST_COMMAND` when set (a copy of this build's, which a build of
+/// another checkout sharing the target directory cannot replace mid-run), else cargo's.
+pub(crate) fn command_binary() -> String {
+    std::env::var("CARACAL_TEST_COMMAND").unwrap_or_else(|_| CARACAL.to_owned())
+}
+
 /// How a run of the command ended.
 #[derive(Debug)]
 pub(crate) struct Ran {
@@ -51,7 +57,7 @@ impl Ran {
 /// Runs the command with `args` and `env` (and none of the `CARACAL_*` variables this
 /// process may have), within [`PATIENCE`].
 pub(crate) fn run(args: &[&str], env: &[(&str, &str)]) -> Ran {
-    let mut command = Command::new(CARACAL);
+    let mut command = Command::new(command_binary());
     command
         .args(args)
         .env_remove("CARACAL_REDIS_URL")
@@ -243,12 +249,19 @@ fn config_get_set_unset() {
     let (url, namespace) = (server.url(), unique("cli-config"));
     let caracal = |args: &[&str]| caracal(&url, &namespace, args);
     assert_eq!(
-        caracal(&["config", "set", "bulkhead.cli-x.limit", "40"]).ok(),
+        caracal(&["config", "set", "bulkhead.cli-x.limit", "40", "--force"]).ok(),
         "bulkhead.cli-x.limit = 40 (fleet): every process applies it within a second\n"
     );
     // Stored (and printed) as the library reads it.
     assert_eq!(
-        caracal(&["config", "set", "circuit_breaker.cli-x.open", "0.5s"]).ok(),
+        caracal(&[
+            "config",
+            "set",
+            "circuit_breaker.cli-x.open",
+            "0.5s",
+            "--force"
+        ])
+        .ok(),
         "circuit_breaker.cli-x.open = 500ms (fleet): every process applies it within a second\n"
     );
     assert_eq!(
@@ -278,11 +291,11 @@ fn config_get_set_unset() {
         ""
     );
     assert_eq!(
-        caracal(&["config", "unset", "bulkhead.cli-x.limit"]).ok(),
+        caracal(&["config", "unset", "bulkhead.cli-x.limit", "--force"]).ok(),
         "bulkhead.cli-x.limit: fleet override removed\n"
     );
     assert_eq!(
-        caracal(&["config", "unset", "bulkhead.cli-x.limit"]).ok(),
+        caracal(&["config", "unset", "bulkhead.cli-x.limit", "--force"]).ok(),
         "bulkhead.cli-x.limit: there was no fleet override\n"
     );
     assert_eq!(
@@ -296,12 +309,12 @@ fn breaker_commands_print_the_change() {
     let server = RedisServer::start();
     let (url, namespace) = (server.url(), unique("cli-breaker-out"));
     let caracal = |args: &[&str]| caracal(&url, &namespace, args);
-    let opened = caracal(&["breaker", "open", "cli-x"]).ok();
+    let opened = caracal(&["breaker", "open", "cli-x", "--force"]).ok();
     assert!(
         opened.starts_with("cli-x: closed → forced_open (generation "),
         "{opened}"
     );
-    let reset = caracal(&["breaker", "reset", "cli-x"]).ok();
+    let reset = caracal(&["breaker", "reset", "cli-x", "--force"]).ok();
     assert!(
         reset.starts_with("cli-x: forced_open → closed (generation "),
         "{reset}"
@@ -318,6 +331,7 @@ fn breaker_commands_print_the_change() {
         "region:eu",
         "--for",
         "90s",
+        "--force",
     ])
     .ok();
     assert!(
@@ -334,11 +348,119 @@ fn breaker_commands_print_the_change() {
         "region:eu",
         "--operation",
         "get",
+        "--force",
     ])
     .ok();
     assert!(
         reset.starts_with("cli-x (operation get, scope region:eu): forced_closed → closed"),
         "{reset}"
+    );
+}
+
+/// With no process using anything, every command that changes the fleet would change nothing
+/// in use: exit 3, one line saying so; `--force` does it anyway.
+#[test]
+fn commands_on_what_no_process_uses_exit_3() {
+    let server = RedisServer::start();
+    let (url, namespace) = (server.url(), unique("cli-unused"));
+    let caracal = |args: &[&str]| caracal(&url, &namespace, args);
+    for (args, says) in [
+        (
+            &["breaker", "open", "cli-x", "--for", "1m"][..],
+            "no process uses a circuit breaker named `cli-x` (no circuit breaker is in use",
+        ),
+        (
+            &["breaker", "reset", "cli-x"],
+            "no circuit breaker is in use",
+        ),
+        (
+            &["config", "set", "bulkhead.cli-x.limit", "7"],
+            "no process uses a bulkhead named `cli-x` (no bulkhead is in use",
+        ),
+        (
+            &["config", "unset", "rate_limit.cli-x.rate"],
+            "no rate limit is in use",
+        ),
+    ] {
+        let line = caracal(args).failed(3);
+        assert!(line.contains(says), "{args:?}: {line}");
+        assert!(line.contains("--force"), "{args:?}: {line}");
+    }
+    // Nothing was done.
+    assert_eq!(caracal(&["config", "get"]).ok(), "");
+    caracal(&["config", "set", "bulkhead.cli-x.limit", "7", "--force"]).ok();
+    assert_eq!(
+        caracal(&["config", "get"]).ok(),
+        "bulkhead.cli-x.limit = 7 (fleet)\n"
+    );
+}
+
+/// `--json` is taken by every command that prints: one JSON object per line.
+#[test]
+fn json_on_every_command() {
+    let server = RedisServer::start();
+    let (url, namespace) = (server.url(), unique("cli-json"));
+    let json = |args: &[&str]| -> Vec<serde_json::Value> {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        caracal(&url, &namespace, &all)
+            .ok()
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("a JSON object per line"))
+            .collect()
+    };
+    let opened = json(&[
+        "breaker", "open", "cli-x", "--scope", "eu", "--for", "2m", "--force",
+    ]);
+    assert_eq!(
+        opened,
+        [serde_json::json!({
+            "kind": "circuit_breaker", "name": "cli-x", "operation": "cli-x", "scope": "eu",
+            "from": "closed", "to": "forced_open", "generation": opened[0]["generation"],
+            "for_ms": 120_000
+        })]
+    );
+    assert!(opened[0]["generation"].is_u64(), "{opened:?}");
+    assert_eq!(
+        json(&[
+            "config",
+            "set",
+            "circuit_breaker.cli-x.open",
+            "0.5s",
+            "--force"
+        ]),
+        [
+            serde_json::json!({"setting": "circuit_breaker.cli-x.open", "value": "500ms", "source": "fleet"})
+        ]
+    );
+    assert_eq!(
+        json(&["config", "get"]),
+        [
+            serde_json::json!({"setting": "circuit_breaker.cli-x.open", "value": "500ms", "source": "fleet"})
+        ]
+    );
+    assert_eq!(
+        json(&["config", "unset", "circuit_breaker.cli-x.open", "--force"]),
+        [serde_json::json!({"setting": "circuit_breaker.cli-x.open", "removed": true})]
+    );
+    assert_eq!(json(&["status"]), Vec::<serde_json::Value>::new());
+    // The flag goes after the command just as well.
+    let reset = caracal(
+        &url,
+        &namespace,
+        &[
+            "breaker", "reset", "cli-x", "--scope", "eu", "--force", "--json",
+        ],
+    )
+    .ok();
+    let reset: serde_json::Value = serde_json::from_str(reset.trim_end()).expect("JSON");
+    assert_eq!(
+        (&reset["from"], &reset["to"], &reset["for_ms"]),
+        (
+            &serde_json::json!("forced_open"),
+            &serde_json::json!("closed"),
+            &serde_json::Value::Null
+        )
     );
 }
 
@@ -349,12 +471,12 @@ fn a_comma_separated_url_is_a_cluster() {
     let seeds = cluster.seed_urls().join(",");
     let namespace = unique("cli-cluster");
     let caracal = |args: &[&str]| caracal(&seeds, &namespace, args);
-    caracal(&["config", "set", "rate_limit.cli-x.rate", "2.5"]).ok();
+    caracal(&["config", "set", "rate_limit.cli-x.rate", "2.5", "--force"]).ok();
     assert_eq!(
         caracal(&["config", "get"]).ok(),
         "rate_limit.cli-x.rate = 2.5 (fleet)\n"
     );
-    let opened = caracal(&["breaker", "open", "cli-x", "--for", "1m"]).ok();
+    let opened = caracal(&["breaker", "open", "cli-x", "--for", "1m", "--force"]).ok();
     assert!(
         opened.starts_with("cli-x: closed → forced_open for 1m (generation "),
         "{opened}"
@@ -382,7 +504,7 @@ async fn watch_redraws_and_ends_on_ctrl_c() {
         .await
         .expect("a closed breaker admits");
 
-    let mut child = Command::new(CARACAL)
+    let mut child = Command::new(command_binary())
         .args(["--url", &url, "--namespace", &namespace, "watch"])
         .env_remove("CARACAL_REDIS_URL")
         .env_remove("CARACAL_NAMESPACE")

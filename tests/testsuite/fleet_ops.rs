@@ -38,7 +38,7 @@ struct Call {
 }
 
 /// A worker and every line it printed so far, read as they come.
-struct Stream {
+pub(crate) struct Stream {
     worker: Worker,
     calls: Vec<Call>,
     events: Vec<BTreeMap<String, String>>,
@@ -54,7 +54,7 @@ fn fields(line: &str) -> BTreeMap<String, String> {
 }
 
 impl Stream {
-    fn spawn(url: &str, namespace: &str, scenario: &str, args: &[String]) -> Self {
+    pub(crate) fn spawn(url: &str, namespace: &str, scenario: &str, args: &[String]) -> Self {
         Stream {
             worker: Worker::spawn(url, namespace, scenario, args),
             calls: Vec::new(),
@@ -67,7 +67,7 @@ impl Stream {
     ///
     /// # Panics
     /// After [`PATIENCE`] (or when the worker goes silent that long), naming `what`.
-    fn until(&mut self, what: &str, done: impl Fn(&Stream) -> bool) {
+    pub(crate) fn until(&mut self, what: &str, done: impl Fn(&Stream) -> bool) {
         let deadline = Instant::now() + PATIENCE;
         while !done(self) {
             assert!(
@@ -97,7 +97,11 @@ impl Stream {
     }
 
     /// The events named `name` whose fields include every pair of `with`.
-    fn events(&self, name: &str, with: &[(&str, &str)]) -> Vec<&BTreeMap<String, String>> {
+    pub(crate) fn events(
+        &self,
+        name: &str,
+        with: &[(&str, &str)],
+    ) -> Vec<&BTreeMap<String, String>> {
         self.events
             .iter()
             .filter(|e| {
@@ -109,7 +113,7 @@ impl Stream {
             .collect()
     }
 
-    fn has_line(&self, line: &str) -> bool {
+    pub(crate) fn has_line(&self, line: &str) -> bool {
         self.lines.iter().any(|l| l == line)
     }
 }
@@ -393,7 +397,7 @@ fn admissions(worker: &mut Stream, version: u64, count: u64) {
 }
 
 /// `caracal status --json`, a JSON object per identity.
-fn status_json(url: &str, namespace: &str) -> Vec<Value> {
+pub(crate) fn status_json(url: &str, namespace: &str) -> Vec<Value> {
     caracal(url, namespace, &["status", "--json"])
         .ok()
         .lines()
@@ -402,7 +406,7 @@ fn status_json(url: &str, namespace: &str) -> Vec<Value> {
 }
 
 /// The object of `kind`/`name` in `status --json` output.
-fn identity<'a>(lines: &'a [Value], kind: &str, name: &str) -> Option<&'a Value> {
+pub(crate) fn identity<'a>(lines: &'a [Value], kind: &str, name: &str) -> Option<&'a Value> {
     lines
         .iter()
         .find(|line| line["kind"] == kind && line["name"] == name)
@@ -488,10 +492,12 @@ fn status_lists_every_identity_of_the_fleet_with_drift() {
     assert_eq!(
         keys(breaker),
         with(&[
+            "forced_until_ms",
             "generation",
             "retry_after_ms",
             "state",
             "window_failures",
+            "window_slow",
             "window_total"
         ]),
         "{breaker}"
@@ -565,6 +571,14 @@ fn status_lists_every_identity_of_the_fleet_with_drift() {
     assert_eq!(breaker["generation"].as_u64(), Some(generation(&opened)));
     let left = breaker["retry_after_ms"].as_u64().expect("retry_after_ms");
     assert!(left > 0 && left <= 3_600_000, "{breaker}");
+    let until = breaker["forced_until_ms"]
+        .as_u64()
+        .expect("forced_until_ms");
+    let now_ms = now_us() / 1000;
+    assert!(
+        until > now_ms && until <= now_ms + 3_600_000 + PATIENCE.as_millis() as u64,
+        "{breaker}"
+    );
     let table = caracal(&["status"]).ok();
     assert!(
         row_of(&table, "cli-status-breaker").contains("forced_open"),

@@ -28,6 +28,7 @@ mod cluster_faults;
 mod connect;
 mod fallback;
 mod fleet_ops;
+mod fleet_truth;
 mod harness;
 mod install;
 mod lease_safety;

@@ -57,7 +57,9 @@ fn a_breaker_shows_its_window_and_the_time_to_its_probe() {
             "generation",
             "window_total",
             "window_failures",
-            "retry_after_ms"
+            "retry_after_ms",
+            "window_slow",
+            "forced_until_ms"
         ]
     );
     let absent = state(PolicyKind::CircuitBreaker, "open=10s", &[-1; 8]);
@@ -65,7 +67,7 @@ fn a_breaker_shows_its_window_and_the_time_to_its_probe() {
         absent.summary(),
         [
             "closed".to_owned(),
-            "generation 0, 0 of 0 failed".to_owned()
+            "generation 0, 0 of 0 failed, 0 slow".to_owned()
         ]
     );
     assert_eq!(absent.get("retry_after_ms"), Some(&StatusValue::Unset));
@@ -78,13 +80,27 @@ fn a_breaker_shows_its_window_and_the_time_to_its_probe() {
         open.summary(),
         [
             "open".to_owned(),
-            "generation 3, 2 of 4 failed, probe in 4s 120ms".to_owned()
+            "generation 3, 2 of 4 failed, 1 slow, probe in 4s 120ms".to_owned()
         ]
     );
     assert_eq!(open.get("retry_after_ms"), Some(&StatusValue::Count(4_120)));
     assert_eq!(open.get("window_slow"), Some(&StatusValue::Count(1)));
     let forced = state(PolicyKind::CircuitBreaker, "", &[3, 4, 0, 0, 0, 0, 0, 0]);
-    assert_eq!(forced.summary()[1], "generation 4, 0 of 0 failed");
+    assert_eq!(forced.summary()[1], "generation 4, 0 of 0 failed, 0 slow");
+    assert_eq!(forced.get("forced_until_ms"), Some(&StatusValue::Unset));
+    let for_a_while = state(
+        PolicyKind::CircuitBreaker,
+        "",
+        &[4, 4, 0, 0, 0, 0, 0, 70_000],
+    );
+    assert_eq!(
+        for_a_while.get("state"),
+        Some(&StatusValue::Text("forced_closed"))
+    );
+    assert_eq!(
+        for_a_while.get("forced_until_ms"),
+        Some(&StatusValue::Count(70_000))
+    );
     let lapsed = state(
         PolicyKind::CircuitBreaker,
         "",

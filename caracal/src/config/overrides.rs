@@ -4,8 +4,9 @@
 //! A call reads them once, at admission. With none set — the usual case — that is one atomic
 //! load; otherwise a read lock and a map lookup by kind and name.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use super::keys::{self, Setting};
 use super::{Config, Table, Tables, table};
@@ -97,6 +98,18 @@ impl<V: Values> Resolved<V> {
     }
 }
 
+/// Why `values` are not consistent, as the configuration's check of a table says it.
+fn why_inconsistent<V: Values>(values: &V) -> String {
+    let table: Table = keys::keys(V::KIND)
+        .iter()
+        .filter_map(|key| Some((key.name, values.get(key.name)?)))
+        .collect();
+    match super::check_table(&table) {
+        Err(why) => why,
+        Ok(()) => "the site's other values cannot take it".to_owned(),
+    }
+}
+
 /// A value as text, `none` when unset.
 pub(crate) fn text(value: Option<Setting>) -> String {
     value.map_or_else(|| "none".to_owned(), |value| value.to_string())
@@ -117,6 +130,9 @@ struct Layers {
     fleet: Tables,
 }
 
+/// An override said to be ignored: the policy's kind and name, and the key.
+type Said = (PolicyKind, String, &'static str);
+
 /// The overrides of one coordinator.
 #[derive(Debug, Default)]
 pub(crate) struct Overrides {
@@ -125,6 +141,8 @@ pub(crate) struct Overrides {
     /// Bumped on every change, so what was derived from the overrides can tell it is stale.
     generation: AtomicU64,
     layers: RwLock<Arc<Layers>>,
+    /// The overrides said to be ignored under the current generation: each is said once.
+    said: Mutex<(u64, HashSet<Said>)>,
 }
 
 impl Drop for Overrides {
@@ -194,19 +212,44 @@ impl Overrides {
             return attribute_only();
         }
         let mut resolved = attribute_only();
-        // Config first, then the fleet: the later layer wins.
+        // Config first, then the fleet: the later layer wins. A value the site's other
+        // values cannot take (a `minimum_throughput` above its `window_size`) is ignored
+        // alone: the identity's other overrides stay in force.
         for (table, source) in tables {
             for (index, key) in keys::keys(V::KIND).iter().enumerate() {
-                if let Some(setting) = table.and_then(|table: &Table| table.get(key.name)) {
-                    resolved.values.set(key.name, *setting);
-                    resolved.sources[index] = source;
+                let Some(setting) = table.and_then(|table: &Table| table.get(key.name)) else {
+                    continue;
+                };
+                let before = resolved.clone();
+                resolved.values.set(key.name, *setting);
+                resolved.sources[index] = source;
+                if !resolved.values.consistent() {
+                    let reason = why_inconsistent(&resolved.values);
+                    resolved = before;
+                    self.ignored(V::KIND, name, key.name, *setting, &reason);
                 }
             }
         }
-        if resolved.values.consistent() {
-            resolved
-        } else {
-            attribute_only()
+        resolved
+    }
+
+    /// Says, once per change of the overrides, that `key = setting` of the policy `name` is
+    /// not applied here, and why.
+    fn ignored(
+        &self,
+        kind: PolicyKind,
+        name: &str,
+        key: &'static str,
+        setting: Setting,
+        reason: &str,
+    ) {
+        let generation = self.generation();
+        let mut said = self.said.lock().unwrap_or_else(|e| e.into_inner());
+        if said.0 != generation {
+            *said = (generation, HashSet::new());
+        }
+        if said.1.insert((kind, name.to_owned(), key)) {
+            crate::events::config_ignored(kind, name, key, &text(Some(setting)), reason);
         }
     }
 
@@ -301,5 +344,25 @@ mod tests {
             max_wait: None,
         };
         assert_eq!(overrides.resolve("a", &attribute).values, attribute);
+    }
+
+    /// The key that breaks the values is the one ignored; the identity's others apply.
+    #[test]
+    fn an_inconsistent_override_is_ignored_alone() {
+        let overrides = Overrides::default();
+        overrides.set_fleet(tables("[bulkhead.a]\nlimit = 13\nmax_wait = \"2s\""));
+        let attribute = Limits {
+            limit: 3,
+            max_wait: None,
+        };
+        let resolved = overrides.resolve("a", &attribute);
+        assert_eq!(
+            resolved.values,
+            Limits {
+                limit: 3,
+                max_wait: Some(Duration::from_secs(2))
+            }
+        );
+        assert_eq!(resolved.sources_text(), "attribute attribute fleet");
     }
 }

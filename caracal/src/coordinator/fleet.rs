@@ -12,7 +12,7 @@ use tokio::sync::Notify;
 
 use super::Coordinator;
 use crate::Error;
-use crate::config::{OverrideKey, Tables, check_table};
+use crate::config::{OverrideKey, Tables};
 use crate::events;
 
 /// The longest a process goes without checking the fleet's overrides.
@@ -70,17 +70,8 @@ fn tables(pairs: Vec<(String, String)>) -> Tables {
             Err(error) => events::config_override_ignored(&setting, &error),
         }
     }
-    // A pair that breaks its table as a whole (a minimum throughput above the window) leaves
-    // that table out.
-    for policies in tables.values_mut() {
-        policies.retain(|name, table| match check_table(table) {
-            Ok(()) => true,
-            Err(why) => {
-                events::config_override_ignored(name, &Error::config(why));
-                false
-            }
-        });
-    }
+    // A pair that breaks its table as a whole (a minimum throughput above the window) is
+    // ignored alone, by each site that resolves it (see `Overrides::resolve`).
     tables
 }
 

@@ -31,6 +31,8 @@ use crate::{Error, FailureKind};
 pub(crate) const REPORT_EVERY: Duration = Duration::from_secs(5);
 /// How long a new identity or a change of values waits to be reported with others.
 const REPORT_SOON: Duration = Duration::from_millis(20);
+/// The longest the first call of a site waits for its identity to be reported.
+const FIRST_REPORT_WITHIN: Duration = Duration::from_millis(250);
 /// How long a reporter's values count as in use, for drift.
 pub(crate) const DRIFT_WINDOW: Duration = Duration::from_secs(15);
 /// The most identities a namespace's registry keeps.
@@ -93,9 +95,9 @@ impl Registered {
 
     /// The value of `key` as reported (`None` if it was not, or is unset).
     pub(crate) fn value(&self, key: &str) -> Option<&str> {
-        self.values
-            .split(' ')
-            .find_map(|pair| pair.strip_prefix(key)?.strip_prefix('='))
+        pairs(&self.values)
+            .find(|(name, _)| *name == key)
+            .map(|(_, value)| value)
             .filter(|value| *value != "none")
     }
 
@@ -106,14 +108,34 @@ impl Registered {
 
     /// Each key's value and where it came from, in the kind's key order.
     pub(crate) fn entries(&self) -> impl Iterator<Item = (&str, &str, &str)> {
-        self.values
-            .split(' ')
+        pairs(&self.values)
             .zip(self.sources.split(' '))
-            .filter_map(|(pair, source)| {
-                let (key, value) = pair.split_once('=')?;
-                Some((key, value, source))
-            })
+            .map(|((key, value), source)| (key, value, source))
     }
+}
+
+/// The `key=value` pairs of a line of values. A value may hold spaces (a duration reads
+/// `1m 30s`): a word without `=` continues the value before it.
+fn pairs(values: &str) -> impl Iterator<Item = (&str, &str)> {
+    let mut starts: Vec<usize> = values
+        .match_indices(' ')
+        .map(|(at, _)| at + 1)
+        .filter(|&at| {
+            let word = values[at..].split(' ').next().unwrap_or_default();
+            word.contains('=')
+        })
+        .collect();
+    starts.insert(0, 0);
+    let ends: Vec<usize> = starts
+        .iter()
+        .skip(1)
+        .map(|&start| start - 1)
+        .chain(std::iter::once(values.len()))
+        .collect();
+    starts
+        .into_iter()
+        .zip(ends)
+        .filter_map(move |(start, end)| values[start..end].split_once('='))
 }
 
 /// How a kind's live state is read for `caracal status`: its status script (in `lua/`, by
@@ -225,17 +247,28 @@ pub(crate) struct Uses<'a> {
 
 impl Uses<'_> {
     /// Notes that the call site `site` uses `identity` with `resolved` values. Costs a lookup
-    /// when nothing changed; the report goes out in the background.
-    pub(crate) fn note_use<S, V: Values>(
+    /// when nothing changed, and the report goes out in the background; but the first call
+    /// of a site waits (at most [`FIRST_REPORT_WITHIN`]) for the report that makes the
+    /// identity known: an operator who acts on it right after a deploy finds it in use.
+    pub(crate) async fn note_use<S, V: Values>(
         &self,
         identity: &Identity,
         site: &S,
         resolved: &Resolved<V>,
     ) {
+        if self.noted(identity, site, resolved) {
+            let report = self.report_uses();
+            let _ = tokio::time::timeout(FIRST_REPORT_WITHIN, report).await;
+        }
+    }
+
+    /// Records the use; whether it is the site's first of `identity`.
+    fn noted<S, V: Values>(&self, identity: &Identity, site: &S, resolved: &Resolved<V>) -> bool {
         let usage = &self.coordinator.inner.usage;
         let site = std::ptr::from_ref(site) as usize;
         let generation = self.coordinator.inner.overrides.generation();
         let fleet = self.coordinator.inner.fleet.version();
+        let first;
         {
             let mut uses = lock(&usage.uses);
             let found = uses
@@ -245,17 +278,18 @@ impl Uses<'_> {
                 found.used = true;
                 found.idle = 0;
                 if found.generation == generation {
-                    return;
+                    return false;
                 }
                 found.generation = generation;
                 found.fleet = fleet;
                 let values = resolved.values_text();
                 if values == found.values {
-                    return;
+                    return false;
                 }
                 found.values = values;
                 found.sources = resolved.sources_text();
                 found.changed = true;
+                first = false;
             } else {
                 if uses.len() >= MAX_USES {
                     uses.retain(|_, uses| uses.iter().any(|u| u.used));
@@ -276,10 +310,14 @@ impl Uses<'_> {
                     drift: false,
                     idle: 0,
                 });
+                first = true;
             }
         }
-        usage.soon.notify_one();
         self.start_reporting();
+        if !first {
+            usage.soon.notify_one();
+        }
+        first
     }
 
     fn start_reporting(&self) {
@@ -549,6 +587,21 @@ mod tests {
         store.report(0, &[report("limit=3", "a")]);
         assert_eq!(store.read(999).len(), 1);
         assert!(store.read(1_000).is_empty());
+    }
+
+    #[test]
+    fn a_value_with_spaces_is_one_value() {
+        let mut store = Store::default();
+        let mut r = report("window=1m 30s open=3s", "a");
+        r.sources = "attribute fleet".to_owned();
+        store.report(0, &[r]);
+        let entry = &store.read(1)[0];
+        assert_eq!(entry.value("window"), Some("1m 30s"));
+        let entries: Vec<_> = entry.entries().collect();
+        assert_eq!(
+            entries,
+            [("window", "1m 30s", "attribute"), ("open", "3s", "fleet")]
+        );
     }
 
     #[test]

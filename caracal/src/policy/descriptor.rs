@@ -57,28 +57,12 @@ pub(crate) struct Field {
     pub(crate) name: &'static str,
     /// What it holds, and in what unit.
     pub(crate) unit: Unit,
-    /// Whether `status --json` prints it (a field the library reads before the command
-    /// shows it is not).
-    pub(crate) json: bool,
 }
 
 impl Field {
-    /// A field `status --json` prints.
+    /// A field `status` (and `status --json`) shows.
     pub(crate) const fn new(name: &'static str, unit: Unit) -> Self {
-        Field {
-            name,
-            unit,
-            json: true,
-        }
-    }
-
-    /// A field only the library's [`PolicyState`](crate::admin::PolicyState) holds.
-    pub(crate) const fn unlisted(name: &'static str, unit: Unit) -> Self {
-        Field {
-            name,
-            unit,
-            json: false,
-        }
+        Field { name, unit }
     }
 }
 

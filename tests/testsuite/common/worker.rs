@@ -6,6 +6,12 @@ use std::time::{Duration, Instant};
 
 const WORKER: &str = env!("CARGO_BIN_EXE_caracal-worker");
 
+/// The worker binary: `$CARACAL_TEST_WORKER` when set (a copy of this build's, which a build
+/// of another checkout sharing the target directory cannot replace mid-run), else cargo's.
+pub(crate) fn worker_binary() -> String {
+    std::env::var("CARACAL_TEST_WORKER").unwrap_or_else(|_| WORKER.to_owned())
+}
+
 /// A worker process and the lines it printed.
 pub(crate) struct Worker {
     pub(crate) child: Child,
@@ -15,7 +21,7 @@ pub(crate) struct Worker {
 
 impl Worker {
     pub(crate) fn spawn(redis_url: &str, namespace: &str, scenario: &str, args: &[String]) -> Self {
-        let mut child = Command::new(WORKER)
+        let mut child = Command::new(worker_binary())
             .arg(scenario)
             .args(args)
             .env("CARACAL_REDIS_URL", redis_url)

@@ -25,11 +25,14 @@ pub(crate) const DESCRIPTOR: Descriptor = Descriptor {
         // without an end).
         Field::new("retry_after_ms", Unit::Millis),
         // Slow calls in the window.
-        Field::unlisted("window_slow", Unit::Count),
+        Field::new("window_slow", Unit::Count),
+        // Forced open or closed for a time: when that ends (the coordinator's clock, ms since
+        // the epoch); unset otherwise.
+        Field::new("forced_until_ms", Unit::Count),
     ],
     table: [
         "{state}",
-        "generation {generation}, {window_failures} of {window_total} failed[, probe in {retry_after_ms}]",
+        "generation {generation}, {window_failures} of {window_total} failed, {window_slow} slow[, probe in {retry_after_ms}]",
     ],
     read: Some(StatusRead {
         script: &STATUS,
@@ -107,6 +110,7 @@ fn status(reported: &Registered, snapshot: &Snapshot) -> Result<Vec<StatusValue>
             zero.clone(),
             StatusValue::Unset,
             zero,
+            StatusValue::Unset,
         ]
     };
     if phase < 0 {
@@ -131,6 +135,10 @@ fn status(reported: &Registered, snapshot: &Snapshot) -> Result<Vec<StatusValue>
         Phase::ForcedOpen if forced_until > 0 => Some(time(forced_until).saturating_sub(now_ms)),
         _ => None,
     };
+    let forced_until_ms = match phase {
+        Phase::ForcedOpen | Phase::ForcedClosed if forced_until > 0 => Some(time(forced_until)),
+        _ => None,
+    };
     Ok(vec![
         StatusValue::Text(phase.as_str()),
         StatusValue::Count(generation),
@@ -138,5 +146,6 @@ fn status(reported: &Registered, snapshot: &Snapshot) -> Result<Vec<StatusValue>
         StatusValue::Count(failures.into()),
         StatusValue::count(retry_after_ms),
         StatusValue::Count(slow.into()),
+        StatusValue::count(forced_until_ms),
     ])
 }

@@ -43,7 +43,10 @@ where
         scope,
     );
     let resolved = site.resolve(Some(&coordinator));
-    coordinator.uses().note_use(&identity, site, &resolved);
+    coordinator
+        .uses()
+        .note_use(&identity, site, &resolved)
+        .await;
     let values = resolved.values;
     let target = BreakerTarget {
         identity,

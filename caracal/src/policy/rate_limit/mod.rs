@@ -175,7 +175,10 @@ impl RateLimitSite {
         let coordinator = coordinator?;
         let identity =
             coordinator.identity(PolicyKind::RateLimit, config.name, config.operation, scope);
-        coordinator.uses().note_use(&identity, self, &resolved);
+        coordinator
+            .uses()
+            .note_use(&identity, self, &resolved)
+            .await;
         coordinator
             .run::<gcra::Gcra>(
                 &identity,
