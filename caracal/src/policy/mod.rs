@@ -7,6 +7,7 @@ pub(crate) mod fallback;
 pub(crate) mod rate_limit;
 mod registry;
 pub(crate) mod retry;
+pub(crate) mod retry_budget;
 pub(crate) mod timeout;
 
 /// What the attribute macros expand to, from every kind (re-exported by `__private`).
