@@ -190,6 +190,15 @@ impl Kernel for Slide {
 
 static SCRIPT: Script = Script::new("deposit window", &[include_str!("window.lua")]);
 
+/// The status read: a window's stored totals.
+pub(crate) static STATUS: Script = Script::new("window_status", &[include_str!("status.lua")]);
+
+/// What [`STATUS`] answers after the time, from a window in memory (or none).
+pub(crate) fn stored_totals(window: Option<&Window>) -> [u64; 2] {
+    let totals = window.map(Window::totals).unwrap_or_default();
+    [totals.deposits, totals.withdrawals]
+}
+
 impl Scripted for Slide {
     const SCRIPT: &'static Script = &SCRIPT;
     const KEYS: &'static [&'static str] = &["window"];
