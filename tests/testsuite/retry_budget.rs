@@ -206,3 +206,34 @@ fn a_healthy_fleet_under_its_percentage_loses_no_retry() {
     assert!(calls > 100, "{calls} calls: the fleet never ran");
     assert_eq!(refused, 0, "{refused} of {calls} calls lost a retry");
 }
+
+/// `caracal status` reads the window: its first attempts, retries and the retries it allows
+/// now (2 per second of the 1 s window, all withdrawn here).
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn the_status_row_shows_the_window_and_what_it_allows() {
+    use caracal::admin::StatusValue;
+
+    let scope = unique("status");
+    let coordinator = Coordinator::in_memory();
+    let attempts = coordinator
+        .scoped(five_calls(|attempts| floor_only(&scope, attempts)))
+        .await;
+    assert_eq!(attempts, 7);
+    // Counts reach the window in batches, within 100 ms.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let rows = coordinator.admin().status().await.expect("status");
+    let row = rows
+        .iter()
+        .find(|row| row.kind == caracal::PolicyKind::RetryBudget && row.scope == scope)
+        .unwrap_or_else(|| panic!("no row for {scope} in {rows:?}"));
+    assert_eq!(row.state.get("deposits"), Some(&StatusValue::Count(5)));
+    assert_eq!(row.state.get("withdrawals"), Some(&StatusValue::Count(2)));
+    assert_eq!(row.state.get("allowed"), Some(&StatusValue::Count(0)));
+    assert_eq!(
+        row.state.summary(),
+        [
+            "0 retries left".to_owned(),
+            "2 retries for 5 calls, 0%".to_owned()
+        ]
+    );
+}

@@ -476,19 +476,31 @@ mod budget {
         }
 
         /// Retries allowed per 100 requests.
+        ///
+        /// # Panics
+        /// Out of the attribute's bounds, as every setter.
         pub fn percent(mut self, percent: u32) -> Self {
-            self.config.percent = percent;
+            self.config.percent = within(&spec::PERCENT, percent);
             self
         }
 
         /// Retries allowed per second whatever the traffic.
         pub fn min_per_second(mut self, min_per_second: u32) -> Self {
-            self.config.min_per_second = min_per_second;
+            self.config.min_per_second = within(&spec::MIN_PER_SECOND, min_per_second);
             self
         }
 
         /// How far back requests and retries count.
         pub fn window(mut self, window: Duration) -> Self {
+            let caracal_spec::Type::Duration { min, max } = spec::WINDOW.ty else {
+                unreachable!("a duration key")
+            };
+            assert!(
+                (min..=max).contains(&window),
+                "`window` must be from {} to {}",
+                caracal_spec::Human(min),
+                caracal_spec::Human(max)
+            );
             self.config.window = window;
             self
         }
@@ -520,6 +532,19 @@ mod budget {
             self.site
                 .get_or_init(|| Box::leak(Box::new(RetryBudgetSite::new(self.config.clone()))))
         }
+    }
+
+    /// `value`, if `key` (an integer key) accepts it.
+    fn within(key: &caracal_spec::Key, value: u32) -> u32 {
+        let caracal_spec::Type::Integer { min, max } = key.ty else {
+            unreachable!("an integer key")
+        };
+        assert!(
+            (min..=max).contains(&value),
+            "`{}` must be an integer from {min} to {max}",
+            key.name
+        );
+        value
     }
 
     impl tower::retry::budget::Budget for RetryBudget {
