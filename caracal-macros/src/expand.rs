@@ -153,8 +153,31 @@ fn expand(
         outer.into_iter().chain(per_attempt).unzip();
     let identity =
         first_coordinated.and_then(|first| written_at.iter().position(|&at| at == first));
+    ungated_retries(&layers)?;
     assemble(function, shape, &layers, identity, &arguments);
     Ok(function.to_token_stream())
+}
+
+/// A layer gating the retries inside it needs a `#[retry]` inside it (below it, as written).
+fn ungated_retries(layers: &[Box<dyn Layer>]) -> syn::Result<()> {
+    for (index, layer) in layers.iter().enumerate() {
+        let Some((name, span)) = layer.gates_retries() else {
+            continue;
+        };
+        if !layers[index + 1..]
+            .iter()
+            .any(|inner| inner.retry_span().is_some())
+        {
+            return Err(syn::Error::new(
+                span,
+                format!(
+                    "`#[{name}]` decides on the retries of a `#[retry]` inside it: write one \
+                     below it"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// What marks a caracal attribute already expanded by the one above it: `@stacked`, which no

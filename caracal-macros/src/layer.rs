@@ -109,6 +109,12 @@ pub(crate) trait Layer {
     fn retry_span(&self) -> Option<Span> {
         None
     }
+
+    /// Whether the layer decides on the further attempts of a retry inside it (a budget), and
+    /// then its attribute's name and where it is written: it means nothing without one.
+    fn gates_retries(&self) -> Option<(&'static str, Span)> {
+        None
+    }
 }
 
 /// The call site's `static` for the layer at `index`.

@@ -18,6 +18,7 @@ mod layer;
 mod names;
 mod rate_limit;
 mod retry;
+mod retry_budget;
 mod timeout;
 mod values;
 
@@ -144,6 +145,29 @@ attributes! {
     /// # }
     /// ```
     retry => retry::KIND;
+
+    /// A retry budget shared by every process using the coordinator, stacked outside a
+    /// `#[retry]`: first attempts deposit, retries withdraw, and a retry the budget refuses is
+    /// not made. Arguments and defaults: [`#[retry_budget]`](https://docs.rs/caracal/latest/caracal/guide/attributes/index.html#retry_budget--a-fleet-wide-retry-budget).
+    ///
+    /// ```
+    /// use caracal::{retry, retry_budget};
+    /// # #[derive(Debug, thiserror::Error)]
+    /// # #[error(transparent)]
+    /// # struct ApiError(#[from] caracal::Error);
+    ///
+    /// #[retry_budget(name = "partner-api", percent = 20, min_per_second = 10, window = "10s")]
+    /// #[retry(max_attempts = 4)]
+    /// async fn get_order(id: u64) -> Result<u64, ApiError> {
+    ///     Ok(id)
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # let order = caracal::Coordinator::in_memory().scoped(get_order(7)).await;
+    /// # assert_eq!(order.unwrap(), 7);
+    /// # }
+    /// ```
+    retry_budget => retry_budget::KIND;
 
     /// Answers caracal's own rejections from the layers inside it with a handler, an `async fn`
     /// taking the function's arguments and then the `caracal::Error`. Which rejections, and

@@ -1,7 +1,7 @@
 //! Per-call state shared by the layers of one guarded call.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use crate::Error;
 use crate::error::Refusal;
@@ -23,6 +23,16 @@ use crate::sync::lock;
 pub struct CallCtx {
     rejection: AtomicU8,
     error: Mutex<Option<Error>>,
+    /// What an outer layer says of each further attempt (see [`Gate`]).
+    gate: OnceLock<Box<dyn Gate>>,
+}
+
+/// Whether another attempt of a call may run: installed in the call's context by a layer
+/// outside the retry loop, and asked by that loop before each attempt after the first. A gate
+/// saying no ends the call with the last attempt's result; saying so (an event) is the gate's.
+pub(crate) trait Gate: Send + Sync + std::fmt::Debug {
+    /// Asked once per further attempt, which runs only if this says yes.
+    fn another(&self) -> bool;
 }
 
 /// The rejections an outer layer distinguishes (part of the macro contract, not a public API).
@@ -73,6 +83,17 @@ impl CallCtx {
     /// A fresh context for one call.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Installs `gate` for the call's further attempts; a call takes one gate (the outermost
+    /// layer's: it is installed first), so a later one is ignored.
+    pub(crate) fn gate(&self, gate: Box<dyn Gate>) {
+        let _ = self.gate.set(gate);
+    }
+
+    /// Whether the call may make another attempt: yes, unless its gate says no.
+    pub(crate) fn another_attempt(&self) -> bool {
+        self.gate.get().is_none_or(|gate| gate.another())
     }
 
     /// The call's scope, or its validation error as this attempt's rejection.

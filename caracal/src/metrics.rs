@@ -10,6 +10,8 @@ pub const BULKHEAD_IN_FLIGHT: &str = "caracal_bulkhead_in_flight";
 pub const ADMISSION_SECONDS: &str = "caracal_admission_seconds";
 /// The name of the coordinator connectivity gauge.
 pub const COORDINATOR_UP: &str = "caracal_coordinator_up";
+/// The name of the retries counter.
+pub const RETRIES_TOTAL: &str = "caracal_retries_total";
 
 use crate::labels::At;
 use crate::policy::breaker::kernel::Phase;
@@ -40,6 +42,12 @@ pub fn describe() {
         Unit::Seconds,
         "Time from a call reaching a caracal policy to its admission, waits included"
     );
+    describe_counter!(
+        RETRIES_TOTAL,
+        Unit::Count,
+        "What caracal's retry loops did after a failed attempt: retried, exhausted (no attempt \
+         left) or budget_exhausted (a budget refused the retry)"
+    );
     describe_gauge!(
         COORDINATOR_UP,
         "1 while every connection to caracal's coordinator is up, else 0"
@@ -63,6 +71,38 @@ impl Decision {
             Decision::Degraded => "degraded",
         }
     }
+}
+
+/// What a retry loop did after a failed attempt it would retry: the `outcome` label of
+/// [`RETRIES_TOTAL`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Retried {
+    /// Another attempt follows.
+    Again,
+    /// The last attempt failed.
+    Exhausted,
+    /// A layer outside the loop (a budget) refused another attempt.
+    Refused,
+}
+
+impl Retried {
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    fn as_str(self) -> &'static str {
+        match self {
+            Retried::Again => "retried",
+            Retried::Exhausted => "exhausted",
+            Retried::Refused => "budget_exhausted",
+        }
+    }
+}
+
+/// Counts what the retry loop of `name` did after a failed attempt.
+#[inline]
+pub(crate) fn retried(name: &'static str, outcome: Retried) {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!(RETRIES_TOTAL, "name" => name, "outcome" => outcome.as_str()).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (name, outcome);
 }
 
 /// When a call reached a policy, for the admission histogram; nothing without the feature.

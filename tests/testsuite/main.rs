@@ -37,6 +37,7 @@ mod macro_expansion;
 mod metrics;
 mod pipeline;
 mod rate_limit_fleet;
+mod retry_budget;
 mod runtime_edges;
 mod sentinel;
 mod tower;

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use caracal::{bulkhead, circuit_breaker, rate_limit};
+use caracal::{bulkhead, circuit_breaker, rate_limit, retry, retry_budget};
 use caracal_tests::fenced;
 use caracal_tests::ledger::AsyncLedger;
 use caracal_tests::{AsyncWitness, MetricsLog};
@@ -281,6 +281,27 @@ async fn probe_only(
     ran: &AtomicU64,
 ) -> Result<(), WorkerError> {
     downstream(fail, witness, ran).await
+}
+
+/// The downstream of the retry-budget storm: every attempt is counted here (what the
+/// downstream sees), and fails unless it is one of the `ok_per_20` in 20 that succeed.
+#[retry_budget(name = "mp-budget", percent = 20, min_per_second = 10, window = "2s",
+               scope = scope)]
+#[retry(max_attempts = 4)]
+async fn budget_storm(
+    scope: &str,
+    ok_per_20: u64,
+    seen: &AtomicU64,
+    this_call: &AtomicU64,
+) -> Result<(), WorkerError> {
+    let attempt = seen.fetch_add(1, Ordering::SeqCst);
+    this_call.fetch_add(1, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    if attempt % 20 < ok_per_20 {
+        Ok(())
+    } else {
+        Err(WorkerError::Downstream)
+    }
 }
 
 #[rate_limit(name = "mp-rate-50", rate = 50, burst = 5, scope = scope)]
@@ -841,6 +862,47 @@ async fn main() {
                 " first_ms={first} last_ms={} longest_retry_after_ns={}",
                 now_ms(),
                 longest_hint.load(Ordering::SeqCst)
+            ));
+        }
+        "budget-storm" => {
+            // Every process starts at the same moment; each task calls again as soon as a call
+            // ends. Reported: calls (first attempts), attempts the downstream saw, and calls
+            // that ended in an error before their 4 attempts (a retry refused).
+            let start_at = UNIX_EPOCH + Duration::from_millis(number("start_at_ms"));
+            if let Ok(wait) = start_at.duration_since(SystemTime::now()) {
+                tokio::time::sleep(wait).await;
+            }
+            let ok_per_20 = number("ok_per_20");
+            let deadline = until();
+            let seen = Arc::new(AtomicU64::new(0));
+            let calls = Arc::new(AtomicU64::new(0));
+            let refused = Arc::new(AtomicU64::new(0));
+            let first = now_ms();
+            let tasks: Vec<_> = (0..number("tasks"))
+                .map(|_| {
+                    let (scope, seen) = (scope.clone(), Arc::clone(&seen));
+                    let (calls, refused) = (Arc::clone(&calls), Arc::clone(&refused));
+                    tokio::spawn(async move {
+                        while Instant::now() < deadline {
+                            let this_call = AtomicU64::new(0);
+                            let result = budget_storm(&scope, ok_per_20, &seen, &this_call).await;
+                            calls.fetch_add(1, Ordering::SeqCst);
+                            if result.is_err() && this_call.load(Ordering::SeqCst) < 4 {
+                                refused.fetch_add(1, Ordering::SeqCst);
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for task in tasks {
+                task.await.expect("a storm task");
+            }
+            say(&format!(
+                "result calls={} attempts={} refused={} first_ms={first} last_ms={}",
+                calls.load(Ordering::SeqCst),
+                seen.load(Ordering::SeqCst),
+                refused.load(Ordering::SeqCst),
+                now_ms()
             ));
         }
         "cli-breaker" => {

@@ -23,6 +23,7 @@ pub mod breaker;
 pub mod bulkhead;
 pub mod rate_limit;
 pub mod retry;
+pub mod retry_budget;
 pub mod timeout;
 
 /// The policy kinds that own shared state, and that configuration and the admin API name.
@@ -41,14 +42,17 @@ pub enum PolicyKind {
     CircuitBreaker,
     /// `#[rate_limit]`.
     RateLimit,
+    /// `#[retry_budget]`.
+    RetryBudget,
 }
 
 impl PolicyKind {
     /// Every kind.
-    pub const ALL: [PolicyKind; 3] = [
+    pub const ALL: [PolicyKind; 4] = [
         PolicyKind::Bulkhead,
         PolicyKind::CircuitBreaker,
         PolicyKind::RateLimit,
+        PolicyKind::RetryBudget,
     ];
 
     /// The kind as the attribute, events, configuration and the `caracal` command name it.
@@ -67,6 +71,7 @@ impl PolicyKind {
             PolicyKind::Bulkhead => (bulkhead::KIND.name, "bulkhead"),
             PolicyKind::CircuitBreaker => (breaker::KIND.name, "breaker"),
             PolicyKind::RateLimit => (rate_limit::KIND.name, "ratelimit"),
+            PolicyKind::RetryBudget => (retry_budget::KIND.name, "retrybudget"),
         }
     }
 }
@@ -114,6 +119,7 @@ pub const KINDS: &[&Kind] = &[
     &rate_limit::KIND,
     &timeout::KIND,
     &retry::KIND,
+    &retry_budget::KIND,
 ];
 
 /// The kind named `name` (as the attribute is named: `circuit_breaker`), if there is one.

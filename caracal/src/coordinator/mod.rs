@@ -18,10 +18,12 @@ mod redis;
 pub(crate) mod registry;
 mod wakeups;
 
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use uuid::Uuid;
@@ -87,6 +89,8 @@ struct Inner {
     /// Says "something an operator sees changed" (a transition, an override) to watchers.
     changes: tokio::sync::broadcast::Sender<()>,
     shut_down: AtomicBool,
+    /// What kinds keep per coordinator (views of fleet-wide state), one value per type.
+    kept: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
 }
 
 impl fmt::Debug for Coordinator {
@@ -190,6 +194,7 @@ impl Coordinator {
                 usage: Usage::default(),
                 changes: tokio::sync::broadcast::Sender::new(16),
                 shut_down: AtomicBool::new(false),
+                kept: Mutex::default(),
             }),
         }
     }
@@ -324,6 +329,18 @@ impl Coordinator {
     /// Which incarnation of the server holds this coordinator's state (see [`Incarnation`]).
     pub(crate) fn incarnation(&self) -> &Incarnation {
         &self.inner.incarnation
+    }
+
+    /// The `T` this coordinator keeps for a kind (what its processes know of fleet-wide state),
+    /// made on first use: each coordinator its own, as each process of a fleet has its own.
+    pub(crate) fn kept<T: Default + Send + Sync + 'static>(&self) -> Arc<T> {
+        let mut kept = crate::sync::lock(&self.inner.kept);
+        let entry = kept
+            .entry(TypeId::of::<T>())
+            .or_insert_with(|| Arc::new(T::default()));
+        Arc::clone(entry)
+            .downcast()
+            .unwrap_or_else(|_| unreachable!("filed under its own type"))
     }
 
     /// Runs one command of kernel `K` on `identity`'s state, wherever this coordinator keeps it.

@@ -7,6 +7,7 @@ pub(crate) mod fallback;
 pub(crate) mod rate_limit;
 mod registry;
 pub(crate) mod retry;
+pub(crate) mod retry_budget;
 pub(crate) mod timeout;
 
 /// What the attribute macros expand to, from every kind (re-exported by `__private`).
@@ -19,6 +20,7 @@ pub(crate) mod expansion {
     pub use super::fallback::{FallbackConfig, fallback};
     pub use super::rate_limit::{RateLimitConfig, RateLimitSite, rate_limit};
     pub use super::retry::{Retry, RetryBodyErrors, RetryConfig, RetryWhen};
+    pub use super::retry_budget::{RetryBudgetConfig, RetryBudgetSite, retry_budget};
     pub use super::timeout::{TimeoutConfig, timeout};
 }
 
@@ -29,6 +31,7 @@ pub(crate) mod layers {
     pub use super::breaker::tower::{CircuitBreaker, CircuitBreakerLayer, CircuitBreakerPolicy};
     pub use super::bulkhead::tower::{Bulkhead, BulkheadLayer, BulkheadPermit, BulkheadPolicy};
     pub use super::rate_limit::tower::{RateLimit, RateLimitLayer, RateLimitPolicy};
+    pub use super::retry_budget::RetryBudget;
 }
 
 use self::descriptor::Descriptor;
@@ -36,10 +39,11 @@ use crate::identity::PolicyKind;
 
 /// Every kind with shared state, in [`PolicyKind`]'s order: what status, the metrics' docs and
 /// the event tests go through.
-pub(crate) const POLICIES: [&Descriptor; 3] = [
+pub(crate) const POLICIES: [&Descriptor; 4] = [
     &bulkhead::descriptor::DESCRIPTOR,
     &breaker::descriptor::DESCRIPTOR,
     &rate_limit::DESCRIPTOR,
+    &retry_budget::DESCRIPTOR,
 ];
 
 /// The descriptor of `kind`.

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::ctx::CallCtx;
 use crate::identity::{FunctionIdentity, Scope};
+use crate::metrics::{self, Retried};
 use crate::{Error, events};
 
 /// The settings of one `#[retry]` call site.
@@ -110,8 +111,16 @@ impl<'a, W> Retry<'a, W> {
         }
         if self.attempt >= self.config.max_attempts {
             events::retry_exhausted(&self.call(), self.attempt);
+            metrics::retried(self.config.identity.name, Retried::Exhausted);
             return ControlFlow::Break(outcome);
         }
+        // An outer layer (a budget) may refuse the attempt: the call ends with this one's
+        // result, not an error of its own; the refusal is the layer's to announce.
+        if !self.ctx.another_attempt() {
+            metrics::retried(self.config.identity.name, Retried::Refused);
+            return ControlFlow::Break(outcome);
+        }
+        metrics::retried(self.config.identity.name, Retried::Again);
         self.attempt += 1;
         let delay = jitter(self.config.ceiling(self.attempt));
         events::retry_scheduled(&self.call(), self.attempt, delay);

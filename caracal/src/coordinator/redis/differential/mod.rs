@@ -16,6 +16,7 @@
 mod breaker;
 mod lease;
 mod rate_limit;
+mod window;
 
 use std::cell::{Cell, RefCell};
 use std::fmt::Debug;
@@ -241,4 +242,5 @@ fn every_script_agrees_with_its_kernel_on_a_cluster() {
     lease::run(connection(), 100);
     rate_limit::run(connection(), 100);
     breaker::run(connection(), 150);
+    window::run(connection(), 100);
 }

@@ -1,0 +1,618 @@
+//! `#[retry_budget]`: a fleet-wide retry budget.
+//!
+//! Stacked outside `#[retry]`: every call (its first attempt) deposits, every further attempt
+//! withdraws, across every process sharing the identity. A window of `window` allows
+//! `percent`% of its deposits plus `min_per_second` for each of its seconds in withdrawals; a
+//! retry it does not allow is not made, and the call ends with the last attempt's result
+//! (`retry.budget_exhausted` says so, once, then summarised).
+//!
+//! **No round trip.** A process decides from its view of the fleet's window: the totals the
+//! coordinator last answered plus its own counts since (see `view.rs`). Counts go out in
+//! batches, one in flight per identity, every [`REFRESH`](view::REFRESH) (100 ms) or
+//! [`MAX_UNSENT`](view::MAX_UNSENT) counts, whichever comes first.
+//!
+//! **The overshoot bound.** A view misses what the other processes counted since its last
+//! answer. A count made by process *j* reaches the server within `R + 2·RTT` (it waits for
+//! the batch timer `R`, and at most for the batch in flight); process *i* learns it with its
+//! next answer, within another `R + RTT`. So a view is at most `S = 2R + 3·RTT` behind the
+//! fleet, and at each of its decisions it misses at most the withdrawals the others made in
+//! the last `S`, and counts at most the deposits that left the window in the last `S`. Within
+//! any window the fleet's retries are therefore at most
+//!
+//! ```text
+//! percent% × deposits + min_per_second × window  +  S × Σ_j (r_j + percent% × d_j)
+//! ```
+//!
+//! where `r_j` is the rate at which process *j* asks for retries and `d_j` its rate of first
+//! attempts (both at most its call rate). Own counts are exact: a single process never
+//! overshoots. With R = 100 ms and a loopback RTT, S ≈ 0.2 s.
+//!
+//! The window slides by tenths: it holds between nine and ten tenths of the latest `window`.
+//! When the coordinator cannot be reached the batches fail (`retry_budget.degraded`), and the
+//! view ages: fleet totals older than a window are forgotten, leaving this process's own
+//! counts and the floor. `local = true` keeps the window in the process (the same kernel).
+
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::Error;
+use crate::clock::Clock;
+use crate::config::Setting;
+use crate::config::overrides::Values;
+use crate::coordinator::registry::{MemoryRead, Registered, Snapshot, StatusRead};
+use crate::coordinator::{self, Coordinator};
+use crate::ctx::{CallCtx, Gate};
+use crate::identity::{Identity, PolicyKind, Scope};
+use crate::kernel::{Kernel, Now, Seen};
+use crate::labels::At;
+use crate::policy::descriptor::{Decisions, Descriptor, Field, StatusValue, Unit};
+use crate::policy::registry::{self, Registry};
+use crate::policy::retry_budget::kernel::{self as window, Allowance, Record, Slide, Totals};
+use crate::sync::lock;
+
+pub(crate) mod kernel;
+mod view;
+
+/// The settings of one `#[retry_budget]` call site.
+#[doc(hidden)]
+#[derive(Debug, Clone)]
+pub struct RetryBudgetConfig {
+    /// The policy name.
+    pub name: &'static str,
+    /// The operation name.
+    pub operation: &'static str,
+    /// Retries allowed per 100 first attempts.
+    pub percent: u32,
+    /// Retries allowed per second whatever the traffic.
+    pub min_per_second: u32,
+    /// How far back deposits and withdrawals count.
+    pub window: Duration,
+    /// Per-process only.
+    pub local: bool,
+}
+
+/// The values of a budget that configuration may change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BudgetValues {
+    percent: u32,
+    min_per_second: u32,
+    window: Duration,
+}
+
+impl BudgetValues {
+    fn allowance(&self) -> Allowance {
+        Allowance {
+            percent: self.percent,
+            min_per_second: self.min_per_second,
+            window_ms: u64::try_from(self.window.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+}
+
+impl Values for BudgetValues {
+    const KIND: PolicyKind = PolicyKind::RetryBudget;
+
+    fn get(&self, key: &str) -> Option<Setting> {
+        match key {
+            "percent" => Some(Setting::Count(self.percent)),
+            "min_per_second" => Some(Setting::Count(self.min_per_second)),
+            "window" => Some(Setting::Duration(self.window)),
+            _ => None,
+        }
+    }
+
+    fn set(&mut self, key: &str, setting: Setting) {
+        match (key, setting) {
+            ("percent", Setting::Count(percent)) => self.percent = percent,
+            ("min_per_second", Setting::Count(min)) => self.min_per_second = min,
+            ("window", Setting::Duration(window)) => self.window = window,
+            _ => {}
+        }
+    }
+
+    fn lifetime(&self) -> Duration {
+        self.window
+    }
+}
+
+/// The retry budget kind: its status is the window's totals and what they allow now.
+pub(crate) const DESCRIPTOR: Descriptor = Descriptor {
+    kind: PolicyKind::RetryBudget,
+    fields: &[
+        // Retries the window allows now, fleet-wide.
+        Field::new("allowed", Unit::Count),
+        Field::new("deposits", Unit::Count),
+        Field::new("withdrawals", Unit::Count),
+        Field::new("percent", Unit::Count),
+    ],
+    table: [
+        "{allowed} retries left",
+        "{withdrawals} retries for {deposits} calls[, {percent}%]",
+    ],
+    read: Some(StatusRead {
+        script: &window::STATUS,
+        keys: &["window"],
+        figures: 2,
+        memory: MemoryRead {
+            state: std::any::TypeId::of::<window::Window>,
+            figures: stored_figures,
+        },
+    }),
+    status,
+    events: &["retry_budget.degraded"],
+    decisions: Decisions {
+        admitted: &["within_budget"],
+        rejected: &["budget_exhausted"],
+        degraded: &["stale_view"],
+    },
+};
+
+/// What the status script answers, from a window in memory.
+fn stored_figures(stored: Option<&dyn std::any::Any>, _: u64) -> Vec<i64> {
+    let window = stored.and_then(|stored| stored.downcast_ref::<window::Window>());
+    window::stored_totals(window)
+        .map(|n| i64::try_from(n).unwrap_or(i64::MAX))
+        .to_vec()
+}
+
+fn status(reported: &Registered, snapshot: &Snapshot) -> Result<Vec<StatusValue>, Error> {
+    let [deposits, withdrawals] = snapshot.figures()?;
+    let count = |n: i64| u64::try_from(n).map_err(|_| snapshot.malformed(n));
+    let totals = Totals {
+        deposits: count(deposits)?,
+        withdrawals: count(withdrawals)?,
+    };
+    let percent = reported.parsed::<u32>("percent");
+    let allowed = percent.zip(reported.parsed::<u32>("min_per_second")).zip(
+        reported
+            .value("window")
+            .and_then(|window| humantime::parse_duration(window).ok()),
+    );
+    let allowed = allowed.map(|((percent, min_per_second), window)| {
+        let values = BudgetValues {
+            percent,
+            min_per_second,
+            window,
+        };
+        values
+            .allowance()
+            .of(totals.deposits)
+            .saturating_sub(totals.withdrawals)
+    });
+    Ok(vec![
+        StatusValue::count(allowed),
+        StatusValue::Count(totals.deposits),
+        StatusValue::Count(totals.withdrawals),
+        StatusValue::count(percent),
+    ])
+}
+
+/// One identity's window kept in this process (`local = true`), on its own clock.
+#[derive(Debug)]
+pub(crate) struct Cell {
+    clock: Clock,
+    window: Mutex<window::Window>,
+}
+
+impl Cell {
+    fn new() -> Self {
+        Cell {
+            clock: Clock::start(),
+            window: Mutex::default(),
+        }
+    }
+
+    /// A window whose buckets have all left no longer matters.
+    fn idle(&self) -> bool {
+        let ms = self.clock.ms();
+        crate::kernel::State::forgettable(
+            &*lock(&self.window),
+            Now {
+                ms,
+                ns: 0,
+                order: 0,
+            },
+        )
+    }
+
+    /// Counts a deposit, or a withdrawal if `allowance` allows it: whether it was counted,
+    /// and the totals before.
+    fn count(&self, values: &BudgetValues, withdrawal: bool) -> (bool, Totals) {
+        let ms = self.clock.ms();
+        let now = Now {
+            ms,
+            ns: self.clock.ns(),
+            order: 0,
+        };
+        let window_ms = values.allowance().window_ms;
+        let mut state = lock(&self.window);
+        let seen = Slide::step(
+            &mut state,
+            &Record::new(Totals::default(), window_ms),
+            now,
+            &mut Seen::default(),
+        );
+        let allowed = !withdrawal || window::allows(seen, &values.allowance());
+        if allowed {
+            let counts = Totals {
+                deposits: u64::from(!withdrawal),
+                withdrawals: u64::from(withdrawal),
+            };
+            Slide::step(
+                &mut state,
+                &Record::new(counts, window_ms),
+                now,
+                &mut Seen::default(),
+            );
+        }
+        (allowed, seen)
+    }
+}
+
+/// Every local window of the process.
+static CELLS: Registry<Cell> = Registry::new(Cell::idle);
+
+/// One `#[retry_budget]` call site (or tower budget): its settings and its cached local window.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct RetryBudgetSite {
+    config: RetryBudgetConfig,
+    local: registry::SiteCache<Cell>,
+}
+
+impl RetryBudgetSite {
+    /// A call site with these settings.
+    pub const fn new(config: RetryBudgetConfig) -> Self {
+        RetryBudgetSite {
+            config,
+            local: registry::SiteCache::new(),
+        }
+    }
+
+    fn at<'a>(&self, scope: &'a Scope) -> At<'a> {
+        At {
+            policy: DESCRIPTOR.kind.as_str(),
+            name: self.config.name,
+            operation: self.config.operation,
+            scope: scope.as_str(),
+            coordination: if self.config.local {
+                "local"
+            } else {
+                "distributed"
+            },
+        }
+    }
+
+    /// The attribute's values.
+    fn values(&self) -> BudgetValues {
+        BudgetValues {
+            percent: self.config.percent,
+            min_per_second: self.config.min_per_second,
+            window: self.config.window,
+        }
+    }
+
+    /// Deposits one first attempt at `scope`, and answers the budget its retries withdraw
+    /// from: `NotInstalled` for a distributed budget without a coordinator.
+    fn deposit(&'static self, scope: &Scope) -> Result<Withdrawals, Error> {
+        let config = &self.config;
+        let coordinator = if config.local {
+            coordinator::overriding()
+        } else {
+            Some(coordinator::current()?)
+        };
+        let resolved = Coordinator::resolve(coordinator.as_ref(), config.name, &self.values());
+        let values = resolved.values;
+        let shared = match coordinator {
+            Some(coordinator) if !config.local => {
+                let identity = coordinator.identity(
+                    PolicyKind::RetryBudget,
+                    config.name,
+                    config.operation,
+                    scope,
+                );
+                coordinator.note_use(&identity, self, &resolved);
+                view::Views::count(&coordinator, &identity, values.window, None, degraded);
+                Some((coordinator, identity))
+            }
+            _ => {
+                self.count_locally(scope, &values, false);
+                None
+            }
+        };
+        Ok(Withdrawals {
+            site: self,
+            scope: scope.clone(),
+            values,
+            shared,
+        })
+    }
+
+    /// Counts at `scope`'s local window.
+    fn count_locally(
+        &self,
+        scope: &Scope,
+        values: &BudgetValues,
+        withdrawal: bool,
+    ) -> (bool, Totals) {
+        let identity = (self.config.name, self.config.operation, scope);
+        let cell = CELLS.get(&self.local, identity, Cell::new);
+        let counted = cell.count(values, withdrawal);
+        CELLS.release(identity, &cell);
+        counted
+    }
+}
+
+/// The budget one call's retries withdraw from: the call's gate.
+#[derive(Debug)]
+struct Withdrawals {
+    site: &'static RetryBudgetSite,
+    scope: Scope,
+    values: BudgetValues,
+    /// The coordinator and identity of a distributed budget.
+    shared: Option<(Coordinator, Identity)>,
+}
+
+impl Withdrawals {
+    /// Withdraws one retry if the budget allows it.
+    fn withdraw(&self) -> bool {
+        let allowance = self.values.allowance();
+        let at = self.site.at(&self.scope);
+        let (allowed, seen, stale) = match &self.shared {
+            Some((coordinator, identity)) => {
+                let decided = view::Views::count(
+                    coordinator,
+                    identity,
+                    self.values.window,
+                    Some(&allowance),
+                    degraded,
+                );
+                (decided.allowed, decided.seen, decided.stale)
+            }
+            None => {
+                let (allowed, seen) = self.site.count_locally(&self.scope, &self.values, true);
+                (allowed, seen, false)
+            }
+        };
+        events::decided(&at, allowed, stale);
+        if !allowed {
+            events::exhausted(&at, seen, allowance.of(seen.deposits));
+        }
+        allowed
+    }
+}
+
+impl Gate for Withdrawals {
+    fn another(&self) -> bool {
+        self.withdraw()
+    }
+}
+
+/// Reports a batch the coordinator did not answer.
+fn degraded(identity: &Identity, error: &Error) {
+    events::degraded(&identity.at(), error);
+}
+
+/// Deposits the call's first attempt and gates its retries (the `#[retry]` inside) on the
+/// budget.
+#[doc(hidden)]
+pub async fn retry_budget<T, E, F>(
+    site: &'static RetryBudgetSite,
+    ctx: &CallCtx,
+    scope: &Result<Scope, Error>,
+    body: F,
+) -> Result<T, E>
+where
+    E: From<Error>,
+    F: Future<Output = Result<T, E>>,
+{
+    let scope = ctx.scope(scope)?;
+    let withdrawals = site.deposit(scope).map_err(|error| ctx.reject(error))?;
+    ctx.gate(Box::new(withdrawals));
+    body.await
+}
+
+#[cfg(feature = "tower")]
+pub use self::budget::RetryBudget;
+
+/// The budget as `tower::retry::Retry` takes one.
+#[cfg(feature = "tower")]
+mod budget {
+    use std::sync::{Mutex, OnceLock};
+    use std::time::Duration;
+
+    use caracal_spec::retry_budget as spec;
+
+    use super::{RetryBudgetConfig, RetryBudgetSite, Withdrawals};
+    use crate::identity::{Scope, intern};
+    use crate::sync::lock;
+
+    /// A retry budget for [`tower::retry::Retry`] policies, sharing its identity (name,
+    /// operation, scope) with `#[retry_budget]`: [`deposit`](tower::retry::budget::Budget::deposit)
+    /// on every request, [`withdraw`](tower::retry::budget::Budget::withdraw) before every
+    /// retry, both decided from this process's view of the fleet's window (no round trip).
+    ///
+    /// ```
+    /// use tower::retry::budget::Budget;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let budget = caracal::tower::RetryBudget::new("partner-api").percent(20).local(true);
+    /// budget.deposit();
+    /// assert!(budget.withdraw()); // the floor: 10 retries per second
+    /// # }
+    /// ```
+    #[derive(Debug)]
+    pub struct RetryBudget {
+        config: RetryBudgetConfig,
+        scope: Scope,
+        /// The site, made on first use (the settings are final then).
+        site: OnceLock<&'static RetryBudgetSite>,
+        /// The last deposit's budget, which withdrawals draw from.
+        current: Mutex<Option<Withdrawals>>,
+    }
+
+    impl RetryBudget {
+        /// The budget of `name` (operation = name, scope global), with the attribute's
+        /// defaults.
+        ///
+        /// # Panics
+        /// On a `name` that is no valid identity part.
+        pub fn new(name: &str) -> Self {
+            let name = intern(name);
+            RetryBudget {
+                config: RetryBudgetConfig {
+                    name,
+                    operation: name,
+                    percent: spec::PERCENT.default.integer(),
+                    min_per_second: spec::MIN_PER_SECOND.default.integer(),
+                    window: spec::WINDOW.default.duration(),
+                    local: false,
+                },
+                scope: Scope::GLOBAL,
+                site: OnceLock::new(),
+                current: Mutex::default(),
+            }
+        }
+
+        /// Retries allowed per 100 requests.
+        ///
+        /// # Panics
+        /// Out of the attribute's bounds, as every setter.
+        pub fn percent(mut self, percent: u32) -> Self {
+            self.config.percent = within(&spec::PERCENT, percent);
+            self
+        }
+
+        /// Retries allowed per second whatever the traffic.
+        pub fn min_per_second(mut self, min_per_second: u32) -> Self {
+            self.config.min_per_second = within(&spec::MIN_PER_SECOND, min_per_second);
+            self
+        }
+
+        /// How far back requests and retries count.
+        pub fn window(mut self, window: Duration) -> Self {
+            let caracal_spec::Type::Duration { min, max } = spec::WINDOW.ty else {
+                unreachable!("a duration key")
+            };
+            assert!(
+                (min..=max).contains(&window),
+                "`window` must be from {} to {}",
+                caracal_spec::Human(min),
+                caracal_spec::Human(max)
+            );
+            self.config.window = window;
+            self
+        }
+
+        /// The operation (default: the name).
+        pub fn operation(mut self, operation: &str) -> Self {
+            self.config.operation = intern(operation);
+            self
+        }
+
+        /// The scope (default global).
+        ///
+        /// # Panics
+        /// On a scope that is no valid identity part.
+        pub fn scope(mut self, scope: impl Into<String>) -> Self {
+            self.scope = Scope::new(scope.into()).expect("a valid scope");
+            self
+        }
+
+        /// Keeps the window in this process.
+        pub fn local(mut self, local: bool) -> Self {
+            self.config.local = local;
+            self
+        }
+
+        fn site(&self) -> &'static RetryBudgetSite {
+            // One site per budget, for the program's life: budgets are made at start-up, as
+            // an attribute's site is compiled in.
+            self.site
+                .get_or_init(|| Box::leak(Box::new(RetryBudgetSite::new(self.config.clone()))))
+        }
+    }
+
+    /// `value`, if `key` (an integer key) accepts it.
+    fn within(key: &caracal_spec::Key, value: u32) -> u32 {
+        let caracal_spec::Type::Integer { min, max } = key.ty else {
+            unreachable!("an integer key")
+        };
+        assert!(
+            (min..=max).contains(&value),
+            "`{}` must be an integer from {min} to {max}",
+            key.name
+        );
+        value
+    }
+
+    impl tower::retry::budget::Budget for RetryBudget {
+        fn deposit(&self) {
+            // A distributed budget without a coordinator counts nothing, and then allows no
+            // withdrawal: it never runs uncoordinated.
+            *lock(&self.current) = self.site().deposit(&self.scope).ok();
+        }
+
+        fn withdraw(&self) -> bool {
+            lock(&self.current)
+                .as_ref()
+                .is_some_and(Withdrawals::withdraw)
+        }
+    }
+}
+
+/// The kind's events (see [`crate::events`]).
+mod events {
+    use crate::Error;
+    use crate::events::policy_event;
+    use crate::labels::At;
+    use crate::metrics::{self, Decision};
+    use crate::policy::retry_budget::kernel::Totals;
+    use crate::summary;
+
+    /// Counts a withdrawal's decision.
+    pub(super) fn decided(at: &At<'_>, allowed: bool, stale: bool) {
+        let (decision, reason) = match (allowed, stale) {
+            (true, false) => (Decision::Admitted, "within_budget"),
+            (false, false) => (Decision::Rejected, "budget_exhausted"),
+            (_, true) => (Decision::Degraded, "stale_view"),
+        };
+        metrics::decided(at, decision, reason);
+    }
+
+    /// A retry the budget refused: said once, then summarised.
+    pub(super) fn exhausted(at: &At<'_>, seen: Totals, allowance: u64) {
+        let Some(suppressed) = summary::repeat("retry.budget_exhausted", at, &[]) else {
+            return;
+        };
+        policy_event!(
+            INFO,
+            "retry.budget_exhausted",
+            at,
+            deposits = seen.deposits,
+            withdrawals = seen.withdrawals,
+            allowance,
+            suppressed
+        );
+    }
+
+    /// A batch of counts the coordinator did not answer: said once per failure, then
+    /// summarised.
+    pub(super) fn degraded(at: &At<'_>, error: &Error) {
+        let failure = error.failure_kind().map(|k| k.as_str());
+        let condition = [failure.unwrap_or(error.code())];
+        let Some(suppressed) = summary::repeat("retry_budget.degraded", at, &condition) else {
+            return;
+        };
+        policy_event!(
+            WARN,
+            "retry_budget.degraded",
+            at,
+            reason = "view_not_refreshed",
+            error = error.code(),
+            failure,
+            suppressed
+        );
+    }
+}

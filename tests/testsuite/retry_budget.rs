@@ -1,0 +1,239 @@
+//! `#[retry_budget]` and `caracal::tower::RetryBudget`: a refused retry ends the call with the
+//! last attempt's result, is said once and counted; one process's own counts are exact; and a
+//! fleet of real processes in a retry storm is held to the budget plus the documented
+//! staleness bound, while a healthy fleet under `percent` loses no retry.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use caracal::{Coordinator, retry, retry_budget};
+use caracal_tests::{EventLog, MetricsLog, RedisServer};
+use tower::retry::budget::Budget;
+
+use crate::common::worker::Worker;
+use crate::common::{TestError, unique};
+
+/// The floor alone: 2 retries per 1 s window, none from the percentage.
+#[retry_budget(name = "budget-floor", percent = 0, min_per_second = 2, window = "1s",
+               scope = scope)]
+#[retry(max_attempts = 3)]
+async fn floor_only(scope: &str, attempts: &AtomicU64) -> Result<(), TestError> {
+    attempts.fetch_add(1, Ordering::SeqCst);
+    Err(TestError::Body("down"))
+}
+
+/// The same, kept in the process.
+#[retry_budget(name = "budget-floor-local", percent = 0, min_per_second = 2, window = "1s",
+               scope = scope, local)]
+#[retry(max_attempts = 3)]
+async fn floor_only_local(scope: &str, attempts: &AtomicU64) -> Result<(), TestError> {
+    attempts.fetch_add(1, Ordering::SeqCst);
+    Err(TestError::Body("down"))
+}
+
+/// Calls `call` 5 times, one after the other: the window allows 2 retries in all, so the
+/// downstream sees 5 first attempts and 2 retries, and every call ends with the body's error.
+async fn five_calls<F, Fut>(call: F) -> u64
+where
+    F: Fn(&'static AtomicU64) -> Fut,
+    Fut: std::future::Future<Output = Result<(), TestError>>,
+{
+    let attempts: &'static AtomicU64 = Box::leak(Box::new(AtomicU64::new(0)));
+    for _ in 0..5 {
+        let result = call(attempts).await;
+        assert!(matches!(result, Err(TestError::Body("down"))), "{result:?}");
+    }
+    attempts.load(Ordering::SeqCst)
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_refused_retry_ends_the_call_with_its_last_result_and_is_said_once() {
+    let (log, _guard) = EventLog::capture_thread_default();
+    let metrics = MetricsLog::global();
+    let scope = unique("floor");
+    let coordinator = Coordinator::in_memory();
+    let attempts = coordinator
+        .scoped(five_calls(|attempts| floor_only(&scope, attempts)))
+        .await;
+    assert_eq!(
+        attempts,
+        5 + 2,
+        "5 first attempts, and the 2 retries the floor allows"
+    );
+    // The first refusal is said; the ones after it within 10 s are summarised.
+    assert_eq!(log.count("retry.budget_exhausted"), 1);
+    let labels = |outcome| [("name", "budget-floor"), ("outcome", outcome)];
+    assert!(metrics.counter("caracal_retries_total", &labels("budget_exhausted")) >= 4);
+    // Once the window has slid past them, retries are allowed again.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let more = coordinator
+        .scoped(five_calls(|attempts| floor_only(&scope, attempts)))
+        .await;
+    assert_eq!(more, 5 + 2);
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_local_budget_runs_the_same_window_in_the_process() {
+    let scope = unique("floor-local");
+    // No coordinator: a local budget needs none.
+    let attempts = five_calls(|attempts| floor_only_local(&scope, attempts)).await;
+    assert_eq!(attempts, 5 + 2);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_distributed_budget_without_a_coordinator_is_not_installed() {
+    let attempts = AtomicU64::new(0);
+    let result = floor_only(&unique("none"), &attempts).await;
+    assert!(
+        matches!(
+            result,
+            Err(TestError::Caracal(caracal::Error::NotInstalled))
+        ),
+        "{result:?}"
+    );
+    assert_eq!(
+        attempts.load(Ordering::SeqCst),
+        0,
+        "never run uncoordinated"
+    );
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn the_tower_budget_shares_the_attributes_window() {
+    let scope = unique("tower");
+    let coordinator = Coordinator::in_memory();
+    coordinator
+        .scoped(async {
+            let budget = caracal::tower::RetryBudget::new("budget-floor")
+                .percent(0)
+                .min_per_second(2)
+                .window(Duration::from_secs(1))
+                .scope(scope.clone());
+            // Two retries of the attribute's calls use up the window the tower budget shares.
+            let attempts = AtomicU64::new(0);
+            let _ = floor_only(&scope, &attempts).await;
+            assert_eq!(attempts.load(Ordering::SeqCst), 3);
+            budget.deposit();
+            assert!(
+                !budget.withdraw(),
+                "the attribute's calls took the window's 2 retries"
+            );
+            tokio::time::sleep(Duration::from_millis(1100)).await;
+            budget.deposit();
+            assert!(budget.withdraw());
+            assert!(budget.withdraw());
+            assert!(!budget.withdraw());
+        })
+        .await;
+}
+
+#[test]
+fn a_tower_budget_without_a_deposit_allows_nothing() {
+    let budget = caracal::tower::RetryBudget::new("budget-empty").local(true);
+    assert!(!budget.withdraw());
+}
+
+/// Runs 3 worker processes × 8 tasks calling `budget_storm` (window 2 s, 20 %, 10/s) for
+/// `millis`, each attempt taking 1 ms; `ok_per_20` of every 20 attempts succeed. Returns the
+/// fleet's calls, the attempts the downstream saw, the calls that lost a retry, and the
+/// seconds the storm lasted.
+fn storm(url: &str, ok_per_20: u64, millis: u64) -> (u64, u64, u64, f64) {
+    let namespace = unique("budget-fleet");
+    let start_at =
+        SystemTime::now().duration_since(UNIX_EPOCH).expect("clock") + Duration::from_millis(1500);
+    let args = [
+        format!("scope={}", unique("storm")),
+        format!("ok_per_20={ok_per_20}"),
+        "tasks=8".to_owned(),
+        format!("millis={millis}"),
+        format!("start_at_ms={}", start_at.as_millis()),
+    ];
+    let workers: Vec<_> = (0..3)
+        .map(|_| Worker::spawn(url, &namespace, "budget-storm", &args))
+        .collect();
+    let (mut calls, mut attempts, mut refused, mut first, mut last) = (0, 0, 0, u64::MAX, 0);
+    for worker in &workers {
+        let line = worker.expect_line("result", Duration::from_secs(120));
+        calls += Worker::field(&line, "calls");
+        attempts += Worker::field(&line, "attempts");
+        refused += Worker::field(&line, "refused");
+        first = first.min(Worker::field(&line, "first_ms"));
+        last = last.max(Worker::field(&line, "last_ms"));
+    }
+    (calls, attempts, refused, (last - first) as f64 / 1000.0)
+}
+
+/// A downstream failing every call, `max_attempts = 4`: without a budget it would see 4 × the
+/// first attempts. The budget holds the retries to 20 % of the first attempts plus 10/s, plus
+/// the bound the docs state: per window, `S × Σ (r + 20 % × d)` with `S = 2 × 100 ms + 3 RTT`
+/// (taken as 300 ms) and each process asking for at most 3 retries per first attempt.
+#[test]
+fn a_fleet_in_a_retry_storm_is_held_to_its_budget() {
+    let server = RedisServer::start();
+    let (calls, attempts, _, seconds) = storm(&server.url(), 0, 4000);
+    let retries = attempts - calls;
+    let window = 2.0;
+    let windows = (seconds / window).ceil() + 1.0;
+    let budget = 0.2 * calls as f64 + 10.0 * (seconds + window);
+    let staleness = windows * 0.3 * (3.0 + 0.2) * calls as f64 / seconds;
+    eprintln!(
+        "storm: {calls} calls in {seconds:.2} s, {retries} retries (no budget: {}), budget \
+         {budget:.0}, staleness bound {staleness:.0}",
+        3 * calls
+    );
+    assert!(calls > 100, "{calls} calls: the storm never ran");
+    assert!(
+        (retries as f64) <= budget + staleness,
+        "{retries} retries for {calls} calls in {seconds:.2} s: more than the budget \
+         {budget:.0} plus the staleness bound {staleness:.0}"
+    );
+    assert!(
+        retries < 3 * calls,
+        "{retries} retries for {calls} calls: the budget never refused one"
+    );
+}
+
+/// 1 attempt in 20 fails: retries stay near 5 % of the first attempts, under `percent`, so no
+/// call may lose a retry it would have had without the budget.
+#[test]
+fn a_healthy_fleet_under_its_percentage_loses_no_retry() {
+    let server = RedisServer::start();
+    let (calls, attempts, refused, seconds) = storm(&server.url(), 19, 3000);
+    eprintln!(
+        "healthy: {calls} calls in {seconds:.2} s, {} retries, {refused} refused",
+        attempts - calls
+    );
+    assert!(calls > 100, "{calls} calls: the fleet never ran");
+    assert_eq!(refused, 0, "{refused} of {calls} calls lost a retry");
+}
+
+/// `caracal status` reads the window: its first attempts, retries and the retries it allows
+/// now (2 per second of the 1 s window, all withdrawn here).
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn the_status_row_shows_the_window_and_what_it_allows() {
+    use caracal::admin::StatusValue;
+
+    let scope = unique("status");
+    let coordinator = Coordinator::in_memory();
+    let attempts = coordinator
+        .scoped(five_calls(|attempts| floor_only(&scope, attempts)))
+        .await;
+    assert_eq!(attempts, 7);
+    // Counts reach the window in batches, within 100 ms.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let rows = coordinator.admin().status().await.expect("status");
+    let row = rows
+        .iter()
+        .find(|row| row.kind == caracal::PolicyKind::RetryBudget && row.scope == scope)
+        .unwrap_or_else(|| panic!("no row for {scope} in {rows:?}"));
+    assert_eq!(row.state.get("deposits"), Some(&StatusValue::Count(5)));
+    assert_eq!(row.state.get("withdrawals"), Some(&StatusValue::Count(2)));
+    assert_eq!(row.state.get("allowed"), Some(&StatusValue::Count(0)));
+    assert_eq!(
+        row.state.summary(),
+        [
+            "0 retries left".to_owned(),
+            "2 retries for 5 calls, 0%".to_owned()
+        ]
+    );
+}
