@@ -262,6 +262,19 @@ impl Uses<'_> {
         }
     }
 
+    /// [`note_use`](Self::note_use) for a caller that cannot wait (a synchronous decision):
+    /// the first use's report goes out soon, in the background.
+    pub(crate) fn note_use_soon<S, V: Values>(
+        &self,
+        identity: &Identity,
+        site: &S,
+        resolved: &Resolved<V>,
+    ) {
+        if self.noted(identity, site, resolved) {
+            self.coordinator.inner.usage.soon.notify_one();
+        }
+    }
+
     /// Records the use; whether it is the site's first of `identity`.
     fn noted<S, V: Values>(&self, identity: &Identity, site: &S, resolved: &Resolved<V>) -> bool {
         let usage = &self.coordinator.inner.usage;
