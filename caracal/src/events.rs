@@ -265,6 +265,7 @@ pub(crate) fn breaker_observation(at: &At<'_>, generation: u64, window: Counts) 
         window_failures = window.failures,
         window_slow = window.slow
     );
+    metrics::breaker_window(at, window);
 }
 
 /// A result admitted under an older generation was dropped.
@@ -366,6 +367,7 @@ pub(crate) fn breaker_settled(at: &At<'_>, attempted: u64, reply: &SettleReply) 
 
 pub(crate) fn timeout(call: &Call<'_>, after: Duration) {
     call_event!(INFO, "timeout.elapsed", call, after_ms = millis(after));
+    metrics::timed_out(call.name);
 }
 
 pub(crate) fn retry_scheduled(call: &Call<'_>, next_attempt: u32, delay: Duration) {
@@ -376,14 +378,17 @@ pub(crate) fn retry_scheduled(call: &Call<'_>, next_attempt: u32, delay: Duratio
         next_attempt,
         delay_ms = millis(delay)
     );
+    metrics::retried(call.name);
 }
 
 pub(crate) fn retry_exhausted(call: &Call<'_>, attempts: u32) {
     call_event!(INFO, "retry.exhausted", call, attempts);
+    metrics::retries_exhausted(call.name);
 }
 
 pub(crate) fn fallback_invoked(call: &Call<'_>, rejection: &'static str) {
     call_event!(INFO, "fallback.invoked", call, rejection);
+    metrics::fell_back(call.name, rejection);
 }
 
 /// A coordinator is ready for calls: connected (Redis) or made (in memory).
