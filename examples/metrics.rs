@@ -1,5 +1,6 @@
-//! caracal's metrics, served to Prometheus: a bulkhead, a circuit breaker and a rate limit
-//! guard calls in a loop, and `/metrics` shows what they decide.
+//! caracal's metrics, served to Prometheus: a bulkhead, a circuit breaker, a rate limit and a
+//! fallback over a timeout over a retry guard calls in a loop, and `/metrics` shows what they
+//! decide. `dashboards/` holds a Grafana dashboard and Prometheus alert rules for these series.
 //!
 //! ```text
 //! cargo run --example metrics                                          # in-memory
@@ -13,9 +14,10 @@
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use caracal::{bulkhead, circuit_breaker, rate_limit};
+use caracal::{bulkhead, circuit_breaker, fallback, rate_limit, retry, timeout};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -66,6 +68,34 @@ async fn search() -> Result<(), AppError> {
     Ok(())
 }
 
+/// Attempts made of [`fetch_quote`], which decide how each one goes.
+static QUOTE_ATTEMPTS: AtomicU64 = AtomicU64::new(0);
+
+/// A quote from a partner that fails now and then (retried once) and sometimes hangs (cut at
+/// 30 ms, answered from the cache).
+#[fallback(cached_quote)]
+#[timeout("30ms")]
+#[retry(max_attempts = 2, backoff = "1ms")]
+async fn fetch_quote() -> Result<u64, AppError> {
+    let attempt = QUOTE_ATTEMPTS.fetch_add(1, Ordering::Relaxed);
+    match attempt % 10 {
+        // Fails, and so does its retry: the retries are exhausted.
+        3 | 4 => Err(AppError::Downstream),
+        // Fails once; the retry succeeds.
+        7 => Err(AppError::Downstream),
+        9 => {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            Ok(attempt)
+        }
+        _ => Ok(attempt),
+    }
+}
+
+/// What a quote is when the partner did not answer in time.
+async fn cached_quote(_rejection: caracal::Error) -> Result<u64, AppError> {
+    Ok(0)
+}
+
 /// How a call ended: `ok`, the downstream's failure, or the code of caracal's rejection.
 fn outcome(result: &Result<(), AppError>) -> &'static str {
     match result {
@@ -75,8 +105,8 @@ fn outcome(result: &Result<(), AppError>) -> &'static str {
     }
 }
 
-/// One round of traffic: 12 concurrent partner calls (6 per region), 10 inventory checks, 10 searches; counts
-/// how each call ended into `tally`.
+/// One round of traffic: 12 concurrent partner calls (6 per region), 10 inventory checks, 10
+/// searches, 2 quotes; counts how each call ended into `tally`.
 async fn round(tally: &mut BTreeMap<&'static str, u64>) {
     let partner: Vec<_> = (0..12)
         .map(|i| tokio::spawn(call_partner(if i % 2 == 0 { "eu" } else { "us" })))
@@ -84,6 +114,10 @@ async fn round(tally: &mut BTreeMap<&'static str, u64>) {
     for _ in 0..10 {
         *tally.entry(outcome(&check_inventory().await)).or_default() += 1;
         *tally.entry(outcome(&search().await)).or_default() += 1;
+    }
+    for _ in 0..2 {
+        let quote = fetch_quote().await.map(drop);
+        *tally.entry(outcome(&quote)).or_default() += 1;
     }
     for call in partner {
         if let Ok(result) = call.await {
@@ -128,11 +162,13 @@ async fn serve(listener: TcpListener, handle: PrometheusHandle) {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The recorder first: caracal reports into whichever is installed when it decides.
     let handle = PrometheusBuilder::new()
-        // Buckets make the admission time a Prometheus histogram rather than a summary.
+        // Buckets make caracal's timings (admissions, coordinator round trips) Prometheus
+        // histograms, which add up across replicas, rather than per-process summaries.
         .set_buckets_for_metric(
-            Matcher::Full(caracal::metrics::ADMISSION_SECONDS.to_owned()),
+            Matcher::Prefix("caracal_".to_owned()),
             &[
-                0.000_01, 0.000_1, 0.000_5, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0,
+                0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05,
+                0.1, 0.25, 0.5, 1.0, 2.5,
             ],
         )?
         .install_recorder()?;

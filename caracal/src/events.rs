@@ -4,10 +4,14 @@
 //! carry the function's arguments, results or error payloads. The events of `#[retry]`,
 //! `#[timeout]` and `#[fallback]` carry the same identity (see [`Call`]) and the `function`.
 //!
-//! Levels: routine admissions, releases and per-call rejections are `DEBUG` (an outage rejects
-//! every call: at `INFO`, each replica would print hundreds of lines a second); state changes
-//! and probes, timeouts, exhausted retries and fallbacks `INFO`; anything degraded or lost
-//! `WARN`. With no subscriber interested, `tracing` skips building the event entirely.
+//! Levels: what happens on every call — admissions, releases, observations, timeouts, retries
+//! scheduled, fallbacks — is `DEBUG`; state changes, probes and exhausted retries `INFO`;
+//! anything degraded or lost `WARN`. Events that repeat on every call while a condition lasts
+//! (rejections, degraded admissions, coordinator errors, exhausted retries) go through
+//! [`summary::repeat`]: said once when the condition starts, then once per identity every 10 s
+//! with `suppressed = N` (an outage rejects every call: said each time, each replica would
+//! print hundreds of lines a second). With no subscriber interested, `tracing` skips building
+//! the event entirely.
 //!
 //! The functions here are also where the metrics are counted (see [`crate::metrics`]): one
 //! place per decision.
@@ -117,8 +121,19 @@ pub(crate) fn bulkhead_rejected(
         BulkheadRejection::CoordinatorUnavailable => "coordinator_unavailable",
         BulkheadRejection::AdmissionExpired => "admission_expired",
     };
-    policy_event!(DEBUG, "bulkhead.rejected", at, reason, occupancy, limit);
     rejected_or_degraded(at, reason);
+    let Some(suppressed) = summary::repeat("bulkhead.rejected", at, &[reason]) else {
+        return;
+    };
+    policy_event!(
+        DEBUG,
+        "bulkhead.rejected",
+        at,
+        reason,
+        occupancy,
+        limit,
+        suppressed
+    );
 }
 
 /// Counts a bulkhead's or rate limit's refusal: a coordinator that could not answer is the
@@ -141,13 +156,13 @@ pub(crate) fn bulkhead_released(at: &At<'_>, occupancy: Option<u32>, held: Durat
 }
 
 /// A distributed release found no live lease: it had expired (or was released) already.
+/// After an outage every holder's release may find that: said once, then summarised.
 pub(crate) fn bulkhead_release_found_nothing(at: &At<'_>) {
-    policy_event!(
-        WARN,
-        "bulkhead.released",
-        at,
-        reason = "already_expired_or_released"
-    );
+    let reason = "already_expired_or_released";
+    let Some(suppressed) = summary::repeat("bulkhead.released", at, &[reason]) else {
+        return;
+    };
+    policy_event!(WARN, "bulkhead.released", at, reason, suppressed);
 }
 
 pub(crate) fn bulkhead_lease_lost(
@@ -265,6 +280,7 @@ pub(crate) fn breaker_observation(at: &At<'_>, generation: u64, window: Counts) 
         window_failures = window.failures,
         window_slow = window.slow
     );
+    metrics::breaker_window(at, window);
 }
 
 /// A result admitted under an older generation was dropped.
@@ -288,15 +304,20 @@ pub(crate) fn breaker_rejected(
     generation: Option<u64>,
     retry_after: Option<Duration>,
 ) {
+    metrics::decided(at, Decision::Rejected, state.as_str());
+    let Some(suppressed) = summary::repeat("circuit_breaker.rejected", at, &[state.as_str()])
+    else {
+        return;
+    };
     policy_event!(
         DEBUG,
         "circuit_breaker.rejected",
         at,
         state = state.as_str(),
         generation,
-        retry_after_ms = retry_after.map(millis)
+        retry_after_ms = retry_after.map(millis),
+        suppressed
     );
-    metrics::decided(at, Decision::Rejected, state.as_str());
 }
 
 /// A probe was admitted (a call that reached the half-open breaker at `arrival`).
@@ -365,7 +386,8 @@ pub(crate) fn breaker_settled(at: &At<'_>, attempted: u64, reply: &SettleReply) 
 }
 
 pub(crate) fn timeout(call: &Call<'_>, after: Duration) {
-    call_event!(INFO, "timeout.elapsed", call, after_ms = millis(after));
+    call_event!(DEBUG, "timeout.elapsed", call, after_ms = millis(after));
+    metrics::timed_out(call.name);
 }
 
 pub(crate) fn retry_scheduled(call: &Call<'_>, next_attempt: u32, delay: Duration) {
@@ -379,11 +401,22 @@ pub(crate) fn retry_scheduled(call: &Call<'_>, next_attempt: u32, delay: Duratio
 }
 
 pub(crate) fn retry_exhausted(call: &Call<'_>, attempts: u32) {
-    call_event!(INFO, "retry.exhausted", call, attempts);
+    let at = At {
+        policy: call.policy,
+        name: call.name,
+        operation: call.operation,
+        scope: call.scope.unwrap_or_default(),
+        coordination: "local",
+    };
+    let Some(suppressed) = summary::repeat("retry.exhausted", &at, &[]) else {
+        return;
+    };
+    call_event!(INFO, "retry.exhausted", call, attempts, suppressed);
 }
 
 pub(crate) fn fallback_invoked(call: &Call<'_>, rejection: &'static str) {
-    call_event!(INFO, "fallback.invoked", call, rejection);
+    call_event!(DEBUG, "fallback.invoked", call, rejection);
+    metrics::fell_back(call.name, rejection);
 }
 
 /// A coordinator is ready for calls: connected (Redis) or made (in memory).
@@ -397,24 +430,47 @@ pub(crate) fn coordinator_ready(namespace: &str) {
     metrics::coordinator_ready();
 }
 
+/// What the coordinator's own repeating events are summarised under: they are about no
+/// identity.
+const COORDINATOR: At<'static> = At {
+    policy: "coordinator",
+    name: "",
+    operation: "",
+    scope: "",
+    coordination: "distributed",
+};
+
+/// A connection to the coordinator was lost. Every connection of the pool notices an outage
+/// (and a flapping server makes them notice it again and again): said once, then summarised.
 pub(crate) fn connection_lost(reason: &'static str) {
+    metrics::connection_lost();
+    let Some(suppressed) = summary::repeat("coordinator.connection_lost", &COORDINATOR, &[reason])
+    else {
+        return;
+    };
     tracing::event!(
         target: "caracal",
         tracing::Level::WARN,
         event = "coordinator.connection_lost",
         reason,
+        suppressed,
     );
-    metrics::connection_lost();
 }
 
+/// A lost connection was restored after `attempts`; summarised like its loss.
 pub(crate) fn connection_restored(attempts: u32) {
+    metrics::connection_restored();
+    let Some(suppressed) = summary::repeat("coordinator.connection_restored", &COORDINATOR, &[])
+    else {
+        return;
+    };
     tracing::event!(
         target: "caracal",
         tracing::Level::INFO,
         event = "coordinator.connection_restored",
         attempts,
+        suppressed,
     );
-    metrics::connection_restored();
 }
 
 /// The server lost its data (restarted without persistence, a replica took its place, its

@@ -16,7 +16,9 @@ macro_rules! pages {
         #[doc = "[operations.md]: crate::guide::operations"]
         #[doc = "[configuration.md]: crate::guide::configuration"]
         #[doc = "[tower.md]: crate::guide::tower"]
+        #[doc = "[newcomer.md]: crate::guide::newcomer"]
         #[doc = "[`caracal::admin`]: crate::admin"]
+        #[doc = "[`caracal::metrics`]: crate::metrics"]
         #[doc = "[`caracal::Config`]: crate::Config"]
         #[doc = "[`caracal::Error`]: crate::Error"]
         #[doc = "[`CoordinatorFailure`]: crate::CoordinatorFailure"]
@@ -28,6 +30,7 @@ macro_rules! pages {
 }
 
 pages! {
+    newcomer => "newcomer.md",
     attributes => "attributes.md",
     stacking => "stacking.md",
     leases => "leases.md",

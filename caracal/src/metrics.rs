@@ -10,11 +10,26 @@ pub const BULKHEAD_IN_FLIGHT: &str = "caracal_bulkhead_in_flight";
 pub const ADMISSION_SECONDS: &str = "caracal_admission_seconds";
 /// The name of the coordinator connectivity gauge.
 pub const COORDINATOR_UP: &str = "caracal_coordinator_up";
+/// The name of the gauge of the bulkhead limit in force.
+pub const BULKHEAD_LIMIT: &str = "caracal_bulkhead_limit";
+/// The name of the gauge of a breaker's failure rate, as its window was last learnt.
+pub const CIRCUIT_BREAKER_FAILURE_RATE: &str = "caracal_circuit_breaker_failure_rate";
+/// The name of the gauge of a breaker's slow call rate, as its window was last learnt.
+pub const CIRCUIT_BREAKER_SLOW_CALL_RATE: &str = "caracal_circuit_breaker_slow_call_rate";
 /// The name of the retries counter.
 pub const RETRIES_TOTAL: &str = "caracal_retries_total";
+/// The name of the timeouts counter.
+pub const TIMEOUTS_TOTAL: &str = "caracal_timeouts_total";
+/// The name of the fallbacks counter.
+pub const FALLBACKS_TOTAL: &str = "caracal_fallbacks_total";
+/// The name of the coordinator round-trip histogram.
+pub const COORDINATOR_SECONDS: &str = "caracal_coordinator_seconds";
+
+#[cfg(feature = "metrics")]
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::labels::At;
-use crate::policy::breaker::kernel::Phase;
+use crate::policy::breaker::kernel::{Counts, Phase};
 
 /// Gives every caracal metric its description and unit in the installed recorder (exporters
 /// show them, as Prometheus' `# HELP`). Done whenever a coordinator is made; call it yourself
@@ -51,6 +66,39 @@ pub fn describe() {
     describe_gauge!(
         COORDINATOR_UP,
         "1 while every connection to caracal's coordinator is up, else 0"
+    );
+    describe_gauge!(
+        BULKHEAD_LIMIT,
+        Unit::Count,
+        "The limit in force in this process's caracal bulkheads, overrides included"
+    );
+    describe_gauge!(
+        CIRCUIT_BREAKER_FAILURE_RATE,
+        "Share of failed calls (0..1) in a caracal circuit breaker's window, as last learnt"
+    );
+    describe_gauge!(
+        CIRCUIT_BREAKER_SLOW_CALL_RATE,
+        "Share of slow calls (0..1) in a caracal circuit breaker's window, as last learnt"
+    );
+    describe_counter!(
+        RETRIES_TOTAL,
+        Unit::Count,
+        "Failed attempts of caracal #[retry] calls: retried, or not (exhausted, budget_exhausted)"
+    );
+    describe_counter!(
+        TIMEOUTS_TOTAL,
+        Unit::Count,
+        "Calls caracal's #[timeout] cut short"
+    );
+    describe_counter!(
+        FALLBACKS_TOTAL,
+        Unit::Count,
+        "Calls whose result caracal's #[fallback] replaced, by the error it replaced"
+    );
+    describe_histogram!(
+        COORDINATOR_SECONDS,
+        Unit::Seconds,
+        "One round trip to caracal's Redis coordinator, by script"
     );
 }
 
@@ -243,4 +291,110 @@ pub(crate) fn connection_lost() {
 pub(crate) fn connection_restored() {
     #[cfg(feature = "metrics")]
     connections_down(|down| *down = down.saturating_sub(1));
+}
+
+/// The limit a bulkhead call site last set its `caracal_bulkhead_limit` to: the gauge is set
+/// only when the limit in force changes, so a call pays one atomic load for it.
+#[derive(Debug)]
+pub(crate) struct LimitGauge {
+    /// 0 until first set: a bulkhead's limit is at least 1.
+    #[cfg(feature = "metrics")]
+    reported: AtomicU32,
+}
+
+impl LimitGauge {
+    /// Nothing reported yet.
+    pub(crate) const fn new() -> Self {
+        LimitGauge {
+            #[cfg(feature = "metrics")]
+            reported: AtomicU32::new(0),
+        }
+    }
+
+    /// `limit` is in force for the bulkhead `name`'s `operation`.
+    #[inline]
+    pub(crate) fn report(&self, name: &'static str, operation: &'static str, limit: u32) {
+        #[cfg(feature = "metrics")]
+        if self.reported.load(Ordering::Relaxed) != limit
+            && self.reported.swap(limit, Ordering::Relaxed) != limit
+        {
+            ::metrics::gauge!(BULKHEAD_LIMIT, "name" => name, "operation" => operation)
+                .set(f64::from(limit));
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = (name, operation, limit);
+    }
+}
+
+/// Sets the failure and slow call rates of `at`'s breaker from the window it reported.
+#[inline]
+pub(crate) fn breaker_window(at: &At<'_>, window: Counts) {
+    #[cfg(feature = "metrics")]
+    {
+        // An empty window (just closed, just reset) has no failures: 0, not NaN.
+        let total = f64::from(window.total.max(1));
+        let labels = [
+            ("name", at.name.to_owned()),
+            ("operation", at.operation.to_owned()),
+            ("scope", at.scope.to_owned()),
+        ];
+        ::metrics::gauge!(CIRCUIT_BREAKER_FAILURE_RATE, &labels)
+            .set(f64::from(window.failures) / total);
+        ::metrics::gauge!(CIRCUIT_BREAKER_SLOW_CALL_RATE, &labels)
+            .set(f64::from(window.slow) / total);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (at, window);
+}
+
+/// A `#[timeout]` cut a call of `name` short.
+#[inline]
+pub(crate) fn timed_out(name: &'static str) {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!(TIMEOUTS_TOTAL, "name" => name).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = name;
+}
+
+/// A `#[fallback]` replaced the result of a call of `name` that failed with `reason` (the
+/// error's code).
+#[inline]
+pub(crate) fn fell_back(name: &'static str, reason: &'static str) {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!(FALLBACKS_TOTAL, "name" => name, "reason" => reason).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (name, reason);
+}
+
+/// One round trip to the coordinator running `command` (a script's name): timed into
+/// `caracal_coordinator_seconds` until dropped, answered or not (a round trip given up counts
+/// with the time it took to give up).
+#[must_use = "the round trip is timed until this drops"]
+#[derive(Debug)]
+pub(crate) struct RoundTrip {
+    #[cfg(feature = "metrics")]
+    command: &'static str,
+    #[cfg(feature = "metrics")]
+    started: tokio::time::Instant,
+}
+
+/// Starts timing a round trip running `command`.
+#[inline]
+pub(crate) fn round_trip(command: &'static str) -> RoundTrip {
+    #[cfg(not(feature = "metrics"))]
+    let _ = command;
+    RoundTrip {
+        #[cfg(feature = "metrics")]
+        command,
+        #[cfg(feature = "metrics")]
+        started: tokio::time::Instant::now(),
+    }
+}
+
+#[cfg(feature = "metrics")]
+impl Drop for RoundTrip {
+    fn drop(&mut self) {
+        ::metrics::histogram!(COORDINATOR_SECONDS, "command" => self.command)
+            .record(self.started.elapsed().as_secs_f64());
+    }
 }

@@ -26,6 +26,8 @@ mod call_events;
 mod cli;
 mod cluster_faults;
 mod connect;
+mod dashboards;
+mod event_volume;
 mod fallback;
 mod fleet_ops;
 mod fleet_truth;

@@ -1,7 +1,8 @@
 //! The metrics (feature `metrics`), read back from a recorder: one decision per admission with
 //! its reason, for each policy kind; the admission histogram; the bulkhead occupancy back to 0
 //! however calls end; the breaker state in a process that did not change it; the coordinator's
-//! connectivity.
+//! connectivity; the limit in force, the breaker's rates, the retry, timeout and fallback
+//! counters and the coordinator's round trips.
 //!
 //! The suites share one recorder ([`MetricsLog::global`]): each test reads only the series of
 //! policy names its own functions use. Label-less series (`caracal_coordinator_up`) and
@@ -12,9 +13,11 @@ use std::time::Duration;
 
 use caracal::admin::{BreakerCommand, BreakerId};
 use caracal::metrics::{
-    ADMISSION_SECONDS, BULKHEAD_IN_FLIGHT, CIRCUIT_BREAKER_STATE, DECISIONS_TOTAL,
+    ADMISSION_SECONDS, BULKHEAD_IN_FLIGHT, BULKHEAD_LIMIT, CIRCUIT_BREAKER_FAILURE_RATE,
+    CIRCUIT_BREAKER_SLOW_CALL_RATE, CIRCUIT_BREAKER_STATE, COORDINATOR_SECONDS, DECISIONS_TOTAL,
+    FALLBACKS_TOTAL, RETRIES_TOTAL, TIMEOUTS_TOTAL,
 };
-use caracal::{Coordinator, bulkhead, circuit_breaker, rate_limit};
+use caracal::{Coordinator, bulkhead, circuit_breaker, fallback, rate_limit, retry, timeout};
 use caracal_tests::{FaultProxy, MetricsLog, RedisServer};
 use tokio::sync::{oneshot, watch};
 
@@ -377,4 +380,164 @@ fn the_coordinator_gauge_follows_the_connections() {
     assert_eq!(until_gauge(&worker, "0"), Vec::<String>::new());
     proxy.restore();
     assert_eq!(until_gauge(&worker, "1"), Vec::<String>::new());
+}
+
+#[bulkhead(name = "metrics-limit", limit = 3)]
+async fn limited_to_three() -> Result<(), TestError> {
+    Ok(())
+}
+
+/// The limit gauge of `name`'s bulkhead.
+fn limit(name: &str) -> Option<f64> {
+    MetricsLog::global().gauge(BULKHEAD_LIMIT, &[("name", name), ("operation", name)])
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_limit_in_force_follows_the_fleet_override() {
+    let name = "metrics-limit";
+    MetricsLog::global();
+    let coordinator = Coordinator::in_memory();
+    assert_eq!(limit(name), None, "no series before the first call");
+    assert_eq!(code(&coordinator.scoped(limited_to_three()).await), "ok");
+    assert_eq!(limit(name), Some(3.0), "the attribute's limit");
+
+    let admin = coordinator.admin();
+    admin
+        .set_override("bulkhead.metrics-limit.limit", "7")
+        .await
+        .expect("the override is stored");
+    until_limit(&coordinator, 7.0).await;
+    admin
+        .unset_override("bulkhead.metrics-limit.limit")
+        .await
+        .expect("the override is removed");
+    until_limit(&coordinator, 3.0).await;
+}
+
+/// Calls `metrics-limit`'s bulkhead until its limit gauge reads `value`: overrides apply to
+/// calls admitted after they arrive.
+async fn until_limit(coordinator: &Coordinator, value: f64) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        assert_eq!(code(&coordinator.scoped(limited_to_three()).await), "ok");
+        if limit("metrics-limit") == Some(value) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the limit gauge never read {value}: {:?}",
+            MetricsLog::global()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[circuit_breaker(
+    name = "metrics-rates",
+    local,
+    minimum_throughput = 100,
+    slow_call = "50ms",
+    slow_call_threshold = 0.9
+)]
+async fn rated(fail: bool, slow: bool) -> Result<(), TestError> {
+    if slow {
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    }
+    if fail {
+        Err(TestError::Body("downstream failed"))
+    } else {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_breaker_reports_its_windows_failure_and_slow_call_rates() {
+    let name = "metrics-rates";
+    MetricsLog::global();
+    let rate = |metric| {
+        MetricsLog::global().gauge(
+            metric,
+            &[("name", name), ("operation", name), ("scope", "global")],
+        )
+    };
+    // 4 calls: 1 failed, 2 slow (one of them the failure).
+    for (fail, slow) in [(true, true), (false, true), (false, false), (false, false)] {
+        let _ = rated(fail, slow).await;
+    }
+    assert_eq!(rate(CIRCUIT_BREAKER_FAILURE_RATE), Some(0.25));
+    assert_eq!(rate(CIRCUIT_BREAKER_SLOW_CALL_RATE), Some(0.5));
+}
+
+#[retry(max_attempts = 2)]
+async fn metrics_retried() -> Result<(), TestError> {
+    Err(TestError::Body("downstream failed"))
+}
+
+#[fallback(gave_up)]
+#[timeout("10ms")]
+async fn metrics_timed() -> Result<&'static str, TestError> {
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    Ok("answered")
+}
+
+async fn gave_up(error: caracal::Error) -> Result<&'static str, TestError> {
+    assert_eq!(error.code(), "timeout");
+    Ok("gave up")
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn retries_timeouts_and_fallbacks_are_counted() {
+    let metrics = MetricsLog::global();
+    assert_eq!(code(&metrics_retried().await), "body");
+    let retries = |outcome| {
+        metrics.counter(
+            RETRIES_TOTAL,
+            &[("name", "metrics_retried"), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(retries("retried"), 1, "{metrics:?}");
+    assert_eq!(retries("exhausted"), 1);
+    assert_eq!(retries("budget_exhausted"), 0);
+
+    let name = "metrics_timed";
+    assert_eq!(
+        metrics_timed().await.expect("the fallback's answer"),
+        "gave up"
+    );
+    assert_eq!(metrics.counter(TIMEOUTS_TOTAL, &[("name", name)]), 1);
+    assert_eq!(
+        metrics.counter(FALLBACKS_TOTAL, &[("name", name), ("reason", "timeout")]),
+        1
+    );
+}
+
+#[bulkhead(name = "metrics-round-trips", limit = 2)]
+async fn through_redis() -> Result<(), TestError> {
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_trips_to_redis_are_timed_by_script() {
+    let metrics = MetricsLog::global();
+    let server = RedisServer::start();
+    let coordinator = Coordinator::redis(server.url())
+        .namespace(unique("metrics-round-trips").as_str())
+        .connect()
+        .await
+        .expect("connect");
+    let timed = || {
+        metrics
+            .histogram(COORDINATOR_SECONDS, &[("command", "bulkhead_lease")])
+            .len()
+    };
+    let before = timed();
+    assert_eq!(code(&coordinator.scoped(through_redis()).await), "ok");
+    let what = format!("the acquire timed: {metrics:?}");
+    eventually(&what, || timed() > before).await;
+    let seconds = metrics.histogram(COORDINATOR_SECONDS, &[("command", "bulkhead_lease")]);
+    assert!(
+        seconds.iter().all(|s| (0.0..5.0).contains(s)),
+        "{seconds:?}"
+    );
+    coordinator.shutdown().await;
 }

@@ -285,6 +285,7 @@ impl Link {
         keys: &[String],
         args: impl ToRedisArgs,
     ) -> Result<Value, Error> {
+        let _round_trip = crate::metrics::round_trip(script.name);
         let deadline = Instant::now() + self.pool.timeout();
         let mut conn = self.pool.checkout(key)?;
         let call = |verb: &str, target: &str| {

@@ -22,6 +22,7 @@ use crate::coordinator::Coordinator;
 use crate::ctx::CallCtx;
 use crate::identity::{PolicyKind, Scope};
 use crate::labels::At;
+use crate::metrics::LimitGauge;
 
 /// The settings of one `#[bulkhead]` call site.
 #[doc(hidden)]
@@ -81,6 +82,7 @@ impl Values for BulkheadValues {
 pub struct BulkheadSite {
     config: BulkheadConfig,
     local: local::SiteCache,
+    limit: LimitGauge,
 }
 
 impl BulkheadSite {
@@ -89,6 +91,7 @@ impl BulkheadSite {
         BulkheadSite {
             config,
             local: local::SiteCache::new(),
+            limit: LimitGauge::new(),
         }
     }
 
@@ -114,7 +117,10 @@ impl BulkheadSite {
             lease: config.lease,
             max_wait: config.max_wait,
         };
-        Coordinator::resolve(coordinator, config.name, &attribute)
+        let resolved = Coordinator::resolve(coordinator, config.name, &attribute);
+        self.limit
+            .report(config.name, config.operation, resolved.values.limit);
+        resolved
     }
 
     fn full(&self, scope: &Scope, limit: u32) -> Error {

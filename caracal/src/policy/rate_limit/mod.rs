@@ -298,15 +298,19 @@ mod events {
         } else {
             "coordinator_unavailable"
         };
+        rejected_or_degraded(at, reason);
+        let Some(suppressed) = summary::repeat("rate_limit.rejected", at, &[reason]) else {
+            return;
+        };
         policy_event!(
             DEBUG,
             "rate_limit.rejected",
             at,
             reason,
             retry_after_ms = retry_after.map(millis),
-            retry_after_us = retry_after.map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+            retry_after_us = retry_after.map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
+            suppressed
         );
-        rejected_or_degraded(at, reason);
     }
 
     pub(super) fn degraded(at: &At<'_>, error: &Error) {

@@ -1,0 +1,140 @@
+//! How many lines a replica writes: per-call events are `DEBUG`, and events that repeat on
+//! every call while a condition lasts are said once, then summarised with `suppressed = N`.
+//! A replica under 300 calls/s through a 5 s Redis outage writes at most 20 lines at `INFO`
+//! and above.
+
+use std::time::Duration;
+
+use caracal::{Coordinator, bulkhead, circuit_breaker, fallback, rate_limit, retry};
+use caracal_tests::{CapturedEvent, EventLog, FaultProxy, RedisServer};
+use tracing::Level;
+
+use crate::common::{self, TestError};
+
+/// An orders service's call to its partner, with every attribute stacked as a real service
+/// would: at 300 calls/s the rate limit turns some away, the bulkhead some more, one call in
+/// ten fails twice (its retry is exhausted), and every rejection is answered by the fallback.
+#[fallback(stale_order)]
+#[retry(max_attempts = 2, backoff = "1ms")]
+#[circuit_breaker(name = "volume-breaker")]
+#[bulkhead(name = "volume-bulkhead", limit = 4)]
+#[rate_limit(name = "volume-rate", rate = 250, burst = 10)]
+async fn order(fail: bool) -> Result<&'static str, TestError> {
+    tokio::time::sleep(Duration::from_millis(15)).await;
+    if fail {
+        Err(TestError::Body("partner failed"))
+    } else {
+        Ok("fresh")
+    }
+}
+
+async fn stale_order(_fail: bool, _rejection: caracal::Error) -> Result<&'static str, TestError> {
+    Ok("stale")
+}
+
+/// Calls [`order`] 300 times a second for `run`, each in a task of its own.
+async fn load(coordinator: &Coordinator, run: Duration) {
+    let mut tick = tokio::time::interval(Duration::from_micros(3_333));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let end = tokio::time::Instant::now() + run;
+    let mut calls = tokio::task::JoinSet::new();
+    for n in 0u64.. {
+        if tokio::time::Instant::now() >= end {
+            break;
+        }
+        tick.tick().await;
+        calls.spawn(coordinator.scoped(order(n % 10 == 0)));
+    }
+    while calls.join_next().await.is_some() {}
+}
+
+/// What an operator's log at `INFO` shows: the events at `INFO` and above.
+fn shown(events: &[CapturedEvent]) -> Vec<&CapturedEvent> {
+    events.iter().filter(|e| e.level <= Level::INFO).collect()
+}
+
+fn suppressed(event: &CapturedEvent) -> u64 {
+    event
+        .field("suppressed")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("a repeating event carries `suppressed`: {event:?}"))
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_replica_under_load_writes_a_handful_of_lines_through_an_outage() {
+    // The thread's subscriber sees every task: the runtime runs on this thread alone.
+    let (log, _guard) = EventLog::capture_thread_default();
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let coordinator = common::redis(&proxy.url()).await;
+
+    // 2 s of ordinary traffic, a 5 s outage, 4 s to recover: 11 s, 3 300 calls.
+    let outage = async {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        proxy.cut();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        proxy.restore();
+    };
+    tokio::join!(load(&coordinator, Duration::from_secs(11)), outage);
+    let first = log.snapshot();
+    let lines = shown(&first);
+    let listing: Vec<_> = lines
+        .iter()
+        .map(|e| format!("{} {:?}", e.level, e.fields))
+        .collect();
+    assert!(
+        lines.len() <= 20,
+        "{} lines at INFO and above:\n{}",
+        lines.len(),
+        listing.join("\n")
+    );
+    println!(
+        "{} lines at INFO and above:\n{}",
+        lines.len(),
+        listing.join("\n")
+    );
+    // The outage was noticed and said, not hidden.
+    for event in ["coordinator.connection_lost", "bulkhead.degraded"] {
+        assert!(
+            lines.iter().any(|e| e.event() == Some(event)),
+            "no {event}:\n{}",
+            listing.join("\n")
+        );
+    }
+    assert!(first.iter().any(|e| e.event() == Some("fallback.invoked")));
+
+    // More traffic, and a second, short outage more than 10 s after the first began: each
+    // condition is said once, then summarised with the count it suppressed meanwhile.
+    let again = async {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        proxy.cut();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        proxy.restore();
+    };
+    tokio::join!(load(&coordinator, Duration::from_secs(4)), again);
+    let all = log.snapshot();
+    let second = shown(&all[first.len()..]);
+    assert!(
+        second.len() <= 20,
+        "a second outage is said in a handful of lines too: {second:?}"
+    );
+    for event in [
+        "bulkhead.rejected",
+        "bulkhead.degraded",
+        "circuit_breaker.degraded",
+        "retry.exhausted",
+        "coordinator.connection_lost",
+    ] {
+        let said: Vec<_> = all.iter().filter(|e| e.event() == Some(event)).collect();
+        let firsts = said.iter().filter(|e| suppressed(e) == 0).count();
+        let summarised: u64 = said.iter().map(|e| suppressed(e)).sum();
+        assert!(firsts > 0, "no {event}");
+        // 15 s: a first and at most one summary per condition (a second is due after 20 s).
+        assert!(said.len() <= 2 * firsts, "once per condition: {said:?}");
+        assert!(
+            summarised > 0,
+            "{event}'s summary counts what it suppressed: {said:?}"
+        );
+    }
+    coordinator.shutdown().await;
+}
