@@ -440,11 +440,13 @@ const COORDINATOR: At<'static> = At {
     coordination: "distributed",
 };
 
-/// A connection to the coordinator was lost. Every connection of the pool notices an outage
-/// (and a flapping server makes them notice it again and again): said once, then summarised.
-pub(crate) fn connection_lost(reason: &'static str) {
+/// A connection of the coordinator whose pool `pool` names was lost. Every connection of the
+/// pool notices an outage (and a flapping server makes them notice it again and again): said
+/// once per pool, then summarised.
+pub(crate) fn connection_lost(reason: &'static str, pool: &str) {
     metrics::connection_lost();
-    let Some(suppressed) = summary::repeat("coordinator.connection_lost", &COORDINATOR, &[reason])
+    let condition = [reason, pool];
+    let Some(suppressed) = summary::repeat("coordinator.connection_lost", &COORDINATOR, &condition)
     else {
         return;
     };
@@ -457,10 +459,12 @@ pub(crate) fn connection_lost(reason: &'static str) {
     );
 }
 
-/// A lost connection was restored after `attempts`; summarised like its loss.
-pub(crate) fn connection_restored(attempts: u32) {
+/// A lost connection of the pool `pool` names was restored after `attempts`; summarised
+/// like its loss.
+pub(crate) fn connection_restored(attempts: u32, pool: &str) {
     metrics::connection_restored();
-    let Some(suppressed) = summary::repeat("coordinator.connection_restored", &COORDINATOR, &[])
+    let Some(suppressed) =
+        summary::repeat("coordinator.connection_restored", &COORDINATOR, &[pool])
     else {
         return;
     };

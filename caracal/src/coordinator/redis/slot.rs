@@ -171,6 +171,12 @@ impl Slot {
         self.take_down(generation, "server is a read-only replica", Some(refusal));
     }
 
+    /// What names this slot's pool in the summaries of connection events: the coordinator's
+    /// connector, shared by its slots (each coordinator's outages are said on their own).
+    fn pool_name(&self) -> String {
+        format!("{:p}", Arc::as_ptr(&self.connector))
+    }
+
     fn take_down(self: &Arc<Self>, generation: u64, reason: &'static str, refusal: Option<Error>) {
         {
             let mut state = lock(&self.state);
@@ -182,7 +188,7 @@ impl Slot {
             state.generation += 1;
             state.refusal = refusal;
         }
-        events::connection_lost(reason);
+        events::connection_lost(reason, &self.pool_name());
         self.reconnect();
     }
 
@@ -220,7 +226,7 @@ impl Slot {
                         }
                         slot.up(conn, master);
                         slot.restored();
-                        events::connection_restored(failures + 1);
+                        events::connection_restored(failures + 1, &slot.pool_name());
                         return;
                     }
                     Err(error) => {
