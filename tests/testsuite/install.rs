@@ -4,7 +4,7 @@
 //! overrides an installed one), and the only one calling distributed policies outside `scoped`.
 
 use crate::common::{TestError, code};
-use caracal::{Coordinator, bulkhead, circuit_breaker, rate_limit};
+use caracal::{Coordinator, bulkhead, circuit_breaker, rate_limit, retry, retry_budget};
 
 #[bulkhead(limit = 1)]
 async fn bulkhead_call() -> Result<(), TestError> {
@@ -21,6 +21,12 @@ async fn breaker_call() -> Result<(), TestError> {
     Ok(())
 }
 
+#[retry_budget(percent = 20)]
+#[retry(max_attempts = 2)]
+async fn budget_call() -> Result<(), TestError> {
+    Ok(())
+}
+
 #[bulkhead(limit = 1, local)]
 async fn local_call() -> Result<(), TestError> {
     Ok(())
@@ -34,6 +40,7 @@ async fn distributed_policies_refuse_to_run_uncoordinated_until_installed() {
     assert_eq!(code(&bulkhead_call().await), "not_installed");
     assert_eq!(code(&rate_call().await), "not_installed");
     assert_eq!(code(&breaker_call().await), "not_installed");
+    assert_eq!(code(&budget_call().await), "not_installed");
     assert_eq!(
         code(&local_call().await),
         "ok",
@@ -49,6 +56,7 @@ async fn distributed_policies_refuse_to_run_uncoordinated_until_installed() {
     assert_eq!(code(&bulkhead_call().await), "ok");
     assert_eq!(code(&rate_call().await), "ok");
     assert_eq!(code(&breaker_call().await), "ok");
+    assert_eq!(code(&budget_call().await), "ok");
     assert!(matches!(
         caracal::install(Coordinator::in_memory()),
         Err(caracal::Error::AlreadyInstalled)

@@ -80,24 +80,6 @@ async fn a_local_budget_runs_the_same_window_in_the_process() {
     assert_eq!(attempts, 5 + 2);
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn a_distributed_budget_without_a_coordinator_is_not_installed() {
-    let attempts = AtomicU64::new(0);
-    let result = floor_only(&unique("none"), &attempts).await;
-    assert!(
-        matches!(
-            result,
-            Err(TestError::Caracal(caracal::Error::NotInstalled))
-        ),
-        "{result:?}"
-    );
-    assert_eq!(
-        attempts.load(Ordering::SeqCst),
-        0,
-        "never run uncoordinated"
-    );
-}
-
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn the_tower_budget_shares_the_attributes_window() {
     let scope = unique("tower");

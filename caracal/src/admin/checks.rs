@@ -86,7 +86,27 @@ fn names_in_use(registered: &[Registered], kind: PolicyKind, name: &str) -> Opti
     ))
 }
 
+/// How long a process takes at most to report an identity after its first call there (it
+/// reports in the background, a moment after the call: see `coordinator::registry`), with a
+/// margin for the round trip: a command that finds nothing reads the registry once more after
+/// it, so an identity used right before (a deploy, then an operator's command) is found.
+const FIRST_REPORT_WITHIN: std::time::Duration = std::time::Duration::from_millis(300);
+
 impl Admin {
+    /// The registry, read once more after [`FIRST_REPORT_WITHIN`] when no identity is
+    /// `wanted`.
+    async fn registered_where(
+        &self,
+        wanted: impl Fn(&Registered) -> bool,
+    ) -> Result<Vec<Registered>, Error> {
+        let registered = self.coordinator.registry_read().await?;
+        if registered.iter().any(&wanted) {
+            return Ok(registered);
+        }
+        tokio::time::sleep(FIRST_REPORT_WITHIN).await;
+        self.coordinator.registry_read().await
+    }
+
     /// Whether `command` on `breaker` would reach a breaker some process uses: `None` when
     /// one reports it, else why not and what is in use under that name. An error for a
     /// command [`Admin::breaker`] would refuse as written.
@@ -97,7 +117,9 @@ impl Admin {
     ) -> Result<Option<Refusal>, Error> {
         let identity = breaker.identity(&self.coordinator)?;
         super::forcing(command)?;
-        let registered = self.coordinator.registry_read().await?;
+        let registered = self
+            .registered_where(|known| known.key == identity.key)
+            .await?;
         if registered.iter().any(|known| known.key == identity.key) {
             return Ok(None);
         }
@@ -135,7 +157,9 @@ impl Admin {
     ) -> Result<Option<Refusal>, Error> {
         let key = OverrideKey::parse(setting)?;
         let setting = value.map(|value| key.value(value)).transpose()?;
-        let registered = self.coordinator.registry_read().await?;
+        let registered = self
+            .registered_where(|known| known.kind == key.kind && known.name == key.name)
+            .await?;
         let sites: Vec<&Registered> = registered
             .iter()
             .filter(|identity| identity.kind == key.kind && identity.name == key.name)

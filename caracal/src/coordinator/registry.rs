@@ -31,8 +31,6 @@ use crate::{Error, FailureKind};
 pub(crate) const REPORT_EVERY: Duration = Duration::from_secs(5);
 /// How long a new identity or a change of values waits to be reported with others.
 const REPORT_SOON: Duration = Duration::from_millis(20);
-/// The longest the first call of a site waits for its identity to be reported.
-const FIRST_REPORT_WITHIN: Duration = Duration::from_millis(250);
 /// How long a reporter's values count as in use, for drift.
 pub(crate) const DRIFT_WINDOW: Duration = Duration::from_secs(15);
 /// The most identities a namespace's registry keeps.
@@ -247,24 +245,10 @@ pub(crate) struct Uses<'a> {
 
 impl Uses<'_> {
     /// Notes that the call site `site` uses `identity` with `resolved` values. Costs a lookup
-    /// when nothing changed, and the report goes out in the background; but the first call
-    /// of a site waits (at most [`FIRST_REPORT_WITHIN`]) for the report that makes the
-    /// identity known: an operator who acts on it right after a deploy finds it in use.
-    pub(crate) async fn note_use<S, V: Values>(
-        &self,
-        identity: &Identity,
-        site: &S,
-        resolved: &Resolved<V>,
-    ) {
-        if self.noted(identity, site, resolved) {
-            let report = self.report_uses();
-            let _ = tokio::time::timeout(FIRST_REPORT_WITHIN, report).await;
-        }
-    }
-
-    /// [`note_use`](Self::note_use) for a caller that cannot wait (a synchronous decision):
-    /// the first use's report goes out soon, in the background.
-    pub(crate) fn note_use_soon<S, V: Values>(
+    /// when nothing changed; the report goes out in the background, a moment after a site's
+    /// first call of an identity (so an operator who acts on it right after a deploy finds it
+    /// in use) and with the next round otherwise. The call never waits for it.
+    pub(crate) fn note_use<S, V: Values>(
         &self,
         identity: &Identity,
         site: &S,

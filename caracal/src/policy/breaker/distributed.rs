@@ -43,10 +43,7 @@ where
         scope,
     );
     let resolved = site.resolve(Some(&coordinator));
-    coordinator
-        .uses()
-        .note_use(&identity, site, &resolved)
-        .await;
+    coordinator.uses().note_use(&identity, site, &resolved);
     let values = resolved.values;
     let target = BreakerTarget {
         identity,

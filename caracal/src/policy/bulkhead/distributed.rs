@@ -114,10 +114,7 @@ where
     };
     let identity = coordinator.identity(PolicyKind::Bulkhead, config.name, config.operation, scope);
     let resolved = site.resolve(Some(&coordinator));
-    coordinator
-        .uses()
-        .note_use(&identity, site, &resolved)
-        .await;
+    coordinator.uses().note_use(&identity, site, &resolved);
     let values = resolved.values;
     let token = coordinator::fresh_token();
     // Read before the acquire is sent: a loss of data noticed at any point after that may

@@ -175,10 +175,7 @@ impl RateLimitSite {
         let coordinator = coordinator?;
         let identity =
             coordinator.identity(PolicyKind::RateLimit, config.name, config.operation, scope);
-        coordinator
-            .uses()
-            .note_use(&identity, self, &resolved)
-            .await;
+        coordinator.uses().note_use(&identity, self, &resolved);
         coordinator
             .run::<gcra::Gcra>(
                 &identity,

@@ -312,7 +312,7 @@ impl RetryBudgetSite {
                     config.operation,
                     scope,
                 );
-                coordinator.uses().note_use_soon(&identity, self, &resolved);
+                coordinator.uses().note_use(&identity, self, &resolved);
                 view::Views::count(&coordinator, &identity, values.window, None, degraded);
                 Some((coordinator, identity))
             }
