@@ -37,6 +37,11 @@
 //! `uneven`: the busy process's local budget holds it to 20 % of its calls, and each quiet one
 //! still has a floor of its own; the fleet's shares one floor among all three.
 //!
+//! tower 0.5.3's `TpsBudget` holds less than its `ttl`: each time its slots roll over it clears
+//! one slot more than the time elapsed, so a budget in steady use forgets a withdrawal after
+//! about half its `ttl` and its floor lets about twice `min_per_sec` through; at `low` the three
+//! local budgets then refuse nothing.
+//!
 //! Caveats: the three processes share this machine's cores with Redis; the runs leave their
 //! keys in a namespace of their own on that Redis.
 
