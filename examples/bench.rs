@@ -13,7 +13,8 @@
 //! and 64 tasks; what Redis spends per guarded call (`INFO commandstats`) against the cost of
 //! an empty script; breaker observations at `window_size` 10 000 against 100; the local
 //! bulkhead and breaker against a bare `tokio::sync::Semaphore`, tower's `ConcurrencyLimit`
-//! and failsafe's breaker.
+//! and failsafe's breaker; a first attempt under `#[retry_budget]` against a bare `#[retry]`,
+//! with what Redis spends per call.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -28,6 +29,8 @@ use tower::{Service, ServiceExt};
 
 #[path = "bench/floor.rs"]
 mod floor;
+#[path = "bench/retry_budget.rs"]
+mod retry_budget;
 
 const SEQUENTIAL_CALLS: usize = 4000;
 const CONCURRENT_TASKS: usize = 64;
@@ -556,6 +559,7 @@ async fn redis_figures(url: &str) -> Result<(), caracal::Error> {
             ("scripts_per_call", scripts / both.calls),
         ],
     );
+    retry_budget::figures(&mut conn).await;
     coordinator.shutdown().await;
 
     // Observations: the window holds 100 or 10 000 of them; recording one must cost the same.
