@@ -48,6 +48,12 @@ pub(crate) enum Command {
     /// Read the values in force; set or remove fleet-wide overrides.
     #[command(subcommand, subcommand_required = true, arg_required_else_help = false)]
     Config(ConfigCommand),
+    /// Print the shell completion script for SHELL (bash, zsh, fish, elvish, powershell);
+    /// for bash: `caracal completions bash > /etc/bash_completion.d/caracal`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Debug, Subcommand)]

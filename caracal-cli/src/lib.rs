@@ -47,6 +47,10 @@ where
         Ok(cli) => cli,
         Err(error) => return clap_error(&error),
     };
+    // Needs no coordinator, nor a URL to reach one.
+    if let Command::Completions { shell } = cli.command {
+        return completions(shell);
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -261,9 +265,25 @@ async fn execute(cli: Cli) -> Result<(), Failure> {
         Command::Watch => watch(&admin, &target.namespace, cli.json).await,
         Command::Breaker(command) => breaker(&admin, command, cli.json).await,
         Command::Config(command) => config(&admin, command, cli.json).await,
+        Command::Completions { shell } => {
+            completions(shell);
+            Ok(())
+        }
     };
     coordinator.shutdown().await;
     result
+}
+
+/// Prints the completion script of the command for `shell`.
+fn completions(shell: clap_complete::Shell) -> ExitCode {
+    use clap::CommandFactory;
+    clap_complete::generate(
+        shell,
+        &mut Cli::command(),
+        "caracal",
+        &mut std::io::stdout(),
+    );
+    ExitCode::SUCCESS
 }
 
 /// Writes `text` to stdout.

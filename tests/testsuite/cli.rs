@@ -166,6 +166,18 @@ fn usage_errors_exit_2_with_one_line() {
     assert!(run(&["--version"], &[]).ok().starts_with("caracal "));
 }
 
+/// Completion scripts for every shell clap knows, without a Redis (nor a URL) to reach.
+#[test]
+fn completions_are_printed_for_every_shell() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let script = run(&["completions", shell], &[]).ok();
+        for word in ["caracal", "breaker", "config", "status", "completions"] {
+            assert!(script.contains(word), "{shell}: no `{word}` in\n{script}");
+        }
+    }
+    run(&["completions", "tcsh"], &[]).failed(2);
+}
+
 #[test]
 fn an_unreachable_redis_exits_1_with_one_line() {
     let url = format!("redis://127.0.0.1:{}", closed_port());
