@@ -360,10 +360,14 @@ pub struct Entered {
 
 impl Entered {
     /// Records the body completing (leaving, not dropped), and waits until the ledger has it.
+    /// The id is let go only once the ledger has it: a body cancelled while its completion is
+    /// on the way (its lease lost at that moment) is recorded leaving when it is dropped,
+    /// instead of staying open in the ledger for the rest of the run.
     pub async fn leave(mut self) {
-        if let Some(id) = self.id.take() {
-            self.ledger.complete(&id).await;
+        if let Some(id) = self.id.as_deref() {
+            self.ledger.complete(id).await;
         }
+        self.id = None;
     }
 }
 
