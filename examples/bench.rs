@@ -6,6 +6,7 @@
 //! cargo run --release -p caracal-examples --example bench              # Redis at 127.0.0.1:6379
 //! CARACAL_REDIS_URL=redis://host:port cargo run --release -p caracal-examples --example bench
 //! cargo run --release -p caracal-examples --example bench -- local     # in-process figures only
+//! cargo run --release -p caracal-examples --example bench -- retry-budget
 //! ```
 //!
 //! Figures: the wire's floor (one `EVALSHA` of the lease script written by hand on a blocking
@@ -651,9 +652,14 @@ async fn local_figures() {
 #[tokio::main]
 async fn main() -> Result<(), caracal::Error> {
     let url = redis_url();
+    let only = std::env::args().nth(1);
+    // `bench retry-budget`: that kind's figures only.
+    if only.as_deref() == Some("retry-budget") {
+        return retry_budget::alone(&url).await;
+    }
     local_figures().await;
     // `bench local`: the in-process figures only (no Redis needed; handy under a profiler).
-    if std::env::args().nth(1).as_deref() == Some("local") {
+    if only.as_deref() == Some("local") {
         return Ok(());
     }
     redis_figures(&url).await

@@ -1,7 +1,7 @@
 //! Per-call state shared by the layers of one guarded call.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Mutex, OnceLock};
 
 use crate::Error;
 use crate::error::Refusal;
@@ -24,7 +24,27 @@ pub struct CallCtx {
     rejection: AtomicU8,
     error: Mutex<Option<Error>>,
     /// What an outer layer says of each further attempt (see [`Gate`]).
-    gate: OnceLock<Box<dyn Gate>>,
+    // A lock rather than a `OnceLock`: setting a `OnceLock` cost a guarded call more than the
+    // rest of its retry budget's first attempt.
+    gate: Mutex<Option<Gated>>,
+}
+
+/// A call's gate: one its layer keeps for the program's life (shared by every call, so a call
+/// costs no allocation for it), or one made for the call.
+#[derive(Debug)]
+pub(crate) enum Gated {
+    Kept(&'static dyn Gate),
+    Made(Box<dyn Gate>),
+}
+
+impl Gated {
+    /// Whether another attempt may run.
+    pub(crate) fn another(&self) -> bool {
+        match self {
+            Gated::Kept(gate) => gate.another(),
+            Gated::Made(gate) => gate.another(),
+        }
+    }
 }
 
 /// Whether another attempt of a call may run: installed in the call's context by a layer
@@ -87,13 +107,13 @@ impl CallCtx {
 
     /// Installs `gate` for the call's further attempts; a call takes one gate (the outermost
     /// layer's: it is installed first), so a later one is ignored.
-    pub(crate) fn gate(&self, gate: Box<dyn Gate>) {
-        let _ = self.gate.set(gate);
+    pub(crate) fn gate(&self, gate: Gated) {
+        lock(&self.gate).get_or_insert(gate);
     }
 
     /// Whether the call may make another attempt: yes, unless its gate says no.
     pub(crate) fn another_attempt(&self) -> bool {
-        self.gate.get().is_none_or(|gate| gate.another())
+        lock(&self.gate).as_ref().is_none_or(Gated::another)
     }
 
     /// The call's scope, or its validation error as this attempt's rejection.

@@ -39,6 +39,23 @@ where
     start.elapsed()
 }
 
+/// The figures below alone, through a coordinator of their own.
+pub(super) async fn alone(url: &str) -> Result<(), caracal::Error> {
+    let coordinator = caracal::Coordinator::redis(url)
+        .namespace(format!("bench:{}", std::process::id()))
+        .connect()
+        .await?;
+    caracal::install(coordinator.clone())?;
+    let client = redis::Client::open(url).expect("Redis URL");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("baseline connection");
+    figures(&mut conn).await;
+    coordinator.shutdown().await;
+    Ok(())
+}
+
 /// Emits `retry_budget_1_task_ns` (ratio to a bare `#[retry]`, goal ≤ 1.2) and
 /// `retry_budget_64_tasks` (Redis µs per call, goal ≤ 0.2), through the installed Redis
 /// coordinator; `conn` reads `INFO commandstats`.

@@ -7,11 +7,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use caracal::{Coordinator, retry, retry_budget};
-use caracal_tests::{EventLog, MetricsLog, RedisServer};
+use caracal_tests::{EventLog, FaultProxy, MetricsLog, RedisServer};
 use tower::retry::budget::Budget;
 
 use crate::common::worker::Worker;
-use crate::common::{TestError, unique};
+use crate::common::{self, TestError, unique};
 
 /// The floor alone: 2 retries per 1 s window, none from the percentage.
 #[retry_budget(name = "budget-floor", percent = 0, min_per_second = 2, window = "1s",
@@ -27,6 +27,14 @@ async fn floor_only(scope: &str, attempts: &AtomicU64) -> Result<(), TestError> 
                scope = scope, local)]
 #[retry(max_attempts = 3)]
 async fn floor_only_local(scope: &str, attempts: &AtomicU64) -> Result<(), TestError> {
+    attempts.fetch_add(1, Ordering::SeqCst);
+    Err(TestError::Body("down"))
+}
+
+/// The floor alone at the global scope, where a site keeps its budget for its later calls.
+#[retry_budget(name = "budget-kept", percent = 0, min_per_second = 2, window = "1s")]
+#[retry(max_attempts = 3)]
+async fn kept_floor(attempts: &AtomicU64) -> Result<(), TestError> {
     attempts.fetch_add(1, Ordering::SeqCst);
     Err(TestError::Body("down"))
 }
@@ -70,6 +78,79 @@ async fn a_refused_retry_ends_the_call_with_its_last_result_and_is_said_once() {
         .scoped(five_calls(|attempts| floor_only(&scope, attempts)))
         .await;
     assert_eq!(more, 5 + 2);
+}
+
+/// A site keeps its global-scope budget under the first coordinator it meets: that budget
+/// follows the coordinator's overrides, and under another coordinator the site counts in that
+/// one's window, not the first's.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_kept_budget_follows_overrides_and_counts_under_its_own_coordinator() {
+    let first = Coordinator::in_memory();
+    assert_eq!(first.scoped(five_calls(kept_floor)).await, 5 + 2);
+    let second = Coordinator::in_memory();
+    assert_eq!(
+        second.scoped(five_calls(kept_floor)).await,
+        5 + 2,
+        "the second coordinator's window is its own, not the first's (used up)"
+    );
+    let admin = first.admin();
+    let setting = "retry_budget.budget-kept.min_per_second";
+    admin.set_override(setting, "0").await.expect("stored");
+    // Past the window (its retries leave it) and the override's arrival.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(
+        first.scoped(five_calls(kept_floor)).await,
+        5,
+        "no floor: no retry"
+    );
+    assert!(admin.unset_override(setting).await.expect("removed"));
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(first.scoped(five_calls(kept_floor)).await, 5 + 2);
+}
+
+/// With every reply of the coordinator held, calls still end at once (a deposit or a
+/// withdrawal never waits for it) and are decided from this process's own counts, which are
+/// exact; the batches that fail meanwhile are said once (`retry_budget.degraded`), not once
+/// each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanswering_coordinator_costs_no_call_a_wait_and_is_said_once() {
+    let log = EventLog::global();
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let coordinator = common::connect(&proxy.url(), Duration::from_millis(200)).await;
+    let scope = unique("held");
+    let degraded = || {
+        log.snapshot()
+            .iter()
+            .filter(|e| e.event() == Some("retry_budget.degraded"))
+            .filter(|e| e.field("scope") == Some(scope.as_str()))
+            .count()
+    };
+    proxy.hold_replies();
+    // A call that waited for a reply would wait for ever: the deadline only catches that.
+    let attempts = tokio::time::timeout(
+        Duration::from_secs(60),
+        coordinator.scoped(five_calls(|attempts| floor_only(&scope, attempts))),
+    )
+    .await
+    .expect("no call waits for the coordinator");
+    assert_eq!(attempts, 5 + 2, "own counts are exact");
+    // Batches go out and time out, one after the other, for as long as calls count.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut more = 0;
+    while more < 4 || degraded() == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no retry_budget.degraded"
+        );
+        let _ = coordinator
+            .scoped(floor_only(&scope, &AtomicU64::new(0)))
+            .await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        more += 1;
+    }
+    assert_eq!(degraded(), 1, "said once, then summarised");
+    proxy.restore();
 }
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]

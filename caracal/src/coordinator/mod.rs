@@ -306,6 +306,7 @@ impl Coordinator {
     /// # }
     /// ```
     pub fn scoped<F: Future>(&self, future: F) -> impl Future<Output = F::Output> + use<F> {
+        EVER_SCOPED.store(true, Ordering::Release);
         SCOPED.scope(self.clone(), future)
     }
 
@@ -470,6 +471,11 @@ tokio::task_local! {
     static SCOPED: Coordinator;
 }
 
+/// Whether [`Coordinator::scoped`] was ever called: until it is, no task has a scoped
+/// coordinator, and not looking for one (a task-local) halves what finding the coordinator
+/// costs a call.
+static EVER_SCOPED: AtomicBool = AtomicBool::new(false);
+
 /// Installs the process-wide coordinator that distributed policies use.
 ///
 /// Call it once at start-up; a second call returns [`Error::AlreadyInstalled`] and leaves the
@@ -502,11 +508,42 @@ pub(crate) fn overriding() -> Option<Coordinator> {
 /// The coordinator in force for the current task: a [`Coordinator::scoped`] one, else the
 /// installed one.
 pub(crate) fn current() -> Result<Coordinator, Error> {
-    SCOPED
-        .try_with(Coordinator::clone)
-        .ok()
-        .or_else(|| INSTALLED.get().cloned())
-        .ok_or(Error::NotInstalled)
+    with_current(Coordinator::clone)
+}
+
+/// `f` of the coordinator in force for the current task, without a clone of it (a hot path's
+/// way to [`current`]).
+pub(crate) fn with_current<R>(f: impl FnOnce(&Coordinator) -> R) -> Result<R, Error> {
+    let mut f = Some(f);
+    let mut call = |coordinator: &Coordinator| f.take().map(|f| f(coordinator));
+    if EVER_SCOPED.load(Ordering::Acquire)
+        && let Ok(Some(answer)) = SCOPED.try_with(&mut call)
+    {
+        return Ok(answer);
+    }
+    INSTALLED.get().and_then(call).ok_or(Error::NotInstalled)
+}
+
+/// A handle on a coordinator that does not keep it alive: what a call site caches of the
+/// coordinator it met.
+#[derive(Debug, Clone)]
+pub(crate) struct WeakCoordinator(Weak<Inner>);
+
+impl WeakCoordinator {
+    pub(crate) fn of(coordinator: &Coordinator) -> Self {
+        WeakCoordinator(coordinator.downgrade())
+    }
+
+    /// The coordinator, while it lives.
+    pub(crate) fn upgrade(&self) -> Option<Coordinator> {
+        upgrade(&self.0)
+    }
+
+    /// Whether `coordinator` is this one (while this handle lives no other can take its
+    /// address).
+    pub(crate) fn is(&self, coordinator: &Coordinator) -> bool {
+        std::ptr::eq(self.0.as_ptr(), Arc::as_ptr(&coordinator.inner))
+    }
 }
 
 /// The coordinator behind `weak`, while it lives.

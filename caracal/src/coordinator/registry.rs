@@ -13,7 +13,7 @@
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -234,6 +234,8 @@ pub(super) struct Usage {
     uses: Mutex<HashMap<KeyBase, Vec<Use>>>,
     soon: Arc<Notify>,
     reporting: AtomicBool,
+    /// Reports sent: a site that caches its use notes it again after each.
+    reports: AtomicU64,
 }
 
 /// The call sites' uses of identities, reported to the namespace's registry: the part of a
@@ -257,6 +259,16 @@ impl Uses<'_> {
         if self.noted(identity, site, resolved) {
             self.coordinator.inner.usage.soon.notify_one();
         }
+    }
+
+    /// Changes whenever a use must be noted again to stay true: the overrides changed (a
+    /// site's values may have) or a report went out (the next tells the registry of the sites
+    /// used since). A site that caches what it noted compares this, and notes again when it
+    /// differs.
+    pub(crate) fn round(&self) -> u64 {
+        let reports = self.coordinator.inner.usage.reports.load(Ordering::SeqCst);
+        let generation = self.coordinator.inner.overrides.generation();
+        reports << 32 ^ generation
     }
 
     /// Records the use; whether it is the site's first of `identity`.
@@ -341,6 +353,13 @@ impl Uses<'_> {
     async fn report_uses(&self) {
         let reports: Vec<(Report, usize)> = {
             let mut uses = lock(&self.coordinator.inner.usage.uses);
+            // Under the lock, so a site that notes a use after this report's uses are read
+            // sees the new round.
+            self.coordinator
+                .inner
+                .usage
+                .reports
+                .fetch_add(1, Ordering::SeqCst);
             uses.retain(|_, uses| {
                 uses.retain(|u| u.idle < FORGET_AFTER_REPORTS);
                 !uses.is_empty()

@@ -8,8 +8,8 @@
 //!
 //! **No round trip.** A process decides from its view of the fleet's window: the totals the
 //! coordinator last answered plus its own counts since (see `view.rs`). Counts go out in
-//! batches, one in flight per identity, every [`REFRESH`](view::REFRESH) (100 ms) or
-//! [`MAX_UNSENT`](view::MAX_UNSENT) counts, whichever comes first.
+//! batches, one in flight per identity, [`REFRESH`](view::REFRESH) (100 ms) after the first
+//! count a batch holds: at most ten per second per identity and process, whatever the traffic.
 //!
 //! **The overshoot bound.** A view misses what the other processes counted since its last
 //! answer. A count made by process *j* reaches the server within `R + 2·RTT` (it waits for
@@ -33,7 +33,8 @@
 //! counts and the floor. `local = true` keeps the window in the process (the same kernel).
 
 use std::future::Future;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::Error;
@@ -41,8 +42,8 @@ use crate::clock::Clock;
 use crate::config::Setting;
 use crate::config::overrides::Values;
 use crate::coordinator::registry::{MemoryRead, Registered, Snapshot, StatusRead};
-use crate::coordinator::{self, Coordinator};
-use crate::ctx::{CallCtx, Gate};
+use crate::coordinator::{self, Coordinator, WeakCoordinator};
+use crate::ctx::{CallCtx, Gate, Gated};
 use crate::identity::{Identity, PolicyKind, Scope};
 use crate::kernel::{Kernel, Now, Seen};
 use crate::labels::At;
@@ -253,12 +254,15 @@ impl Cell {
 /// Every local window of the process.
 static CELLS: Registry<Cell> = Registry::new(Cell::idle);
 
-/// One `#[retry_budget]` call site (or tower budget): its settings and its cached local window.
+/// One `#[retry_budget]` call site (or tower budget): its settings and its cached windows.
 #[doc(hidden)]
 #[derive(Debug)]
 pub struct RetryBudgetSite {
     config: RetryBudgetConfig,
     local: registry::SiteCache<Cell>,
+    /// The fleet's budget at the global scope under the first coordinator the site met: every
+    /// call there after the first reuses it, and its retries ask it with no allocation.
+    fleet: OnceLock<Fleet>,
 }
 
 impl RetryBudgetSite {
@@ -267,6 +271,7 @@ impl RetryBudgetSite {
         RetryBudgetSite {
             config,
             local: registry::SiteCache::new(),
+            fleet: OnceLock::new(),
         }
     }
 
@@ -295,37 +300,37 @@ impl RetryBudgetSite {
 
     /// Deposits one first attempt at `scope`, and answers the budget its retries withdraw
     /// from: `NotInstalled` for a distributed budget without a coordinator.
-    fn deposit(&'static self, scope: &Scope) -> Result<Withdrawals, Error> {
-        let config = &self.config;
-        let coordinator = if config.local {
-            coordinator::overriding()
-        } else {
-            Some(coordinator::current()?)
-        };
-        let resolved = Coordinator::resolve(coordinator.as_ref(), config.name, &self.values());
-        let values = resolved.values;
-        let shared = match coordinator {
-            Some(coordinator) if !config.local => {
-                let identity = coordinator.identity(
-                    PolicyKind::RetryBudget,
-                    config.name,
-                    config.operation,
-                    scope,
-                );
-                coordinator.uses().note_use(&identity, self, &resolved);
-                view::Views::count(&coordinator, &identity, values.window, None, degraded);
-                Some((coordinator, identity))
+    fn deposit(&'static self, scope: &Scope) -> Result<Gated, Error> {
+        if self.config.local {
+            let coordinator = coordinator::overriding();
+            let values =
+                Coordinator::resolve(coordinator.as_ref(), self.config.name, &self.values()).values;
+            self.count_locally(scope, &values, false);
+            return Ok(Gated::Made(Box::new(Withdrawals::Local {
+                site: self,
+                scope: scope.clone(),
+                values,
+            })));
+        }
+        coordinator::with_current(|coordinator| {
+            let cached = (*scope == Scope::GLOBAL)
+                .then(|| {
+                    self.fleet
+                        .get_or_init(|| Fleet::new(self, coordinator, scope))
+                })
+                .filter(|fleet| fleet.coordinator.is(coordinator));
+            match cached {
+                Some(fleet) => {
+                    fleet.note(coordinator);
+                    fleet.view.deposit(coordinator, degraded);
+                    Gated::Kept(fleet)
+                }
+                None => {
+                    let fleet = Fleet::new(self, coordinator, scope);
+                    fleet.view.deposit(coordinator, degraded);
+                    Gated::Made(Box::new(Withdrawals::Made(fleet)))
+                }
             }
-            _ => {
-                self.count_locally(scope, &values, false);
-                None
-            }
-        };
-        Ok(Withdrawals {
-            site: self,
-            scope: scope.clone(),
-            values,
-            shared,
         })
     }
 
@@ -342,50 +347,122 @@ impl RetryBudgetSite {
         CELLS.release(identity, &cell);
         counted
     }
-}
 
-/// The budget one call's retries withdraw from: the call's gate.
-#[derive(Debug)]
-struct Withdrawals {
-    site: &'static RetryBudgetSite,
-    scope: Scope,
-    values: BudgetValues,
-    /// The coordinator and identity of a distributed budget.
-    shared: Option<(Coordinator, Identity)>,
-}
-
-impl Withdrawals {
-    /// Withdraws one retry if the budget allows it.
-    fn withdraw(&self) -> bool {
-        let allowance = self.values.allowance();
-        let at = self.site.at(&self.scope);
-        let (allowed, seen, stale) = match &self.shared {
-            Some((coordinator, identity)) => {
-                let decided = view::Views::count(
-                    coordinator,
-                    identity,
-                    self.values.window,
-                    Some(&allowance),
-                    degraded,
-                );
-                (decided.allowed, decided.seen, decided.stale)
-            }
-            None => {
-                let (allowed, seen) = self.site.count_locally(&self.scope, &self.values, true);
-                (allowed, seen, false)
-            }
-        };
-        events::decided(&at, allowed, stale);
-        if !allowed {
-            events::exhausted(&at, seen, allowance.of(seen.deposits));
+    /// Reports a withdrawal's decision; whether it was allowed.
+    fn decided(&self, scope: &Scope, values: &BudgetValues, decided: view::Decided) -> bool {
+        let at = self.at(scope);
+        events::decided(&at, decided.allowed, decided.stale);
+        if !decided.allowed {
+            let allowance = values.allowance().of(decided.seen.deposits);
+            events::exhausted(&at, decided.seen, allowance);
         }
-        allowed
+        decided.allowed
     }
+}
+
+/// A site's budget at one distributed identity: its view of the fleet's window, and the
+/// values in force there.
+#[derive(Debug)]
+struct Fleet {
+    site: &'static RetryBudgetSite,
+    coordinator: WeakCoordinator,
+    view: Arc<view::View>,
+    values: Mutex<BudgetValues>,
+    /// The [`round`](crate::coordinator::registry::Uses::round) the use was last noted in.
+    noted: AtomicU64,
+}
+
+impl Fleet {
+    fn new(site: &'static RetryBudgetSite, coordinator: &Coordinator, scope: &Scope) -> Self {
+        let config = &site.config;
+        let identity = coordinator.identity(
+            PolicyKind::RetryBudget,
+            config.name,
+            config.operation,
+            scope,
+        );
+        let fleet = Fleet {
+            site,
+            coordinator: WeakCoordinator::of(coordinator),
+            view: view::Views::of(coordinator, &identity),
+            values: Mutex::new(site.values()),
+            noted: AtomicU64::new(u64::MAX),
+        };
+        fleet.note(coordinator);
+        fleet
+    }
+
+    /// Notes the site's use of the identity with the values in force, unless it was noted
+    /// in this round already (the values cannot have changed then).
+    fn note(&self, coordinator: &Coordinator) {
+        let uses = coordinator.uses();
+        let round = uses.round();
+        if self.noted.load(Ordering::Acquire) == round {
+            return;
+        }
+        let resolved = Coordinator::resolve(
+            Some(coordinator),
+            self.site.config.name,
+            &self.site.values(),
+        );
+        uses.note_use(self.view.identity(), self.site, &resolved);
+        self.view.set_window(resolved.values.window);
+        *lock(&self.values) = resolved.values;
+        self.noted.store(round, Ordering::Release);
+    }
+
+    /// Withdraws one retry if the fleet's budget, as this process sees it, allows it.
+    fn withdraw(&self) -> bool {
+        // A budget whose coordinator is gone allows nothing: it never runs uncoordinated.
+        let Some(coordinator) = self.coordinator.upgrade() else {
+            return false;
+        };
+        let values = *lock(&self.values);
+        let decided =
+            self.view
+                .withdraw(&coordinator, values.window, &values.allowance(), degraded);
+        self.site
+            .decided(&self.view.identity().scope, &values, decided)
+    }
+}
+
+impl Gate for Fleet {
+    fn another(&self) -> bool {
+        self.withdraw()
+    }
+}
+
+/// The budget one call's retries withdraw from, made for the call: the call's gate.
+#[derive(Debug)]
+enum Withdrawals {
+    /// A fleet budget of another scope or coordinator than the site's cached one.
+    Made(Fleet),
+    /// The site's window in this process.
+    Local {
+        site: &'static RetryBudgetSite,
+        scope: Scope,
+        values: BudgetValues,
+    },
 }
 
 impl Gate for Withdrawals {
     fn another(&self) -> bool {
-        self.withdraw()
+        match self {
+            Withdrawals::Made(fleet) => fleet.withdraw(),
+            Withdrawals::Local {
+                site,
+                scope,
+                values,
+            } => {
+                let (allowed, seen) = site.count_locally(scope, values, true);
+                let decided = view::Decided {
+                    allowed,
+                    seen,
+                    stale: false,
+                };
+                site.decided(scope, values, decided)
+            }
+        }
     }
 }
 
@@ -409,7 +486,7 @@ where
 {
     let scope = ctx.scope(scope)?;
     let withdrawals = site.deposit(scope).map_err(|error| ctx.reject(error))?;
-    ctx.gate(Box::new(withdrawals));
+    ctx.gate(withdrawals);
     body.await
 }
 
@@ -424,7 +501,8 @@ mod budget {
 
     use caracal_spec::retry_budget as spec;
 
-    use super::{RetryBudgetConfig, RetryBudgetSite, Withdrawals};
+    use super::{RetryBudgetConfig, RetryBudgetSite};
+    use crate::ctx::Gated;
     use crate::identity::{Scope, intern};
     use crate::sync::lock;
 
@@ -449,7 +527,7 @@ mod budget {
         /// The site, made on first use (the settings are final then).
         site: OnceLock<&'static RetryBudgetSite>,
         /// The last deposit's budget, which withdrawals draw from.
-        current: Mutex<Option<Withdrawals>>,
+        current: Mutex<Option<Gated>>,
     }
 
     impl RetryBudget {
@@ -555,9 +633,7 @@ mod budget {
         }
 
         fn withdraw(&self) -> bool {
-            lock(&self.current)
-                .as_ref()
-                .is_some_and(Withdrawals::withdraw)
+            lock(&self.current).as_ref().is_some_and(Gated::another)
         }
     }
 }

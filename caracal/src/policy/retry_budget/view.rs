@@ -4,13 +4,21 @@
 //! A view holds the fleet's totals as the coordinator last answered them, and this process's
 //! own counts since: those sent and not yet answered, and those not yet sent. A withdrawal is
 //! decided from their sum at once. Counts go out in the background, at most one batch per
-//! identity in flight: [`REFRESH`] after the first count a batch holds, or as soon as it holds
-//! [`MAX_UNSENT`]; each answer is the fleet's new totals. What a view cannot see is what the
+//! identity in flight, [`REFRESH`] after the first count a batch holds; each answer is the
+//! fleet's new totals. (A batch is never sent sooner for holding many counts: that made a busy
+//! process send one per round trip, which cost its calls more than the rest of the budget, and
+//! the staleness the kind bounds is one of time, which the timer bounds alone.) What a view cannot see is what the
 //! other processes counted since its last answer: that is the staleness the module docs of the
 //! kind bound.
+//!
+//! Every call deposits and few withdraw, so a deposit takes no lock: it adds to an atomic
+//! count, which a batch takes whole. The count and the flag saying a send is due are
+//! sequentially consistent: whoever clears the flag reads the count after, and a deposit
+//! reads the flag after counting, so no count is left without a send coming.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -23,39 +31,47 @@ use crate::sync::lock;
 
 /// How long counts wait to be sent together.
 pub(crate) const REFRESH: Duration = Duration::from_millis(100);
-/// The most counts a batch waits with: past it the batch goes out at once.
-pub(crate) const MAX_UNSENT: u64 = 256;
 
 /// A coordinator's views, one per identity.
 #[derive(Debug, Default)]
-pub(crate) struct Views(Mutex<HashMap<KeyBase, View>>);
+pub(crate) struct Views(Mutex<HashMap<KeyBase, Arc<View>>>);
+
+impl Views {
+    /// `identity`'s view in `coordinator`, made on first use.
+    pub(crate) fn of(coordinator: &Coordinator, identity: &Identity) -> Arc<View> {
+        let views = coordinator.kept::<Views>();
+        let mut views = lock(&views.0);
+        let view = views
+            .entry(identity.key.clone())
+            .or_insert_with(|| Arc::new(View::new(identity.clone())));
+        Arc::clone(view)
+    }
+}
+
+/// What this process knows of one identity's window.
+#[derive(Debug)]
+pub(crate) struct View {
+    identity: Identity,
+    /// First attempts counted and not yet sent.
+    deposits: AtomicU64,
+    /// Whether a send is due: its timer runs, or a batch is in flight and sends on its answer.
+    due: AtomicBool,
+    /// The window the identity's values last said, which batches are counted in.
+    window_ms: AtomicU64,
+    known: Mutex<Known>,
+}
 
 #[derive(Debug, Default)]
-struct View {
+struct Known {
     /// The fleet's totals as last answered, and when.
     learnt: Totals,
     learnt_at: Option<Instant>,
     /// Sent, not yet answered.
     in_flight: Option<Totals>,
-    unsent: Totals,
-    /// Whether a send is due (its timer runs, or a batch is in flight and sends on its answer).
-    due: bool,
+    /// Retries counted and not yet sent.
+    withdrawals: u64,
     /// Whether the last batch failed: decisions are then made from a view not refreshed.
     failing: bool,
-}
-
-impl View {
-    /// What the view says the window holds at `now`: the fleet's last totals (none once they
-    /// are a window old) and every own count since.
-    fn totals(&self, now: Instant, window: Duration) -> Totals {
-        let learnt = match self.learnt_at {
-            Some(at) if now.duration_since(at) < window => self.learnt,
-            _ => Totals::default(),
-        };
-        learnt
-            .plus(self.in_flight.unwrap_or_default())
-            .plus(self.unsent)
-    }
 }
 
 /// A withdrawal's decision: whether it was made, what the view said, and whether the view was
@@ -70,160 +86,151 @@ pub(crate) struct Decided {
 /// A batch's answer, handed to whoever reports failures.
 pub(crate) type OnFailure = fn(&Identity, &Error);
 
-impl Views {
-    /// Counts `counts` into `identity`'s view (a deposit, or a withdrawal if `allowance`
-    /// allows it), and sends what is due.
-    pub(crate) fn count(
+impl View {
+    fn new(identity: Identity) -> Self {
+        View {
+            identity,
+            deposits: AtomicU64::new(0),
+            due: AtomicBool::new(false),
+            window_ms: AtomicU64::new(0),
+            known: Mutex::default(),
+        }
+    }
+
+    pub(crate) fn identity(&self) -> &Identity {
+        &self.identity
+    }
+
+    /// The window later batches are counted in.
+    pub(crate) fn set_window(&self, window: Duration) {
+        let window_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
+        self.window_ms.store(window_ms, Ordering::Relaxed);
+    }
+
+    /// Counts one first attempt, and sends what is due.
+    pub(crate) fn deposit(self: &Arc<Self>, coordinator: &Coordinator, on_failure: OnFailure) {
+        self.deposits.fetch_add(1, Ordering::SeqCst);
+        self.schedule(coordinator, on_failure);
+    }
+
+    /// Counts one retry if `allowance` allows it over the view's totals at `window`.
+    pub(crate) fn withdraw(
+        self: &Arc<Self>,
         coordinator: &Coordinator,
-        identity: &Identity,
         window: Duration,
-        withdrawal: Option<&Allowance>,
+        allowance: &Allowance,
         on_failure: OnFailure,
     ) -> Decided {
-        let views = coordinator.kept::<Views>();
-        let (decided, send) = {
-            let mut views = lock(&views.0);
-            let view = views.entry(identity.key.clone()).or_default();
-            let seen = view.totals(Instant::now(), window);
-            let allowed = withdrawal.is_none_or(|allowance| allows(seen, allowance));
-            if allowed {
-                let added = match withdrawal {
-                    Some(_) => Totals {
-                        deposits: 0,
-                        withdrawals: 1,
-                    },
-                    None => Totals {
-                        deposits: 1,
-                        withdrawals: 0,
-                    },
-                };
-                view.unsent = view.unsent.plus(added);
-            }
-            let decided = Decided {
+        let decided = {
+            let mut known = lock(&self.known);
+            let seen = known.totals(Instant::now(), window).plus(Totals {
+                deposits: self.deposits.load(Ordering::SeqCst),
+                withdrawals: 0,
+            });
+            let allowed = allows(seen, allowance);
+            known.withdrawals += u64::from(allowed);
+            Decided {
                 allowed,
                 seen,
-                stale: view.failing,
-            };
-            let full = view.unsent.deposits + view.unsent.withdrawals >= MAX_UNSENT;
-            let send = if view.in_flight.is_none() && full {
-                Send::Now(take(view))
-            } else if !view.due && allowed {
-                view.due = true;
-                Send::Later
-            } else {
-                Send::Nothing
-            };
-            (decided, send)
+                stale: known.failing,
+            }
         };
-        send.start(coordinator, identity, window, on_failure);
+        if decided.allowed {
+            self.schedule(coordinator, on_failure);
+        }
         decided
     }
-}
 
-/// Moves a view's unsent counts in flight.
-fn take(view: &mut View) -> Totals {
-    let counts = std::mem::take(&mut view.unsent);
-    view.in_flight = Some(counts);
-    counts
-}
+    fn unsent(&self, known: &Known) -> u64 {
+        known.withdrawals + self.deposits.load(Ordering::SeqCst)
+    }
 
-/// What is to be sent after a count.
-enum Send {
-    Now(Totals),
-    Later,
-    Nothing,
-}
-
-impl Send {
-    fn start(
-        self,
-        coordinator: &Coordinator,
-        identity: &Identity,
-        window: Duration,
-        on_failure: OnFailure,
-    ) {
-        match self {
-            Send::Nothing => {}
-            Send::Now(counts) => send(coordinator, identity.clone(), window, counts, on_failure),
-            Send::Later => {
-                let later = coordinator.clone();
-                let identity = identity.clone();
-                coordinator.in_background(async move {
-                    tokio::time::sleep(REFRESH).await;
-                    flush(&later, &identity, window, on_failure);
-                });
-            }
+    /// Starts the batch timer unless a send is due already.
+    fn schedule(self: &Arc<Self>, coordinator: &Coordinator, on_failure: OnFailure) {
+        if self.due.load(Ordering::SeqCst) || self.due.swap(true, Ordering::SeqCst) {
+            return;
         }
+        let view = Arc::clone(self);
+        let later = coordinator.clone();
+        coordinator.in_background(async move {
+            tokio::time::sleep(REFRESH).await;
+            view.due.store(false, Ordering::SeqCst);
+            view.send_unsent(&later, on_failure);
+        });
+    }
+
+    /// Sends the unsent counts, unless a batch is in flight (its answer sends them).
+    fn send_unsent(self: &Arc<Self>, coordinator: &Coordinator, on_failure: OnFailure) {
+        let counts = {
+            let mut known = lock(&self.known);
+            if known.in_flight.is_some() {
+                // Its answer sends these: the send stays due.
+                self.due.store(true, Ordering::SeqCst);
+                return;
+            }
+            let counts = Totals {
+                deposits: self.deposits.swap(0, Ordering::SeqCst),
+                withdrawals: std::mem::take(&mut known.withdrawals),
+            };
+            if counts == Totals::default() {
+                return;
+            }
+            known.in_flight = Some(counts);
+            counts
+        };
+        self.send(coordinator, counts, on_failure);
+    }
+
+    /// Sends `counts` in the background; the answer refreshes the view and sends what
+    /// gathered meanwhile.
+    fn send(self: &Arc<Self>, coordinator: &Coordinator, counts: Totals, on_failure: OnFailure) {
+        let window_ms = self.window_ms.load(Ordering::Relaxed);
+        let view = Arc::clone(self);
+        let sender = coordinator.clone();
+        coordinator.in_background(async move {
+            let reply = sender
+                .run::<Slide>(&view.identity, Record::new(counts, window_ms))
+                .await;
+            if let Err(error) = &reply {
+                on_failure(&view.identity, error);
+            }
+            {
+                let mut known = lock(&view.known);
+                known.in_flight = None;
+                match reply {
+                    Ok(totals) => {
+                        known.learnt = totals;
+                        known.learnt_at = Some(Instant::now());
+                        known.failing = false;
+                    }
+                    // Whether the server counted them is unknown: dropped, as a lost batch
+                    // would be, so a retried batch never counts twice.
+                    Err(_) => known.failing = true,
+                }
+            }
+            // Cleared before the unsent counts are read, so a count made in between either is
+            // read here or starts the timer itself.
+            view.due.store(false, Ordering::SeqCst);
+            if view.unsent(&lock(&view.known)) > 0 {
+                view.schedule(&sender, on_failure);
+            }
+        });
     }
 }
 
-/// Sends `identity`'s unsent counts, unless a batch is in flight (its answer sends them).
-fn flush(coordinator: &Coordinator, identity: &Identity, window: Duration, on_failure: OnFailure) {
-    let views = coordinator.kept::<Views>();
-    let counts = {
-        let mut views = lock(&views.0);
-        let Some(view) = views.get_mut(&identity.key) else {
-            return;
+impl Known {
+    /// What the view says the window holds at `now`, but for the unsent deposits: the fleet's
+    /// last totals (none once they are a window old) and every own count since.
+    fn totals(&self, now: Instant, window: Duration) -> Totals {
+        let learnt = match self.learnt_at {
+            Some(at) if now.duration_since(at) < window => self.learnt,
+            _ => Totals::default(),
         };
-        // A batch in flight sends these on its answer.
-        if view.in_flight.is_some() {
-            return;
-        }
-        view.due = false;
-        if view.unsent == Totals::default() {
-            return;
-        }
-        take(view)
-    };
-    send(coordinator, identity.clone(), window, counts, on_failure);
-}
-
-/// Sends `counts` in the background; the answer refreshes the view and sends what gathered
-/// meanwhile.
-fn send(
-    coordinator: &Coordinator,
-    identity: Identity,
-    window: Duration,
-    counts: Totals,
-    on_failure: OnFailure,
-) {
-    let window_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
-    let sender = coordinator.clone();
-    coordinator.in_background(async move {
-        let reply = sender
-            .run::<Slide>(&identity, Record::new(counts, window_ms))
-            .await;
-        if let Err(error) = &reply {
-            on_failure(&identity, error);
-        }
-        let views = sender.kept::<Views>();
-        let next = {
-            let mut views = lock(&views.0);
-            let Some(view) = views.get_mut(&identity.key) else {
-                return;
-            };
-            view.in_flight = None;
-            match reply {
-                Ok(totals) => {
-                    view.learnt = totals;
-                    view.learnt_at = Some(Instant::now());
-                    view.failing = false;
-                }
-                // Whether the server counted them is unknown: dropped, as a lost batch would
-                // be, so a retried batch never counts twice.
-                Err(_) => view.failing = true,
-            }
-            let pending = view.unsent.deposits + view.unsent.withdrawals;
-            if pending >= MAX_UNSENT {
-                Send::Now(take(view))
-            } else if pending > 0 {
-                view.due = true;
-                Send::Later
-            } else {
-                view.due = false;
-                Send::Nothing
-            }
-        };
-        next.start(&sender, &identity, window, on_failure);
-    });
+        learnt
+            .plus(self.in_flight.unwrap_or_default())
+            .plus(Totals {
+                deposits: 0,
+                withdrawals: self.withdrawals,
+            })
+    }
 }
