@@ -7,14 +7,21 @@
 --          `<tag>:d` (JSON [kind, name, operation, scope]), `<tag>:v` (values, "key=value …"),
 --          `<tag>:w` (where each value came from), `<tag>:r` (who reported it last),
 --          `<tag>:t` (when, ms), `<tag>:x` (drift noticed until, ms), `<tag>:f` (the version of
---          the fleet's overrides the reporter resolved its values under)
+--          the fleet's overrides the reporter resolved its values under), `<tag>:u` (JSON
+--          {process: [values, ms]}: each process's values as it last reported them, kept for
+--          as long as drift stays noticed, so a reader counts the processes using each value)
 -- KEYS[2]  expiry sorted set `caracal:v1:{<namespace>}:registry:expiry`: tag -> ms past which
 --          the identity is forgotten
--- ARGV     1 most identities kept, 2 how long drift stays noticed (ms), then 7 per identity:
---          tag, description, values, sources, reporter ("<process>/<call site>"), ttl (ms)
---          and the fleet overrides' version
+-- KEYS[3]  processes hash `caracal:v1:{<namespace>}:processes`: per reporting process, fields
+--          `<process>` (JSON: host, pid, version, identities) and `<process>:t` (last report, ms)
+-- KEYS[4]  its expiry sorted set `caracal:v1:{<namespace>}:processes:expiry`
+-- ARGV     1 most identities kept, 2 how long drift stays noticed (ms), 3 the reporting process,
+--          4 its record, 5 how long it is listed without another report (ms), then 7 per
+--          identity: tag, description, values, sources, reporter ("<process>/<call site>"), ttl
+--          (ms) and the fleet overrides' version
 -- Reply    per identity, 1 when processes disagree on its values (drift), else 0
--- TTL      an identity is forgotten at the latest reported time + its ttl (the state it
+-- TTL      a process is forgotten its ttl after its last report, at most 100 of them per call;
+--          an identity is forgotten at the latest reported time + its ttl (the state it
 --          describes lives no longer); past the bound, the soonest to expire go first, at most
 --          100 + N of them per call (so a registry far past its bound shrinks over a few
 --          calls, each of bounded cost). The keys themselves never expire while identities are
@@ -23,9 +30,18 @@
 --          up to 100 expired and 100 + N excess removed: well under a millisecond.
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-local registry, expiry = KEYS[1], KEYS[2]
+local registry, expiry, processes, processes_expiry = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local most, drift_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
-local fields = {'d', 'v', 'w', 'r', 't', 'x', 'f'}
+local process, record, process_ttl = ARGV[3], ARGV[4], tonumber(ARGV[5])
+local fields = {'d', 'v', 'w', 'r', 't', 'x', 'f', 'u'}
+
+for _, gone in ipairs(redis.call('ZRANGE', processes_expiry, '-inf', now, 'BYSCORE', 'LIMIT', 0,
+    100)) do
+  redis.call('HDEL', processes, gone, gone .. ':t')
+  redis.call('ZREM', processes_expiry, gone)
+end
+redis.call('HSET', processes, process, record, process .. ':t', now)
+redis.call('ZADD', processes_expiry, now + process_ttl, process)
 
 local function forget(tag)
   for _, field in ipairs(fields) do
@@ -39,12 +55,12 @@ for _, tag in ipairs(redis.call('ZRANGE', expiry, '-inf', now, 'BYSCORE', 'LIMIT
 end
 
 local reply = {}
-for i = 3, #ARGV, 7 do
+for i = 6, #ARGV, 7 do
   local tag, description, values, sources, reporter, ttl, fleet =
     ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], tonumber(ARGV[i + 5]),
     ARGV[i + 6]
   local seen = redis.call('HMGET', registry, tag .. ':v', tag .. ':r', tag .. ':t', tag .. ':x',
-    tag .. ':f')
+    tag .. ':f', tag .. ':u')
   local drift_until = tonumber(seen[4]) or 0
   -- Another reporter asserted other values recently, under the same fleet overrides: both
   -- are in use. (Under different versions, the fleet is applying a change.)
@@ -52,9 +68,20 @@ for i = 3, #ARGV, 7 do
       and now - tonumber(seen[3]) < drift_ms then
     drift_until = now + drift_ms
   end
+  -- An unreadable map (written by another version) starts again from this report.
+  local read, uses = pcall(cjson.decode, seen[6] or '{}')
+  local kept = {}
+  if read and type(uses) == 'table' then
+    for other, use in pairs(uses) do
+      if type(use) == 'table' and tonumber(use[2]) and now - tonumber(use[2]) < drift_ms then
+        kept[other] = use
+      end
+    end
+  end
+  kept[process] = {values, now}
   redis.call('HSET', registry, tag .. ':d', description, tag .. ':v', values,
     tag .. ':w', sources, tag .. ':r', reporter, tag .. ':t', now, tag .. ':x', drift_until,
-    tag .. ':f', fleet)
+    tag .. ':f', fleet, tag .. ':u', cjson.encode(kept))
   redis.call('ZADD', expiry, 'GT', now + ttl, tag)
   redis.call('ZADD', expiry, 'NX', now + ttl, tag)
   reply[#reply + 1] = drift_until > now and 1 or 0

@@ -42,6 +42,10 @@ pub(crate) enum Command {
     Status,
     /// The status table, redrawn on every change (and every second), until Ctrl-C.
     Watch,
+    /// Every process reporting to the namespace: id, host, pid, caracal version, last report
+    /// and how many identities it uses. A process reports every few seconds while it makes
+    /// calls, and is listed until 15 s pass without a report.
+    Processes,
     /// Force a circuit breaker open or closed, or reset it, in every process.
     #[command(subcommand, subcommand_required = true, arg_required_else_help = false)]
     Breaker(BreakerCommand),

@@ -263,6 +263,7 @@ async fn execute(cli: Cli) -> Result<(), Failure> {
     let result = match cli.command {
         Command::Status => status(&admin, &target.namespace, cli.json).await,
         Command::Watch => watch(&admin, &target.namespace, cli.json).await,
+        Command::Processes => processes(&admin, &target.namespace, cli.json).await,
         Command::Breaker(command) => breaker(&admin, command, cli.json).await,
         Command::Config(command) => config(&admin, command, cli.json).await,
         Command::Completions { shell } => {
@@ -304,6 +305,16 @@ async fn status(admin: &Admin, namespace: &str, json: bool) -> Result<(), Failur
     } else {
         print(&render::table(&identities, namespace))
     }
+}
+
+async fn processes(admin: &Admin, namespace: &str, json: bool) -> Result<(), Failure> {
+    let processes = admin.processes().await.map_err(|e| Failure::of(&e))?;
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+        });
+    print(&render::processes(&processes, namespace, now_ms, json))
 }
 
 /// How often `watch` redraws when nothing changed (occupancy moves without a change event).

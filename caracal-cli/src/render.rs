@@ -1,6 +1,8 @@
 //! How the status reads: a table for people, JSON lines for programs.
 
-use caracal::admin::{ConfigValue, IdentityStatus, PolicyState, StatusValue};
+use std::time::Duration;
+
+use caracal::admin::{ConfigValue, IdentityStatus, PolicyState, Process, StatusValue};
 use serde::{Serialize, Serializer};
 
 /// One identity as a line of `status --json`.
@@ -35,6 +37,11 @@ impl Serialize for Json<'_> {
             StatusValue::Count(n) => serializer.serialize_u64(*n),
             StatusValue::Number(n) => serializer.serialize_f64(*n),
             StatusValue::Text(text) => serializer.serialize_str(text),
+            StatusValue::Counts(counts) => serializer.collect_map(
+                counts
+                    .iter()
+                    .map(|(value, processes)| (value.as_str(), *processes)),
+            ),
             // Unset, and any kind of value this version of the command does not know.
             _ => serializer.serialize_none(),
         }
@@ -127,15 +134,19 @@ pub(crate) fn table(identities: &[IdentityStatus], namespace: &str) -> String {
     if identities.is_empty() {
         return format!("no identity in use in namespace `{namespace}`\n");
     }
-    let rows: Vec<[String; 7]> = identities.iter().map(row).collect();
-    let mut widths = HEADER.map(|title| title.chars().count());
+    aligned(HEADER, identities.iter().map(row).collect())
+}
+
+/// `rows` under `header`, each column as wide as its widest cell.
+fn aligned<const N: usize>(header: [&str; N], rows: Vec<[String; N]>) -> String {
+    let mut widths = header.map(|title| title.chars().count());
     for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {
             *width = (*width).max(cell.chars().count());
         }
     }
     let mut out = String::new();
-    let header = HEADER.map(str::to_owned);
+    let header = header.map(str::to_owned);
     for row in std::iter::once(&header).chain(&rows) {
         let mut line = String::new();
         for (cell, width) in row.iter().zip(widths) {
@@ -148,6 +159,63 @@ pub(crate) fn table(identities: &[IdentityStatus], namespace: &str) -> String {
         out.push('\n');
     }
     out
+}
+
+/// `processes --json`: one process.
+#[derive(Debug, Serialize)]
+struct ProcessLine<'a> {
+    id: &'a str,
+    host: &'a str,
+    pid: u32,
+    version: &'a str,
+    last_seen_ms: u64,
+    identities: u64,
+}
+
+/// `processes`: an aligned table, one row per process, its last report shown as an age from
+/// `now_ms` (a note when there is none); with `json`, one object per line.
+pub(crate) fn processes(processes: &[Process], namespace: &str, now_ms: u64, json: bool) -> String {
+    if json {
+        return processes
+            .iter()
+            .map(|process| {
+                json_line(&ProcessLine {
+                    id: &process.id,
+                    host: &process.host,
+                    pid: process.pid,
+                    version: &process.version,
+                    last_seen_ms: process.seen_ms,
+                    identities: process.identities,
+                })
+            })
+            .collect();
+    }
+    if processes.is_empty() {
+        return format!("no process reports to namespace `{namespace}`\n");
+    }
+    let rows = processes
+        .iter()
+        .map(|process| {
+            let age = Duration::from_secs(now_ms.saturating_sub(process.seen_ms) / 1000);
+            [
+                process.id.clone(),
+                process.host.clone(),
+                process.pid.to_string(),
+                process.version.clone(),
+                format!("{} ago", humantime::format_duration(age)),
+                process.identities.to_string(),
+            ]
+        })
+        .collect();
+    let header = [
+        "PROCESS",
+        "HOST",
+        "PID",
+        "VERSION",
+        "LAST SEEN",
+        "IDENTITIES",
+    ];
+    aligned(header, rows)
 }
 
 fn row(identity: &IdentityStatus) -> [String; 7] {

@@ -42,6 +42,8 @@ use crate::policy::{
 };
 pub use checks::Refusal;
 
+pub use crate::coordinator::registry::Process;
+
 /// The operations of [`Coordinator::admin`].
 #[derive(Debug, Clone)]
 pub struct Admin {
@@ -69,8 +71,9 @@ pub struct IdentityStatus {
 /// What an identity's state holds: its kind's status fields, by name, in the order the kind
 /// declares them (`caracal status --json` prints them so).
 ///
-/// A bulkhead has `limit` (the last reported) and `occupancy` (bodies running now, across the
-/// fleet); a circuit breaker `state` (see [`BreakerState::as_str`]), `generation`,
+/// A bulkhead has `limit` (as reported; under drift the smallest in use), `occupancy` (bodies
+/// running now, across the fleet) and `limits` (under drift, each limit in use with the number
+/// of processes using it); a circuit breaker `state` (see [`BreakerState::as_str`]), `generation`,
 /// `window_total`, `window_failures`, `retry_after_ms` (while open, until a probe may be
 /// admitted) and `window_slow`; a rate limit `rate` and `burst` (the last reported).
 #[derive(Debug, Clone)]
@@ -369,6 +372,20 @@ impl Admin {
         }
         values.sort_by(|a, b| (&a.setting, &a.source).cmp(&(&b.setting, &b.source)));
         Ok(values)
+    }
+
+    /// Every process reporting to the namespace, by id.
+    ///
+    /// ```no_run
+    /// # async fn list(admin: caracal::admin::Admin) -> Result<(), caracal::Error> {
+    /// for process in admin.processes().await? {
+    ///     println!("{} on {} (pid {}): {} identities", process.id, process.host, process.pid,
+    ///              process.identities);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn processes(&self) -> Result<Vec<Process>, Error> {
+        self.coordinator.processes().await
     }
 
     /// Sets a fleet-wide override (`bulkhead.partner-api.limit`, `"40"`): every connected

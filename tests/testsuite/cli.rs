@@ -456,6 +456,7 @@ fn json_on_every_command() {
         [serde_json::json!({"setting": "circuit_breaker.cli-x.open", "removed": true})]
     );
     assert_eq!(json(&["status"]), Vec::<serde_json::Value>::new());
+    assert_eq!(json(&["processes"]), Vec::<serde_json::Value>::new());
     // The flag goes after the command just as well.
     let reset = caracal(
         &url,

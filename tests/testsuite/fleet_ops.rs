@@ -54,6 +54,11 @@ fn fields(line: &str) -> BTreeMap<String, String> {
 }
 
 impl Stream {
+    /// The worker's process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.worker.child.id()
+    }
+
     pub(crate) fn spawn(url: &str, namespace: &str, scenario: &str, args: &[String]) -> Self {
         Stream {
             worker: Worker::spawn(url, namespace, scenario, args),
@@ -446,7 +451,10 @@ fn status_lists_every_identity_of_the_fleet_with_drift() {
     let status = || status_json(&url, &namespace);
     let mut last = Vec::new();
     let settled = |lines: &[Value]| {
-        let drifted = identity(lines, "bulkhead", "cli-status").is_some_and(|b| b["drift"] == true);
+        // Drift, and both limits counted (each worker has reported at least once).
+        let drifted = identity(lines, "bulkhead", "cli-status").is_some_and(|b| {
+            b["drift"] == true && b["limits"].as_object().map(|l| l.len()) == Some(2)
+        });
         let held =
             identity(lines, "bulkhead", "cli-status-held").is_some_and(|b| b["occupancy"] == 2);
         let observed = identity(lines, "circuit_breaker", "cli-status-breaker")
@@ -472,19 +480,41 @@ fn status_lists_every_identity_of_the_fleet_with_drift() {
         keys
     };
 
+    // Under drift: each limit in use with the number of processes using it, and the
+    // smallest as the limit (never whichever process reported last).
     let drifted = identity(&last, "bulkhead", "cli-status").expect("cli-status");
-    assert_eq!(keys(drifted), with(&["limit", "occupancy"]), "{drifted}");
-    assert!(
-        [Some(2), Some(4)].contains(&drifted["limit"].as_u64()),
+    assert_eq!(
+        keys(drifted),
+        with(&["limit", "limits", "occupancy"]),
+        "{drifted}"
+    );
+    assert_eq!(drifted["limit"], 2, "{drifted}");
+    assert_eq!(
+        drifted["limits"],
+        serde_json::json!({"2": 1, "4": 1}),
         "{drifted}"
     );
     assert!(drifted["occupancy"].as_u64() <= Some(2), "{drifted}");
 
     let held = identity(&last, "bulkhead", "cli-status-held").expect("cli-status-held");
-    assert_eq!(keys(held), with(&["limit", "occupancy"]), "{held}");
     assert_eq!(
-        (&held["drift"], &held["limit"], &held["occupancy"]),
-        (&Value::Bool(false), &Value::from(5), &Value::from(2)),
+        keys(held),
+        with(&["limit", "limits", "occupancy"]),
+        "{held}"
+    );
+    assert_eq!(
+        (
+            &held["drift"],
+            &held["limit"],
+            &held["occupancy"],
+            &held["limits"]
+        ),
+        (
+            &Value::Bool(false),
+            &Value::from(5),
+            &Value::from(2),
+            &Value::Null
+        ),
         "{held}"
     );
 
@@ -551,6 +581,42 @@ fn status_lists_every_identity_of_the_fleet_with_drift() {
     };
     assert!(row("cli-status-held").contains("2/5 in use"), "{table}");
     assert!(row("cli-status").contains(" yes "), "{table}");
+    assert!(
+        row("cli-status").contains("limits in use: 2×1 4×1"),
+        "{table}"
+    );
+
+    // The two workers, each once, with their pids and this build's version.
+    let listed = caracal(&["processes", "--json"]).ok();
+    let processes: Vec<Value> = listed
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect();
+    let mut pids: Vec<u64> = processes
+        .iter()
+        .map(|p| p["pid"].as_u64().expect("a pid"))
+        .collect();
+    pids.sort_unstable();
+    let mut expected: Vec<u64> = workers.iter().map(|w| u64::from(w.pid())).collect();
+    expected.sort_unstable();
+    assert_eq!(pids, expected, "{listed}");
+    for process in &processes {
+        assert_eq!(process["version"], env!("CARGO_PKG_VERSION"), "{process}");
+        assert_eq!(process["identities"], 4, "{process}");
+        assert!(
+            process["host"].as_str().is_some_and(|h| !h.is_empty()),
+            "{process}"
+        );
+        assert!(process["last_seen_ms"].as_u64() > Some(0), "{process}");
+    }
+    let table = caracal(&["processes"]).ok();
+    println!("caracal processes:\n{table}");
+    assert_eq!(
+        table.lines().count(),
+        3,
+        "a header and a row per worker: {table}"
+    );
+    assert!(table.starts_with("PROCESS"), "{table}");
     assert!(row("cli-status-rate").contains("100/s"), "{table}");
     assert!(row("cli-status-breaker").contains(" closed "), "{table}");
 

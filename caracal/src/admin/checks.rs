@@ -140,6 +140,7 @@ impl Admin {
             values: String::new(),
             sources: String::new(),
             drift: false,
+            uses: Vec::new(),
         };
         Ok(refuse(format!(
             "no process uses circuit breaker {} (in use: {}; --force to do it anyway)",

@@ -5,13 +5,23 @@ use crate::coordinator::registry::Registered;
 
 /// The state `kind` shows for reported `values` and a status read's `figures` at 10s.
 fn state(kind: PolicyKind, values: &str, figures: &[i64]) -> PolicyState {
+    state_in_use(kind, values, figures, Vec::new())
+}
+
+/// The same, with each line of values `uses` holds in use by its number of processes.
+fn state_in_use(
+    kind: PolicyKind,
+    values: &str,
+    figures: &[i64],
+    uses: Vec<(String, u64)>,
+) -> PolicyState {
     let description = format!("[\"{kind}\",\"p\",\"p\",\"global\"]");
     let reported = Registered::read(
         &"0".repeat(64),
         &description,
-        values.into(),
-        "".into(),
+        (values.into(), String::new()),
         false,
+        uses,
     )
     .expect("a readable entry");
     let kind = policy::descriptor(kind);
@@ -37,11 +47,42 @@ fn a_bulkhead_shows_its_occupancy_of_its_limit() {
     assert_eq!(held.summary(), ["2/5 in use".to_owned(), String::new()]);
     assert_eq!(
         fields(&held),
-        [("limit", "5".into()), ("occupancy", "2".into())]
+        [
+            ("limit", "5".into()),
+            ("occupancy", "2".into()),
+            ("limits", "?".into())
+        ]
     );
     let unknown = state(PolicyKind::Bulkhead, "limit=none", &[0]);
     assert_eq!(unknown.get("limit"), Some(&StatusValue::Unset));
     assert_eq!(unknown.summary()[0], "0 in use");
+}
+
+/// Under drift the limit is the smallest in use, whichever process reported last, and every
+/// limit in use is shown with the number of processes using it.
+#[test]
+fn a_bulkhead_under_drift_shows_its_smallest_limit_and_each_in_use() {
+    let uses = vec![
+        ("limit=20 lease=30s".to_owned(), 2),
+        ("limit=10 lease=30s".to_owned(), 1),
+        ("limit=20 lease=1m".to_owned(), 1),
+    ];
+    let drifted = state_in_use(PolicyKind::Bulkhead, "limit=20 lease=30s", &[12], uses);
+    assert_eq!(drifted.get("limit"), Some(&StatusValue::Count(10)));
+    assert_eq!(
+        drifted.get("limits"),
+        Some(&StatusValue::Counts(vec![
+            ("10".to_owned(), 1),
+            ("20".to_owned(), 3)
+        ]))
+    );
+    assert_eq!(
+        drifted.summary(),
+        [
+            "12/10 in use".to_owned(),
+            "limits in use: 10×1 20×3".to_owned()
+        ]
+    );
 }
 
 #[test]
@@ -126,9 +167,9 @@ fn an_unreadable_figure_is_a_malformed_reply() {
     let reported = Registered::read(
         &"0".repeat(64),
         "[\"circuit_breaker\",\"p\",\"p\",\"global\"]",
-        String::new(),
-        String::new(),
+        (String::new(), String::new()),
         false,
+        Vec::new(),
     )
     .expect("a readable entry");
     let snapshot = Snapshot {

@@ -8,7 +8,7 @@ use uuid::Uuid;
 use super::memory::MemoryBackend;
 use super::protocol::{FleetOverrides, LeaseAnswer, LeaseCommand};
 use super::redis::RedisBackend;
-use super::registry::{Registered, Report, Snapshot, StatusRead};
+use super::registry::{Process, Registered, Report, Reporting, Snapshot, StatusRead};
 use crate::Error;
 use crate::error::FailureKind;
 use crate::identity::KeyBase;
@@ -104,15 +104,25 @@ impl Backend {
         }
     }
 
-    /// Reports uses to the namespace's registry: whether each report's identity drifts.
+    /// Reports `process` and its uses to the namespace's registry: whether each report's
+    /// identity drifts.
     pub(super) async fn registry_report(
         &self,
         namespace: &KeyBase,
+        process: &Reporting,
         reports: &[Report],
     ) -> Result<Vec<bool>, Error> {
         match self {
-            Backend::Memory(memory) => memory.registry_report(reports),
-            Backend::Redis(redis) => redis.registry_report(namespace, reports).await,
+            Backend::Memory(memory) => memory.registry_report(process, reports),
+            Backend::Redis(redis) => redis.registry_report(namespace, process, reports).await,
+        }
+    }
+
+    /// Every process reporting to the namespace.
+    pub(super) async fn processes(&self, namespace: &KeyBase) -> Result<Vec<Process>, Error> {
+        match self {
+            Backend::Memory(memory) => memory.processes(),
+            Backend::Redis(redis) => redis.processes(namespace).await,
         }
     }
 

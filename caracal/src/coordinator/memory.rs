@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::protocol::FleetOverrides;
-use super::registry::{self, Registered, Report, Snapshot, StatusRead};
+use super::registry::{self, Process, Registered, Report, Reporting, Snapshot, StatusRead};
 use crate::Error;
 use crate::clock::Clock;
 use crate::error::FailureKind;
@@ -145,8 +145,16 @@ impl MemoryBackend {
 
 /// The registry, fleet overrides and state reads, by the same rules as their scripts.
 impl MemoryBackend {
-    pub(super) fn registry_report(&self, reports: &[Report]) -> Result<Vec<bool>, Error> {
-        self.with(|_, now| lock(&self.registry).report(now.ms, reports))
+    pub(super) fn registry_report(
+        &self,
+        process: &Reporting,
+        reports: &[Report],
+    ) -> Result<Vec<bool>, Error> {
+        self.with(|_, now| lock(&self.registry).report(now.ms, process, reports))
+    }
+
+    pub(super) fn processes(&self) -> Result<Vec<Process>, Error> {
+        self.with(|_, now| lock(&self.registry).processes(now.ms))
     }
 
     pub(super) fn registry_read(&self) -> Result<Vec<Registered>, Error> {

@@ -582,6 +582,12 @@ impl Coordinator {
         self.inner.backend.registry_read(&namespace).await
     }
 
+    /// Every process reporting to this coordinator's namespace.
+    pub(crate) async fn processes(&self) -> Result<Vec<registry::Process>, Error> {
+        let namespace = self.namespace_base();
+        self.inner.backend.processes(&namespace).await
+    }
+
     /// Runs a kind's status read on the identity at `key`.
     pub(crate) async fn identity_read(
         &self,

@@ -55,6 +55,80 @@ pub(crate) struct Report {
     pub(crate) fleet: u64,
 }
 
+/// This process as it reports itself with its uses: its id, its record (JSON: host, pid,
+/// version, identities) and how long it stays listed without another report.
+#[derive(Debug, Clone)]
+pub(crate) struct Reporting {
+    pub(crate) id: &'static str,
+    pub(crate) record: String,
+    pub(crate) ttl_ms: u64,
+}
+
+impl Reporting {
+    /// This process, using `identities` identities.
+    fn now(identities: usize) -> Self {
+        let record = serde_json::json!({
+            "host": host(),
+            "pid": std::process::id(),
+            "version": env!("CARGO_PKG_VERSION"),
+            "identities": identities,
+        });
+        Reporting {
+            id: feed::process_id(),
+            record: record.to_string(),
+            ttl_ms: u64::try_from((REPORT_EVERY * 3).as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+}
+
+/// The machine's name, as the kernel has it (`unknown` where it cannot be read).
+fn host() -> &'static str {
+    static HOST: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .map(|host| host.trim().to_owned())
+            .filter(|host| !host.is_empty())
+            .unwrap_or_else(|| "unknown".to_owned())
+    });
+    &HOST
+}
+
+/// A process reporting to the namespace: what [`Admin::processes`](crate::admin::Admin::processes)
+/// lists (`caracal processes`). A process reports with its uses, every few seconds while it
+/// makes calls, and is listed until 15 s pass without a report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Process {
+    /// Its id, drawn at start-up (the `process` of its events and transition messages).
+    pub id: String,
+    /// The machine's name.
+    pub host: String,
+    /// Its process id on that machine.
+    pub pid: u32,
+    /// The version of caracal it runs.
+    pub version: String,
+    /// Its last report, in ms since the Unix epoch (the coordinator's clock).
+    pub seen_ms: u64,
+    /// How many identities it uses.
+    pub identities: u64,
+}
+
+impl Process {
+    /// Reads a process's record; `None` for one this version cannot read.
+    pub(crate) fn read(id: &str, record: &str, seen_ms: u64) -> Option<Self> {
+        let record: serde_json::Value = serde_json::from_str(record).ok()?;
+        Some(Process {
+            id: id.to_owned(),
+            host: record["host"].as_str()?.to_owned(),
+            pid: u32::try_from(record["pid"].as_u64()?).ok()?,
+            version: record["version"].as_str()?.to_owned(),
+            seen_ms,
+            identities: record["identities"].as_u64()?,
+        })
+    }
+}
+
 /// One identity as the registry holds it.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Registered {
@@ -66,6 +140,9 @@ pub(crate) struct Registered {
     pub(crate) values: String,
     pub(crate) sources: String,
     pub(crate) drift: bool,
+    /// Each line of values processes reported within [`DRIFT_WINDOW`], and how many
+    /// processes use it.
+    pub(crate) uses: Vec<(String, u64)>,
 }
 
 impl Registered {
@@ -74,9 +151,9 @@ impl Registered {
     pub(crate) fn read(
         tag: &str,
         description: &str,
-        values: String,
-        sources: String,
+        (values, sources): (String, String),
         drift: bool,
+        uses: Vec<(String, u64)>,
     ) -> Option<Self> {
         let [kind, name, operation, scope]: [String; 4] = serde_json::from_str(description).ok()?;
         Some(Registered {
@@ -88,7 +165,29 @@ impl Registered {
             values,
             sources,
             drift,
+            uses,
         })
+    }
+
+    /// Each value of `key` in use, and how many processes use it, smallest first.
+    pub(crate) fn in_use(&self, key: &str) -> Vec<(String, u64)> {
+        let mut counts: Vec<(String, u64)> = Vec::new();
+        for (values, processes) in &self.uses {
+            let Some((_, value)) = pairs(values).find(|(name, _)| *name == key) else {
+                continue;
+            };
+            match counts.iter_mut().find(|(known, _)| known == value) {
+                Some((_, count)) => *count += processes,
+                None => counts.push((value.to_owned(), *processes)),
+            }
+        }
+        counts.sort_by(
+            |(a, _), (b, _)| match (a.parse::<f64>(), b.parse::<f64>()) {
+                (Ok(a), Ok(b)) => a.total_cmp(&b),
+                _ => a.cmp(b),
+            },
+        );
+        counts
     }
 
     /// The value of `key` as reported (`None` if it was not, or is unset).
@@ -110,6 +209,35 @@ impl Registered {
             .zip(self.sources.split(' '))
             .map(|((key, value), source)| (key, value, source))
     }
+}
+
+/// The processes' values of one identity as `registry_report.lua` keeps them (JSON
+/// `{process: [values, ms]}`), as lines of values and how many processes reported each within
+/// [`DRIFT_WINDOW`] of `now`. An unreadable map counts no process.
+pub(crate) fn uses_of(map: &str, now: u64) -> Vec<(String, u64)> {
+    let Ok(serde_json::Value::Object(map)) = serde_json::from_str(map) else {
+        return Vec::new();
+    };
+    grouped(
+        map.values()
+            .filter_map(|reported| Some((reported[0].as_str()?, reported[1].as_u64()?))),
+        now,
+    )
+}
+
+/// Lines of values, each with the time a process reported it, as lines and how many processes
+/// reported each within [`DRIFT_WINDOW`] of `now`.
+fn grouped<'a>(reported: impl Iterator<Item = (&'a str, u64)>, now: u64) -> Vec<(String, u64)> {
+    let drift_ms = u64::try_from(DRIFT_WINDOW.as_millis()).unwrap_or(u64::MAX);
+    let mut uses: Vec<(String, u64)> = Vec::new();
+    for (values, _) in reported.filter(|(_, at)| now.saturating_sub(*at) < drift_ms) {
+        match uses.iter_mut().find(|(known, _)| known == values) {
+            Some((_, count)) => *count += 1,
+            None => uses.push((values.to_owned(), 1)),
+        }
+    }
+    uses.sort();
+    uses
 }
 
 /// The `key=value` pairs of a line of values. A value may hold spaces (a duration reads
@@ -351,6 +479,7 @@ impl Uses<'_> {
 
     /// Sends one report of every use since the last, and announces changes of drift.
     async fn report_uses(&self) {
+        let identities;
         let reports: Vec<(Report, usize)> = {
             let mut uses = lock(&self.coordinator.inner.usage.uses);
             // Under the lock, so a site that notes a use after this report's uses are read
@@ -364,6 +493,7 @@ impl Uses<'_> {
                 uses.retain(|u| u.idle < FORGET_AFTER_REPORTS);
                 !uses.is_empty()
             });
+            identities = uses.len();
             let mut due: Vec<&mut Use> = uses
                 .values_mut()
                 .flatten()
@@ -399,12 +529,13 @@ impl Uses<'_> {
             return;
         }
         let sent: Vec<Report> = reports.iter().map(|(report, _)| report.clone()).collect();
+        let process = Reporting::now(identities);
         let namespace = self.coordinator.namespace_base();
         let drifts = match self
             .coordinator
             .inner
             .backend
-            .registry_report(&namespace, &sent)
+            .registry_report(&namespace, &process, &sent)
             .await
         {
             Ok(drifts) => drifts,
@@ -450,6 +581,8 @@ fn find<'a>(
 #[derive(Debug, Default)]
 pub(super) struct Store {
     entries: HashMap<KeyBase, Entry>,
+    /// Per reporting process: its record, its last report and when it is forgotten.
+    processes: HashMap<String, (String, u64, u64)>,
 }
 
 #[derive(Debug)]
@@ -462,10 +595,26 @@ struct Entry {
     reported_at: u64,
     drift_until: u64,
     expires: u64,
+    /// Per process, the values it last reported and when.
+    uses: HashMap<String, (String, u64)>,
 }
 
 impl Store {
-    pub(super) fn report(&mut self, now: u64, reports: &[Report]) -> Vec<bool> {
+    pub(super) fn report(
+        &mut self,
+        now: u64,
+        process: &Reporting,
+        reports: &[Report],
+    ) -> Vec<bool> {
+        self.processes.retain(|_, (_, _, expires)| *expires > now);
+        self.processes.insert(
+            process.id.to_owned(),
+            (
+                process.record.clone(),
+                now,
+                now.saturating_add(process.ttl_ms),
+            ),
+        );
         self.entries.retain(|_, entry| entry.expires > now);
         let drift_ms = u64::try_from(DRIFT_WINDOW.as_millis()).unwrap_or(u64::MAX);
         let drifts = reports
@@ -480,6 +629,7 @@ impl Store {
                     reported_at: now,
                     drift_until: 0,
                     expires: 0,
+                    uses: HashMap::new(),
                 });
                 if entry.values != report.values
                     && entry.reporter != report.reporter
@@ -495,6 +645,12 @@ impl Store {
                 entry.fleet = report.fleet;
                 entry.reported_at = now;
                 entry.expires = entry.expires.max(now.saturating_add(report.ttl_ms));
+                entry
+                    .uses
+                    .retain(|_, (_, at)| now.saturating_sub(*at) < drift_ms);
+                entry
+                    .uses
+                    .insert(process.id.to_owned(), (report.values.clone(), now));
                 entry.drift_until > now
             })
             .collect();
@@ -522,13 +678,31 @@ impl Store {
                 Registered::read(
                     key.tag(),
                     &entry.description,
-                    entry.values.clone(),
-                    entry.sources.clone(),
+                    (entry.values.clone(), entry.sources.clone()),
                     entry.drift_until > now,
+                    grouped(
+                        entry
+                            .uses
+                            .values()
+                            .map(|(values, at)| (values.as_str(), *at)),
+                        now,
+                    ),
                 )
             })
             .collect();
         listed.sort_by(|a, b| a.key.tag().cmp(b.key.tag()));
+        listed
+    }
+
+    /// The processes reporting, as `lua/processes_read.lua` lists them.
+    pub(super) fn processes(&self, now: u64) -> Vec<Process> {
+        let mut listed: Vec<Process> = self
+            .processes
+            .iter()
+            .filter(|(_, (_, _, expires))| *expires > now)
+            .filter_map(|(id, (record, at, _))| Process::read(id, record, *at))
+            .collect();
+        listed.sort_by(|a, b| a.id.cmp(&b.id));
         listed
     }
 }
@@ -537,6 +711,15 @@ impl Store {
 mod tests {
     use super::*;
     use crate::identity::Scope;
+
+    /// The reporting process of `reporter` (which names process and site alike here).
+    fn process(reporter: &'static str) -> Reporting {
+        Reporting {
+            id: reporter,
+            record: "{}".to_owned(),
+            ttl_ms: 1_000,
+        }
+    }
 
     fn report(values: &str, reporter: &str) -> Report {
         under_fleet(0, values, reporter)
@@ -560,21 +743,48 @@ mod tests {
     #[test]
     fn reporters_under_different_fleet_overrides_are_no_drift() {
         let mut store = Store::default();
-        assert_eq!(store.report(0, &[under_fleet(1, "limit=3", "a")]), [false]);
-        assert_eq!(store.report(10, &[under_fleet(2, "limit=1", "b")]), [false]);
-        assert_eq!(store.report(20, &[under_fleet(1, "limit=3", "a")]), [false]);
-        assert_eq!(store.report(30, &[under_fleet(2, "limit=1", "a")]), [false]);
-        assert_eq!(store.report(40, &[under_fleet(2, "limit=5", "b")]), [true]);
+        assert_eq!(
+            store.report(0, &process("a"), &[under_fleet(1, "limit=3", "a")]),
+            [false]
+        );
+        assert_eq!(
+            store.report(10, &process("b"), &[under_fleet(2, "limit=1", "b")]),
+            [false]
+        );
+        assert_eq!(
+            store.report(20, &process("a"), &[under_fleet(1, "limit=3", "a")]),
+            [false]
+        );
+        assert_eq!(
+            store.report(30, &process("a"), &[under_fleet(2, "limit=1", "a")]),
+            [false]
+        );
+        assert_eq!(
+            store.report(40, &process("b"), &[under_fleet(2, "limit=5", "b")]),
+            [true]
+        );
     }
 
     #[test]
     fn two_reporters_with_different_values_are_drift_until_they_agree_for_a_window() {
         let mut store = Store::default();
         let drift_ms = DRIFT_WINDOW.as_millis() as u64;
-        assert_eq!(store.report(0, &[report("limit=3", "a")]), [false]);
-        assert_eq!(store.report(10, &[report("limit=3", "b")]), [false]);
-        assert_eq!(store.report(20, &[report("limit=5", "a")]), [true]);
-        assert_eq!(store.report(30, &[report("limit=3", "b")]), [true]);
+        assert_eq!(
+            store.report(0, &process("a"), &[report("limit=3", "a")]),
+            [false]
+        );
+        assert_eq!(
+            store.report(10, &process("b"), &[report("limit=3", "b")]),
+            [false]
+        );
+        assert_eq!(
+            store.report(20, &process("a"), &[report("limit=5", "a")]),
+            [true]
+        );
+        assert_eq!(
+            store.report(30, &process("b"), &[report("limit=3", "b")]),
+            [true]
+        );
         let listed = store.read(40);
         assert_eq!(listed.len(), 1);
         let entry = &listed[0];
@@ -590,9 +800,12 @@ mod tests {
         );
         assert_eq!(entry.value("limit"), Some("3"));
         // Both agree again: drift lapses a window after the last disagreement.
-        assert_eq!(store.report(40, &[report("limit=3", "a")]), [true]);
         assert_eq!(
-            store.report(30 + drift_ms + 1, &[report("limit=3", "a")]),
+            store.report(40, &process("a"), &[report("limit=3", "a")]),
+            [true]
+        );
+        assert_eq!(
+            store.report(30 + drift_ms + 1, &process("a"), &[report("limit=3", "a")]),
             [false]
         );
     }
@@ -600,7 +813,7 @@ mod tests {
     #[test]
     fn an_identity_is_forgotten_once_its_ttl_passes_unreported() {
         let mut store = Store::default();
-        store.report(0, &[report("limit=3", "a")]);
+        store.report(0, &process("a"), &[report("limit=3", "a")]);
         assert_eq!(store.read(999).len(), 1);
         assert!(store.read(1_000).is_empty());
     }
@@ -610,7 +823,7 @@ mod tests {
         let mut store = Store::default();
         let mut r = report("window=1m 30s open=3s", "a");
         r.sources = "attribute fleet".to_owned();
-        store.report(0, &[r]);
+        store.report(0, &process("a"), &[r]);
         let entry = &store.read(1)[0];
         assert_eq!(entry.value("window"), Some("1m 30s"));
         let entries: Vec<_> = entry.entries().collect();
@@ -625,7 +838,7 @@ mod tests {
         let mut store = Store::default();
         let mut r = report("limit=3 lease=30s max_wait=none", "a");
         r.sources = "fleet config attribute".to_owned();
-        store.report(0, &[r]);
+        store.report(0, &process("a"), &[r]);
         let entry = &store.read(1)[0];
         assert_eq!(entry.value("lease"), Some("30s"));
         assert_eq!(entry.value("max_wait"), None);

@@ -91,6 +91,9 @@ pub enum StatusValue {
     Number(f64),
     /// A name (a state).
     Text(&'static str),
+    /// Values in use and how many processes use each (`limits` under drift): a JSON object
+    /// (`{"10": 1, "20": 2}`), `10×1 20×2` in a table.
+    Counts(Vec<(String, u64)>),
 }
 
 impl StatusValue {
@@ -107,6 +110,13 @@ impl fmt::Display for StatusValue {
             StatusValue::Count(n) => write!(f, "{n}"),
             StatusValue::Number(n) => write!(f, "{n}"),
             StatusValue::Text(text) => f.write_str(text),
+            StatusValue::Counts(counts) => {
+                let shown: Vec<String> = counts
+                    .iter()
+                    .map(|(value, processes)| format!("{value}×{processes}"))
+                    .collect();
+                f.write_str(&shown.join(" "))
+            }
         }
     }
 }

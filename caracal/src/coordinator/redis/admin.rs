@@ -7,13 +7,21 @@ use super::{RedisBackend, reply, scripts};
 use crate::Error;
 use crate::coordinator::protocol::FleetOverrides;
 use crate::coordinator::registry::{
-    DRIFT_WINDOW, MAX_IDENTITIES, Registered, Report, Snapshot, StatusRead,
+    self, DRIFT_WINDOW, MAX_IDENTITIES, Process, Registered, Report, Reporting, Snapshot,
+    StatusRead,
 };
 use crate::identity::KeyBase;
 
 fn registry_keys(base: &KeyBase) -> [String; 2] {
     [base.key("registry"), base.key("registry:expiry")]
 }
+
+fn process_keys(base: &KeyBase) -> [String; 2] {
+    [base.key("processes"), base.key("processes:expiry")]
+}
+
+/// The most processes `caracal processes` lists.
+const MOST_PROCESSES: usize = 10_000;
 
 /// A page of the registry: where the next starts (`None` after the last), and its identities.
 type Page = (Option<u64>, Vec<Registered>);
@@ -70,11 +78,12 @@ impl RedisBackend {
     pub(in crate::coordinator) async fn registry_report(
         &self,
         base: &KeyBase,
+        process: &Reporting,
         reports: &[Report],
     ) -> Result<Vec<bool>, Error> {
         let mut drifts = Vec::with_capacity(reports.len());
         for page in reports.chunks(REGISTRY_PAGE) {
-            drifts.extend(self.registry_report_page(base, page).await?);
+            drifts.extend(self.registry_report_page(base, process, page).await?);
         }
         Ok(drifts)
     }
@@ -82,11 +91,18 @@ impl RedisBackend {
     async fn registry_report_page(
         &self,
         base: &KeyBase,
+        process: &Reporting,
         reports: &[Report],
     ) -> Result<Vec<bool>, Error> {
         let script = &scripts::REGISTRY_REPORT;
         let drift_ms = u64::try_from(DRIFT_WINDOW.as_millis()).unwrap_or(u64::MAX);
-        let mut args: Vec<String> = vec![MAX_IDENTITIES.to_string(), drift_ms.to_string()];
+        let mut args: Vec<String> = vec![
+            MAX_IDENTITIES.to_string(),
+            drift_ms.to_string(),
+            process.id.to_owned(),
+            process.record.clone(),
+            process.ttl_ms.to_string(),
+        ];
         for report in reports {
             args.extend([
                 report.key.tag().to_owned(),
@@ -98,10 +114,10 @@ impl RedisBackend {
                 report.fleet.to_string(),
             ]);
         }
-        let value = self
-            .link
-            .eval(script, base, &registry_keys(base), args)
-            .await?;
+        let [registry, expiry] = registry_keys(base);
+        let [processes, processes_expiry] = process_keys(base);
+        let keys = [registry, expiry, processes, processes_expiry];
+        let value = self.link.eval(script, base, &keys, args).await?;
         let groups = reply::integer_groups::<1>(script.name, value, reports.len())?;
         groups
             .into_iter()
@@ -143,22 +159,31 @@ impl RedisBackend {
             .eval(script, base, &registry_keys(base), (start, REGISTRY_PAGE))
             .await?;
         let mut items = items(script.name, value)?.into_iter();
-        let _now = integer(script.name, items.next().unwrap_or(Value::Nil))?;
+        let now = integer(script.name, items.next().unwrap_or(Value::Nil))?;
+        let now = unsigned(script.name, now)?;
         let next = integer(script.name, items.next().unwrap_or(Value::Nil))?;
         let next = match next {
             -1 => None,
             next => Some(unsigned(script.name, next)?).filter(|&next| next > start),
         };
         let items: Vec<Value> = items.collect();
-        if !items.len().is_multiple_of(5) {
+        if !items.len().is_multiple_of(6) {
             return Err(reply::malformed(
                 script.name,
-                format_args!("{} items after the time, not groups of 5", items.len()),
+                format_args!("{} items after the time, not groups of 6", items.len()),
             ));
         }
         let mut listed = Vec::new();
         let mut items = items.into_iter();
-        while let (Some(tag), Some(description), Some(values), Some(sources), Some(drift)) = (
+        while let (
+            Some(tag),
+            Some(description),
+            Some(values),
+            Some(sources),
+            Some(drift),
+            Some(uses),
+        ) = (
+            items.next(),
             items.next(),
             items.next(),
             items.next(),
@@ -169,13 +194,48 @@ impl RedisBackend {
             let entry = Registered::read(
                 &string(script.name, tag)?,
                 &string(script.name, description)?,
-                string(script.name, values)?,
-                string(script.name, sources)?,
+                (string(script.name, values)?, string(script.name, sources)?),
                 drift,
+                registry::uses_of(&string(script.name, uses)?, now),
             );
             listed.extend(entry);
         }
         Ok((next, listed))
+    }
+
+    /// Every process reporting to the namespace (at most [`MOST_PROCESSES`]).
+    pub(in crate::coordinator) async fn processes(
+        &self,
+        base: &KeyBase,
+    ) -> Result<Vec<Process>, Error> {
+        let script = &scripts::PROCESSES_READ;
+        let value = self
+            .link
+            .eval(script, base, &process_keys(base), MOST_PROCESSES)
+            .await?;
+        let mut items = items(script.name, value)?.into_iter();
+        let _now = integer(script.name, items.next().unwrap_or(Value::Nil))?;
+        let items: Vec<Value> = items.collect();
+        if !items.len().is_multiple_of(3) {
+            return Err(reply::malformed(
+                script.name,
+                format_args!("{} items after the time, not groups of 3", items.len()),
+            ));
+        }
+        let mut listed = Vec::new();
+        let mut items = items.into_iter();
+        while let (Some(id), Some(record), Some(seen)) = (items.next(), items.next(), items.next())
+        {
+            let seen = unsigned(script.name, integer(script.name, seen)?)?;
+            let process = Process::read(
+                &string(script.name, id)?,
+                &string(script.name, record)?,
+                seen,
+            );
+            listed.extend(process);
+        }
+        listed.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(listed)
     }
 
     /// The fleet's overrides and their version, unless `known` is already the version.

@@ -13,12 +13,15 @@ use crate::script::Script;
 pub(crate) const DESCRIPTOR: Descriptor = Descriptor {
     kind: PolicyKind::Bulkhead,
     fields: &[
-        // The limit processes use (the last one reported).
+        // The limit processes use: under drift the smallest of those in use, never whichever
+        // process reported last (`20/10 in use` reads as an over-admission).
         Field::new("limit", Unit::Count),
         // Bodies running now, across the fleet.
         Field::new("occupancy", Unit::Count),
+        // Under drift, each limit in use and how many processes use it; unset otherwise.
+        Field::new("limits", Unit::Count),
     ],
-    table: ["{occupancy}[/{limit}] in use", ""],
+    table: ["{occupancy}[/{limit}] in use", "[limits in use: {limits}]"],
     read: Some(StatusRead {
         script: &STATUS,
         keys: &["leases"],
@@ -63,8 +66,19 @@ fn status(reported: &Registered, snapshot: &Snapshot) -> Result<Vec<StatusValue>
     let [occupancy] = snapshot.figures()?;
     let occupancy = u32::try_from(occupancy)
         .map_err(|_| snapshot.malformed(format_args!("occupancy {occupancy}")))?;
+    let limits = reported.in_use("limit");
+    let smallest = limits
+        .first()
+        .and_then(|(limit, _)| limit.parse::<u32>().ok());
+    let limit = smallest.or_else(|| reported.parsed::<u32>("limit"));
+    let drift = if limits.len() > 1 {
+        StatusValue::Counts(limits)
+    } else {
+        StatusValue::Unset
+    };
     Ok(vec![
-        StatusValue::count(reported.parsed::<u32>("limit")),
+        StatusValue::count(limit),
         StatusValue::Count(occupancy.into()),
+        drift,
     ])
 }
