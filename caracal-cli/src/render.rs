@@ -2,51 +2,8 @@
 
 use std::time::Duration;
 
-use caracal::admin::{ConfigValue, IdentityStatus, PolicyState, Process, StatusValue};
-use serde::{Serialize, Serializer};
-
-/// One identity as a line of `status --json`.
-#[derive(Debug, Serialize)]
-struct Line<'a> {
-    kind: &'static str,
-    name: &'a str,
-    operation: &'a str,
-    scope: &'a str,
-    drift: bool,
-    #[serde(flatten)]
-    state: Fields<'a>,
-}
-
-/// The fields of the identity's kind, in the kind's order.
-#[derive(Debug)]
-struct Fields<'a>(&'a PolicyState);
-
-impl Serialize for Fields<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_map(self.0.fields().map(|(name, value)| (name, Json(value))))
-    }
-}
-
-/// A field's value in JSON: unset is `null`.
-#[derive(Debug)]
-struct Json<'a>(&'a StatusValue);
-
-impl Serialize for Json<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        match self.0 {
-            StatusValue::Count(n) => serializer.serialize_u64(*n),
-            StatusValue::Number(n) => serializer.serialize_f64(*n),
-            StatusValue::Text(text) => serializer.serialize_str(text),
-            StatusValue::Counts(counts) => serializer.collect_map(
-                counts
-                    .iter()
-                    .map(|(value, processes)| (value.as_str(), *processes)),
-            ),
-            // Unset, and any kind of value this version of the command does not know.
-            _ => serializer.serialize_none(),
-        }
-    }
-}
+use caracal::admin::{ConfigValue, IdentityStatus, Process};
+use serde::Serialize;
 
 /// `breaker … --json`: what the command did.
 #[derive(Debug, Serialize)]
@@ -101,21 +58,10 @@ pub(crate) fn json_line(object: &impl Serialize) -> String {
     line
 }
 
-/// `status --json`: one object per identity, each on its own line.
+/// `status --json`: one object per identity, each on its own line (as caracal's `serde`
+/// feature serializes an identity).
 pub(crate) fn json_lines(identities: &[IdentityStatus]) -> String {
-    let mut out = String::new();
-    for identity in identities {
-        let line = Line {
-            kind: identity.kind.as_str(),
-            name: &identity.name,
-            operation: &identity.operation,
-            scope: &identity.scope,
-            drift: identity.drift,
-            state: Fields(&identity.state),
-        };
-        out.push_str(&json_line(&line));
-    }
-    out
+    identities.iter().map(json_line).collect()
 }
 
 /// The table's header.
@@ -161,34 +107,11 @@ fn aligned<const N: usize>(header: [&str; N], rows: Vec<[String; N]>) -> String 
     out
 }
 
-/// `processes --json`: one process.
-#[derive(Debug, Serialize)]
-struct ProcessLine<'a> {
-    id: &'a str,
-    host: &'a str,
-    pid: u32,
-    version: &'a str,
-    last_seen_ms: u64,
-    identities: u64,
-}
-
 /// `processes`: an aligned table, one row per process, its last report shown as an age from
 /// `now_ms` (a note when there is none); with `json`, one object per line.
 pub(crate) fn processes(processes: &[Process], namespace: &str, now_ms: u64, json: bool) -> String {
     if json {
-        return processes
-            .iter()
-            .map(|process| {
-                json_line(&ProcessLine {
-                    id: &process.id,
-                    host: &process.host,
-                    pid: process.pid,
-                    version: &process.version,
-                    last_seen_ms: process.seen_ms,
-                    identities: process.identities,
-                })
-            })
-            .collect();
+        return processes.iter().map(json_line).collect();
     }
     if processes.is_empty() {
         return format!("no process reports to namespace `{namespace}`\n");

@@ -457,5 +457,7 @@ fn forcing(command: BreakerCommand) -> Result<(Force, BreakerState), Error> {
 const RESET_CLOSED_TTL_MS: u64 = 60_000;
 
 mod checks;
+#[cfg(feature = "serde")]
+mod serialize;
 #[cfg(test)]
 mod tests;

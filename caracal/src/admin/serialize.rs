@@ -1,0 +1,103 @@
+//! `serde::Serialize` for the admin types (feature `serde`): the shapes `caracal … --json`
+//! prints, so a service can serve its fleet's status itself, as Spring's actuator does.
+//!
+//! ```
+//! # async fn endpoint() -> Result<(), caracal::Error> {
+//! let admin = caracal::Coordinator::in_memory().admin();
+//! for identity in admin.status().await? {
+//!     // {"kind":"bulkhead","name":"partner-api",…,"drift":false,"limit":6,"occupancy":3,…}
+//!     println!("{}", serde_json::to_string(&identity).expect("serializable"));
+//! }
+//! # Ok(()) }
+//! ```
+
+use serde::ser::{Serialize, SerializeMap, Serializer};
+
+use super::{BreakerChanged, BreakerState, ConfigValue, IdentityStatus, PolicyState, Process};
+use crate::policy::descriptor::StatusValue;
+
+/// A count or a number as such, a state as its name, unset as `null`, counts in use as an
+/// object (`{"10": 1, "20": 2}`).
+impl Serialize for StatusValue {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            StatusValue::Unset => serializer.serialize_none(),
+            StatusValue::Count(n) => serializer.serialize_u64(*n),
+            StatusValue::Number(n) => serializer.serialize_f64(*n),
+            StatusValue::Text(text) => serializer.serialize_str(text),
+            StatusValue::Counts(counts) => serializer.collect_map(
+                counts
+                    .iter()
+                    .map(|(value, processes)| (value.as_str(), *processes)),
+            ),
+        }
+    }
+}
+
+/// The kind's fields, by name, in the kind's order.
+impl Serialize for PolicyState {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.fields())
+    }
+}
+
+/// `kind`, `name`, `operation`, `scope`, `drift`, then the state's fields: a line of
+/// `caracal status --json`.
+impl Serialize for IdentityStatus {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("kind", self.kind.as_str())?;
+        map.serialize_entry("name", &self.name)?;
+        map.serialize_entry("operation", &self.operation)?;
+        map.serialize_entry("scope", &self.scope)?;
+        map.serialize_entry("drift", &self.drift)?;
+        for (name, value) in self.state.fields() {
+            map.serialize_entry(name, value)?;
+        }
+        map.end()
+    }
+}
+
+/// Its name (`forced_open`).
+impl Serialize for BreakerState {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+/// `from`, `to` and `generation`.
+impl Serialize for BreakerChanged {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(3))?;
+        map.serialize_entry("from", &self.from)?;
+        map.serialize_entry("to", &self.to)?;
+        map.serialize_entry("generation", &self.generation)?;
+        map.end()
+    }
+}
+
+/// `setting`, `value` and `source`: a line of `caracal config get --json`.
+impl Serialize for ConfigValue {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(3))?;
+        map.serialize_entry("setting", &self.setting)?;
+        map.serialize_entry("value", &self.value)?;
+        map.serialize_entry("source", &self.source)?;
+        map.end()
+    }
+}
+
+/// `id`, `host`, `pid`, `version`, `last_seen_ms` and `identities`: a line of
+/// `caracal processes --json`.
+impl Serialize for Process {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(6))?;
+        map.serialize_entry("id", &self.id)?;
+        map.serialize_entry("host", &self.host)?;
+        map.serialize_entry("pid", &self.pid)?;
+        map.serialize_entry("version", &self.version)?;
+        map.serialize_entry("last_seen_ms", &self.seen_ms)?;
+        map.serialize_entry("identities", &self.identities)?;
+        map.end()
+    }
+}
