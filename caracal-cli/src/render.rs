@@ -1,6 +1,8 @@
 //! How the status reads: a table for people, JSON lines for programs.
 
-use caracal::admin::{ConfigValue, IdentityStatus, PolicyState, StatusValue};
+use std::time::{Duration, UNIX_EPOCH};
+
+use caracal::admin::{ConfigValue, IdentityStatus, Operator, PolicyState, StatusValue};
 use serde::{Serialize, Serializer};
 
 /// One identity as a line of `status --json`.
@@ -13,6 +15,41 @@ struct Line<'a> {
     drift: bool,
     #[serde(flatten)]
     state: Fields<'a>,
+    /// Who forced it and why, while that forced state lasts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    operator: Option<Who<'a>>,
+}
+
+/// `operator` in JSON: `{"who", "reason", "at"}`, `at` in ms since the epoch.
+#[derive(Debug, Serialize)]
+pub(crate) struct Who<'a> {
+    who: &'a str,
+    reason: Option<&'a str>,
+    at: Option<u64>,
+}
+
+impl<'a> Who<'a> {
+    fn of(operator: &'a Operator) -> Self {
+        Who {
+            who: &operator.who,
+            reason: operator.reason.as_deref(),
+            at: operator.at_ms,
+        }
+    }
+}
+
+/// ` by alice@ops-1 at 2025-12-01T17:53:00Z: incident 4711`: who gave a command, when and
+/// why, as the text output appends it.
+pub(crate) fn by(operator: &Operator) -> String {
+    let mut text = format!(" by {}", operator.who);
+    if let Some(at) = operator.at_ms {
+        let at = UNIX_EPOCH + Duration::from_millis(at);
+        text.push_str(&format!(" at {}", humantime::format_rfc3339_seconds(at)));
+    }
+    if let Some(reason) = &operator.reason {
+        text.push_str(&format!(": {reason}"));
+    }
+    text
 }
 
 /// The fields of the identity's kind, in the kind's order.
@@ -55,12 +92,15 @@ pub(crate) struct BreakerChanged<'a> {
     pub(crate) for_ms: Option<u64>,
 }
 
-/// `config get|set --json`: one value in force and where it came from.
+/// `config get|set --json`: one value in force and where it came from (and, for a fleet
+/// override, who set it and why).
 #[derive(Debug, Serialize)]
 pub(crate) struct Value<'a> {
     pub(crate) setting: &'a str,
     pub(crate) value: &'a str,
     pub(crate) source: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) operator: Option<Who<'a>>,
 }
 
 impl<'a> Value<'a> {
@@ -69,6 +109,7 @@ impl<'a> Value<'a> {
             setting: &value.setting,
             value: &value.value,
             source: &value.source,
+            operator: value.operator.as_ref().map(Who::of),
         }
     }
 }
@@ -105,6 +146,7 @@ pub(crate) fn json_lines(identities: &[IdentityStatus]) -> String {
             scope: &identity.scope,
             drift: identity.drift,
             state: Fields(&identity.state),
+            operator: identity.operator.as_ref().map(Who::of),
         };
         out.push_str(&json_line(&line));
     }
@@ -151,7 +193,10 @@ pub(crate) fn table(identities: &[IdentityStatus], namespace: &str) -> String {
 }
 
 fn row(identity: &IdentityStatus) -> [String; 7] {
-    let [state, detail] = identity.state.summary();
+    let [state, mut detail] = identity.state.summary();
+    if let Some(operator) = &identity.operator {
+        detail.push_str(&format!(", forced{}", by(operator)));
+    }
     [
         identity.kind.as_str().to_owned(),
         identity.name.clone(),
