@@ -6,10 +6,13 @@
 -- KEYS[1]  overrides hash `caracal:v1:{<namespace>}:overrides`
 -- KEYS[2]  version `caracal:v1:{<namespace>}:overrides:version`
 -- KEYS[3]  marker `caracal:v1:{<namespace>}:marker`: a random string, set by the first reader
+-- KEYS[4]  operator records hash `caracal:v1:{<namespace>}:operators`: its field `override` is
+--          the record of the change that made the version (see `coordinator/operators.rs`)
 -- ARGV[1]  the version the caller holds (-1 for none)
 -- ARGV[2]  the marker to set when there is none (a fresh random string from the caller)
 -- Reply    {version, marker} when the version is the caller's, else
---          {version, marker, setting, value, setting, value, …}
+--          {version, marker, record, setting, value, setting, value, …}, the record '' when
+--          there is none
 -- TTL      the marker never expires (one small key per namespace): it must outlive every lease.
 -- Cost     O(1), or O(N) for N overrides when they changed.
 local version = tonumber(redis.call('GET', KEYS[2])) or 0
@@ -21,7 +24,7 @@ end
 if version == tonumber(ARGV[1]) then
   return {version, marker}
 end
-local reply = {version, marker}
+local reply = {version, marker, redis.call('HMGET', KEYS[4], 'override')[1] or ''}
 for _, item in ipairs(redis.call('HGETALL', KEYS[1])) do
   reply[#reply + 1] = item
 end

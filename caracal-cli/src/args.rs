@@ -152,6 +152,13 @@ pub(crate) struct Steer {
     /// it (without it, that exits 3 naming what is in use).
     #[arg(long)]
     pub(crate) force: bool,
+    /// Why: stored with the command, shown by `status` (a forced breaker) and `config get`
+    /// (an override), and carried by the events of every process that follows it.
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) reason: Option<String>,
+    /// Who gives the command, stored with it. Default: $USER@hostname.
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) who: Option<String>,
 }
 
 /// A duration with a unit, as humantime reads it.
@@ -202,6 +209,34 @@ mod tests {
             let error = parse(args).expect_err("a usage error");
             assert_eq!(error.exit_code(), 2, "{args:?}: {error}");
         }
+    }
+
+    #[test]
+    fn who_and_why_go_with_every_command_that_steers() {
+        let cli = parse(&[
+            "breaker",
+            "reset",
+            "x",
+            "--reason",
+            "all clear",
+            "--who",
+            "bob",
+        ])
+        .expect("parses");
+        let Command::Breaker(BreakerCommand::Reset { steer, .. }) = cli.command else {
+            panic!("{cli:?}");
+        };
+        assert_eq!(
+            (steer.reason.as_deref(), steer.who.as_deref()),
+            (Some("all clear"), Some("bob"))
+        );
+        let cli =
+            parse(&["config", "unset", "bulkhead.x.limit", "--reason", "over"]).expect("parses");
+        assert!(matches!(
+            cli.command,
+            Command::Config(ConfigCommand::Unset { steer, .. })
+                if steer.reason.as_deref() == Some("over") && steer.who.is_none()
+        ));
     }
 
     #[test]

@@ -9,6 +9,9 @@
 //! caracal [--url URL] [--namespace NS] config get [KEY] | config set KEY VALUE | config unset KEY
 //! ```
 //!
+//! Every command that steers the fleet takes `--force`, `--reason TEXT` and `--who TEXT` (by
+//! default `$USER@hostname`): who and why are stored with it (see [`caracal::admin::Operator`]).
+//!
 //! Exit status: 0 on success, 2 on a usage error (including a malformed `--for` duration,
 //! and a setting, value, name or scope the library rejects as invalid), 1 when the
 //! coordinator fails (Redis unreachable or refusing, missing permissions), 3 when a command
@@ -30,7 +33,7 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use caracal::Coordinator;
-use caracal::admin::{Admin, BreakerCommand, BreakerId, Refusal};
+use caracal::admin::{Admin, BreakerCommand, BreakerId, Operator, Refusal};
 use clap::Parser;
 use clap::error::ErrorKind;
 
@@ -429,6 +432,18 @@ fn breaker_label(target: &BreakerTarget) -> String {
     }
 }
 
+/// Who gives the command, and why: `--who` (else `$USER@hostname`) and `--reason`.
+fn operator(steer: &Steer) -> Operator {
+    let operator = match &steer.who {
+        Some(who) => Operator::new(who.clone()),
+        None => Operator::from_env(),
+    };
+    match &steer.reason {
+        Some(reason) => operator.with_reason(reason.clone()),
+        None => operator,
+    }
+}
+
 /// Exit 3 with `refusal`, unless it is forced or there is none.
 fn unless_forced(refusal: Option<Refusal>, steer: &Steer) -> Result<(), Failure> {
     match refusal {
@@ -472,7 +487,7 @@ async fn breaker(admin: &Admin, command: args::BreakerCommand, json: bool) -> Re
         unless_forced(refusal, &steer)?;
     }
     let changed = admin
-        .breaker(&id, command)
+        .breaker_by(&id, command, &operator(&steer))
         .await
         .map_err(|e| Failure::of(&e))?;
     if json {
@@ -510,10 +525,11 @@ async fn config(admin: &Admin, command: ConfigCommand, json: bool) -> Result<(),
             let mut out = String::new();
             for value in values {
                 if json {
-                    out.push_str(&render::json_line(&render::Value::of(&value)));
+                    out.push_str(&render::json_line(&value));
                 } else {
+                    let by = value.operator.as_ref().map(render::by).unwrap_or_default();
                     out.push_str(&format!(
-                        "{} = {} ({})\n",
+                        "{} = {} ({}){by}\n",
                         value.setting, value.value, value.source
                     ));
                 }
@@ -529,7 +545,7 @@ async fn config(admin: &Admin, command: ConfigCommand, json: bool) -> Result<(),
                 unless_forced(refusal, &steer)?;
             }
             admin
-                .set_override(&key, &value)
+                .set_override_by(&key, &value, &operator(&steer))
                 .await
                 .map_err(|e| Failure::of(&e))?;
             // The value as stored (`0.5s` reads back as `500ms`).
@@ -563,7 +579,7 @@ async fn config(admin: &Admin, command: ConfigCommand, json: bool) -> Result<(),
                 unless_forced(refusal, &steer)?;
             }
             let removed = admin
-                .unset_override(&key)
+                .unset_override_by(&key, &operator(&steer))
                 .await
                 .map_err(|e| Failure::of(&e))?;
             if json {

@@ -1,9 +1,23 @@
 //! How the status reads: a table for people, JSON lines for programs.
 
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
-use caracal::admin::{ConfigValue, IdentityStatus, Process};
+use caracal::admin::{IdentityStatus, Operator, Process};
 use serde::Serialize;
+
+/// ` by alice@ops-1 at 2025-12-01T17:53:00Z: incident 4711`: who gave a command, when and
+/// why, as the text output appends it.
+pub(crate) fn by(operator: &Operator) -> String {
+    let mut text = format!(" by {}", operator.who);
+    if let Some(at) = operator.at_ms {
+        let at = UNIX_EPOCH + Duration::from_millis(at);
+        text.push_str(&format!(" at {}", humantime::format_rfc3339_seconds(at)));
+    }
+    if let Some(reason) = &operator.reason {
+        text.push_str(&format!(": {reason}"));
+    }
+    text
+}
 
 /// `breaker … --json`: what the command did.
 #[derive(Debug, Serialize)]
@@ -19,24 +33,13 @@ pub(crate) struct BreakerChanged<'a> {
     pub(crate) for_ms: Option<u64>,
 }
 
-/// `config get|set --json`: one value in force and where it came from.
+/// `config set --json`: the value stored (`config get` prints caracal's `ConfigValue`).
 #[derive(Debug, Serialize)]
 pub(crate) struct Value<'a> {
     pub(crate) setting: &'a str,
     pub(crate) value: &'a str,
     pub(crate) source: &'a str,
 }
-
-impl<'a> Value<'a> {
-    pub(crate) fn of(value: &'a ConfigValue) -> Self {
-        Value {
-            setting: &value.setting,
-            value: &value.value,
-            source: &value.source,
-        }
-    }
-}
-
 /// `config unset --json`: whether there was an override to remove.
 #[derive(Debug, Serialize)]
 pub(crate) struct Removed<'a> {
@@ -142,7 +145,10 @@ pub(crate) fn processes(processes: &[Process], namespace: &str, now_ms: u64, jso
 }
 
 fn row(identity: &IdentityStatus) -> [String; 7] {
-    let [state, detail] = identity.state.summary();
+    let [state, mut detail] = identity.state.summary();
+    if let Some(operator) = &identity.operator {
+        detail.push_str(&format!(", forced{}", by(operator)));
+    }
     [
         identity.kind.as_str().to_owned(),
         identity.name.clone(),

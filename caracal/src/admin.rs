@@ -4,7 +4,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use caracal::admin::{BreakerCommand, StatusValue};
+//! use caracal::admin::{BreakerCommand, Operator, StatusValue};
 //!
 //! # async fn drill() -> Result<(), caracal::Error> {
 //! let coordinator = caracal::Coordinator::redis("redis://127.0.0.1:6379").connect().await?;
@@ -14,13 +14,21 @@
 //!         println!("{} {} {}: {state}", identity.kind, identity.name, identity.scope);
 //!     }
 //! }
-//! // Every process rejects calls to partner-api for a minute, then probes it.
+//! // Every process rejects calls to partner-api for a minute, then probes it; `status` (and
+//! // the events of the change) say who did it, and why.
 //! let breaker = caracal::admin::BreakerId::new("partner-api");
-//! admin.breaker(&breaker, BreakerCommand::Open { lasts: Some(Duration::from_secs(60)) }).await?;
+//! let operator = Operator::from_env().with_reason("partner-api incident 4711");
+//! let open = BreakerCommand::Open { lasts: Some(Duration::from_secs(60)) };
+//! admin.breaker_by(&breaker, open, &operator).await?;
 //! // Every process runs partner-api's bulkhead with a limit of 40 within a second.
-//! admin.set_override("bulkhead.partner-api.limit", "40").await?;
+//! admin.set_override_by("bulkhead.partner-api.limit", "40", &operator).await?;
 //! # Ok(()) }
 //! ```
+//!
+//! Each command that steers the fleet has a form that records no operator
+//! ([`Admin::breaker`], [`Admin::set_override`], [`Admin::unset_override`]) and one that
+//! records who gave it and why (the same, `_by` an [`Operator`]). Either replaces the record
+//! of an earlier command on the same breaker or setting.
 //!
 //! Identities appear once a process has used them, and stay while their state lives (at least
 //! a few seconds after the last use). Policies marked `local` have no shared state and are not
@@ -32,6 +40,7 @@ use crate::Error;
 use crate::config::OverrideKey;
 use crate::config::overrides::text;
 use crate::coordinator::Coordinator;
+pub use crate::coordinator::Operator;
 use crate::coordinator::registry::Snapshot;
 use crate::identity::{Identity, PolicyKind, Scope, check_part};
 use crate::policy::breaker::kernel::{Force, Phase};
@@ -66,6 +75,10 @@ pub struct IdentityStatus {
     pub drift: bool,
     /// What its state holds.
     pub state: PolicyState,
+    /// Who forced it (a circuit breaker) into the state it is in, and why: only while that
+    /// forced state lasts, and only when the command was given with an [`Operator`]
+    /// ([`Admin::breaker_by`]).
+    pub operator: Option<Operator>,
 }
 
 /// What an identity's state holds: its kind's status fields, by name, in the order the kind
@@ -260,6 +273,9 @@ pub struct ConfigValue {
     /// `fleet` (a fleet-wide override), `config` (a process's [`Config`](crate::Config)) or
     /// `attribute`.
     pub source: String,
+    /// Who set a fleet-wide override to this value, and why, when it was set with an
+    /// [`Operator`] ([`Admin::set_override_by`]).
+    pub operator: Option<Operator>,
 }
 
 /// The longest a forced state may be asked to last.
@@ -280,20 +296,36 @@ impl Admin {
     pub async fn status(&self) -> Result<Vec<IdentityStatus>, Error> {
         let registered = self.coordinator.registry_read().await?;
         let mut listed = Vec::with_capacity(registered.len());
+        // Read once, when the first forced breaker is met.
+        let mut records = None;
         for identity in registered {
             let kind = policy::descriptor(identity.kind);
             let snapshot = match &kind.read {
                 Some(read) => self.coordinator.identity_read(read, &identity.key).await?,
                 None => Snapshot::NOTHING,
             };
-            let values = (kind.status)(&identity, &snapshot)?;
+            let state = PolicyState {
+                kind,
+                values: (kind.status)(&identity, &snapshot)?,
+            };
+            let operator = match forced_now(&state, snapshot.now_ms) {
+                Some(phase) => {
+                    let records = match &mut records {
+                        Some(records) => records,
+                        None => records.insert(self.coordinator.operator_records().await?),
+                    };
+                    records.breaker(&identity.key, phase)?
+                }
+                None => None,
+            };
             listed.push(IdentityStatus {
                 kind: identity.kind,
                 name: identity.name,
                 operation: identity.operation,
                 scope: identity.scope,
                 drift: identity.drift,
-                state: PolicyState { kind, values },
+                state,
+                operator,
             });
         }
         listed.sort_by(|a, b| {
@@ -308,14 +340,53 @@ impl Admin {
     }
 
     /// Carries out an operator's command on a breaker. Every process using it follows within
-    /// one pub/sub delivery (a process that misses the message, within 250 ms).
+    /// one pub/sub delivery (a process that misses the message, within 250 ms). Records no
+    /// operator (and forgets the one of an earlier command): see
+    /// [`breaker_by`](Self::breaker_by).
     pub async fn breaker(
         &self,
         breaker: &BreakerId,
         command: BreakerCommand,
     ) -> Result<BreakerChanged, Error> {
+        self.steer_breaker(breaker, command, None).await
+    }
+
+    /// [`breaker`](Self::breaker), given by `operator`: [`status`](Self::status) shows who
+    /// forced the breaker and why for as long as the forced state lasts, and the
+    /// `circuit_breaker.state_changed` event of every process that learns of the change (a
+    /// reset's too) carries `who` and `reason`. The time recorded is the coordinator's.
+    ///
+    /// ```no_run
+    /// use caracal::admin::{BreakerCommand, BreakerId, Operator};
+    ///
+    /// # async fn drill(admin: caracal::admin::Admin) -> Result<(), caracal::Error> {
+    /// let operator = Operator::new("alice@ops-1").with_reason("partner-api incident 4711");
+    /// let breaker = BreakerId::new("partner-api").scope("region:eu");
+    /// admin.breaker_by(&breaker, BreakerCommand::Open { lasts: None }, &operator).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn breaker_by(
+        &self,
+        breaker: &BreakerId,
+        command: BreakerCommand,
+        operator: &Operator,
+    ) -> Result<BreakerChanged, Error> {
+        operator.check()?;
+        self.steer_breaker(breaker, command, Some(operator)).await
+    }
+
+    async fn steer_breaker(
+        &self,
+        breaker: &BreakerId,
+        command: BreakerCommand,
+        operator: Option<&Operator>,
+    ) -> Result<BreakerChanged, Error> {
         let identity = breaker.identity(&self.coordinator)?;
         let (force, to) = forcing(command)?;
+        // Before the command: a process that learns of the change reads who made it.
+        self.coordinator
+            .record_breaker_operator(&identity.key, to.phase(), operator)
+            .await?;
         let reply = self
             .coordinator
             .breakers()
@@ -347,6 +418,7 @@ impl Admin {
                     setting: format!("{}.{}.{key}", identity.kind, identity.name),
                     value: value.to_owned(),
                     source: source.to_owned(),
+                    operator: None,
                 });
             }
         }
@@ -356,7 +428,8 @@ impl Admin {
                     push(ConfigValue {
                         setting: format!("{kind}.{name}.{key}"),
                         value: text(Some(value)),
-                        source: "fleet".to_owned(),
+                        source: FLEET.to_owned(),
+                        operator: None,
                     });
                 }
             }
@@ -369,6 +442,12 @@ impl Admin {
                         .strip_prefix(wanted)
                         .is_some_and(|rest| rest.starts_with('.') && !rest[1..].contains('.'))
             });
+        }
+        if values.iter().any(|value| value.source == FLEET) {
+            let records = self.coordinator.operator_records().await?;
+            for value in values.iter_mut().filter(|value| value.source == FLEET) {
+                value.operator = records.setting(&value.setting, &value.value)?;
+            }
         }
         values.sort_by(|a, b| (&a.setting, &a.source).cmp(&(&b.setting, &b.source)));
         Ok(values)
@@ -390,20 +469,62 @@ impl Admin {
 
     /// Sets a fleet-wide override (`bulkhead.partner-api.limit`, `"40"`): every connected
     /// process applies it within a second, to calls admitted from then on. The value is
-    /// checked as the attribute would check it.
+    /// checked as the attribute would check it. Records no operator: see
+    /// [`set_override_by`](Self::set_override_by).
     pub async fn set_override(&self, setting: &str, value: &str) -> Result<(), Error> {
-        let key = OverrideKey::parse(setting)?;
-        self.coordinator
-            .fleet()
-            .write_override(&key, Some(value))
+        self.write_override(setting, Some(value), None).await?;
+        Ok(())
+    }
+
+    /// [`set_override`](Self::set_override), given by `operator`: [`config`](Self::config)
+    /// shows who set the value and why while it holds, and the `config.applied` event of
+    /// every process that applies it carries `who` and `reason`.
+    ///
+    /// ```no_run
+    /// use caracal::admin::Operator;
+    ///
+    /// # async fn drill(admin: caracal::admin::Admin) -> Result<(), caracal::Error> {
+    /// let operator = Operator::from_env().with_reason("partner-api asked us to slow down");
+    /// admin.set_override_by("bulkhead.partner-api.limit", "10", &operator).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn set_override_by(
+        &self,
+        setting: &str,
+        value: &str,
+        operator: &Operator,
+    ) -> Result<(), Error> {
+        operator.check()?;
+        self.write_override(setting, Some(value), Some(operator))
             .await?;
         Ok(())
     }
 
     /// Removes a fleet-wide override; answers whether there was one.
     pub async fn unset_override(&self, setting: &str) -> Result<bool, Error> {
+        self.write_override(setting, None, None).await
+    }
+
+    /// [`unset_override`](Self::unset_override), given by `operator`: the `config.applied`
+    /// event of every process that applies the change carries `who` and `reason`.
+    pub async fn unset_override_by(
+        &self,
+        setting: &str,
+        operator: &Operator,
+    ) -> Result<bool, Error> {
+        operator.check()?;
+        self.write_override(setting, None, Some(operator)).await
+    }
+
+    async fn write_override(
+        &self,
+        setting: &str,
+        value: Option<&str>,
+        operator: Option<&Operator>,
+    ) -> Result<bool, Error> {
         let key = OverrideKey::parse(setting)?;
-        self.coordinator.fleet().write_override(&key, None).await
+        let fleet = self.coordinator.fleet();
+        fleet.write_override(&key, value, operator).await
     }
 
     /// Completes at the next change an operator would see: a breaker's state anywhere in the
@@ -451,6 +572,24 @@ fn forcing(command: BreakerCommand) -> Result<(Force, BreakerState), Error> {
         ),
     })
 }
+
+/// The forced state `state` (a breaker's) is in at `now_ms`, if any: one forced for a time
+/// that has passed is over (the next call moves it on), whatever the stored phase still says.
+fn forced_now(state: &PolicyState, now_ms: u64) -> Option<Phase> {
+    let StatusValue::Text(shown) = state.get("state")? else {
+        return None;
+    };
+    let phase = [Phase::ForcedOpen, Phase::ForcedClosed]
+        .into_iter()
+        .find(|phase| phase.as_str() == *shown)?;
+    match state.get("forced_until_ms") {
+        Some(StatusValue::Count(until)) if *until <= now_ms => None,
+        _ => Some(phase),
+    }
+}
+
+/// The source of a fleet-wide override's values.
+const FLEET: &str = "fleet";
 
 /// How long a reset's closed state lasts without observations: the operator does not know
 /// the breaker's window, and processes that use it keep it alive anyway.

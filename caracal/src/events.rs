@@ -19,6 +19,7 @@
 use std::time::Duration;
 
 use crate::Error;
+use crate::coordinator::Operator;
 use crate::labels::At;
 use crate::metrics::{self, Decision, InFlight, Stopwatch};
 use crate::policy::breaker::kernel::{Counts, ObserveReply, Phase, SettleReply, Transition};
@@ -80,6 +81,12 @@ pub(crate) use policy_event;
 #[inline]
 pub(crate) fn debug_enabled() -> bool {
     tracing::enabled!(target: "caracal", tracing::Level::DEBUG)
+}
+
+/// Whether anyone listens to caracal's warnings (a breaker's change among them): what only
+/// their events need (an operator's record) is not read otherwise.
+pub(crate) fn warn_enabled() -> bool {
+    tracing::enabled!(target: "caracal", tracing::Level::WARN)
 }
 
 pub(crate) fn millis(duration: Duration) -> u64 {
@@ -224,17 +231,20 @@ impl ChangeOrigin {
     }
 }
 
+/// A breaker's change, made by `origin` (and `operator`, who gave the command, when known).
+/// The state gauge is not set here but with [`breaker_phase`], as soon as the change is
+/// learned: the event of an operator's change waits for the operator's record.
 pub(crate) fn breaker_state_changed(
     at: &At<'_>,
     change: Transition,
     window: Option<Counts>,
     origin: ChangeOrigin,
+    operator: Option<&Operator>,
 ) {
     let (window_total, window_failures, window_slow) = match window {
         Some(window) => (Some(window.total), Some(window.failures), Some(window.slow)),
         None => (None, None, None),
     };
-    metrics::breaker_phase(at, change.to);
     policy_event!(
         WARN,
         "circuit_breaker.state_changed",
@@ -245,13 +255,16 @@ pub(crate) fn breaker_state_changed(
         origin = origin.as_str(),
         window_total,
         window_failures,
-        window_slow
+        window_slow,
+        who = operator.map(|operator| operator.who.as_str()),
+        reason = operator.and_then(|operator| operator.reason.as_deref())
     );
 }
 
 /// This process learned a breaker's phase for the first time (its view of a distributed
 /// breaker was made, or a local breaker was): not a change, so no event, but the state gauge
 /// starts here.
+/// Also what a change sets, before its event.
 pub(crate) fn breaker_phase(at: &At<'_>, phase: Phase) {
     metrics::breaker_phase(at, phase);
 }
@@ -552,11 +565,13 @@ pub(crate) fn config_unread(error: &Error) {
 }
 
 /// This process applied the fleet's overrides of `version` (`count` of them).
-pub(crate) fn config_applied(version: u64, count: usize) {
+pub(crate) fn config_applied(version: u64, count: usize, operator: Option<&Operator>) {
     tracing::info!(
         target: "caracal",
         event = "config.applied",
         version,
         overrides = count,
+        who = operator.map(|operator| operator.who.as_str()),
+        reason = operator.and_then(|operator| operator.reason.as_deref()),
     );
 }

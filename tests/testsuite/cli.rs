@@ -109,6 +109,15 @@ pub(crate) fn caracal(url: &str, namespace: &str, args: &[&str]) -> Ran {
     run(&all, &[])
 }
 
+/// `config get`'s lines without who set each override (` by alice@ops at …: why`).
+pub(crate) fn settings(output: &str) -> String {
+    output
+        .lines()
+        .map(|line| line.split_once(" by ").map_or(line, |(setting, _)| setting))
+        .map(|line| format!("{line}\n"))
+        .collect()
+}
+
 /// The generation in a `breaker` command's output, `… (generation N)`.
 pub(crate) fn generation(output: &str) -> u64 {
     output
@@ -277,15 +286,15 @@ fn config_get_set_unset() {
         "circuit_breaker.cli-x.open = 500ms (fleet): every process applies it within a second\n"
     );
     assert_eq!(
-        caracal(&["config", "get"]).ok(),
+        settings(&caracal(&["config", "get"]).ok()),
         "bulkhead.cli-x.limit = 40 (fleet)\ncircuit_breaker.cli-x.open = 500ms (fleet)\n"
     );
     assert_eq!(
-        caracal(&["config", "get", "bulkhead.cli-x"]).ok(),
+        settings(&caracal(&["config", "get", "bulkhead.cli-x"]).ok()),
         "bulkhead.cli-x.limit = 40 (fleet)\n"
     );
     assert_eq!(
-        caracal(&["config", "get", "circuit_breaker.cli-x.open"]).ok(),
+        settings(&caracal(&["config", "get", "circuit_breaker.cli-x.open"]).ok()),
         "circuit_breaker.cli-x.open = 500ms (fleet)\n"
     );
     // The environment names the Redis and the namespace just as well; another namespace
@@ -295,7 +304,7 @@ fn config_get_set_unset() {
         ("CARACAL_NAMESPACE", namespace.as_str()),
     ];
     assert_eq!(
-        run(&["config", "get", "bulkhead.cli-x.limit"], &env).ok(),
+        settings(&run(&["config", "get", "bulkhead.cli-x.limit"], &env).ok()),
         "bulkhead.cli-x.limit = 40 (fleet)\n"
     );
     assert_eq!(
@@ -311,7 +320,7 @@ fn config_get_set_unset() {
         "bulkhead.cli-x.limit: there was no fleet override\n"
     );
     assert_eq!(
-        caracal(&["config", "get"]).ok(),
+        settings(&caracal(&["config", "get"]).ok()),
         "circuit_breaker.cli-x.open = 500ms (fleet)\n"
     );
 }
@@ -399,10 +408,10 @@ fn commands_on_what_no_process_uses_exit_3() {
         assert!(line.contains("--force"), "{args:?}: {line}");
     }
     // Nothing was done.
-    assert_eq!(caracal(&["config", "get"]).ok(), "");
+    assert_eq!(settings(&caracal(&["config", "get"]).ok()), "");
     caracal(&["config", "set", "bulkhead.cli-x.limit", "7", "--force"]).ok();
     assert_eq!(
-        caracal(&["config", "get"]).ok(),
+        settings(&caracal(&["config", "get"]).ok()),
         "bulkhead.cli-x.limit = 7 (fleet)\n"
     );
 }
@@ -445,11 +454,25 @@ fn json_on_every_command() {
             serde_json::json!({"setting": "circuit_breaker.cli-x.open", "value": "500ms", "source": "fleet"})
         ]
     );
+    // `config get` adds who set it (without `--who`, this user) and when.
+    let mut got = json(&["config", "get"]);
+    let operator = got[0]
+        .as_object_mut()
+        .and_then(|object| object.remove("operator"))
+        .unwrap_or_default();
     assert_eq!(
-        json(&["config", "get"]),
+        got,
         [
             serde_json::json!({"setting": "circuit_breaker.cli-x.open", "value": "500ms", "source": "fleet"})
         ]
+    );
+    assert!(
+        operator["who"]
+            .as_str()
+            .is_some_and(|who| who.contains('@'))
+            && operator["reason"].is_null()
+            && operator["at"].is_u64(),
+        "{operator}"
     );
     assert_eq!(
         json(&["config", "unset", "circuit_breaker.cli-x.open", "--force"]),
@@ -486,7 +509,7 @@ fn a_comma_separated_url_is_a_cluster() {
     let caracal = |args: &[&str]| caracal(&seeds, &namespace, args);
     caracal(&["config", "set", "rate_limit.cli-x.rate", "2.5", "--force"]).ok();
     assert_eq!(
-        caracal(&["config", "get"]).ok(),
+        settings(&caracal(&["config", "get"]).ok()),
         "rate_limit.cli-x.rate = 2.5 (fleet)\n"
     );
     let opened = caracal(&["breaker", "open", "cli-x", "--for", "1m", "--force"]).ok();

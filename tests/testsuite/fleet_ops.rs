@@ -150,7 +150,18 @@ fn breaker_open_reaches_every_process_and_reset_or_for_ends_it() {
     let caracal = |args: &[&str]| caracal(&url, &namespace, args);
 
     // Open, until a reset.
-    let opened = caracal(&["breaker", "open", "cli-breaker", "--scope", &scope]).ok();
+    let opened = caracal(&[
+        "breaker",
+        "open",
+        "cli-breaker",
+        "--scope",
+        &scope,
+        "--reason",
+        "incident 4711",
+        "--who",
+        "alice@ops",
+    ])
+    .ok();
     let opened_at = now_us();
     assert_eq!(
         opened,
@@ -165,14 +176,19 @@ fn breaker_open_reaches_every_process_and_reset_or_for_ends_it() {
         worker.until("calls well past the bound", |w| {
             w.calls.iter().any(|c| c.start_us >= bound + 500_000)
         });
-        // Every process announces the change. (Its `origin` is `operator` when the feed's
-        // message is what told the process, but `remote` when the reply to one of its own
-        // calls came first: not asserted here.)
+        // Every process announces the change, naming who made it and why (whether the feed's
+        // message or the reply to one of its own calls told it first).
         let open_generation = generation(&opened).to_string();
         worker.until("the operator's open, announced", |w| {
             !w.events(
                 "circuit_breaker.state_changed",
-                &[("to", "forced_open"), ("generation", &open_generation)],
+                &[
+                    ("to", "forced_open"),
+                    ("generation", &open_generation),
+                    ("origin", "operator"),
+                    ("who", "alice@ops"),
+                    ("reason", "incident_4711"),
+                ],
             )
             .is_empty()
         });
@@ -329,7 +345,7 @@ fn config_set_limit_reaches_every_process_and_unset_restores_it() {
     let got = caracal(&["config", "get", "bulkhead.cli-config.limit"]).ok();
     assert!(
         got.lines()
-            .all(|l| l == "bulkhead.cli-config.limit = 1 (fleet)")
+            .all(|l| l.starts_with("bulkhead.cli-config.limit = 1 (fleet) by "))
             && !got.is_empty(),
         "{got}"
     );

@@ -6,7 +6,7 @@
 use caracal_tests::RedisServer;
 use caracal_tests::wait::wait_until;
 
-use crate::cli::caracal;
+use crate::cli::{caracal, settings};
 use crate::common::{PATIENCE, unique};
 use crate::fleet_ops::{Stream, identity, status_json};
 
@@ -66,7 +66,7 @@ fn what_no_process_uses_is_refused_naming_what_is_and_forced_overrides_are_ignor
     );
     // Nothing changed.
     assert_eq!(
-        caracal(&["config", "get", "bulkhead.cli-status-hed"]).ok(),
+        settings(&caracal(&["config", "get", "bulkhead.cli-status-hed"]).ok()),
         ""
     );
     let lines = status_json(&url, &namespace);
@@ -95,7 +95,9 @@ fn what_no_process_uses_is_refused_naming_what_is_and_forced_overrides_are_ignor
         PATIENCE,
         "the site to apply `open` and nothing else",
         || {
-            let open = caracal(&["config", "get", "circuit_breaker.cli-status-breaker.open"]).ok();
+            let open = settings(
+                &caracal(&["config", "get", "circuit_breaker.cli-status-breaker.open"]).ok(),
+            );
             let minimum = caracal(&[
                 "config",
                 "get",

@@ -37,6 +37,7 @@ mod lease_safety;
 mod lease_script;
 mod macro_expansion;
 mod metrics;
+mod operator_audit;
 mod pipeline;
 mod rate_limit_fleet;
 mod retry_budget;

@@ -13,7 +13,9 @@
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
-use super::{BreakerChanged, BreakerState, ConfigValue, IdentityStatus, PolicyState, Process};
+use super::{
+    BreakerChanged, BreakerState, ConfigValue, IdentityStatus, Operator, PolicyState, Process,
+};
 use crate::policy::descriptor::StatusValue;
 
 /// A count or a number as such, a state as its name, unset as `null`, counts in use as an
@@ -41,8 +43,8 @@ impl Serialize for PolicyState {
     }
 }
 
-/// `kind`, `name`, `operation`, `scope`, `drift`, then the state's fields: a line of
-/// `caracal status --json`.
+/// `kind`, `name`, `operation`, `scope`, `drift`, the state's fields, then `operator` while
+/// an operator's forced state lasts: a line of `caracal status --json`.
 impl Serialize for IdentityStatus {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut map = serializer.serialize_map(None)?;
@@ -53,6 +55,9 @@ impl Serialize for IdentityStatus {
         map.serialize_entry("drift", &self.drift)?;
         for (name, value) in self.state.fields() {
             map.serialize_entry(name, value)?;
+        }
+        if let Some(operator) = &self.operator {
+            map.serialize_entry("operator", operator)?;
         }
         map.end()
     }
@@ -76,13 +81,28 @@ impl Serialize for BreakerChanged {
     }
 }
 
-/// `setting`, `value` and `source`: a line of `caracal config get --json`.
+/// `setting`, `value`, `source`, and `operator` for a fleet override set with one: a line of
+/// `caracal config get --json`.
 impl Serialize for ConfigValue {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(Some(3))?;
+        let mut map = serializer.serialize_map(None)?;
         map.serialize_entry("setting", &self.setting)?;
         map.serialize_entry("value", &self.value)?;
         map.serialize_entry("source", &self.source)?;
+        if let Some(operator) = &self.operator {
+            map.serialize_entry("operator", operator)?;
+        }
+        map.end()
+    }
+}
+
+/// `who`, `reason` and `at` (ms since the Unix epoch), `null` where unknown.
+impl Serialize for Operator {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(3))?;
+        map.serialize_entry("who", &self.who)?;
+        map.serialize_entry("reason", &self.reason)?;
+        map.serialize_entry("at", &self.at_ms)?;
         map.end()
     }
 }

@@ -188,3 +188,70 @@ fn an_unreadable_figure_is_a_malformed_reply() {
         "{error}"
     );
 }
+
+#[test]
+fn a_forced_state_whose_time_passed_is_over() {
+    let forced = |phase: i64, until: i64| {
+        let breaker = state(
+            PolicyKind::CircuitBreaker,
+            "",
+            &[phase, 3, 0, 0, 0, 0, 0, until],
+        );
+        forced_now(&breaker, 10_000)
+    };
+    assert_eq!(forced(3, 0), Some(Phase::ForcedOpen), "until a reset");
+    assert_eq!(forced(4, 20_000), Some(Phase::ForcedClosed));
+    assert_eq!(forced(3, 10_000), None, "its time is up");
+    assert_eq!(forced(4, 5_000), None);
+    assert_eq!(forced(1, 0), None, "open, not forced");
+}
+
+#[tokio::test(start_paused = true)]
+async fn who_forced_a_breaker_or_set_an_override_is_recorded_until_replaced() {
+    let coordinator = Coordinator::in_memory();
+    let admin = coordinator.admin();
+    let breaker = BreakerId::new("partner-api");
+    let key = breaker.identity(&coordinator).expect("an identity").key;
+    let alice = Operator::new("alice@ops").with_reason("incident 4711");
+    let open = BreakerCommand::Open { lasts: None };
+    admin
+        .breaker_by(&breaker, open, &alice)
+        .await
+        .expect("opened");
+    let records = coordinator.operator_records().await.expect("read");
+    let recorded = records.breaker(&key, Phase::ForcedOpen).expect("reads");
+    let recorded = recorded.expect("alice's record");
+    assert_eq!(
+        (&recorded.who, &recorded.reason),
+        (&alice.who, &alice.reason)
+    );
+    assert!(recorded.at_ms.is_some_and(|at| at > 0), "{recorded:?}");
+    // A reset is a command of its own: the forced state's record is gone with it.
+    admin
+        .breaker(&breaker, BreakerCommand::Reset)
+        .await
+        .expect("reset");
+    let records = coordinator.operator_records().await.expect("read");
+    assert_eq!(records.breaker(&key, Phase::ForcedOpen).ok(), Some(None));
+
+    let setting = "bulkhead.partner-api.limit";
+    admin
+        .set_override_by(setting, "40", &alice)
+        .await
+        .expect("set");
+    let values = admin.config(Some(setting)).await.expect("config");
+    let operator = values[0].operator.as_ref().expect("alice's");
+    assert_eq!(operator.who, "alice@ops");
+    admin.set_override(setting, "41").await.expect("set");
+    let values = admin.config(Some(setting)).await.expect("config");
+    assert_eq!(
+        (values[0].value.as_str(), &values[0].operator),
+        ("41", &None)
+    );
+    let blank = Operator::new("alice@ops").with_reason(" ");
+    let refused = admin.set_override_by(setting, "42", &blank).await;
+    assert!(
+        matches!(refused, Err(Error::InvalidConfig { .. })),
+        "{refused:?}"
+    );
+}

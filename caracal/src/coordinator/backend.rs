@@ -149,16 +149,47 @@ impl Backend {
         }
     }
 
-    /// Sets (`Some`) or removes one fleet override: whether it changed anything.
+    /// Sets (`Some`) or removes one fleet override, recording `operator` (a record without
+    /// its time; see `coordinator::operators`) as its maker: whether it changed anything.
     pub(super) async fn overrides_write(
         &self,
         namespace: &KeyBase,
         setting: &str,
         value: Option<&str>,
+        operator: Option<&str>,
     ) -> Result<bool, Error> {
         match self {
-            Backend::Memory(memory) => memory.overrides_write(setting, value),
-            Backend::Redis(redis) => redis.overrides_write(namespace, setting, value).await,
+            Backend::Memory(memory) => memory.overrides_write(setting, value, operator),
+            Backend::Redis(redis) => {
+                let write = redis.overrides_write(namespace, setting, value, operator);
+                write.await
+            }
+        }
+    }
+
+    /// The namespace's operator records of `fields` that exist (of every field, for none).
+    pub(super) async fn operators_read(
+        &self,
+        namespace: &KeyBase,
+        fields: &[String],
+    ) -> Result<Vec<(String, String)>, Error> {
+        match self {
+            Backend::Memory(memory) => memory.operators_read(fields),
+            Backend::Redis(redis) => redis.operators_read(namespace, fields).await,
+        }
+    }
+
+    /// Stores an operator record (without its time) under `field`, stamped with the
+    /// coordinator's clock, or removes it (`None`).
+    pub(super) async fn operator_write(
+        &self,
+        namespace: &KeyBase,
+        field: &str,
+        record: Option<&str>,
+    ) -> Result<(), Error> {
+        match self {
+            Backend::Memory(memory) => memory.operator_write(field, record),
+            Backend::Redis(redis) => redis.operator_write(namespace, field, record).await,
         }
     }
 

@@ -11,6 +11,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use super::Coordinator;
+use super::operators::{self, Operator, Record};
 use crate::Error;
 use crate::config::{OverrideKey, Tables};
 use crate::events;
@@ -75,6 +76,14 @@ fn tables(pairs: Vec<(String, String)>) -> Tables {
     tables
 }
 
+/// The operator who made `version` of the overrides, from the record of the last change: none
+/// when that record is another version's (a process of a version that keeps no records made a
+/// change since), or does not read (the overrides are applied all the same).
+fn maker(last: Option<String>, version: u64) -> Option<Operator> {
+    let record = Record::read(operators::LAST_OVERRIDE_FIELD, &last?).ok()?;
+    (record.count("version") == Some(version)).then_some(record.operator)
+}
+
 /// The fleet's overrides, kept in sync with the coordinator: the part of a coordinator that
 /// [`Coordinator::fleet`] hands out.
 #[derive(Debug, Clone, Copy)]
@@ -89,18 +98,18 @@ impl FleetSync<'_> {
         let known = fleet.version.load(Ordering::Acquire);
         let known = (known != u64::MAX).then_some(known);
         let namespace = self.coordinator.namespace_base();
-        let (version, pairs) = self
+        let read = self
             .coordinator
             .inner
             .backend
             .overrides_read(&namespace, known)
             .await?;
-        if let Some(pairs) = pairs {
+        if let Some((pairs, last)) = read.changed {
             let count = pairs.len();
             self.coordinator.inner.overrides.set_fleet(tables(pairs));
-            fleet.version.store(version, Ordering::Release);
+            fleet.version.store(read.version, Ordering::Release);
             // Only once they are in force: a call that starts after the event uses them.
-            events::config_applied(version, count);
+            events::config_applied(read.version, count, maker(last, read.version).as_ref());
             self.coordinator.changed();
         }
         Ok(())
@@ -122,12 +131,13 @@ impl FleetSync<'_> {
             });
     }
 
-    /// Sets (`Some(value)`) or removes one fleet override and applies it here at once;
-    /// answers whether it changed anything.
+    /// Sets (`Some(value)`) or removes one fleet override, made by `operator`, and applies it
+    /// here at once; answers whether it changed anything.
     pub(crate) async fn write_override(
         &self,
         key: &OverrideKey,
         value: Option<&str>,
+        operator: Option<&Operator>,
     ) -> Result<bool, Error> {
         let setting = key.to_string();
         let canonical = value.map(|value| key.value(value)).transpose()?;
@@ -137,7 +147,12 @@ impl FleetSync<'_> {
             .coordinator
             .inner
             .backend
-            .overrides_write(&namespace, &setting, canonical.as_deref())
+            .overrides_write(
+                &namespace,
+                &setting,
+                canonical.as_deref(),
+                operator.map(|operator| operator.unstamped(&[])).as_deref(),
+            )
             .await?;
         self.sync().await?;
         Ok(changed)

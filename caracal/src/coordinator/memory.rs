@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use super::operators;
 use super::protocol::FleetOverrides;
 use super::registry::{self, Process, Registered, Report, Reporting, Snapshot, StatusRead};
 use crate::Error;
@@ -28,6 +29,8 @@ pub(super) struct MemoryBackend {
     registry: Mutex<registry::Store>,
     /// The fleet overrides ("<kind>.<name>.<key>" → value) and their version.
     overrides: Mutex<(u64, BTreeMap<String, String>)>,
+    /// The operator records (field → JSON record; see `coordinator::operators`).
+    operators: Mutex<BTreeMap<String, String>>,
 }
 
 /// Every identity's state: one map per state type (the commands of a kind share one).
@@ -93,6 +96,7 @@ impl Default for MemoryBackend {
             closed: AtomicBool::new(false),
             registry: Mutex::default(),
             overrides: Mutex::default(),
+            operators: Mutex::default(),
         }
     }
 }
@@ -143,7 +147,8 @@ impl MemoryBackend {
     }
 }
 
-/// The registry, fleet overrides and state reads, by the same rules as their scripts.
+/// The registry, fleet overrides, operator records and state reads, by the same rules as their
+/// scripts.
 impl MemoryBackend {
     pub(super) fn registry_report(
         &self,
@@ -165,14 +170,18 @@ impl MemoryBackend {
         self.with(|_, _| {
             let overrides = lock(&self.overrides);
             let version = overrides.0;
-            let pairs = (known != Some(version)).then(|| {
-                overrides
+            let changed = (known != Some(version)).then(|| {
+                let pairs = overrides
                     .1
                     .iter()
                     .map(|(setting, value)| (setting.clone(), value.clone()))
-                    .collect()
+                    .collect();
+                let last = lock(&self.operators)
+                    .get(operators::LAST_OVERRIDE_FIELD)
+                    .cloned();
+                (pairs, last)
             });
-            (version, pairs)
+            FleetOverrides { version, changed }
         })
     }
 
@@ -180,6 +189,7 @@ impl MemoryBackend {
         &self,
         setting: &str,
         value: Option<&str>,
+        operator: Option<&str>,
     ) -> Result<bool, Error> {
         self.with(|_, _| {
             let mut overrides = lock(&self.overrides);
@@ -195,8 +205,59 @@ impl MemoryBackend {
             };
             if changed {
                 overrides.0 += 1;
+                let mut records = lock(&self.operators);
+                let field = operators::override_field(setting);
+                let last = operators::LAST_OVERRIDE_FIELD.to_owned();
+                match operator {
+                    None => {
+                        records.remove(&field);
+                        records.remove(&last);
+                    }
+                    Some(operator) => {
+                        let at = epoch_ms();
+                        match value {
+                            Some(value) => {
+                                let extra = [("value", value.into())];
+                                records.insert(field, operators::stamp(operator, at, &extra));
+                            }
+                            None => {
+                                records.remove(&field);
+                            }
+                        }
+                        let extra = [("setting", setting.into()), ("version", overrides.0.into())];
+                        records.insert(last, operators::stamp(operator, at, &extra));
+                    }
+                }
             }
             changed
+        })
+    }
+
+    /// The records of `fields` that exist (of every field, for none).
+    pub(super) fn operators_read(&self, fields: &[String]) -> Result<Vec<(String, String)>, Error> {
+        self.with(|_, _| {
+            let records = lock(&self.operators);
+            let wanted = |field: &String| fields.is_empty() || fields.contains(field);
+            records
+                .iter()
+                .filter(|(field, _)| wanted(field))
+                .map(|(field, record)| (field.clone(), record.clone()))
+                .collect()
+        })
+    }
+
+    /// Stores `record` (stamped now) under `field`, or removes it.
+    pub(super) fn operator_write(&self, field: &str, record: Option<&str>) -> Result<(), Error> {
+        self.with(|_, _| {
+            let mut records = lock(&self.operators);
+            match record {
+                Some(record) => {
+                    records.insert(field.to_owned(), operators::stamp(record, epoch_ms(), &[]));
+                }
+                None => {
+                    records.remove(field);
+                }
+            }
         })
     }
 
@@ -219,6 +280,17 @@ impl MemoryBackend {
             }
         })
     }
+}
+
+/// The time an operator record is stamped with: the wall clock, as the Redis scripts stamp
+/// theirs with the server's. A record is only shown, never decided on, so the paused clock
+/// of a test has no say in it.
+fn epoch_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+        })
 }
 
 #[cfg(test)]

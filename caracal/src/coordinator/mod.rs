@@ -13,6 +13,7 @@ pub(crate) mod feed;
 mod fleet;
 mod incarnation;
 mod memory;
+mod operators;
 mod protocol;
 mod redis;
 pub(crate) mod registry;
@@ -36,6 +37,7 @@ pub use self::builder::RedisBuilder;
 use self::fleet::Fleet;
 pub use self::incarnation::DataLoss;
 pub(crate) use self::incarnation::{Incarnation, LossCause};
+pub use self::operators::Operator;
 pub(crate) use self::protocol::{BreakerTarget, LeaseAnswer, LeaseCommand};
 pub use self::redis::REDIS_ACL_RULES;
 use self::registry::{Registered, Snapshot, StatusRead, Usage};
@@ -413,8 +415,10 @@ impl Coordinator {
                 Some(inner) => {
                     match message.and_then(feed::parse) {
                         Some(feed::Message::Transition(transition)) => {
-                            inner.breakers.on_message(transition);
-                            let _ = inner.changes.send(());
+                            let coordinator = Coordinator { inner };
+                            let views = coordinator.breakers();
+                            views.announce(coordinator.inner.breakers.on_message(transition));
+                            coordinator.changed();
                         }
                         Some(feed::Message::Config { version }) => {
                             inner.fleet.announced(version);

@@ -56,6 +56,15 @@ pub(crate) struct BreakerTarget {
     pub(crate) settings: Settings,
 }
 
-/// The fleet's overrides' version, and the overrides (`"<kind>.<name>.<key>"`, value) unless
-/// the caller held that version already.
-pub(crate) type FleetOverrides = (u64, Option<Vec<(String, String)>>);
+/// The fleet's overrides as read.
+#[derive(Debug, Clone)]
+pub(crate) struct FleetOverrides {
+    pub(crate) version: u64,
+    /// Unless the caller held that version already: the overrides (`"<kind>.<name>.<key>"`,
+    /// value), and the operator record of the change that made the version, if there is one
+    /// (see `coordinator::operators`).
+    pub(crate) changed: Option<(StoredOverrides, Option<String>)>,
+}
+
+/// Overrides as stored: `"<kind>.<name>.<key>"`, value.
+pub(crate) type StoredOverrides = Vec<(String, String)>;

@@ -78,7 +78,7 @@ impl Views<'_> {
             AdmitReply::ProbeLimit { generation } => Admission::ProbeLimit { generation },
             AdmitReply::Probe { generation, .. } => Admission::Probe { generation, token },
         };
-        breakers.learn(target, told.learned(asked, stamp), told.maker);
+        self.announce(breakers.learn(target, told.learned(asked, stamp), told.maker));
         unclaimed.armed = false;
         Ok(admission)
     }
@@ -130,7 +130,7 @@ impl Views<'_> {
                     let told = reply.told(&target.settings);
                     let learned = told.learned(asked, stamp);
                     let views = coordinator.breakers();
-                    views.state().learn(&target, learned, told.maker);
+                    views.announce(views.state().learn(&target, learned, told.maker));
                 }
                 Err(error) => {
                     events::breaker_coordinator_error(&target.identity.at(), "settle", &error)
@@ -148,7 +148,7 @@ impl Views<'_> {
     ) -> Result<Stamped<ForceReply>, Error> {
         let asked = tokio::time::Instant::now();
         let forced = self.coordinator.run::<Forcing>(identity, force).await?;
-        self.state().on_forced(&identity.key, force, forced, asked);
+        self.announce(self.state().on_forced(&identity.key, force, forced, asked));
         Ok(forced)
     }
 }

@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use super::Views;
 use super::view::{Applied, Learned, Maker, Tells, View, learn_in};
-use super::{BATCH_DELAY, MAX_BATCH, VIEW_MAX_AGE, announce, learned_origin};
+use super::{Announcement, BATCH_DELAY, MAX_BATCH, VIEW_MAX_AGE, learned_origin};
 use crate::Error;
 use crate::coordinator::{BreakerTarget, Stamped, upgrade};
 use crate::events::{self, ChangeOrigin};
@@ -171,17 +171,23 @@ impl Views<'_> {
                     {
                         view.window = window;
                     }
-                    applied.change().map(|change| match told.maker {
-                        Maker::Us { opened_by } => (change, ChangeOrigin::Local, opened_by),
-                        Maker::Other => (change, learned_origin(change), None),
+                    applied.change().map(|change| {
+                        let (origin, window) = match told.maker {
+                            Maker::Us { opened_by } => (ChangeOrigin::Local, opened_by),
+                            Maker::Other => (learned_origin(change), None),
+                        };
+                        Announcement {
+                            identity: target.identity.clone(),
+                            change,
+                            origin,
+                            window,
+                        }
                     })
                 }
                 Err(_) => None,
             }
         };
-        if let Some((change, origin, window)) = change {
-            announce(&target.identity, change, origin, window);
-        }
+        self.announce(change);
         breakers.verdicts.notify_waiters();
     }
 }

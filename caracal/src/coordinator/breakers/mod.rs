@@ -127,15 +127,46 @@ enum ViewDecision<'a> {
     Ask,
 }
 
-/// Says a view learned of `change`, made by `origin`; `window` is what opened it, if that is
-/// what happened.
-fn announce(
-    identity: &Identity,
+/// A change a view learned of, to announce.
+#[derive(Debug)]
+#[must_use = "a change learned is announced"]
+pub(super) struct Announcement {
+    identity: Identity,
     change: BreakerTransition,
     origin: ChangeOrigin,
+    /// What opened it, if that is what happened.
     window: Option<Counts>,
-) {
-    events::breaker_state_changed(&identity.at(), change, window, origin);
+}
+
+impl Views<'_> {
+    /// Says a view learned of a change: the state gauge at once, and the event, which for an
+    /// operator's change names who gave the command and why. Those live in the namespace's
+    /// operator records, not in the feed's messages (which versions before them would not
+    /// read), so the event waits for one read of the record; it goes out without them when
+    /// the record cannot be read, or was replaced by a later command's.
+    pub(super) fn announce(&self, announcement: Option<Announcement>) {
+        let Some(Announcement {
+            identity,
+            change,
+            origin,
+            window,
+        }) = announcement
+        else {
+            return;
+        };
+        events::breaker_phase(&identity.at(), change.to);
+        if origin != ChangeOrigin::Operator || !events::warn_enabled() {
+            events::breaker_state_changed(&identity.at(), change, window, origin, None);
+            return;
+        }
+        let coordinator = self.coordinator.clone();
+        self.coordinator.in_background(async move {
+            let read = coordinator.breaker_operator(&identity.key, change.to);
+            let operator = read.await.ok().flatten();
+            let at = identity.at();
+            events::breaker_state_changed(&at, change, window, origin, operator.as_ref());
+        });
+    }
 }
 
 /// Who made a change this process learned of from a reply, before (or without) the feed's
@@ -151,29 +182,39 @@ fn learned_origin(change: BreakerTransition) -> ChangeOrigin {
 }
 
 impl Breakers {
-    /// Applies what a reply to this process's own command said; announces a change it made
-    /// (with the window that opened it, if any) as local, and one it merely learned
+    /// Applies what a reply to this process's own command said; a change it made is to be
+    /// announced (with the window that opened it, if any) as local, and one it merely learned
     /// of (another process made it) as remote.
-    fn learn(&self, target: &BreakerTarget, learned: Learned, maker: Maker) {
+    fn learn(
+        &self,
+        target: &BreakerTarget,
+        learned: Learned,
+        maker: Maker,
+    ) -> Option<Announcement> {
         let change = learn_in(
             &mut lock(&self.views),
             &target.identity.key,
             Some(&target.identity),
             learned,
         );
-        if let Some(change) = change.change() {
-            let (origin, window) = match maker {
-                Maker::Us { opened_by } => (ChangeOrigin::Local, opened_by),
-                Maker::Other => (learned_origin(change), None),
-            };
-            announce(&target.identity, change, origin, window);
-        }
+        let change = change.change()?;
+        let (origin, window) = match maker {
+            Maker::Us { opened_by } => (ChangeOrigin::Local, opened_by),
+            Maker::Other => (learned_origin(change), None),
+        };
+        Some(Announcement {
+            identity: target.identity.clone(),
+            change,
+            origin,
+            window,
+        })
     }
 
-    /// A transition message. This process's own were announced when their replies came.
-    pub(super) fn on_message(&self, transition: Transition) {
+    /// A transition message: the change it tells of, to announce. This process's own were
+    /// announced when their replies came.
+    pub(super) fn on_message(&self, transition: Transition) -> Option<Announcement> {
         if transition.own {
-            return;
+            return None;
         }
         let now = Instant::now();
         let learned = Learned {
@@ -189,7 +230,7 @@ impl Breakers {
             Origin::Call => ChangeOrigin::Remote,
             Origin::Operator => ChangeOrigin::Operator,
         };
-        self.apply_change(&transition.key, learned, origin);
+        self.apply_change(&transition.key, learned, origin)
     }
 
     /// An operator's command this process carried out, asked at `asked`: its own message
@@ -200,7 +241,7 @@ impl Breakers {
         force: Force,
         forced: Stamped<ForceReply>,
         asked: Instant,
-    ) {
+    ) -> Option<Announcement> {
         let (phase, probe_due) = match force {
             Force::Open { lasts_ms } => (
                 Phase::ForcedOpen,
@@ -218,19 +259,27 @@ impl Breakers {
             stamp: Some(forced.stamp),
             answers_question: true,
         };
-        self.apply_change(key, learned, ChangeOrigin::Operator);
+        self.apply_change(key, learned, ChangeOrigin::Operator)
     }
 
     /// Applies a change this process learned of without a call of its own to its view of
-    /// `key`, if it holds one (others would be made on demand anyway), and announces it as
-    /// made by `origin`.
-    fn apply_change(&self, key: &KeyBase, learned: Learned, origin: ChangeOrigin) {
+    /// `key`, if it holds one (others would be made on demand anyway): the change, made by
+    /// `origin`, to announce.
+    fn apply_change(
+        &self,
+        key: &KeyBase,
+        learned: Learned,
+        origin: ChangeOrigin,
+    ) -> Option<Announcement> {
         let mut views = lock(&self.views);
-        if let Some(change) = learn_in(&mut views, key, None, learned).change()
-            && let Some(view) = views.get(key)
-        {
-            announce(&view.identity, change, origin, None);
-        }
+        let change = learn_in(&mut views, key, None, learned).change()?;
+        let view = views.get(key)?;
+        Some(Announcement {
+            identity: view.identity.clone(),
+            change,
+            origin,
+            window: None,
+        })
     }
 
     /// What the view alone can say of an admission to `target` at `now`; `waited_for`: the

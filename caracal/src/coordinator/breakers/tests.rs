@@ -171,10 +171,10 @@ fn a_late_message_does_not_roll_an_open_view_back() {
     };
     let opened = clock.answer((Phase::Open, 8), (0, 1), Some(2_000));
     learn_in(&mut lock(&breakers.views), key, Some(&identity), opened);
-    breakers.on_message(message(Phase::Closed, 7, 1_000));
+    let _ = breakers.on_message(message(Phase::Closed, 7, 1_000));
     assert_eq!(state(&lock(&breakers.views), key), (Phase::Open, 8));
 
-    breakers.on_message(message(Phase::HalfOpen, 8, 3_000));
+    let _ = breakers.on_message(message(Phase::HalfOpen, 8, 3_000));
     assert_eq!(state(&lock(&breakers.views), key), (Phase::HalfOpen, 8));
 
     // Asked after the messages arrived: decided later, whatever its stamp says.
@@ -186,8 +186,8 @@ fn a_late_message_does_not_roll_an_open_view_back() {
         Some(&identity),
         turned_back,
     );
-    breakers.on_message(message(Phase::Closed, 9, 400));
+    let _ = breakers.on_message(message(Phase::Closed, 9, 400));
     assert_eq!(state(&lock(&breakers.views), key), (Phase::HalfOpen, 8));
-    breakers.on_message(message(Phase::Closed, 9, 600));
+    let _ = breakers.on_message(message(Phase::Closed, 9, 600));
     assert_eq!(state(&lock(&breakers.views), key), (Phase::Closed, 9));
 }

@@ -1,5 +1,5 @@
-//! The registry, fleet overrides and state reads on Redis (see `coordinator::registry` and
-//! `coordinator::fleet`).
+//! The registry, fleet overrides, operator records and state reads on Redis (see
+//! `coordinator::registry`, `coordinator::fleet` and `coordinator::operators`).
 
 use redis::Value;
 
@@ -29,14 +29,34 @@ type Page = (Option<u64>, Vec<Registered>);
 /// The most identities one registry script reports or lists.
 const REGISTRY_PAGE: usize = 100;
 
-fn override_keys(base: &KeyBase) -> [String; 2] {
-    [base.key("overrides"), base.key("overrides:version")]
+/// The namespace's operator records (see `coordinator::operators`).
+fn operators_key(base: &KeyBase) -> String {
+    base.key("operators")
 }
 
-/// The overrides' keys and the namespace's marker (see `lua/overrides_read.lua`).
-fn override_read_keys(base: &KeyBase) -> [String; 3] {
-    let [overrides, version] = override_keys(base);
-    [overrides, version, base.key("marker")]
+/// The overrides, their version and their operator records (see `lua/overrides_write.lua`).
+fn override_keys(base: &KeyBase) -> [String; 3] {
+    [
+        base.key("overrides"),
+        base.key("overrides:version"),
+        operators_key(base),
+    ]
+}
+
+/// The overrides' keys, the namespace's marker and the operator records (see
+/// `lua/overrides_read.lua`).
+fn override_read_keys(base: &KeyBase) -> [String; 4] {
+    let [overrides, version, operators] = override_keys(base);
+    [overrides, version, base.key("marker"), operators]
+}
+
+/// `{a, b, a, b, …}` as pairs.
+fn pairs(script: &str, strings: Vec<String>) -> Result<Vec<(String, String)>, Error> {
+    if !strings.len().is_multiple_of(2) {
+        return Err(reply::malformed(script, "an odd number of fields"));
+    }
+    let mut strings = strings.into_iter();
+    Ok(std::iter::from_fn(|| Some((strings.next()?, strings.next()?))).collect())
 }
 
 /// An array reply's items.
@@ -263,18 +283,20 @@ impl RedisBackend {
             .next()
             .ok_or_else(|| reply::malformed(script.name, "no marker"))?;
         incarnation.marker_read(marker.as_deref(), read, epoch);
-        let rest: Vec<String> = rest.collect();
         if u64::try_from(known).ok() == Some(version) {
-            return Ok((version, None));
+            return Ok(FleetOverrides {
+                version,
+                changed: None,
+            });
         }
-        if !rest.len().is_multiple_of(2) {
-            return Err(reply::malformed(script.name, "an odd number of fields"));
-        }
-        let pairs = rest
-            .chunks_exact(2)
-            .map(|pair| (pair[0].clone(), pair[1].clone()))
-            .collect();
-        Ok((version, Some(pairs)))
+        let operator = rest
+            .next()
+            .ok_or_else(|| reply::malformed(script.name, "no operator record"))?;
+        let pairs = pairs(script.name, rest.collect())?;
+        Ok(FleetOverrides {
+            version,
+            changed: Some((pairs, Some(operator).filter(|record| !record.is_empty()))),
+        })
     }
 
     /// Sets (`value`) or removes (`None`) one fleet override; answers whether it changed
@@ -284,16 +306,57 @@ impl RedisBackend {
         base: &KeyBase,
         setting: &str,
         value: Option<&str>,
+        operator: Option<&str>,
     ) -> Result<bool, Error> {
         let script = &scripts::OVERRIDES_WRITE;
         let command = if value.is_some() { "set" } else { "unset" };
-        let args = (self.channel(), command, setting, value.unwrap_or(""));
+        let args = [
+            self.channel(),
+            command,
+            setting,
+            value.unwrap_or(""),
+            operator.unwrap_or(""),
+        ];
         let value = self
             .link
-            .eval(script, base, &override_keys(base), args)
+            .eval(script, base, &override_keys(base), &args)
             .await?;
         let [_version, changed] = reply::integers::<2>(script.name, value)?;
         reply::flag(script.name, changed)
+    }
+
+    /// The operator records of `fields` that exist (of every field, for none).
+    pub(in crate::coordinator) async fn operators_read(
+        &self,
+        base: &KeyBase,
+        fields: &[String],
+    ) -> Result<Vec<(String, String)>, Error> {
+        let script = &scripts::OPERATORS_READ;
+        let value = self
+            .link
+            .eval(script, base, &[operators_key(base)], fields)
+            .await?;
+        pairs(script.name, reply::strings(script.name, value)?)
+    }
+
+    /// Stores the operator record `record` (without its time) under `field`, or removes it.
+    pub(in crate::coordinator) async fn operator_write(
+        &self,
+        base: &KeyBase,
+        field: &str,
+        record: Option<&str>,
+    ) -> Result<(), Error> {
+        let script = &scripts::OPERATOR_WRITE;
+        let value = self
+            .link
+            .eval(
+                script,
+                base,
+                &[operators_key(base)],
+                &[field, record.unwrap_or("")],
+            )
+            .await?;
+        integer(script.name, value).map(drop)
     }
 
     /// Runs a kind's status read on the identity at `key`: the server's time, then the

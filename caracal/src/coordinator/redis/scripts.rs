@@ -1,5 +1,5 @@
-//! The scripts that are no kernel's: the permission check, the registry, the fleet overrides
-//! and the state reads. A kernel's script is its own (see [`Scripted`](crate::kernel::Scripted)).
+//! The scripts that are no kernel's: the permission check, the registry, the fleet overrides,
+//! the operator records and the state reads. A kernel's script is its own (see [`Scripted`](crate::kernel::Scripted)).
 
 use crate::kernel::Script;
 
@@ -21,6 +21,8 @@ scripts! {
     PROCESSES_READ => "processes_read",
     OVERRIDES_WRITE => "overrides_write",
     OVERRIDES_READ => "overrides_read",
+    OPERATORS_READ => "operators_read",
+    OPERATOR_WRITE => "operator_write",
 }
 
 #[cfg(test)]

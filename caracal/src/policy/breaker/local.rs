@@ -156,7 +156,8 @@ where
         }
     };
     let announce = |change: Transition, window: Option<Counts>| {
-        events::breaker_state_changed(&at, change, window, ChangeOrigin::Local);
+        events::breaker_phase(&at, change.to);
+        events::breaker_state_changed(&at, change, window, ChangeOrigin::Local, None);
     };
     match reply {
         AdmitReply::Closed { generation, .. } => {

@@ -1,0 +1,336 @@
+//! Who steered what, and why: the operator of each breaker an operator forced and of each fleet
+//! override, kept per namespace in one hash (`caracal:v1:{<namespace>}:operators`) beside the
+//! overrides, written by the admin's commands and read by `status`, `config get`, and the
+//! processes that announce a change an operator made.
+//!
+//! The kernels never see them (a breaker's state stays integers, its scripts unchanged): a
+//! record is a JSON object `{"who", "reason", "at", …}` under a field naming its subject, and
+//! says what the command made of it (the breaker's state, the override's value), so a record
+//! that outlived what it describes (a timed force that ended, a value changed by a version
+//! that keeps no records) is never shown as the state in force. Fields:
+//!
+//! - `circuit_breaker:<identity tag>`: `{…, "state"}`, the state the command forced (`closed`
+//!   for a reset); written before the command runs, so a process that learns of the change
+//!   finds it.
+//! - `override:<kind>.<name>.<key>`: `{…, "value"}`, while the override is set.
+//! - `override`: `{…, "setting", "version"}`, the change that made that version of the
+//!   overrides (what `config.applied` names).
+//!
+//! The overrides' records are written by the same script as the overrides, atomically.
+
+use serde_json::{Map, Value};
+
+use super::Coordinator;
+use crate::Error;
+use crate::error::FailureKind;
+use crate::identity::{KeyBase, check_part};
+use crate::policy::breaker::kernel::Phase;
+
+/// An operator, as a command that steers the fleet records it: who gave it, why, and (once
+/// stored) when.
+///
+/// Given to [`Admin::breaker_by`], [`Admin::set_override_by`] and
+/// [`Admin::unset_override_by`]; read back in [`IdentityStatus::operator`] (while the breaker
+/// is in the state that operator forced) and [`ConfigValue::operator`] (while the override
+/// holds the value that operator set). The events of the change carry `who` and `reason`.
+///
+/// ```
+/// use caracal::admin::Operator;
+///
+/// let operator = Operator::new("alice@ops-1").with_reason("partner-api incident 4711");
+/// assert_eq!(operator.who, "alice@ops-1");
+/// assert_eq!(operator.reason.as_deref(), Some("partner-api incident 4711"));
+/// assert_eq!(operator.at_ms, None, "stamped by the coordinator when stored");
+/// // `$USER@hostname`, as `caracal` records it without `--who`.
+/// assert!(Operator::from_env().who.contains('@'));
+/// ```
+///
+/// [`Admin::breaker_by`]: crate::admin::Admin::breaker_by
+/// [`Admin::set_override_by`]: crate::admin::Admin::set_override_by
+/// [`Admin::unset_override_by`]: crate::admin::Admin::unset_override_by
+/// [`IdentityStatus::operator`]: crate::admin::IdentityStatus::operator
+/// [`ConfigValue::operator`]: crate::admin::ConfigValue::operator
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Operator {
+    /// Who (`alice@ops-1`): not blank, at most 1024 bytes.
+    pub who: String,
+    /// Why, if they said: not blank, at most 1024 bytes.
+    pub reason: Option<String>,
+    /// When the coordinator stored it, in ms since the Unix epoch on the coordinator's clock;
+    /// `None` in one built to be given to a command.
+    pub at_ms: Option<u64>,
+}
+
+impl Operator {
+    /// `who`, giving no reason.
+    pub fn new(who: impl Into<String>) -> Self {
+        Operator {
+            who: who.into(),
+            reason: None,
+            at_ms: None,
+        }
+    }
+
+    /// The same operator, giving `reason`.
+    pub fn with_reason(mut self, reason: impl Into<String>) -> Self {
+        self.reason = Some(reason.into());
+        self
+    }
+
+    /// The user of this process: `$USER@hostname` (`$USERNAME` where there is no `$USER`; the
+    /// host from `$HOSTNAME`, else `/etc/hostname`, else the `hostname` command), with
+    /// `unknown` for what cannot be found.
+    pub fn from_env() -> Self {
+        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let user = env("USER").or_else(|| env("USERNAME"));
+        let host = env("HOSTNAME")
+            .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+            .or_else(|| {
+                let output = std::process::Command::new("hostname").output().ok()?;
+                output
+                    .status
+                    .success()
+                    .then(|| String::from_utf8_lossy(&output.stdout).into_owned())
+            })
+            .map(|host| host.trim().to_owned())
+            .filter(|host| !host.is_empty());
+        let unknown = || "unknown".to_owned();
+        Operator::new(format!(
+            "{}@{}",
+            user.unwrap_or_else(unknown),
+            host.unwrap_or_else(unknown)
+        ))
+    }
+
+    /// Refuses a blank or oversized `who` or `reason`, as [`Error::InvalidConfig`].
+    pub(crate) fn check(&self) -> Result<(), Error> {
+        check_part(&self.who).map_err(|why| Error::config(format!("the operator {why}")))?;
+        if let Some(reason) = &self.reason {
+            check_part(reason).map_err(|why| Error::config(format!("the reason {why}")))?;
+        }
+        Ok(())
+    }
+
+    /// What a command hands the store: who and why, with `extra` (what the command made of
+    /// its subject); the store adds the time.
+    pub(crate) fn unstamped(&self, extra: &[(&str, &str)]) -> String {
+        let mut record = Map::new();
+        record.insert("who".to_owned(), Value::from(self.who.as_str()));
+        record.insert(
+            "reason".to_owned(),
+            self.reason.as_deref().map_or(Value::Null, Value::from),
+        );
+        for (name, value) in extra {
+            record.insert((*name).to_owned(), Value::from(*value));
+        }
+        Value::Object(record).to_string()
+    }
+}
+
+/// A stored record, read: its operator, and what else it says.
+#[derive(Debug, Clone)]
+pub(crate) struct Record {
+    pub(crate) operator: Operator,
+    rest: Map<String, Value>,
+}
+
+impl Record {
+    /// Reads the record stored under `field`; one that does not read (written by hand, or by
+    /// a version that wrote another layout) is an error naming the field.
+    pub(crate) fn read(field: &str, text: &str) -> Result<Self, Error> {
+        let malformed = |what: &str| {
+            Error::unavailable(
+                FailureKind::MalformedReply,
+                format!("the operator record `{field}` does not read: {what}"),
+            )
+        };
+        let Ok(Value::Object(mut rest)) = serde_json::from_str::<Value>(text) else {
+            return Err(malformed("not a JSON object"));
+        };
+        let who = match rest.remove("who") {
+            Some(Value::String(who)) => who,
+            _ => return Err(malformed("no `who` text")),
+        };
+        let reason = match rest.remove("reason") {
+            Some(Value::String(reason)) => Some(reason),
+            None | Some(Value::Null) => None,
+            Some(_) => return Err(malformed("a `reason` that is no text")),
+        };
+        let Some(at_ms) = rest.remove("at").as_ref().and_then(Value::as_u64) else {
+            return Err(malformed("no `at` time"));
+        };
+        Ok(Record {
+            operator: Operator {
+                who,
+                reason,
+                at_ms: Some(at_ms),
+            },
+            rest,
+        })
+    }
+
+    /// Its text field `name`, if it has one.
+    pub(crate) fn text(&self, name: &str) -> Option<&str> {
+        self.rest.get(name).and_then(Value::as_str)
+    }
+
+    /// Its count field `name`, if it has one.
+    pub(crate) fn count(&self, name: &str) -> Option<u64> {
+        self.rest.get(name).and_then(Value::as_u64)
+    }
+}
+
+/// Adds the store's time to a record a command handed it (what the scripts do with `TIME`).
+pub(crate) fn stamp(unstamped: &str, at_ms: u64, extra: &[(&str, Value)]) -> String {
+    let mut record = match serde_json::from_str::<Value>(unstamped) {
+        Ok(Value::Object(record)) => record,
+        // Built by `Operator::unstamped`: always an object.
+        _ => Map::new(),
+    };
+    record.insert("at".to_owned(), Value::from(at_ms));
+    for (name, value) in extra {
+        record.insert((*name).to_owned(), value.clone());
+    }
+    Value::Object(record).to_string()
+}
+
+/// The field of the record of the breaker at `key`.
+pub(crate) fn breaker_field(key: &KeyBase) -> String {
+    format!("circuit_breaker:{}", key.tag())
+}
+
+/// The field of the record of the override `setting` (`lua/overrides_write.lua` spells it
+/// the same way).
+pub(crate) fn override_field(setting: &str) -> String {
+    format!("override:{setting}")
+}
+
+/// The field of the record of the change that made the overrides' current version.
+pub(crate) const LAST_OVERRIDE_FIELD: &str = "override";
+
+/// Every record of a namespace, as read at once (by field); each is read when asked for.
+#[derive(Debug, Default)]
+pub(crate) struct Records(Vec<(String, String)>);
+
+impl Records {
+    fn get(&self, field: &str) -> Result<Option<Record>, Error> {
+        self.0
+            .iter()
+            .find(|(name, _)| name == field)
+            .map(|(name, text)| Record::read(name, text))
+            .transpose()
+    }
+
+    /// The operator who forced the breaker at `key` into `state`, if its record says so.
+    pub(crate) fn breaker(&self, key: &KeyBase, state: Phase) -> Result<Option<Operator>, Error> {
+        Ok(self
+            .get(&breaker_field(key))?
+            .filter(|record| record.text("state") == Some(state.as_str()))
+            .map(|record| record.operator))
+    }
+
+    /// The operator who set the override `setting` to `value`, if its record says so.
+    pub(crate) fn setting(&self, setting: &str, value: &str) -> Result<Option<Operator>, Error> {
+        Ok(self
+            .get(&override_field(setting))?
+            .filter(|record| record.text("value") == Some(value))
+            .map(|record| record.operator))
+    }
+}
+
+impl Coordinator {
+    /// Every operator record of the namespace.
+    pub(crate) async fn operator_records(&self) -> Result<Records, Error> {
+        let namespace = self.namespace_base();
+        let pairs = self.inner.backend.operators_read(&namespace, &[]).await?;
+        Ok(Records(pairs))
+    }
+
+    /// The operator who forced the breaker at `key` into `state`, if its record says so.
+    pub(crate) async fn breaker_operator(
+        &self,
+        key: &KeyBase,
+        state: Phase,
+    ) -> Result<Option<Operator>, Error> {
+        let namespace = self.namespace_base();
+        let field = breaker_field(key);
+        let pairs = self
+            .inner
+            .backend
+            .operators_read(&namespace, std::slice::from_ref(&field))
+            .await?;
+        Records(pairs).breaker(key, state)
+    }
+
+    /// Records `operator` as forcing the breaker at `key` into `state` (a reset: `closed`),
+    /// or, without one, forgets whoever forced it before: a later command replaces the record
+    /// of an earlier one.
+    pub(crate) async fn record_breaker_operator(
+        &self,
+        key: &KeyBase,
+        state: Phase,
+        operator: Option<&Operator>,
+    ) -> Result<(), Error> {
+        let namespace = self.namespace_base();
+        let record = operator.map(|operator| operator.unstamped(&[("state", state.as_str())]));
+        self.inner
+            .backend
+            .operator_write(&namespace, &breaker_field(key), record.as_deref())
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::identity::{PolicyKind, Scope};
+
+    #[test]
+    fn a_record_reads_back_and_a_malformed_one_is_an_error() {
+        let operator = Operator::new("alice@ops").with_reason("incident \"42\"\n");
+        let stored = stamp(
+            &operator.unstamped(&[("state", "forced_open")]),
+            1_764_536_400_123,
+            &[],
+        );
+        let key = KeyBase::derive("ns", PolicyKind::CircuitBreaker, "b", "b", &Scope::GLOBAL);
+        let records = Records(vec![(breaker_field(&key), stored)]);
+        let read = records.breaker(&key, Phase::ForcedOpen).expect("reads");
+        assert_eq!(
+            read,
+            Some(Operator {
+                at_ms: Some(1_764_536_400_123),
+                ..operator
+            })
+        );
+        assert_eq!(records.breaker(&key, Phase::ForcedClosed).ok(), Some(None));
+        for bad in [
+            "",
+            "[]",
+            "{\"reason\":null,\"at\":1}",
+            "{\"who\":\"a\",\"at\":-1}",
+            "{\"who\":\"a\",\"reason\":3,\"at\":1}",
+        ] {
+            let records = Records(vec![(breaker_field(&key), bad.to_owned())]);
+            let error = records.breaker(&key, Phase::ForcedOpen).expect_err(bad);
+            assert_eq!(
+                error.failure_kind(),
+                Some(FailureKind::MalformedReply),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_blank_or_oversized_operator_is_refused() {
+        assert!(Operator::new("a@b").with_reason("why").check().is_ok());
+        for operator in [
+            Operator::new(" "),
+            Operator::new("a@b").with_reason(""),
+            Operator::new("x".repeat(1025)),
+        ] {
+            assert!(matches!(operator.check(), Err(Error::InvalidConfig { .. })));
+        }
+    }
+}
