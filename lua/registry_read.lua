@@ -7,7 +7,8 @@
 -- ARGV[2]  how many identities the page holds at most
 -- Reply    {now_ms, next (where the next page starts, or -1 after the last), then 6 per live
 --          identity: tag, description, values, sources, drift (0/1), and each process's values
---          (JSON {process: [values, ms]}, as registry_report.lua keeps it)}, soonest to expire
+--          and what it added (JSON {process: [values, ms, extra]}, as registry_report.lua keeps
+--          it)}, soonest to expire
 --          first
 -- TTL      reads only.
 -- Cost     O(log M + P) for a page of P among M identities kept: a reader pages through a

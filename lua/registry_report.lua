@@ -8,17 +8,19 @@
 --          `<tag>:w` (where each value came from), `<tag>:r` (who reported it last),
 --          `<tag>:t` (when, ms), `<tag>:x` (drift noticed until, ms), `<tag>:f` (the version of
 --          the fleet's overrides the reporter resolved its values under), `<tag>:u` (JSON
---          {process: [values, ms]}: each process's values as it last reported them, kept for
---          as long as drift stays noticed, so a reader counts the processes using each value)
+--          {process: [values, ms, extra]}: each process's values as it last reported them and
+--          what it added (its decisions per second, the overrides it ignores), kept for as long
+--          as drift stays noticed, so a reader counts the processes using each value and adds
+--          up the fleet's rates)
 -- KEYS[2]  expiry sorted set `caracal:v1:{<namespace>}:registry:expiry`: tag -> ms past which
 --          the identity is forgotten
 -- KEYS[3]  processes hash `caracal:v1:{<namespace>}:processes`: per reporting process, fields
 --          `<process>` (JSON: host, pid, version, identities) and `<process>:t` (last report, ms)
 -- KEYS[4]  its expiry sorted set `caracal:v1:{<namespace>}:processes:expiry`
 -- ARGV     1 most identities kept, 2 how long drift stays noticed (ms), 3 the reporting process,
---          4 its record, 5 how long it is listed without another report (ms), then 7 per
+--          4 its record, 5 how long it is listed without another report (ms), then 8 per
 --          identity: tag, description, values, sources, reporter ("<process>/<call site>"), ttl
---          (ms) and the fleet overrides' version
+--          (ms), the fleet overrides' version and the process's extra (JSON)
 -- Reply    per identity, 1 when processes disagree on its values (drift), else 0
 -- TTL      a process is forgotten its ttl after its last report, at most 100 of them per call;
 --          an identity is forgotten at the latest reported time + its ttl (the state it
@@ -55,10 +57,10 @@ for _, tag in ipairs(redis.call('ZRANGE', expiry, '-inf', now, 'BYSCORE', 'LIMIT
 end
 
 local reply = {}
-for i = 6, #ARGV, 7 do
-  local tag, description, values, sources, reporter, ttl, fleet =
+for i = 6, #ARGV, 8 do
+  local tag, description, values, sources, reporter, ttl, fleet, extra =
     ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], tonumber(ARGV[i + 5]),
-    ARGV[i + 6]
+    ARGV[i + 6], ARGV[i + 7]
   local seen = redis.call('HMGET', registry, tag .. ':v', tag .. ':r', tag .. ':t', tag .. ':x',
     tag .. ':f', tag .. ':u')
   local drift_until = tonumber(seen[4]) or 0
@@ -78,7 +80,7 @@ for i = 6, #ARGV, 7 do
       end
     end
   end
-  kept[process] = {values, now}
+  kept[process] = {values, now, extra}
   redis.call('HSET', registry, tag .. ':d', description, tag .. ':v', values,
     tag .. ':w', sources, tag .. ':r', reporter, tag .. ':t', now, tag .. ':x', drift_until,
     tag .. ':f', fleet, tag .. ':u', cjson.encode(kept))

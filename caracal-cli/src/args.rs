@@ -42,6 +42,14 @@ pub(crate) enum Command {
     Status,
     /// The status table, redrawn on every change (and every second), until Ctrl-C.
     Watch,
+    /// A live table, redrawn every --interval until Ctrl-C: per identity the fleet's
+    /// admitted/s, rejected/s (by reason), in flight / limit, breaker state and failure rate.
+    /// The rates are each process's over the few seconds between two of its reports (5 s).
+    Top {
+        /// How often to redraw, with a unit (`1s`, `500ms`).
+        #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = duration)]
+        interval: Duration,
+    },
     /// Every process reporting to the namespace: id, host, pid, caracal version, last report
     /// and how many identities it uses. A process reports every few seconds while it makes
     /// calls, and is listed until 15 s pass without a report.

@@ -33,7 +33,7 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use caracal::Coordinator;
-use caracal::admin::{Admin, BreakerCommand, BreakerId, Operator, Refusal};
+use caracal::admin::{Admin, BreakerCommand, BreakerId, IdentityStatus, Operator, Refusal};
 use clap::Parser;
 use clap::error::ErrorKind;
 
@@ -267,6 +267,7 @@ async fn execute(cli: Cli) -> Result<(), Failure> {
         Command::Status => status(&admin, &target.namespace, cli.json).await,
         Command::Watch => watch(&admin, &target.namespace, cli.json).await,
         Command::Processes => processes(&admin, &target.namespace, cli.json).await,
+        Command::Top { interval } => top(&admin, &target.namespace, cli.json, interval).await,
         Command::Breaker(command) => breaker(&admin, command, cli.json).await,
         Command::Config(command) => config(&admin, command, cli.json).await,
         Command::Completions { shell } => {
@@ -324,23 +325,55 @@ async fn processes(admin: &Admin, namespace: &str, json: bool) -> Result<(), Fai
 const REDRAW_EVERY: Duration = Duration::from_secs(1);
 
 async fn watch(admin: &Admin, namespace: &str, json: bool) -> Result<(), Failure> {
+    let view = Live {
+        command: "watch",
+        json: render::json_lines,
+        table: render::table,
+        every: None,
+    };
+    live(admin, namespace, json, view).await
+}
+
+async fn top(admin: &Admin, namespace: &str, json: bool, every: Duration) -> Result<(), Failure> {
+    let view = Live {
+        command: "top",
+        json: render::top_json_lines,
+        table: render::top,
+        every: Some(every),
+    };
+    live(admin, namespace, json, view).await
+}
+
+/// A view of the status redrawn until Ctrl-C: `watch` and `top`.
+struct Live {
+    command: &'static str,
+    json: fn(&[IdentityStatus]) -> String,
+    table: fn(&[IdentityStatus], &str) -> String,
+    /// Redrawn this often; `None`: at every change an operator would see (and every second).
+    every: Option<Duration>,
+}
+
+async fn live(admin: &Admin, namespace: &str, json: bool, view: Live) -> Result<(), Failure> {
     let terminal = std::io::stdout().is_terminal() && !json;
-    // Listening from the start: an interrupt while the first frame is drawn ends the watch
+    // Listening from the start: an interrupt while the first frame is drawn ends the view
     // cleanly too.
     let mut interrupts = Interrupts::listen()?;
     let mut first = true;
     loop {
         let now = humantime::format_rfc3339_seconds(SystemTime::now());
         let body = match admin.status().await {
-            Ok(identities) if json => render::json_lines(&identities),
-            Ok(identities) => render::table(&identities, namespace),
+            Ok(identities) if json => (view.json)(&identities),
+            Ok(identities) => (view.table)(&identities, namespace),
             Err(error) if json => render::json_line(&render::Unavailable {
                 unavailable: one_line(&error),
             }),
-            // A watch outlives a blip: say so in the snapshot, and try again.
+            // A live view outlives a blip: say so in the snapshot, and try again.
             Err(error) => format!("unavailable: {}\n", one_line(&error)),
         };
-        let heading = format!("caracal watch: namespace `{namespace}`, {now} (Ctrl-C to stop)\n");
+        let heading = format!(
+            "caracal {}: namespace `{namespace}`, {now} (Ctrl-C to stop)\n",
+            view.command
+        );
         let frame = if json {
             body
         } else if terminal {
@@ -353,8 +386,14 @@ async fn watch(admin: &Admin, namespace: &str, json: bool) -> Result<(), Failure
         };
         print(&frame)?;
         first = false;
+        let next = async {
+            match view.every {
+                Some(every) => tokio::time::sleep(every).await,
+                None => admin.changed(REDRAW_EVERY).await,
+            }
+        };
         tokio::select! {
-            () = admin.changed(REDRAW_EVERY) => {}
+            () = next => {}
             () = interrupts.next() => return Ok(()),
         }
     }
@@ -528,8 +567,13 @@ async fn config(admin: &Admin, command: ConfigCommand, json: bool) -> Result<(),
                     out.push_str(&render::json_line(&value));
                 } else {
                     let by = value.operator.as_ref().map(render::by).unwrap_or_default();
+                    let ignored = match value.ignored_by {
+                        0 => String::new(),
+                        1 => ", ignored by 1 process".to_owned(),
+                        n => format!(", ignored by {n} processes"),
+                    };
                     out.push_str(&format!(
-                        "{} = {} ({}){by}\n",
+                        "{} = {} ({}{ignored}){by}\n",
                         value.setting, value.value, value.source
                     ));
                 }

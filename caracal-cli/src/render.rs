@@ -2,7 +2,8 @@
 
 use std::time::{Duration, UNIX_EPOCH};
 
-use caracal::admin::{IdentityStatus, Operator, Process};
+use caracal::PolicyKind;
+use caracal::admin::{IdentityStatus, Operator, Process, StatusValue};
 use serde::Serialize;
 
 /// ` by alice@ops-1 at 2025-12-01T17:53:00Z: incident 4711`: who gave a command, when and
@@ -157,5 +158,91 @@ fn row(identity: &IdentityStatus) -> [String; 7] {
         if identity.drift { "yes" } else { "-" }.to_owned(),
         state,
         detail,
+    ]
+}
+
+/// `top --json`: a line of `status --json` per identity, with the fleet's `rates`:
+/// `{"admitted": r, "rejected": {reason: r}, "degraded": {reason: r}}`, per second.
+pub(crate) fn top_json_lines(identities: &[IdentityStatus]) -> String {
+    identities
+        .iter()
+        .map(|identity| {
+            let mut line = serde_json::to_value(identity).unwrap_or_default();
+            if let Some(line) = line.as_object_mut() {
+                let rates = serde_json::to_value(&identity.rates).unwrap_or_default();
+                line.insert("rates".to_owned(), rates);
+            }
+            json_line(&line)
+        })
+        .collect()
+}
+
+const TOP_HEADER: [&str; 9] = [
+    "KIND",
+    "NAME",
+    "SCOPE",
+    "ADMITTED/s",
+    "REJECTED/s",
+    "WHY",
+    "IN FLIGHT",
+    "STATE",
+    "FAILURES",
+];
+
+/// `top`: per identity the fleet's rates, a bulkhead's occupancy of its limit, the others'
+/// state, and a breaker's failure rate over its window.
+pub(crate) fn top(identities: &[IdentityStatus], namespace: &str) -> String {
+    if identities.is_empty() {
+        return format!("no identity in use in namespace `{namespace}`\n");
+    }
+    let rows = identities.iter().map(top_row).collect();
+    aligned(TOP_HEADER, rows)
+}
+
+fn top_row(identity: &IdentityStatus) -> [String; 9] {
+    let rates = &identity.rates;
+    // Folded from 0: a sum of no floats is -0.
+    let rejected = rates.rejected.iter().fold(0.0, |sum, (_, rate)| sum + rate);
+    let why: Vec<String> = rates
+        .rejected
+        .iter()
+        .map(|(reason, rate)| format!("{reason} {rate:.1}"))
+        .chain(
+            rates
+                .degraded
+                .iter()
+                .map(|(reason, rate)| format!("{reason} {rate:.1} (degraded)")),
+        )
+        .collect();
+    let [summary, _] = identity.state.summary();
+    let count = |field: &str| match identity.state.get(field) {
+        Some(StatusValue::Count(n)) => Some(*n),
+        _ => None,
+    };
+    let (in_flight, state) = match identity.kind {
+        PolicyKind::Bulkhead => (summary.trim_end_matches(" in use").to_owned(), "-".into()),
+        _ => ("-".to_owned(), summary),
+    };
+    let failures = match (count("window_failures"), count("window_total")) {
+        (Some(failed), Some(total)) if total > 0 => {
+            format!("{:.1}% of {total}", failed as f64 * 100.0 / total as f64)
+        }
+        (Some(_), Some(_)) => "0 of 0".to_owned(),
+        _ => "-".to_owned(),
+    };
+    [
+        identity.kind.as_str().to_owned(),
+        identity.name.clone(),
+        identity.scope.clone(),
+        format!("{:.1}", rates.admitted),
+        format!("{rejected:.1}"),
+        if why.is_empty() {
+            "-".to_owned()
+        } else {
+            why.join(", ")
+        },
+        in_flight,
+        state,
+        failures,
     ]
 }

@@ -51,7 +51,7 @@ use crate::policy::{
 };
 pub use checks::Refusal;
 
-pub use crate::coordinator::registry::Process;
+pub use crate::coordinator::registry::{Process, Rates};
 
 /// The operations of [`Coordinator::admin`].
 #[derive(Debug, Clone)]
@@ -79,6 +79,8 @@ pub struct IdentityStatus {
     /// forced state lasts, and only when the command was given with an [`Operator`]
     /// ([`Admin::breaker_by`]).
     pub operator: Option<Operator>,
+    /// Its decisions per second across the fleet (`caracal top`).
+    pub rates: Rates,
 }
 
 /// What an identity's state holds: its kind's status fields, by name, in the order the kind
@@ -276,6 +278,9 @@ pub struct ConfigValue {
     /// Who set a fleet-wide override to this value, and why, when it was set with an
     /// [`Operator`] ([`Admin::set_override_by`]).
     pub operator: Option<Operator>,
+    /// For a fleet override: how many processes ignore it, because the values of a call site
+    /// of theirs cannot take it (each says why with `config.ignored`).
+    pub ignored_by: u64,
 }
 
 /// The longest a forced state may be asked to last.
@@ -318,7 +323,9 @@ impl Admin {
                 }
                 None => None,
             };
+            let rates = identity.rates();
             listed.push(IdentityStatus {
+                rates,
                 kind: identity.kind,
                 name: identity.name,
                 operation: identity.operation,
@@ -419,17 +426,26 @@ impl Admin {
                     value: value.to_owned(),
                     source: source.to_owned(),
                     operator: None,
+                    ignored_by: 0,
                 });
             }
         }
         for (kind, policies) in self.coordinator.fleet_overrides() {
             for (name, table) in policies {
                 for (key, value) in table {
+                    let mut ignoring: Vec<&str> = registered
+                        .iter()
+                        .filter(|identity| identity.kind == kind && identity.name == *name)
+                        .flat_map(|identity| identity.ignoring(key))
+                        .collect();
+                    ignoring.sort_unstable();
+                    ignoring.dedup();
                     push(ConfigValue {
                         setting: format!("{kind}.{name}.{key}"),
                         value: text(Some(value)),
                         source: FLEET.to_owned(),
                         operator: None,
+                        ignored_by: u64::try_from(ignoring.len()).unwrap_or(u64::MAX),
                     });
                 }
             }

@@ -94,6 +94,7 @@ mod policy;
 mod script;
 mod summary;
 mod sync;
+mod tally;
 #[cfg(feature = "tower")]
 pub mod tower;
 

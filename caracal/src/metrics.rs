@@ -173,6 +173,7 @@ impl Stopwatch {
 /// Counts one decision.
 #[inline]
 pub(crate) fn decided(at: &At<'_>, decision: Decision, reason: &'static str) {
+    crate::tally::count(at, decision, reason);
     #[cfg(feature = "metrics")]
     ::metrics::counter!(
         DECISIONS_TOTAL,
@@ -183,8 +184,6 @@ pub(crate) fn decided(at: &At<'_>, decision: Decision, reason: &'static str) {
         "reason" => reason,
     )
     .increment(1);
-    #[cfg(not(feature = "metrics"))]
-    let _ = (at, decision, reason);
 }
 
 /// Counts one admission of a call that reached the policy at `arrival`, and how long it took.

@@ -118,6 +118,34 @@ fn what_no_process_uses_is_refused_naming_what_is_and_forced_overrides_are_ignor
         )
         .is_empty()
     });
+    // `config get` marks the override ignored by the one process.
+    wait_until(
+        PATIENCE,
+        "config get to count the process ignoring it",
+        || {
+            caracal(&[
+                "config",
+                "get",
+                "circuit_breaker.cli-status-breaker.minimum_throughput",
+            ])
+            .ok()
+            .contains("minimum_throughput = 500 (fleet, ignored by 1 process)")
+        },
+    );
+    let json = caracal(&[
+        "--json",
+        "config",
+        "get",
+        "circuit_breaker.cli-status-breaker.minimum_throughput",
+    ])
+    .ok();
+    let fleet: Vec<serde_json::Value> = json
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .filter(|value: &serde_json::Value| value["source"] == "fleet")
+        .collect();
+    assert_eq!(fleet.len(), 1, "{json}");
+    assert_eq!(fleet[0]["ignored_by"], 1, "{json}");
     let ignored = worker.events("config.ignored", &[]);
     for event in &ignored {
         assert_eq!(

@@ -43,5 +43,6 @@ mod rate_limit_fleet;
 mod retry_budget;
 mod runtime_edges;
 mod sentinel;
+mod top;
 mod tower;
 mod ui;

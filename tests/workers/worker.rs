@@ -334,6 +334,17 @@ async fn cli_config(
     Ok(())
 }
 
+/// `top`'s load: a bulkhead every call passes, and a rate limit that turns most away.
+#[bulkhead(name = "top-load", limit = 1000, scope = scope)]
+async fn top_load(scope: &str) -> Result<(), WorkerError> {
+    Ok(())
+}
+
+#[rate_limit(name = "top-limited", rate = 10, burst = 1, scope = scope)]
+async fn top_limited(scope: &str) -> Result<(), WorkerError> {
+    Ok(())
+}
+
 /// One bulkhead used with two limits (a worker argument picks which): drift.
 #[bulkhead(name = "cli-status", limit = 2, scope = scope)]
 async fn cli_status_2(scope: &str) -> Result<(), WorkerError> {
@@ -1018,6 +1029,22 @@ async fn main() {
             // Runs until the parent kills it.
             let _running = (watcher, tasks);
             std::future::pending::<()>().await;
+        }
+        "top-load" => {
+            // 50 calls a second to each of `top-load` and `top-limited` (which admits 10 of
+            // them), for as long as it lives. Says `using` after the first.
+            let mut ticks = tokio::time::interval(Duration::from_millis(20));
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut first = true;
+            loop {
+                ticks.tick().await;
+                let _ = top_load(&scope).await;
+                let _ = top_limited(&scope).await;
+                if first {
+                    say("using");
+                    first = false;
+                }
+            }
         }
         "cli-status" => {
             // Uses one identity of each kind (and `cli-status` with the limit `drift_limit`

@@ -15,6 +15,7 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 
 use super::{
     BreakerChanged, BreakerState, ConfigValue, IdentityStatus, Operator, PolicyState, Process,
+    Rates,
 };
 use crate::policy::descriptor::StatusValue;
 
@@ -81,8 +82,8 @@ impl Serialize for BreakerChanged {
     }
 }
 
-/// `setting`, `value`, `source`, and `operator` for a fleet override set with one: a line of
-/// `caracal config get --json`.
+/// `setting`, `value`, `source`, `operator` for a fleet override set with one, and
+/// `ignored_by` for one that processes ignore: a line of `caracal config get --json`.
 impl Serialize for ConfigValue {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut map = serializer.serialize_map(None)?;
@@ -91,6 +92,9 @@ impl Serialize for ConfigValue {
         map.serialize_entry("source", &self.source)?;
         if let Some(operator) = &self.operator {
             map.serialize_entry("operator", operator)?;
+        }
+        if self.ignored_by > 0 {
+            map.serialize_entry("ignored_by", &self.ignored_by)?;
         }
         map.end()
     }
@@ -118,6 +122,23 @@ impl Serialize for Process {
         map.serialize_entry("version", &self.version)?;
         map.serialize_entry("last_seen_ms", &self.seen_ms)?;
         map.serialize_entry("identities", &self.identities)?;
+        map.end()
+    }
+}
+
+/// `admitted`, and `rejected` and `degraded` by reason: decisions per second.
+impl Serialize for Rates {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        struct ByReason<'a>(&'a [(String, f64)]);
+        impl Serialize for ByReason<'_> {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.collect_map(self.0.iter().map(|(reason, rate)| (reason, rate)))
+            }
+        }
+        let mut map = serializer.serialize_map(Some(3))?;
+        map.serialize_entry("admitted", &self.admitted)?;
+        map.serialize_entry("rejected", &ByReason(&self.rejected))?;
+        map.serialize_entry("degraded", &ByReason(&self.degraded))?;
         map.end()
     }
 }

@@ -1,7 +1,7 @@
 //! Status rows as each kind builds them, and the table cells they make.
 
 use super::*;
-use crate::coordinator::registry::Registered;
+use crate::coordinator::registry::{Registered, Reported};
 
 /// The state `kind` shows for reported `values` and a status read's `figures` at 10s.
 fn state(kind: PolicyKind, values: &str, figures: &[i64]) -> PolicyState {
@@ -21,7 +21,15 @@ fn state_in_use(
         &description,
         (values.into(), String::new()),
         false,
-        uses,
+        uses.iter()
+            .flat_map(|(values, processes)| (0..*processes).map(move |_| values))
+            .enumerate()
+            .map(|(process, values)| Reported {
+                process: process.to_string(),
+                values: values.clone(),
+                ..Reported::default()
+            })
+            .collect(),
     )
     .expect("a readable entry");
     let kind = policy::descriptor(kind);

@@ -59,6 +59,8 @@ pub(crate) struct Resolved<V> {
     pub(crate) values: V,
     /// One per key of the kind, in [`keys::keys`] order (those past the kind's keys unused).
     pub(crate) sources: [Source; keys::MAX_KEYS],
+    /// The keys whose override these values cannot take, ignored (see [`Overrides::resolve`]).
+    pub(crate) ignored: Vec<&'static str>,
 }
 
 impl<V: Values> Resolved<V> {
@@ -67,6 +69,7 @@ impl<V: Values> Resolved<V> {
         Resolved {
             values: values.clone(),
             sources: [Source::Attribute; keys::MAX_KEYS],
+            ignored: Vec::new(),
         }
     }
 
@@ -226,6 +229,7 @@ impl Overrides {
                 if !resolved.values.consistent() {
                     let reason = why_inconsistent(&resolved.values);
                     resolved = before;
+                    resolved.ignored.push(key.name);
                     self.ignored(V::KIND, name, key.name, *setting, &reason);
                 }
             }

@@ -53,6 +53,9 @@ pub(crate) struct Report {
     /// The version of the fleet's overrides the values were resolved under: reporters under
     /// different versions are in the middle of applying a fleet-wide change, not drifting.
     pub(crate) fleet: u64,
+    /// What the process adds of its own (JSON, see [`Reported`]): its decisions per second
+    /// since its last report, and the keys whose fleet override it ignores.
+    pub(crate) extra: String,
 }
 
 /// This process as it reports itself with its uses: its id, its record (JSON: host, pid,
@@ -140,9 +143,110 @@ pub(crate) struct Registered {
     pub(crate) values: String,
     pub(crate) sources: String,
     pub(crate) drift: bool,
-    /// Each line of values processes reported within [`DRIFT_WINDOW`], and how many
-    /// processes use it.
-    pub(crate) uses: Vec<(String, u64)>,
+    /// What each process that reported it within [`DRIFT_WINDOW`] said last.
+    pub(crate) uses: Vec<Reported>,
+}
+
+/// What one process said of an identity in its last report: the values it uses, and what it
+/// adds of its own (JSON `{"admitted": r, "rejected": {reason: r}, "degraded": {reason: r},
+/// "ignored": [key]}`, rates per second since its report before).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(crate) struct Reported {
+    pub(crate) process: String,
+    pub(crate) values: String,
+    pub(crate) rates: Rates,
+    /// The keys whose fleet override it ignores.
+    pub(crate) ignored: Vec<String>,
+}
+
+/// An identity's decisions per second across the fleet, as its processes last reported them
+/// (each over the few seconds between two of its reports): what `caracal top` shows.
+#[derive(Debug, Clone, PartialEq, Default)]
+#[non_exhaustive]
+pub struct Rates {
+    /// Calls admitted (a retry budget: retries allowed).
+    pub admitted: f64,
+    /// Calls turned away, by reason (`capacity`, `circuit_open`, `budget_exhausted`…).
+    pub rejected: Vec<(String, f64)>,
+    /// Calls decided without the coordinator, by reason (`fail_open`, `fail_closed`…).
+    pub degraded: Vec<(String, f64)>,
+}
+
+impl Rates {
+    /// Adds `other`'s rates to these.
+    fn add(&mut self, other: &Rates) {
+        self.admitted += other.admitted;
+        for (mine, theirs) in [
+            (&mut self.rejected, &other.rejected),
+            (&mut self.degraded, &other.degraded),
+        ] {
+            for (reason, rate) in theirs {
+                match mine.iter_mut().find(|(known, _)| known == reason) {
+                    Some((_, sum)) => *sum += rate,
+                    None => mine.push((reason.clone(), *rate)),
+                }
+            }
+            mine.sort_by(|a, b| a.0.cmp(&b.0));
+        }
+    }
+}
+
+impl Reported {
+    /// The identity's decisions in this process since they were last taken.
+    fn rates_of(identity: &Identity) -> crate::tally::Rates {
+        crate::tally::take([
+            identity.kind.as_str(),
+            &identity.name,
+            &identity.operation,
+            identity.scope.as_str(),
+        ])
+    }
+
+    /// The JSON a report carries of `rates` and `ignored`.
+    fn extra(rates: &crate::tally::Rates, ignored: &[&'static str]) -> String {
+        let by_reason = |rates: &[(&'static str, f64)]| {
+            serde_json::Value::Object(
+                rates
+                    .iter()
+                    .map(|(reason, rate)| ((*reason).to_owned(), serde_json::json!(rate)))
+                    .collect(),
+            )
+        };
+        serde_json::json!({
+            "admitted": rates.admitted,
+            "rejected": by_reason(&rates.rejected),
+            "degraded": by_reason(&rates.degraded),
+            "ignored": ignored,
+        })
+        .to_string()
+    }
+
+    /// Reads what `process` reported; what it cannot read counts as nothing said.
+    fn read(process: &str, values: &str, extra: &str) -> Self {
+        let extra: serde_json::Value = serde_json::from_str(extra).unwrap_or_default();
+        let by_reason = |field: &str| -> Vec<(String, f64)> {
+            extra[field].as_object().map_or_else(Vec::new, |rates| {
+                rates
+                    .iter()
+                    .filter_map(|(reason, rate)| Some((reason.clone(), rate.as_f64()?)))
+                    .collect()
+            })
+        };
+        Reported {
+            process: process.to_owned(),
+            values: values.to_owned(),
+            rates: Rates {
+                admitted: extra["admitted"].as_f64().unwrap_or(0.0),
+                rejected: by_reason("rejected"),
+                degraded: by_reason("degraded"),
+            },
+            ignored: extra["ignored"].as_array().map_or_else(Vec::new, |keys| {
+                keys.iter()
+                    .filter_map(|key| Some(key.as_str()?.to_owned()))
+                    .collect()
+            }),
+        }
+    }
 }
 
 impl Registered {
@@ -153,7 +257,7 @@ impl Registered {
         description: &str,
         (values, sources): (String, String),
         drift: bool,
-        uses: Vec<(String, u64)>,
+        uses: Vec<Reported>,
     ) -> Option<Self> {
         let [kind, name, operation, scope]: [String; 4] = serde_json::from_str(description).ok()?;
         Some(Registered {
@@ -172,13 +276,13 @@ impl Registered {
     /// Each value of `key` in use, and how many processes use it, smallest first.
     pub(crate) fn in_use(&self, key: &str) -> Vec<(String, u64)> {
         let mut counts: Vec<(String, u64)> = Vec::new();
-        for (values, processes) in &self.uses {
-            let Some((_, value)) = pairs(values).find(|(name, _)| *name == key) else {
+        for reported in &self.uses {
+            let Some((_, value)) = pairs(&reported.values).find(|(name, _)| *name == key) else {
                 continue;
             };
             match counts.iter_mut().find(|(known, _)| known == value) {
-                Some((_, count)) => *count += processes,
-                None => counts.push((value.to_owned(), *processes)),
+                Some((_, count)) => *count += 1,
+                None => counts.push((value.to_owned(), 1)),
             }
         }
         counts.sort_by(
@@ -188,6 +292,23 @@ impl Registered {
             },
         );
         counts
+    }
+
+    /// The fleet's decisions per second, as its processes last reported them.
+    pub(crate) fn rates(&self) -> Rates {
+        let mut sum = Rates::default();
+        for reported in &self.uses {
+            sum.add(&reported.rates);
+        }
+        sum
+    }
+
+    /// The processes that ignore the fleet override of `key`.
+    pub(crate) fn ignoring<'a>(&'a self, key: &'a str) -> impl Iterator<Item = &'a str> {
+        self.uses
+            .iter()
+            .filter(move |r| r.ignored.iter().any(|k| k == key))
+            .map(|r| r.process.as_str())
     }
 
     /// The value of `key` as reported (`None` if it was not, or is unset).
@@ -211,32 +332,37 @@ impl Registered {
     }
 }
 
-/// The processes' values of one identity as `registry_report.lua` keeps them (JSON
-/// `{process: [values, ms]}`), as lines of values and how many processes reported each within
-/// [`DRIFT_WINDOW`] of `now`. An unreadable map counts no process.
-pub(crate) fn uses_of(map: &str, now: u64) -> Vec<(String, u64)> {
+/// The processes' reports of one identity as `registry_report.lua` keeps them (JSON
+/// `{process: [values, ms, extra]}`): those made within [`DRIFT_WINDOW`] of `now`. An
+/// unreadable map holds none.
+pub(crate) fn uses_of(map: &str, now: u64) -> Vec<Reported> {
     let Ok(serde_json::Value::Object(map)) = serde_json::from_str(map) else {
         return Vec::new();
     };
-    grouped(
-        map.values()
-            .filter_map(|reported| Some((reported[0].as_str()?, reported[1].as_u64()?))),
+    fresh(
+        map.iter().filter_map(|(process, reported)| {
+            let extra = reported[2].as_str().unwrap_or("{}");
+            Some((
+                process.as_str(),
+                (reported[0].as_str()?, reported[1].as_u64()?, extra),
+            ))
+        }),
         now,
     )
 }
 
-/// Lines of values, each with the time a process reported it, as lines and how many processes
-/// reported each within [`DRIFT_WINDOW`] of `now`.
-fn grouped<'a>(reported: impl Iterator<Item = (&'a str, u64)>, now: u64) -> Vec<(String, u64)> {
+/// Each process's report (values, when, extra) as it reads, those made within
+/// [`DRIFT_WINDOW`] of `now`, in the order of their values.
+fn fresh<'a>(
+    reported: impl Iterator<Item = (&'a str, (&'a str, u64, &'a str))>,
+    now: u64,
+) -> Vec<Reported> {
     let drift_ms = u64::try_from(DRIFT_WINDOW.as_millis()).unwrap_or(u64::MAX);
-    let mut uses: Vec<(String, u64)> = Vec::new();
-    for (values, _) in reported.filter(|(_, at)| now.saturating_sub(*at) < drift_ms) {
-        match uses.iter_mut().find(|(known, _)| known == values) {
-            Some((_, count)) => *count += 1,
-            None => uses.push((values.to_owned(), 1)),
-        }
-    }
-    uses.sort();
+    let mut uses: Vec<Reported> = reported
+        .filter(|(_, (_, at, _))| now.saturating_sub(*at) < drift_ms)
+        .map(|(process, (values, _, extra))| Reported::read(process, values, extra))
+        .collect();
+    uses.sort_by(|a, b| a.values.cmp(&b.values));
     uses
 }
 
@@ -354,6 +480,8 @@ struct Use {
     drift: bool,
     /// Reports since it was last used.
     idle: u32,
+    /// The keys whose fleet override the site's values cannot take.
+    ignored: Vec<&'static str>,
 }
 
 /// The identities this process uses.
@@ -420,9 +548,10 @@ impl Uses<'_> {
                 found.generation = generation;
                 found.fleet = fleet;
                 let values = resolved.values_text();
-                if values == found.values {
+                if values == found.values && found.ignored == resolved.ignored {
                     return false;
                 }
+                found.ignored.clone_from(&resolved.ignored);
                 found.values = values;
                 found.sources = resolved.sources_text();
                 found.changed = true;
@@ -446,6 +575,7 @@ impl Uses<'_> {
                     changed: true,
                     drift: false,
                     idle: 0,
+                    ignored: resolved.ignored.clone(),
                 });
                 first = true;
             }
@@ -508,10 +638,16 @@ impl Uses<'_> {
             // the changed ones first, and the rest in later rounds.
             due.sort_by_key(|u| !u.changed);
             due.truncate(MAX_IDENTITIES as usize);
+            // Taken once per identity, whichever of its sites reports it.
+            let mut rates: HashMap<KeyBase, crate::tally::Rates> = HashMap::new();
             due.into_iter()
                 .map(|u| {
                     u.used = false;
                     u.changed = false;
+                    let taken = rates
+                        .entry(u.identity.key.clone())
+                        .or_insert_with(|| Reported::rates_of(&u.identity));
+                    let extra = Reported::extra(taken, &u.ignored);
                     let report = Report {
                         key: u.identity.key.clone(),
                         description: describe(&u.identity),
@@ -520,6 +656,7 @@ impl Uses<'_> {
                         reporter: format!("{}/{:x}", feed::process_id(), u.site),
                         ttl_ms: u.ttl_ms,
                         fleet: u.fleet,
+                        extra,
                     };
                     (report, u.site)
                 })
@@ -595,8 +732,8 @@ struct Entry {
     reported_at: u64,
     drift_until: u64,
     expires: u64,
-    /// Per process, the values it last reported and when.
-    uses: HashMap<String, (String, u64)>,
+    /// Per process, the values it last reported, when, and what it added (see [`Reported`]).
+    uses: HashMap<String, (String, u64, String)>,
 }
 
 impl Store {
@@ -647,10 +784,11 @@ impl Store {
                 entry.expires = entry.expires.max(now.saturating_add(report.ttl_ms));
                 entry
                     .uses
-                    .retain(|_, (_, at)| now.saturating_sub(*at) < drift_ms);
-                entry
-                    .uses
-                    .insert(process.id.to_owned(), (report.values.clone(), now));
+                    .retain(|_, (_, at, _)| now.saturating_sub(*at) < drift_ms);
+                entry.uses.insert(
+                    process.id.to_owned(),
+                    (report.values.clone(), now, report.extra.clone()),
+                );
                 entry.drift_until > now
             })
             .collect();
@@ -680,11 +818,10 @@ impl Store {
                     &entry.description,
                     (entry.values.clone(), entry.sources.clone()),
                     entry.drift_until > now,
-                    grouped(
-                        entry
-                            .uses
-                            .values()
-                            .map(|(values, at)| (values.as_str(), *at)),
+                    fresh(
+                        entry.uses.iter().map(|(process, (values, at, extra))| {
+                            (process.as_str(), (values.as_str(), *at, extra.as_str()))
+                        }),
                         now,
                     ),
                 )
@@ -735,6 +872,7 @@ mod tests {
             reporter: reporter.to_owned(),
             ttl_ms: 1_000,
             fleet,
+            extra: "{}".to_owned(),
         }
     }
 
@@ -851,5 +989,53 @@ mod tests {
                 ("max_wait", "none", "attribute")
             ]
         );
+    }
+
+    /// What a process adds to its report reads back as it was sent, and the fleet's rates are
+    /// the sum of its processes'.
+    #[test]
+    fn reports_carry_rates_and_ignored_keys_that_add_up_across_processes() {
+        let rates = crate::tally::Rates {
+            admitted: 10.0,
+            rejected: vec![("capacity", 2.0)],
+            degraded: vec![],
+        };
+        let extra = Reported::extra(&rates, &["minimum_throughput"]);
+        let map = serde_json::json!({
+            "p1": ["limit=3", 100_000, extra],
+            "p2": ["limit=3", 100_000, Reported::extra(&rates, &[])],
+            // Past the drift window: forgotten.
+            "p3": ["limit=9", 80_000, "{}"],
+        });
+        let uses = uses_of(&map.to_string(), 100_100);
+        assert_eq!(uses.len(), 2, "{uses:?}");
+        let entry = Registered::read(
+            &"0".repeat(64),
+            r#"["bulkhead","b","b","global"]"#,
+            ("limit=3".to_owned(), "attribute".to_owned()),
+            false,
+            uses,
+        )
+        .expect("readable");
+        assert_eq!(
+            entry.rates(),
+            Rates {
+                admitted: 20.0,
+                rejected: vec![("capacity".to_owned(), 4.0)],
+                degraded: vec![],
+            }
+        );
+        assert_eq!(
+            entry.ignoring("minimum_throughput").collect::<Vec<_>>(),
+            ["p1"]
+        );
+        assert_eq!(entry.in_use("limit"), [("3".to_owned(), 2)]);
+    }
+
+    #[test]
+    fn an_unreadable_extra_says_nothing() {
+        let reported = Reported::read("p", "limit=3", "not json");
+        assert_eq!(reported.rates, Rates::default());
+        assert!(reported.ignored.is_empty());
     }
 }

@@ -132,6 +132,7 @@ impl RedisBackend {
                 report.reporter.clone(),
                 report.ttl_ms.to_string(),
                 report.fleet.to_string(),
+                report.extra.clone(),
             ]);
         }
         let [registry, expiry] = registry_keys(base);

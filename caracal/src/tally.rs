@@ -1,0 +1,182 @@
+//! This process's decisions per distributed identity since its last report, for `caracal top`:
+//! each report of an identity's use (see `coordinator::registry`) takes its counts and sends
+//! them as rates, and `top` adds up the fleet's.
+//!
+//! A decision costs a hash of the identity's parts and a read lock; only distributed
+//! policies count (a local one is in no registry), and only its first decision of an identity
+//! takes the write lock.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{LazyLock, Mutex, RwLock};
+
+use tokio::time::Instant;
+
+use crate::labels::At;
+use crate::metrics::Decision;
+use crate::sync::lock;
+
+/// The most identities counted at once: past it the counts start again (an identity's next
+/// report then shows no decisions), so scopes made per call cannot grow the map for ever.
+const MOST_IDENTITIES: usize = 10_000;
+
+/// What one identity decided since its counts were last taken.
+#[derive(Debug)]
+struct Counts {
+    parts: [String; 4],
+    admitted: AtomicU64,
+    /// Rejections and degraded decisions, by decision and reason.
+    other: Mutex<Vec<(Decision, &'static str, u64)>>,
+    since: Mutex<Instant>,
+}
+
+/// Per hash of the identity's parts: hashes that collide share a bucket.
+type Buckets = HashMap<u64, Vec<Counts>>;
+
+static TALLY: LazyLock<(RandomState, RwLock<Buckets>)> =
+    LazyLock::new(|| (RandomState::new(), RwLock::default()));
+
+fn key(parts: [&str; 4]) -> u64 {
+    TALLY.0.hash_one(parts)
+}
+
+fn same(counts: &Counts, parts: [&str; 4]) -> bool {
+    counts.parts.iter().zip(parts).all(|(a, b)| a == b)
+}
+
+/// Counts one decision of the distributed identity at `at`.
+pub(crate) fn count(at: &At<'_>, decision: Decision, reason: &'static str) {
+    if at.coordination != "distributed" {
+        return;
+    }
+    let parts = [at.policy, at.name, at.operation, at.scope];
+    let hash = key(parts);
+    let add = |counts: &Counts| match decision {
+        Decision::Admitted => {
+            counts.admitted.fetch_add(1, Ordering::Relaxed);
+        }
+        _ => {
+            let mut other = lock(&counts.other);
+            match other
+                .iter_mut()
+                .find(|(d, r, _)| *d == decision && *r == reason)
+            {
+                Some((_, _, n)) => *n += 1,
+                None => other.push((decision, reason, 1)),
+            }
+        }
+    };
+    {
+        let buckets = TALLY.1.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(counts) = buckets
+            .get(&hash)
+            .and_then(|bucket| bucket.iter().find(|c| same(c, parts)))
+        {
+            add(counts);
+            return;
+        }
+    }
+    let mut buckets = TALLY.1.write().unwrap_or_else(|e| e.into_inner());
+    if buckets.len() >= MOST_IDENTITIES {
+        buckets.clear();
+    }
+    let bucket = buckets.entry(hash).or_default();
+    if !bucket.iter().any(|c| same(c, parts)) {
+        bucket.push(Counts {
+            parts: parts.map(str::to_owned),
+            admitted: AtomicU64::new(0),
+            other: Mutex::default(),
+            since: Mutex::new(Instant::now()),
+        });
+    }
+    if let Some(counts) = bucket.iter().find(|c| same(c, parts)) {
+        add(counts);
+    }
+}
+
+/// An identity's decisions per second since they were last taken.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Rates {
+    pub(crate) admitted: f64,
+    /// Per reason.
+    pub(crate) rejected: Vec<(&'static str, f64)>,
+    /// Per reason.
+    pub(crate) degraded: Vec<(&'static str, f64)>,
+}
+
+/// Takes the decisions of the identity with these parts (kind, name, operation, scope) made
+/// since they were last taken, as rates; none if it made none.
+pub(crate) fn take(parts: [&str; 4]) -> Rates {
+    let buckets = TALLY.1.read().unwrap_or_else(|e| e.into_inner());
+    let Some(counts) = buckets
+        .get(&key(parts))
+        .and_then(|bucket| bucket.iter().find(|c| same(c, parts)))
+    else {
+        return Rates::default();
+    };
+    let now = Instant::now();
+    let since = std::mem::replace(&mut *lock(&counts.since), now);
+    let seconds = now.duration_since(since).as_secs_f64();
+    if seconds <= 0.0 {
+        return Rates::default();
+    }
+    let per_second = |n: u64| n as f64 / seconds;
+    let mut rates = Rates {
+        admitted: per_second(counts.admitted.swap(0, Ordering::Relaxed)),
+        ..Rates::default()
+    };
+    for (decision, reason, n) in std::mem::take(&mut *lock(&counts.other)) {
+        let rate = (reason, per_second(n));
+        match decision {
+            Decision::Degraded => rates.degraded.push(rate),
+            _ => rates.rejected.push(rate),
+        }
+    }
+    rates
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at<'a>(scope: &'a str, coordination: &'static str) -> At<'a> {
+        At {
+            policy: "bulkhead",
+            name: "tally",
+            operation: "tally",
+            scope,
+            coordination,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn decisions_are_taken_once_as_rates_over_the_time_since() {
+        let scope = "tally-rates";
+        let parts = ["bulkhead", "tally", "tally", scope];
+        for _ in 0..20 {
+            count(&at(scope, "distributed"), Decision::Admitted, "admitted");
+        }
+        for _ in 0..4 {
+            count(&at(scope, "distributed"), Decision::Rejected, "capacity");
+        }
+        count(&at(scope, "distributed"), Decision::Degraded, "fail_open");
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        let rates = take(parts);
+        assert_eq!(rates.admitted, 10.0);
+        assert_eq!(rates.rejected, [("capacity", 2.0)]);
+        assert_eq!(rates.degraded, [("fail_open", 0.5)]);
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        assert_eq!(take(parts), Rates::default(), "taken already");
+    }
+
+    #[test]
+    fn a_local_policy_is_not_counted() {
+        let scope = "tally-local";
+        count(&at(scope, "local"), Decision::Admitted, "admitted");
+        assert_eq!(
+            take(["bulkhead", "tally", "tally", scope]),
+            Rates::default()
+        );
+    }
+}

@@ -1,0 +1,121 @@
+//! `caracal top` as a person runs it: in a real terminal (a tmux session of its own), its
+//! screen captured and read, against a worker process putting a known load on: 50 calls a
+//! second to a bulkhead that admits them all, and to a rate limit of 10 a second that turns
+//! the rest away.
+
+use std::process::Command;
+use std::time::Duration;
+
+use caracal_tests::RedisServer;
+use caracal_tests::wait::wait_until;
+
+use crate::cli::command_binary;
+use crate::common::unique;
+use crate::fleet_ops::Stream;
+
+/// A tmux server of the test's own (its own socket), gone when dropped.
+struct Terminal {
+    socket: String,
+}
+
+impl Terminal {
+    /// A 200×50 terminal running `command`.
+    fn run(command: &str) -> Self {
+        let terminal = Terminal {
+            socket: unique("caracal-top"),
+        };
+        let started = terminal
+            .tmux(&["new-session", "-d", "-x", "200", "-y", "50", command])
+            .status
+            .success();
+        assert!(started, "tmux new-session");
+        terminal
+    }
+
+    fn tmux(&self, args: &[&str]) -> std::process::Output {
+        Command::new("tmux")
+            .args(["-L", &self.socket])
+            .args(args)
+            .output()
+            .expect("tmux runs")
+    }
+
+    /// What the terminal shows now.
+    fn screen(&self) -> String {
+        String::from_utf8_lossy(&self.tmux(&["capture-pane", "-p"]).stdout).into_owned()
+    }
+}
+
+impl Drop for Terminal {
+    fn drop(&mut self) {
+        let _ = self.tmux(&["kill-server"]);
+    }
+}
+
+/// The cells of `name`'s row on `screen` (columns are at least two spaces apart).
+fn row(screen: &str, name: &str) -> Option<Vec<String>> {
+    screen.lines().find_map(|line| {
+        let cells: Vec<String> = line
+            .split("  ")
+            .map(str::trim)
+            .filter(|cell| !cell.is_empty())
+            .map(str::to_owned)
+            .collect();
+        (cells.get(1).map(String::as_str) == Some(name)).then_some(cells)
+    })
+}
+
+fn rate(cell: &str) -> f64 {
+    cell.parse().unwrap_or(f64::NAN)
+}
+
+#[test]
+fn top_shows_the_fleets_rates_against_the_load_in_a_terminal() {
+    let server = RedisServer::start();
+    let (url, namespace, scope) = (server.url(), unique("top"), unique("scope"));
+    let mut worker = Stream::spawn(&url, &namespace, "top-load", &[format!("scope={scope}")]);
+    worker.until("the load", |w| w.has_line("using"));
+    let command = format!(
+        "{} --url {url} --namespace {namespace} top --interval 500ms",
+        command_binary()
+    );
+    let terminal = Terminal::run(&command);
+    // Each process reports its rates every 5 s, over the time since its report before: the
+    // first (a moment after its first call) covers a few calls only.
+    let mut screen = String::new();
+    let mut seen = (Vec::new(), Vec::new());
+    wait_until(
+        Duration::from_secs(60),
+        "top to show the load's rates",
+        || {
+            screen = terminal.screen();
+            let (Some(load), Some(limited)) =
+                (row(&screen, "top-load"), row(&screen, "top-limited"))
+            else {
+                return false;
+            };
+            seen = (load.clone(), limited.clone());
+            // KIND NAME SCOPE ADMITTED/s REJECTED/s WHY IN FLIGHT STATE FAILURES
+            let all_admitted = (25.0..=65.0).contains(&rate(&load[3])) && rate(&load[4]) == 0.0;
+            let capped = (5.0..=13.0).contains(&rate(&limited[3]))
+                && (20.0..=50.0).contains(&rate(&limited[4]))
+                && limited[5].starts_with("rate_exceeded ");
+            all_admitted && capped
+        },
+    );
+    println!("caracal top in tmux:\n{screen}");
+    let (load, limited) = seen;
+    assert!(
+        screen.starts_with(&format!("caracal top: namespace `{namespace}`")),
+        "{screen}"
+    );
+    assert_eq!(load[0], "bulkhead", "{load:?}");
+    assert_eq!(load[2], scope, "{load:?}");
+    assert!(
+        load[6].ends_with("/1000"),
+        "in flight of its limit: {load:?}"
+    );
+    assert_eq!(limited[0], "rate_limit", "{limited:?}");
+    assert_eq!(limited[7], "10/s", "{limited:?}");
+    assert_eq!(limited[8], "-", "{limited:?}");
+}
