@@ -6,6 +6,7 @@
 //! cargo run --example axum                                   # in memory
 //! CARACAL_REDIS_URL=redis://127.0.0.1:6379 cargo run --example axum
 //! curl -H 'tenant: acme' localhost:3000/orders/7
+//! PORT=3001 CARACAL_REDIS_URL=redis://127.0.0.1:6379 cargo run --example axum   # a second replica
 //! ```
 
 use std::time::Duration;
@@ -103,7 +104,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let app = Router::new()
         .route("/orders/{id}", get(order).route_layer(orders))
         .route("/report", get(report).route_layer(reports));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+    let port = std::env::var("PORT").unwrap_or_else(|_| "3000".to_owned());
+    let listener = tokio::net::TcpListener::bind(format!("127.0.0.1:{port}")).await?;
     println!("listening on http://{}", listener.local_addr()?);
     axum::serve(listener, app).await?;
     Ok(())

@@ -219,10 +219,17 @@ fn top_row(identity: &IdentityStatus) -> [String; 9] {
         Some(StatusValue::Count(n)) => Some(*n),
         _ => None,
     };
-    let (in_flight, state) = match identity.kind {
+    let (in_flight, mut state) = match identity.kind {
         PolicyKind::Bulkhead => (summary.trim_end_matches(" in use").to_owned(), "-".into()),
         _ => ("-".to_owned(), summary),
     };
+    // Who forced it, and why: the first thing an operator asks of a forced breaker.
+    if let Some(operator) = &identity.operator {
+        state.push_str(&format!(" by {}", operator.who));
+        if let Some(reason) = &operator.reason {
+            state.push_str(&format!(" ({reason})"));
+        }
+    }
     let failures = match (count("window_failures"), count("window_total")) {
         (Some(failed), Some(total)) if total > 0 => {
             format!("{:.1}% of {total}", failed as f64 * 100.0 / total as f64)

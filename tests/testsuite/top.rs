@@ -118,4 +118,33 @@ fn top_shows_the_fleets_rates_against_the_load_in_a_terminal() {
     assert_eq!(limited[0], "rate_limit", "{limited:?}");
     assert_eq!(limited[7], "10/s", "{limited:?}");
     assert_eq!(limited[8], "-", "{limited:?}");
+    drop(terminal);
+
+    // `--json`: a line of `status --json` per identity, with the rates, per redraw.
+    let mut json = std::process::Command::new(command_binary())
+        .args(["--url", &url, "--namespace", &namespace, "--json"])
+        .args(["top", "--interval", "100ms"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the command runs");
+    let stdout = json.stdout.take().expect("its stdout");
+    let lines: Vec<serde_json::Value> = std::io::BufRead::lines(std::io::BufReader::new(stdout))
+        .take(2)
+        .map(|line| serde_json::from_str(&line.expect("a line")).expect("a JSON line"))
+        .collect();
+    let _ = json.kill();
+    let _ = json.wait();
+    let limited = lines
+        .iter()
+        .find(|line| line["name"] == "top-limited")
+        .unwrap_or_else(|| panic!("{lines:?}"));
+    assert_eq!(limited["kind"], "rate_limit", "{limited}");
+    assert!(
+        limited["rates"]["admitted"].as_f64() > Some(0.0),
+        "{limited}"
+    );
+    assert!(
+        limited["rates"]["rejected"]["rate_exceeded"].as_f64() > Some(0.0),
+        "{limited}"
+    );
 }
