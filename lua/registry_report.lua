@@ -18,8 +18,9 @@
 --          `<process>` (JSON: host, pid, version, identities) and `<process>:t` (last report, ms)
 -- KEYS[4]  its expiry sorted set `caracal:v1:{<namespace>}:processes:expiry`
 -- ARGV     1 most identities kept, 2 how long drift stays noticed (ms), 3 the reporting process,
---          4 its record, 5 how long it is listed without another report (ms), then 8 per
---          identity: tag, description, values, sources, reporter ("<process>/<call site>"), ttl
+--          4 its record, 5 how long it is listed without another report (ms), 6 the most
+--          processes an identity's `<tag>:u` holds (past it the longest silent goes), then 8
+--          per identity: tag, description, values, sources, reporter ("<process>/<call site>"), ttl
 --          (ms), the fleet overrides' version and the process's extra (JSON)
 -- Reply    per identity, 1 when processes disagree on its values (drift), else 0
 -- TTL      a process is forgotten its ttl after its last report, at most 100 of them per call;
@@ -28,13 +29,15 @@
 --          100 + N of them per call (so a registry far past its bound shrinks over a few
 --          calls, each of bounded cost). The keys themselves never expire while identities are
 --          reported.
--- Cost     O(N log M) for N identities reported among M kept (callers send at most 100), plus
---          up to 100 expired and 100 + N excess removed: well under a millisecond.
+-- Cost     O(N (log M + P)) for N identities reported among M kept (callers send at most
+--          100), each with the values of at most P processes (ARGV[6]), plus up to 100 expired
+--          and 100 + N excess removed.
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local registry, expiry, processes, processes_expiry = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local most, drift_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
 local process, record, process_ttl = ARGV[3], ARGV[4], tonumber(ARGV[5])
+local most_uses = tonumber(ARGV[6])
 local fields = {'d', 'v', 'w', 'r', 't', 'x', 'f', 'u'}
 
 for _, gone in ipairs(redis.call('ZRANGE', processes_expiry, '-inf', now, 'BYSCORE', 'LIMIT', 0,
@@ -57,7 +60,7 @@ for _, tag in ipairs(redis.call('ZRANGE', expiry, '-inf', now, 'BYSCORE', 'LIMIT
 end
 
 local reply = {}
-for i = 6, #ARGV, 8 do
+for i = 7, #ARGV, 8 do
   local tag, description, values, sources, reporter, ttl, fleet, extra =
     ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], tonumber(ARGV[i + 5]),
     ARGV[i + 6], ARGV[i + 7]
@@ -72,13 +75,26 @@ for i = 6, #ARGV, 8 do
   end
   -- An unreadable map (written by another version) starts again from this report.
   local read, uses = pcall(cjson.decode, seen[6] or '{}')
-  local kept = {}
+  local kept, held = {}, 0
   if read and type(uses) == 'table' then
     for other, use in pairs(uses) do
-      if type(use) == 'table' and tonumber(use[2]) and now - tonumber(use[2]) < drift_ms then
+      if other ~= process and type(use) == 'table' and tonumber(use[2])
+          and now - tonumber(use[2]) < drift_ms then
         kept[other] = use
+        held = held + 1
       end
     end
+  end
+  -- Bounded, so a report's cost does not grow with the fleet: the longest silent goes first.
+  while held >= most_uses do
+    local oldest, oldest_at = nil, math.huge
+    for other, use in pairs(kept) do
+      if tonumber(use[2]) < oldest_at then
+        oldest, oldest_at = other, tonumber(use[2])
+      end
+    end
+    kept[oldest] = nil
+    held = held - 1
   end
   kept[process] = {values, now, extra}
   redis.call('HSET', registry, tag .. ':d', description, tag .. ':v', values,

@@ -46,7 +46,7 @@ pub(crate) enum Command {
     /// admitted/s, rejected/s (by reason), in flight / limit, breaker state and failure rate.
     /// The rates are each process's over the few seconds between two of its reports (5 s).
     Top {
-        /// How often to redraw, with a unit (`1s`, `500ms`).
+        /// How often to redraw, with a unit (`1s`, `500ms`; at least 100ms).
         #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = duration)]
         interval: Duration,
     },

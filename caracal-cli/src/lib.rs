@@ -267,7 +267,11 @@ async fn execute(cli: Cli) -> Result<(), Failure> {
         Command::Status => status(&admin, &target.namespace, cli.json).await,
         Command::Watch => watch(&admin, &target.namespace, cli.json).await,
         Command::Processes => processes(&admin, &target.namespace, cli.json).await,
-        Command::Top { interval } => top(&admin, &target.namespace, cli.json, interval).await,
+        // Not faster than 10 times a second: each redraw reads the whole status.
+        Command::Top { interval } => {
+            let every = interval.max(Duration::from_millis(100));
+            top(&admin, &target.namespace, cli.json, every).await
+        }
         Command::Breaker(command) => breaker(&admin, command, cli.json).await,
         Command::Config(command) => config(&admin, command, cli.json).await,
         Command::Completions { shell } => {

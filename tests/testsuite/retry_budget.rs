@@ -39,6 +39,13 @@ async fn kept_floor(attempts: &AtomicU64) -> Result<(), TestError> {
     Err(TestError::Body("down"))
 }
 
+/// A call that succeeds: it deposits, and never withdraws.
+#[retry_budget(name = "budget-steady", scope = scope)]
+#[retry(max_attempts = 2)]
+async fn steady(scope: &str) -> Result<(), TestError> {
+    Ok(())
+}
+
 /// Calls `call` 5 times, one after the other: the window allows 2 retries in all, so the
 /// downstream sees 5 first attempts and 2 retries, and every call ends with the body's error.
 async fn five_calls<F, Fut>(call: F) -> u64
@@ -151,6 +158,42 @@ async fn an_unanswering_coordinator_costs_no_call_a_wait_and_is_said_once() {
     }
     assert_eq!(degraded(), 1, "said once, then summarised");
     proxy.restore();
+}
+
+/// A steady stream of calls sends about ten batches a second for an identity, whatever its
+/// rate: the batch timer never runs twice at once. (It did: a batch answered after a deposit
+/// had started the timer again started another one, and the number of timers, and of
+/// batches, grew every second.) Counted at the proxy, which every request goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steady_calls_send_ten_batches_a_second_not_more() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let coordinator = common::connect(&proxy.url(), Duration::from_millis(500)).await;
+    let scope = unique("steady");
+    coordinator.scoped(steady(&scope)).await.expect("a call");
+    // Past the first use's registry report.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = proxy.requests();
+    let run = Duration::from_secs(4);
+    let calls = coordinator
+        .scoped(async {
+            let until = tokio::time::Instant::now() + run;
+            let mut calls = 0u64;
+            while tokio::time::Instant::now() < until {
+                steady(&scope).await.expect("a call");
+                calls += 1;
+                tokio::task::yield_now().await;
+            }
+            calls
+        })
+        .await;
+    let sent = proxy.requests() - before;
+    // 40 batches, and the odd registry report and overrides sync (141 when timers piled up).
+    assert!(
+        sent <= 70,
+        "{sent} requests for {calls} calls in {run:?}: more than one batch timer ran"
+    );
+    assert!(calls > 1000, "a steady stream: {calls} calls");
 }
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]

@@ -135,6 +135,9 @@ pub(crate) struct Record {
     rest: Map<String, Value>,
 }
 
+/// 9999-12-31T23:59:59.999Z, in ms since the Unix epoch.
+const LAST_DATE_MS: u64 = 253_402_300_799_999;
+
 impl Record {
     /// Reads the record stored under `field`; one that does not read (written by hand, or by
     /// a version that wrote another layout) is an error naming the field.
@@ -157,7 +160,14 @@ impl Record {
             None | Some(Value::Null) => None,
             Some(_) => return Err(malformed("a `reason` that is no text")),
         };
-        let Some(at_ms) = rest.remove("at").as_ref().and_then(Value::as_u64) else {
+        // Past the year 9999 a time cannot be written as a date (the command would fail to
+        // print it): no coordinator's clock stamps one.
+        let Some(at_ms) = rest
+            .remove("at")
+            .as_ref()
+            .and_then(Value::as_u64)
+            .filter(|&at| at <= LAST_DATE_MS)
+        else {
             return Err(malformed("no `at` time"));
         };
         Ok(Record {
@@ -310,6 +320,8 @@ mod tests {
             "[]",
             "{\"reason\":null,\"at\":1}",
             "{\"who\":\"a\",\"at\":-1}",
+            // Past the year 9999: no date to show.
+            "{\"who\":\"a\",\"at\":253402300800000}",
             "{\"who\":\"a\",\"reason\":3,\"at\":1}",
         ] {
             let records = Records(vec![(breaker_field(&key), bad.to_owned())]);

@@ -35,6 +35,9 @@ const REPORT_SOON: Duration = Duration::from_millis(20);
 pub(crate) const DRIFT_WINDOW: Duration = Duration::from_secs(15);
 /// The most identities a namespace's registry keeps.
 pub(crate) const MAX_IDENTITIES: u32 = 10_000;
+/// The most processes whose values and rates the registry keeps per identity (past it, the
+/// longest silent is forgotten): what bounds a report's cost in a large fleet.
+pub(crate) const MOST_PROCESSES_PER_IDENTITY: usize = 100;
 /// The most call sites a process remembers, and how long one unused is remembered.
 const MAX_USES: usize = 10_000;
 const FORGET_AFTER_REPORTS: u32 = 120;
@@ -358,9 +361,18 @@ fn fresh<'a>(
     now: u64,
 ) -> Vec<Reported> {
     let drift_ms = u64::try_from(DRIFT_WINDOW.as_millis()).unwrap_or(u64::MAX);
+    // A process reports an identity every round while it uses it: rates older than two
+    // rounds are of one that stopped (or a process gone), and count as none.
+    let rates_ms = u64::try_from((REPORT_EVERY * 2).as_millis()).unwrap_or(u64::MAX);
     let mut uses: Vec<Reported> = reported
         .filter(|(_, (_, at, _))| now.saturating_sub(*at) < drift_ms)
-        .map(|(process, (values, _, extra))| Reported::read(process, values, extra))
+        .map(|(process, (values, at, extra))| {
+            let mut reported = Reported::read(process, values, extra);
+            if now.saturating_sub(at) > rates_ms {
+                reported.rates = Rates::default();
+            }
+            reported
+        })
         .collect();
     uses.sort_by(|a, b| a.values.cmp(&b.values));
     uses
@@ -782,9 +794,19 @@ impl Store {
                 entry.fleet = report.fleet;
                 entry.reported_at = now;
                 entry.expires = entry.expires.max(now.saturating_add(report.ttl_ms));
+                entry.uses.remove(process.id);
                 entry
                     .uses
                     .retain(|_, (_, at, _)| now.saturating_sub(*at) < drift_ms);
+                while entry.uses.len() >= MOST_PROCESSES_PER_IDENTITY {
+                    let oldest = entry
+                        .uses
+                        .iter()
+                        .min_by_key(|(_, (_, at, _))| *at)
+                        .map(|(id, _)| id.clone());
+                    let Some(oldest) = oldest else { break };
+                    entry.uses.remove(&oldest);
+                }
                 entry.uses.insert(
                     process.id.to_owned(),
                     (report.values.clone(), now, report.extra.clone()),

@@ -7,8 +7,8 @@ use super::{RedisBackend, reply, scripts};
 use crate::Error;
 use crate::coordinator::protocol::FleetOverrides;
 use crate::coordinator::registry::{
-    self, DRIFT_WINDOW, MAX_IDENTITIES, Process, Registered, Report, Reporting, Snapshot,
-    StatusRead,
+    self, DRIFT_WINDOW, MAX_IDENTITIES, MOST_PROCESSES_PER_IDENTITY, Process, Registered, Report,
+    Reporting, Snapshot, StatusRead,
 };
 use crate::identity::KeyBase;
 
@@ -122,6 +122,7 @@ impl RedisBackend {
             process.id.to_owned(),
             process.record.clone(),
             process.ttl_ms.to_string(),
+            MOST_PROCESSES_PER_IDENTITY.to_string(),
         ];
         for report in reports {
             args.extend([

@@ -400,6 +400,12 @@ impl Fleet {
         if self.noted.load(Ordering::Acquire) == round {
             return;
         }
+        // Resolved under the lock, so values resolved later are never overwritten by ones
+        // resolved earlier.
+        let mut values = lock(&self.values);
+        if self.noted.load(Ordering::Acquire) == round {
+            return;
+        }
         let resolved = Coordinator::resolve(
             Some(coordinator),
             self.site.config.name,
@@ -407,7 +413,7 @@ impl Fleet {
         );
         uses.note_use(self.view.identity(), self.site, &resolved);
         self.view.set_window(resolved.values.window);
-        *lock(&self.values) = resolved.values;
+        *values = resolved.values;
         self.noted.store(round, Ordering::Release);
     }
 

@@ -72,6 +72,9 @@ struct Known {
     withdrawals: u64,
     /// Whether the last batch failed: decisions are then made from a view not refreshed.
     failing: bool,
+    /// Whether the timer fired while a batch was in flight: the batch's answer then clears
+    /// `due` and starts the timer again.
+    waiting: bool,
 }
 
 /// A withdrawal's decision: whether it was made, what the view said, and whether the view was
@@ -145,29 +148,36 @@ impl View {
         known.withdrawals + self.deposits.load(Ordering::SeqCst)
     }
 
-    /// Starts the batch timer unless a send is due already.
+    /// Starts the batch timer unless a send is due already. At most one timer is pending:
+    /// `due` is cleared only by the timer when it fires, or by the answer of the batch it
+    /// found in flight (see [`Known::waiting`]).
     fn schedule(self: &Arc<Self>, coordinator: &Coordinator, on_failure: OnFailure) {
         if self.due.load(Ordering::SeqCst) || self.due.swap(true, Ordering::SeqCst) {
             return;
         }
-        let view = Arc::clone(self);
+        let timer = Pending::new(self, Stage::Timer, on_failure);
         let later = coordinator.clone();
         coordinator.in_background(async move {
             tokio::time::sleep(REFRESH).await;
-            view.due.store(false, Ordering::SeqCst);
-            view.send_unsent(&later, on_failure);
+            if let Some(view) = timer.finish() {
+                view.fire(&later, on_failure);
+            }
         });
     }
 
-    /// Sends the unsent counts, unless a batch is in flight (its answer sends them).
-    fn send_unsent(self: &Arc<Self>, coordinator: &Coordinator, on_failure: OnFailure) {
+    /// The timer fired: sends the unsent counts, or leaves them to the answer of the batch in
+    /// flight.
+    fn fire(self: &Arc<Self>, coordinator: &Coordinator, on_failure: OnFailure) {
         let counts = {
             let mut known = lock(&self.known);
             if known.in_flight.is_some() {
-                // Its answer sends these: the send stays due.
-                self.due.store(true, Ordering::SeqCst);
+                // The send stays due: the batch's answer clears it and starts the timer again.
+                known.waiting = true;
                 return;
             }
+            // Cleared before the counts are taken, so a count made in between either goes
+            // out with them or starts the timer itself.
+            self.due.store(false, Ordering::SeqCst);
             let counts = Totals {
                 deposits: self.deposits.swap(0, Ordering::SeqCst),
                 withdrawals: std::mem::take(&mut known.withdrawals),
@@ -181,40 +191,104 @@ impl View {
         self.send(coordinator, counts, on_failure);
     }
 
-    /// Sends `counts` in the background; the answer refreshes the view and sends what
-    /// gathered meanwhile.
+    /// Sends `counts` in the background; the answer refreshes the view.
     fn send(self: &Arc<Self>, coordinator: &Coordinator, counts: Totals, on_failure: OnFailure) {
         let window_ms = self.window_ms.load(Ordering::Relaxed);
-        let view = Arc::clone(self);
+        let batch = Pending::new(self, Stage::Batch, on_failure);
         let sender = coordinator.clone();
         coordinator.in_background(async move {
+            let Some(view) = batch.view.as_ref() else {
+                return;
+            };
             let reply = sender
                 .run::<Slide>(&view.identity, Record::new(counts, window_ms))
                 .await;
             if let Err(error) = &reply {
                 on_failure(&view.identity, error);
             }
-            {
-                let mut known = lock(&view.known);
-                known.in_flight = None;
-                match reply {
-                    Ok(totals) => {
-                        known.learnt = totals;
-                        known.learnt_at = Some(Instant::now());
-                        known.failing = false;
-                    }
-                    // Whether the server counted them is unknown: dropped, as a lost batch
-                    // would be, so a retried batch never counts twice.
-                    Err(_) => known.failing = true,
-                }
-            }
-            // Cleared before the unsent counts are read, so a count made in between either is
-            // read here or starts the timer itself.
-            view.due.store(false, Ordering::SeqCst);
-            if view.unsent(&lock(&view.known)) > 0 {
-                view.schedule(&sender, on_failure);
+            if let Some(view) = batch.finish() {
+                view.answered(Some(&sender), reply.ok(), on_failure);
             }
         });
+    }
+
+    /// A batch's answer (`None`: it failed, or never came): refreshes the view, and if the
+    /// timer found the batch in flight, starts it again for what gathered meanwhile.
+    fn answered(
+        self: &Arc<Self>,
+        coordinator: Option<&Coordinator>,
+        totals: Option<Totals>,
+        on_failure: OnFailure,
+    ) {
+        let waiting = {
+            let mut known = lock(&self.known);
+            known.in_flight = None;
+            match totals {
+                Some(totals) => {
+                    known.learnt = totals;
+                    known.learnt_at = Some(Instant::now());
+                    known.failing = false;
+                }
+                // Whether the server counted them is unknown: dropped, as a lost batch
+                // would be, so a retried batch never counts twice.
+                None => known.failing = true,
+            }
+            std::mem::take(&mut known.waiting)
+        };
+        if !waiting {
+            return;
+        }
+        // Cleared before the unsent counts are read, so a count made in between either is
+        // read here or starts the timer itself.
+        self.due.store(false, Ordering::SeqCst);
+        if let Some(coordinator) = coordinator
+            && self.unsent(&lock(&self.known)) > 0
+        {
+            self.schedule(coordinator, on_failure);
+        }
+    }
+}
+
+/// What a view's background task is for.
+#[derive(Debug, Clone, Copy)]
+enum Stage {
+    Timer,
+    Batch,
+}
+
+/// A view's pending timer or batch. A task dropped unfinished (its runtime shut down) leaves
+/// the view as if its timer had never started, or its batch were lost: never with a send due
+/// that nothing will make, which would keep every later count unsent.
+struct Pending {
+    view: Option<Arc<View>>,
+    stage: Stage,
+    on_failure: OnFailure,
+}
+
+impl Pending {
+    fn new(view: &Arc<View>, stage: Stage, on_failure: OnFailure) -> Self {
+        Pending {
+            view: Some(Arc::clone(view)),
+            stage,
+            on_failure,
+        }
+    }
+
+    /// The task finished: the view, to carry on with.
+    fn finish(mut self) -> Option<Arc<View>> {
+        self.view.take()
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        let Some(view) = self.view.take() else {
+            return;
+        };
+        match self.stage {
+            Stage::Timer => view.due.store(false, Ordering::SeqCst),
+            Stage::Batch => view.answered(None, None, self.on_failure),
+        }
     }
 }
 
