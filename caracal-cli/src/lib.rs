@@ -317,12 +317,7 @@ async fn status(admin: &Admin, namespace: &str, json: bool) -> Result<(), Failur
 
 async fn processes(admin: &Admin, namespace: &str, json: bool) -> Result<(), Failure> {
     let processes = admin.processes().await.map_err(|e| Failure::of(&e))?;
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| {
-            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
-        });
-    print(&render::processes(&processes, namespace, now_ms, json))
+    print(&render::processes(&processes, namespace, json))
 }
 
 /// How often `watch` redraws when nothing changed (occupancy moves without a change event).

@@ -111,9 +111,9 @@ fn aligned<const N: usize>(header: [&str; N], rows: Vec<[String; N]>) -> String 
     out
 }
 
-/// `processes`: an aligned table, one row per process, its last report shown as an age from
-/// `now_ms` (a note when there is none); with `json`, one object per line.
-pub(crate) fn processes(processes: &[Process], namespace: &str, now_ms: u64, json: bool) -> String {
+/// `processes`: an aligned table, one row per process, its last report shown as an age (a
+/// note when there is none); with `json`, one object per line.
+pub(crate) fn processes(processes: &[Process], namespace: &str, json: bool) -> String {
     if json {
         return processes.iter().map(json_line).collect();
     }
@@ -123,7 +123,7 @@ pub(crate) fn processes(processes: &[Process], namespace: &str, now_ms: u64, jso
     let rows = processes
         .iter()
         .map(|process| {
-            let age = Duration::from_secs(now_ms.saturating_sub(process.seen_ms) / 1000);
+            let age = Duration::from_secs(process.age_ms / 1000);
             [
                 process.id.clone(),
                 process.host.clone(),

@@ -624,6 +624,8 @@ fn status_lists_every_identity_of_the_fleet_with_drift() {
             "{process}"
         );
         assert!(process["last_seen_ms"].as_u64() > Some(0), "{process}");
+        // By the coordinator's clock; a worker reports every 5 s while it calls.
+        assert!(process["age_ms"].as_u64() < Some(15_000), "{process}");
     }
     let table = caracal(&["processes"]).ok();
     println!("caracal processes:\n{table}");

@@ -111,16 +111,17 @@ impl Serialize for Operator {
     }
 }
 
-/// `id`, `host`, `pid`, `version`, `last_seen_ms` and `identities`: a line of
+/// `id`, `host`, `pid`, `version`, `last_seen_ms`, `age_ms` and `identities`: a line of
 /// `caracal processes --json`.
 impl Serialize for Process {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(Some(6))?;
+        let mut map = serializer.serialize_map(Some(7))?;
         map.serialize_entry("id", &self.id)?;
         map.serialize_entry("host", &self.host)?;
         map.serialize_entry("pid", &self.pid)?;
         map.serialize_entry("version", &self.version)?;
         map.serialize_entry("last_seen_ms", &self.seen_ms)?;
+        map.serialize_entry("age_ms", &self.age_ms)?;
         map.serialize_entry("identities", &self.identities)?;
         map.end()
     }

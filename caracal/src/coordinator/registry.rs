@@ -116,13 +116,16 @@ pub struct Process {
     pub version: String,
     /// Its last report, in ms since the Unix epoch (the coordinator's clock).
     pub seen_ms: u64,
+    /// How long ago that was when it was listed, by the coordinator's clock (so a reader's
+    /// own clock, however far off, does not enter it).
+    pub age_ms: u64,
     /// How many identities it uses.
     pub identities: u64,
 }
 
 impl Process {
     /// Reads a process's record; `None` for one this version cannot read.
-    pub(crate) fn read(id: &str, record: &str, seen_ms: u64) -> Option<Self> {
+    pub(crate) fn read(id: &str, record: &str, seen_ms: u64, now_ms: u64) -> Option<Self> {
         let record: serde_json::Value = serde_json::from_str(record).ok()?;
         Some(Process {
             id: id.to_owned(),
@@ -130,6 +133,7 @@ impl Process {
             pid: u32::try_from(record["pid"].as_u64()?).ok()?,
             version: record["version"].as_str()?.to_owned(),
             seen_ms,
+            age_ms: now_ms.saturating_sub(seen_ms),
             identities: record["identities"].as_u64()?,
         })
     }
@@ -859,7 +863,7 @@ impl Store {
             .processes
             .iter()
             .filter(|(_, (_, _, expires))| *expires > now)
-            .filter_map(|(id, (record, at, _))| Process::read(id, record, *at))
+            .filter_map(|(id, (record, at, _))| Process::read(id, record, *at, now))
             .collect();
         listed.sort_by(|a, b| a.id.cmp(&b.id));
         listed

@@ -236,7 +236,8 @@ impl RedisBackend {
             .eval(script, base, &process_keys(base), MOST_PROCESSES)
             .await?;
         let mut items = items(script.name, value)?.into_iter();
-        let _now = integer(script.name, items.next().unwrap_or(Value::Nil))?;
+        let now = integer(script.name, items.next().unwrap_or(Value::Nil))?;
+        let now = unsigned(script.name, now)?;
         let items: Vec<Value> = items.collect();
         if !items.len().is_multiple_of(3) {
             return Err(reply::malformed(
@@ -253,6 +254,7 @@ impl RedisBackend {
                 &string(script.name, id)?,
                 &string(script.name, record)?,
                 seen,
+                now,
             );
             listed.extend(process);
         }
