@@ -180,10 +180,13 @@ async fn a_failover_under_load_is_followed() {
     let codes = seen.codes.lock().expect("codes").clone();
     let kinds = seen.kinds.lock().expect("kinds").clone();
     let failed = codes.iter().filter(|&&code| code != "ok").count();
+    // A call admitted before the switch and still running when its process notices the new
+    // master's lost state is cancelled (`lease_lost`), as after any data loss; the others end
+    // fast with `coordinator_unavailable`.
     assert!(
         codes
             .iter()
-            .all(|&code| code == "ok" || code == "coordinator_unavailable"),
+            .all(|&code| ["ok", "coordinator_unavailable", "lease_lost"].contains(&code)),
         "codes during the failover: {codes:?}"
     );
     assert!(failed > 0, "the switch cost no call: {codes:?}");
