@@ -69,6 +69,8 @@ struct Known {
     learnt: Option<(Learnt, Instant)>,
     /// The last limit an event announced.
     announced: Option<u32>,
+    /// The last report that failed, and when.
+    failed: Option<(Error, Instant)>,
     /// Whether the background reporter runs.
     reporting: bool,
 }
@@ -83,7 +85,9 @@ impl View {
     }
 
     /// The limit in force for a call under `bounds`: the one learnt, if fresh; else the
-    /// answer to a report sent now.
+    /// answer to a report sent now. Callers that queued behind a report that failed share its
+    /// error rather than each waiting for one of their own (through an outage they would
+    /// otherwise wait one command timeout each, in turn).
     pub(crate) async fn limit(
         self: &Arc<Self>,
         coordinator: &Coordinator,
@@ -92,11 +96,21 @@ impl View {
         if let Some(learnt) = self.fresh(bounds) {
             return Ok(learnt);
         }
+        let arrived = Instant::now();
         let _asking = self.asking.lock().await;
         if let Some(learnt) = self.fresh(bounds) {
             return Ok(learnt);
         }
-        self.report(coordinator, bounds).await
+        if let Some((error, at)) = &lock(&self.known).failed
+            && *at >= arrived
+        {
+            return Err(error.clone());
+        }
+        let answer = self.report(coordinator, bounds).await;
+        if let Err(error) = &answer {
+            lock(&self.known).failed = Some((error.clone(), Instant::now()));
+        }
+        answer
     }
 
     fn fresh(&self, bounds: Bounds) -> Option<Learnt> {
@@ -117,42 +131,31 @@ impl View {
         coordinator: &Coordinator,
         record: impl FnOnce(&mut Observed),
     ) {
+        // Without a runtime nothing could report: left for a call that has one.
+        let runtime = tokio::runtime::Handle::try_current().ok();
         let start = {
             let mut known = lock(&self.known);
             record(&mut known.observed);
-            !std::mem::replace(&mut known.reporting, true)
+            runtime.is_some() && !std::mem::replace(&mut known.reporting, true)
         };
-        if start {
+        if let (true, Some(runtime)) = (start, runtime) {
             // Not the coordinator's tracked background work: a shutdown's flush would wait
             // for a loop that runs while calls are made.
-            tokio::spawn(Arc::clone(self).reporting(WeakCoordinator::of(coordinator)));
+            let reporter = Reporter(Arc::clone(self), Ended::Running);
+            runtime.spawn(reporter.run(WeakCoordinator::of(coordinator)));
         }
     }
 
-    /// Sends what was observed every [`REPORT_EVERY`], until nothing was for a while or the
-    /// coordinator is gone.
-    async fn reporting(self: Arc<Self>, coordinator: WeakCoordinator) {
-        let mut empty = 0;
-        loop {
-            tokio::time::sleep(REPORT_EVERY).await;
-            let live = coordinator.live();
-            let bounds = {
-                let mut known = lock(&self.known);
-                let quiet = known.observed.is_empty();
-                empty = if quiet { empty + 1 } else { 0 };
-                // Stopped under the lock, so an observation made after the check starts
-                // another reporter.
-                if live.is_none() || (quiet && empty >= IDLE_ROUNDS) {
-                    known.reporting = false;
-                    return;
-                }
-                known.bounds.filter(|_| !quiet)
-            };
-            if let (Some(coordinator), Some(bounds)) = (live, bounds) {
-                // A failed report drops what it carried, as a lost one would: the limit is an
-                // estimate, and a report sent twice would count twice.
-                let _ = self.report(&coordinator, bounds).await;
-            }
+    /// Removes this view from `coordinator`'s once nothing but the map and `reporter` holds
+    /// it: a process that meets many scopes keeps the views of those in use only.
+    fn forget(self: &Arc<Self>, coordinator: &Coordinator) {
+        let views = coordinator.kept::<Views>();
+        let mut views = lock(&views.0);
+        if let Some(kept) = views.get(&self.identity.key)
+            && Arc::ptr_eq(kept, self)
+            && Arc::strong_count(self) <= 2
+        {
+            views.remove(&self.identity.key);
         }
     }
 
@@ -178,5 +181,80 @@ impl View {
             events::bulkhead_limit_changed(&self.identity.at(), from, &learnt);
         }
         Ok(learnt)
+    }
+}
+
+/// A view's background reporter. However it ends (idle, its coordinator gone, or dropped with
+/// its runtime) the view is left with no reporter running, so the next observation starts one.
+struct Reporter(Arc<View>, Ended);
+
+/// Whether a reporter stopped itself (and so already said so under the view's lock).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    Running,
+    Stopped,
+}
+
+impl Reporter {
+    /// Sends what was observed every [`REPORT_EVERY`], and an empty report when the limit
+    /// learnt would go stale before the next, until nothing was observed for a while or the
+    /// coordinator is gone.
+    async fn run(mut self, coordinator: WeakCoordinator) {
+        let view = &self.0;
+        let mut empty = 0;
+        loop {
+            tokio::time::sleep(REPORT_EVERY).await;
+            let Some(live) = coordinator.live() else {
+                return;
+            };
+            let bounds = {
+                let known = lock(&view.known);
+                let quiet = known.observed.is_empty();
+                empty = if quiet { empty + 1 } else { 0 };
+                if quiet && empty >= IDLE_ROUNDS {
+                    None
+                } else {
+                    let ageing = known
+                        .learnt
+                        .is_none_or(|(_, at)| at.elapsed() + REPORT_EVERY * 2 >= FRESH_FOR);
+                    match known.bounds {
+                        Some(bounds) if !quiet || ageing => Some(Some(bounds)),
+                        _ => Some(None),
+                    }
+                }
+            };
+            match bounds {
+                // A failed report drops what it carried, as a lost one would: the limit is an
+                // estimate, and a report sent twice would count twice.
+                Some(Some(bounds)) => drop(view.report(&live, bounds).await),
+                Some(None) => {}
+                None => {
+                    // Stopped under the lock, so an observation made after the check starts
+                    // another reporter; the view is forgotten once nothing else holds it.
+                    let stopped = {
+                        let mut known = lock(&view.known);
+                        let stopped = known.observed.is_empty();
+                        if stopped {
+                            known.reporting = false;
+                        }
+                        stopped
+                    };
+                    if stopped {
+                        view.forget(&live);
+                        self.1 = Ended::Stopped;
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Reporter {
+    fn drop(&mut self) {
+        // One that stopped itself may have a successor running already.
+        if self.1 == Ended::Running {
+            lock(&self.0.known).reporting = false;
+        }
     }
 }

@@ -69,7 +69,7 @@ fn live_leases(states: &[Option<&dyn Any>], now_ms: u64) -> Vec<i64> {
         live.count() as u64
     });
     let estimate = found::<Estimate>(states, 1)
-        .filter(|estimate| now_ms < estimate.expires_ms)
+        .filter(|estimate| now_ms <= estimate.expires_ms)
         .map_or([0; 3], |e| [e.limit_pm, e.latency_us, e.base_us]);
     std::iter::once(live).chain(estimate).map(figure).collect()
 }

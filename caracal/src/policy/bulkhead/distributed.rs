@@ -173,7 +173,6 @@ where
     let _running = events::bulkhead_admitted(&at, grant.occupancy, values.limit, arrival);
     let mut keep = pin!(lease.keep(grant.sent, values.limit));
     let mut body = pin!(fencing::scope(Some(grant.fence), body));
-    let started = Instant::now();
     // Before each step of the body: the lease must still be trusted, and its renewals must not
     // have found it gone.
     let held = std::future::poll_fn(|cx| {
@@ -185,18 +184,48 @@ where
         }
         body.as_mut().poll(cx).map(Ok)
     });
+    // A body cut short from outside (an outer timeout, a caller gone) is congestion too.
+    let mut timing = adaptive.as_ref().map(|view| Timing {
+        view,
+        coordinator: &lease.coordinator,
+        started: Instant::now(),
+        outcome: Some(None),
+    });
     match held.await {
         Ok(result) => {
-            if let Some(view) = &adaptive {
-                // A failure or a timeout is congestion, not a latency.
-                let latency = result.is_ok().then(|| micros(started.elapsed()));
-                view.observe(&lease.coordinator, |observed| observed.body(latency));
+            if let Some(timing) = &mut timing {
+                // A failure or a timeout is congestion, not a latency; an inner policy's
+                // refusal says nothing about the downstream.
+                timing.outcome = match (&result, ctx.rejection()) {
+                    (Ok(_), _) => Some(Some(micros(timing.started.elapsed()))),
+                    (Err(_), None | Some(Rejection::Cut)) => Some(None),
+                    (Err(_), Some(_)) => None,
+                };
             }
             result
         }
         Err(cause) => {
             events::bulkhead_lease_lost(&at, cause);
             Err(ctx.reject(lost(site, scope)))
+        }
+    }
+}
+
+/// What an adaptive limit's view learns of one body, however it ends: `outcome` is its latency
+/// (`Some(Some(µs))`), a drop (`Some(None)`, also what a body dropped unfinished leaves), or
+/// nothing to learn (`None`).
+struct Timing<'a> {
+    view: &'a Arc<adaptive::View>,
+    coordinator: &'a Coordinator,
+    started: Instant,
+    outcome: Option<Option<u64>>,
+}
+
+impl Drop for Timing<'_> {
+    fn drop(&mut self) {
+        if let Some(latency) = self.outcome {
+            self.view
+                .observe(self.coordinator, |observed| observed.body(latency));
         }
     }
 }

@@ -17,7 +17,8 @@
 //! - A downstream serving `C` at once takes `S` for an unqueued call; at a limit `L ≥ C` its
 //!   mean latency is `S × L / C` (Little's law with the downstream saturated), so `L × base /
 //!   latency` estimates `C`. The target is that estimate plus a tenth ([`HEADROOM_PM`]): while
-//!   latency stays at the base, the limit grows by a tenth a window; once calls queue, it heads
+//!   latency stays at the base, the target is a tenth above the limit (which grows by 5 % a
+//!   window); once calls queue, it heads
 //!   for 1.1 C whatever it was. This is Netflix's Gradient limit (`gradient = min_rtt / rtt`)
 //!   with the fleet's figures, a tolerance of 1.1 in place of its `sqrt(limit)` queue
 //!   allowance (which at small limits overshoots by a third), and its minimum latency decaying
@@ -213,7 +214,8 @@ pub(crate) struct Estimate {
 
 impl State for Estimate {
     fn forgettable(&self, now: Now) -> bool {
-        self.limit_pm == 0 || now.ms >= self.expires_ms
+        // Redis expires a key strictly after its time.
+        self.limit_pm == 0 || now.ms > self.expires_ms
     }
 }
 
@@ -437,7 +439,7 @@ mod tests {
         let learnt = Adapt::step(
             &mut estimate,
             &report(Observed::default()),
-            at(3500 + IDLE_MS),
+            at(3501 + IDLE_MS),
             &mut seen,
         );
         assert_eq!(learnt.limit, 20);
