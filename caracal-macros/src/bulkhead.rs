@@ -2,15 +2,100 @@
 
 use std::time::Duration;
 
+use caracal_spec::Key;
 use caracal_spec::bulkhead as spec;
 use proc_macro2::TokenStream;
 use quote::quote;
+use syn::Expr;
 
-use crate::args::Args;
+use crate::args::{Args, Convert};
 use crate::durations::{self, duration};
 use crate::identity::Identity;
 use crate::layer::{Frame, Kind, Layer, Place, Written, pinned};
 use crate::values::{Value, integer};
+
+/// `limit = N`, or `limit = adaptive(min = …, initial = …, max = …)`.
+enum Limit {
+    Fixed(Value<u32>),
+    /// min, initial, max.
+    Adaptive([Value<u32>; 3]),
+}
+
+const BOUNDS: [&str; 3] = ["min", "initial", "max"];
+
+/// Reads `limit`: a count, or an adaptive limit's bounds, each a count in the key's range,
+/// written as literals in order when they are literals (constants are checked in order where
+/// the site is compiled).
+fn limit(key: &'static Key) -> impl Convert<Limit> {
+    move |name, value| {
+        let Expr::Call(call) = value else {
+            return integer(key)(name, value).map(Limit::Fixed);
+        };
+        let Expr::Path(function) = &*call.func else {
+            return integer(key)(name, value).map(Limit::Fixed);
+        };
+        if !function.path.is_ident("adaptive") {
+            return Err(syn::Error::new_spanned(
+                &call.func,
+                "`limit` is a count (`limit = 20`) or `adaptive(min = 2, initial = 20, max = 400)`",
+            ));
+        }
+        let mut bounds: [Option<Value<u32>>; 3] = [None, None, None];
+        for arg in &call.args {
+            let named = match arg {
+                Expr::Assign(assign) => match &*assign.left {
+                    Expr::Path(left) => BOUNDS
+                        .iter()
+                        .position(|bound| left.path.is_ident(bound))
+                        .map(|at| (at, &*assign.right)),
+                    _ => None,
+                },
+                _ => None,
+            };
+            let Some((at, right)) = named else {
+                return Err(syn::Error::new_spanned(
+                    arg,
+                    "`adaptive` takes `min = …`, `initial = …` and `max = …`",
+                ));
+            };
+            if bounds[at].is_some() {
+                return Err(syn::Error::new_spanned(
+                    arg,
+                    format!("`{}` is given twice", BOUNDS[at]),
+                ));
+            }
+            bounds[at] = Some(integer(key)(BOUNDS[at], right)?);
+        }
+        let [Some(min), Some(initial), Some(max)] = bounds else {
+            let missing: Vec<_> = BOUNDS
+                .iter()
+                .zip(&bounds)
+                .filter(|(_, bound)| bound.is_none())
+                .map(|(name, _)| format!("`{name}`"))
+                .collect();
+            return Err(syn::Error::new_spanned(
+                call,
+                format!(
+                    "`adaptive` needs {}: `adaptive(min = 2, initial = 20, max = 400)`",
+                    missing.join(" and ")
+                ),
+            ));
+        };
+        if let [
+            Value::Literal(low),
+            Value::Literal(start),
+            Value::Literal(high),
+        ] = [&min, &initial, &max]
+            && !(low <= start && start <= high)
+        {
+            return Err(syn::Error::new_spanned(
+                call,
+                format!("`adaptive` needs min ≤ initial ≤ max, not {low}, {start}, {high}"),
+            ));
+        }
+        Ok(Limit::Adaptive([min, initial, max]))
+    }
+}
 
 /// The attribute.
 pub(crate) const KIND: Kind = Kind {
@@ -25,7 +110,7 @@ fn parse(written: Written, function: &str) -> syn::Result<Box<dyn Layer>> {
 
 struct Bulkhead {
     identity: Identity,
-    limit: Value<u32>,
+    limit: Limit,
     lease: Duration,
     max_wait: Option<Duration>,
 }
@@ -33,9 +118,16 @@ struct Bulkhead {
 impl Bulkhead {
     fn parse(mut args: Args, function: &str) -> syn::Result<Self> {
         let identity = Identity::parse(&mut args, function);
-        let limit = args.required(&spec::LIMIT, integer);
+        let limit = args.required(&spec::LIMIT, limit);
         let lease = args.setting(&spec::LEASE, duration);
         let max_wait = args.setting(&spec::MAX_WAIT, duration);
+        if identity.local && matches!(limit, Some(Limit::Adaptive(..))) {
+            args.conflict(
+                "limit",
+                "an adaptive limit is the fleet's, computed from every process's calls: a `local` \
+                 bulkhead takes a number (`limit = 20`)",
+            );
+        }
         if identity.local && args.has("lease") {
             args.conflict(
                 "lease",
@@ -64,7 +156,18 @@ impl Layer for Bulkhead {
 
     fn site(&self, _: &Frame<'_>) -> (TokenStream, TokenStream) {
         let identity = self.identity.fields();
-        let limit = self.limit.tokens();
+        let (limit, adaptive) = match &self.limit {
+            Limit::Fixed(limit) => (limit.tokens(), quote!(::core::option::Option::None)),
+            Limit::Adaptive(bounds) => {
+                let [min, initial, max] = bounds.each_ref().map(Value::tokens);
+                (
+                    initial.clone(),
+                    quote!(::core::option::Option::Some(
+                        ::caracal::__private::AdaptiveLimit::new(#min, #initial, #max)
+                    )),
+                )
+            }
+        };
         let lease = durations::tokens(self.lease);
         let max_wait = durations::optional_tokens(self.max_wait);
         (
@@ -72,6 +175,7 @@ impl Layer for Bulkhead {
             quote!(::caracal::__private::BulkheadSite::new(::caracal::__private::BulkheadConfig {
                 #identity
                 limit: #limit,
+                adaptive: #adaptive,
                 lease: #lease,
                 max_wait: #max_wait,
             })),

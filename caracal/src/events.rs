@@ -23,6 +23,7 @@ use crate::coordinator::Operator;
 use crate::labels::At;
 use crate::metrics::{self, Decision, InFlight, Stopwatch};
 use crate::policy::breaker::kernel::{Counts, ObserveReply, Phase, SettleReply, Transition};
+use crate::policy::bulkhead::kernel::adaptive::Learnt;
 use crate::summary;
 
 /// What the events of the attributes that guard the whole call rather than an identity's
@@ -177,6 +178,24 @@ pub(crate) fn bulkhead_lease_lost(
     cause: crate::policy::bulkhead::distributed::LeaseLoss,
 ) {
     policy_event!(WARN, "bulkhead.lease_lost", at, cause = cause.as_str());
+}
+
+/// An adaptive limit moved by more than a tenth since the last such event (`from`), as this
+/// process learnt it; a limit that keeps moving is summarised.
+pub(crate) fn bulkhead_limit_changed(at: &At<'_>, from: u32, learnt: &Learnt) {
+    let Some(suppressed) = summary::repeat("bulkhead.limit_changed", at, &[]) else {
+        return;
+    };
+    policy_event!(
+        INFO,
+        "bulkhead.limit_changed",
+        at,
+        from,
+        to = learnt.limit,
+        latency_us = learnt.latency_us,
+        base_latency_us = learnt.base_us,
+        suppressed
+    );
 }
 
 /// Why a bulkhead decision was taken without full knowledge.

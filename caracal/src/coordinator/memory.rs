@@ -269,14 +269,16 @@ impl MemoryBackend {
         key: &KeyBase,
     ) -> Result<Snapshot, Error> {
         self.with(|states, now| {
-            let state = states
-                .maps
-                .get(&(read.memory.state)())
-                .and_then(|map| map.state(key));
+            let found: Vec<Option<&dyn Any>> = read
+                .memory
+                .states
+                .iter()
+                .map(|state| states.maps.get(&state()).and_then(|map| map.state(key)))
+                .collect();
             Snapshot {
                 script: read.script.name,
                 now_ms: now.ms,
-                figures: (read.memory.figures)(state, now.ms),
+                figures: (read.memory.figures)(&found, now.ms),
             }
         })
     }

@@ -543,6 +543,11 @@ impl WeakCoordinator {
         upgrade(&self.0)
     }
 
+    /// The coordinator, while it lives and has not been shut down.
+    pub(crate) fn live(&self) -> Option<Coordinator> {
+        live(&self.0)
+    }
+
     /// Whether `coordinator` is this one (while this handle lives no other can take its
     /// address).
     pub(crate) fn is(&self, coordinator: &Coordinator) -> bool {

@@ -421,12 +421,21 @@ pub(crate) struct StatusRead {
     pub(crate) memory: MemoryRead,
 }
 
-/// A status read in the in-memory backend: the type of state the kind keeps there, and the
-/// script's figures from an identity's state of that type (or from none), at a time in ms.
+/// A status read in the in-memory backend: the types of state the kind keeps there (one per
+/// key the script reads), and the script's figures from an identity's states of those types
+/// (each maybe none), at a time in ms.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct MemoryRead {
-    pub(crate) state: fn() -> TypeId,
-    pub(crate) figures: fn(Option<&dyn Any>, u64) -> Vec<i64>,
+    pub(crate) states: &'static [fn() -> TypeId],
+    pub(crate) figures: fn(&[Found<'_>], u64) -> Vec<i64>,
+}
+
+/// One state a [`MemoryRead`] looked for: what the identity holds of that type, if anything.
+pub(crate) type Found<'a> = Option<&'a dyn Any>;
+
+/// The `index`th state a [`MemoryRead`] found, as a `T`.
+pub(crate) fn found<'a, T: 'static>(states: &[Found<'a>], index: usize) -> Option<&'a T> {
+    states.get(index).copied().flatten()?.downcast_ref()
 }
 
 /// What an identity's shared state holds now, as its kind's status read answers: the

@@ -16,7 +16,7 @@ pub(crate) mod expansion {
         BreakerConfig, BreakerSite, Classify, ClassifyByResult, OnCoordinatorError, SlowCall,
         circuit_breaker,
     };
-    pub use super::bulkhead::{BulkheadConfig, BulkheadSite, bulkhead};
+    pub use super::bulkhead::{AdaptiveLimit, BulkheadConfig, BulkheadSite, bulkhead};
     pub use super::fallback::{FallbackConfig, fallback};
     pub use super::rate_limit::{RateLimitConfig, RateLimitSite, rate_limit};
     pub use super::retry::{Retry, RetryBodyErrors, RetryConfig, RetryWhen};

@@ -61,6 +61,13 @@ pub(crate) enum Setting {
     Number(f64),
     Duration(Duration),
     Choice(&'static str),
+    /// A bulkhead's `limit = adaptive(min, initial, max)`: only an attribute (or a layer)
+    /// sets it; configuration and overrides pin a number instead.
+    Adaptive {
+        min: u32,
+        initial: u32,
+        max: u32,
+    },
 }
 
 /// The canonical text of a value: what fleet overrides store and `config get` shows.
@@ -71,6 +78,10 @@ impl fmt::Display for Setting {
             Setting::Number(x) => write!(f, "{x}"),
             Setting::Duration(d) => write!(f, "{}", humantime::format_duration(*d)),
             Setting::Choice(choice) => f.write_str(choice),
+            Setting::Adaptive { min, initial, max } => {
+                // No spaces: processes report their values as one `key=value …` line.
+                write!(f, "adaptive(min={min},initial={initial},max={max})")
+            }
         }
     }
 }

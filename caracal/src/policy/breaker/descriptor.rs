@@ -3,7 +3,7 @@
 use std::any::{Any, TypeId};
 
 use crate::Error;
-use crate::coordinator::registry::{MemoryRead, Registered, Snapshot, StatusRead};
+use crate::coordinator::registry::{MemoryRead, Registered, Snapshot, StatusRead, found};
 use crate::identity::PolicyKind;
 use crate::policy::breaker::kernel::Phase;
 use crate::policy::breaker::kernel::Stored;
@@ -39,7 +39,7 @@ pub(crate) const DESCRIPTOR: Descriptor = Descriptor {
         keys: &["brk:state"],
         figures: 8,
         memory: MemoryRead {
-            state: TypeId::of::<Stored>,
+            states: &[TypeId::of::<Stored>],
             figures: live_state,
         },
     }),
@@ -65,10 +65,8 @@ static STATUS: Script = Script::new("breaker_status", &[include_str!("kernel/sta
 
 /// What the status script reads, from a breaker's store in memory: its live state at
 /// `now_ms`, or `-1` for every figure when it has none.
-fn live_state(stored: Option<&dyn Any>, now_ms: u64) -> Vec<i64> {
-    let state = stored
-        .and_then(|stored| stored.downcast_ref::<Stored>())
-        .and_then(|stored| stored.store.live_state(now_ms));
+fn live_state(stored: &[Option<&dyn Any>], now_ms: u64) -> Vec<i64> {
+    let state = found::<Stored>(stored, 0).and_then(|stored| stored.store.live_state(now_ms));
     let Some(state) = state else {
         return vec![-1; 8];
     };

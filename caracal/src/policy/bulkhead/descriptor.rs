@@ -3,9 +3,10 @@
 use std::any::{Any, TypeId};
 
 use crate::Error;
-use crate::coordinator::registry::{MemoryRead, Registered, Snapshot, StatusRead};
+use crate::coordinator::registry::{MemoryRead, Registered, Snapshot, StatusRead, found};
 use crate::identity::PolicyKind;
 use crate::policy::bulkhead::kernel::LeaseSet;
+use crate::policy::bulkhead::kernel::adaptive::Estimate;
 use crate::policy::descriptor::{Decisions, Descriptor, Field, StatusValue, Unit};
 use crate::script::Script;
 
@@ -20,14 +21,21 @@ pub(crate) const DESCRIPTOR: Descriptor = Descriptor {
         Field::new("occupancy", Unit::Count),
         // Under drift, each limit in use and how many processes use it; unset otherwise.
         Field::new("limits", Unit::Count),
+        // An adaptive limit's: the fleet's mean latency it was last computed from, and the
+        // recent minimum it was compared with (µs); unset for a number.
+        Field::new("latency_us", Unit::Count),
+        Field::new("base_latency_us", Unit::Count),
     ],
-    table: ["{occupancy}[/{limit}] in use", "[limits in use: {limits}]"],
+    table: [
+        "{occupancy}[/{limit}] in use",
+        "[limits in use: {limits}][adaptive: latency {latency_us}µs against {base_latency_us}µs]",
+    ],
     read: Some(StatusRead {
         script: &STATUS,
-        keys: &["leases"],
-        figures: 1,
+        keys: &["leases", "adaptive"],
+        figures: 4,
         memory: MemoryRead {
-            state: TypeId::of::<LeaseSet>,
+            states: &[TypeId::of::<LeaseSet>, TypeId::of::<Estimate>],
             figures: live_leases,
         },
     }),
@@ -38,6 +46,7 @@ pub(crate) const DESCRIPTOR: Descriptor = Descriptor {
         "bulkhead.released",
         "bulkhead.lease_lost",
         "bulkhead.degraded",
+        "bulkhead.limit_changed",
     ],
     decisions: Decisions {
         admitted: &["admitted"],
@@ -48,37 +57,58 @@ pub(crate) const DESCRIPTOR: Descriptor = Descriptor {
 
 static STATUS: Script = Script::new("bulkhead_status", &[include_str!("kernel/status.lua")]);
 
-/// What the status script counts, from a lease set in memory: the leases live at `now_ms`.
-fn live_leases(set: Option<&dyn Any>, now_ms: u64) -> Vec<i64> {
-    let live = set
-        .and_then(|set| set.downcast_ref::<LeaseSet>())
-        .map_or(0, |set| {
-            let live = set
-                .leases
-                .iter()
-                .filter(|&&(_, deadline)| deadline > now_ms);
-            i64::try_from(live.count()).unwrap_or(i64::MAX)
-        });
-    vec![live]
+/// What the status script counts, from a lease set and an estimate in memory: the leases live
+/// at `now_ms`, and the estimate unless it expired.
+fn live_leases(states: &[Option<&dyn Any>], now_ms: u64) -> Vec<i64> {
+    let figure = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    let live = found::<LeaseSet>(states, 0).map_or(0, |set| {
+        let live = set
+            .leases
+            .iter()
+            .filter(|&&(_, deadline)| deadline > now_ms);
+        live.count() as u64
+    });
+    let estimate = found::<Estimate>(states, 1)
+        .filter(|estimate| now_ms < estimate.expires_ms)
+        .map_or([0; 3], |e| [e.limit_pm, e.latency_us, e.base_us]);
+    std::iter::once(live).chain(estimate).map(figure).collect()
 }
 
 fn status(reported: &Registered, snapshot: &Snapshot) -> Result<Vec<StatusValue>, Error> {
-    let [occupancy] = snapshot.figures()?;
-    let occupancy = u32::try_from(occupancy)
-        .map_err(|_| snapshot.malformed(format_args!("occupancy {occupancy}")))?;
+    let [occupancy, limit_pm, latency_us, base_us] = snapshot.figures()?;
+    let natural = |what: &str, n: i64| {
+        u64::try_from(n).map_err(|_| snapshot.malformed(format_args!("{what} {n}")))
+    };
+    let occupancy = natural("occupancy", occupancy)?;
+    let (limit_pm, latency_us, base_us) = (
+        natural("adaptive limit", limit_pm)?,
+        natural("latency", latency_us)?,
+        natural("base latency", base_us)?,
+    );
     let limits = reported.in_use("limit");
-    let smallest = limits
-        .first()
-        .and_then(|(limit, _)| limit.parse::<u32>().ok());
-    let limit = smallest.or_else(|| reported.parsed::<u32>("limit"));
+    let adaptive = limits
+        .iter()
+        .any(|(limit, _)| limit.starts_with("adaptive"));
+    // The smallest limit in use: a number some process uses, or the fleet's adaptive limit.
+    let numbers = limits
+        .iter()
+        .filter_map(|(limit, _)| limit.parse::<u64>().ok());
+    let learnt = (adaptive && limit_pm > 0).then_some(limit_pm / 1000);
+    let limit = numbers
+        .chain(learnt)
+        .min()
+        .or_else(|| reported.parsed::<u64>("limit"));
     let drift = if limits.len() > 1 {
         StatusValue::Counts(limits)
     } else {
         StatusValue::Unset
     };
+    let shown = |n: u64| StatusValue::count((adaptive && n > 0).then_some(n));
     Ok(vec![
         StatusValue::count(limit),
-        StatusValue::Count(occupancy.into()),
+        StatusValue::Count(occupancy),
         drift,
+        shown(latency_us),
+        shown(base_us),
     ])
 }

@@ -36,6 +36,7 @@
 
 use std::future::Future;
 use std::pin::pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::Duration;
@@ -43,7 +44,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::{BulkheadSite, BulkheadValues};
+use super::{BulkheadSite, BulkheadValues, adaptive};
 use crate::Error;
 use crate::coordinator::{self, Coordinator, LeaseAnswer, LeaseCommand};
 use crate::ctx::{CallCtx, Rejection};
@@ -115,12 +116,38 @@ where
     let identity = coordinator.identity(PolicyKind::Bulkhead, config.name, config.operation, scope);
     let resolved = site.resolve(Some(&coordinator));
     coordinator.uses().note_use(&identity, site, &resolved);
-    let values = resolved.values;
+    let mut values = resolved.values;
+    let adaptive = match values.adaptive {
+        Some(bounds) => {
+            let view = adaptive::Views::of(&coordinator, &identity);
+            match view.limit(&coordinator, bounds).await {
+                Ok(learnt) => {
+                    values.limit = learnt.limit;
+                    site.report_limit(learnt.limit);
+                    Some(view)
+                }
+                Err(error) => {
+                    unavailable(&identity, &values, &error);
+                    return Err(ctx.reject(error));
+                }
+            }
+        }
+        None => None,
+    };
     let token = coordinator::fresh_token();
     // Read before the acquire is sent: a loss of data noticed at any point after that may
     // have taken this lease with it.
     let epoch = coordinator.incarnation().epoch();
-    let grant = match admit(site, &values, &coordinator, &identity, token).await {
+    let grant = match admit(
+        site,
+        &values,
+        &coordinator,
+        &identity,
+        token,
+        adaptive.as_ref(),
+    )
+    .await
+    {
         Ok(grant) => grant,
         Err(error) => return Err(ctx.reject(error)),
     };
@@ -146,6 +173,7 @@ where
     let _running = events::bulkhead_admitted(&at, grant.occupancy, values.limit, arrival);
     let mut keep = pin!(lease.keep(grant.sent, values.limit));
     let mut body = pin!(fencing::scope(Some(grant.fence), body));
+    let started = Instant::now();
     // Before each step of the body: the lease must still be trusted, and its renewals must not
     // have found it gone.
     let held = std::future::poll_fn(|cx| {
@@ -158,7 +186,14 @@ where
         body.as_mut().poll(cx).map(Ok)
     });
     match held.await {
-        Ok(result) => result,
+        Ok(result) => {
+            if let Some(view) = &adaptive {
+                // A failure or a timeout is congestion, not a latency.
+                let latency = result.is_ok().then(|| micros(started.elapsed()));
+                view.observe(&lease.coordinator, |observed| observed.body(latency));
+            }
+            result
+        }
         Err(cause) => {
             events::bulkhead_lease_lost(&at, cause);
             Err(ctx.reject(lost(site, scope)))
@@ -181,13 +216,15 @@ struct Grant {
     fence: u64,
 }
 
-/// Takes a lease, waiting up to `max_wait` for one.
+/// Takes a lease, waiting up to `max_wait` for one. An adaptive limit's `view` learns the
+/// fleet occupancy each reply shows.
 async fn admit(
     site: &BulkheadSite,
     values: &BulkheadValues,
     coordinator: &Coordinator,
     identity: &Identity,
     token: Uuid,
+    view: Option<&Arc<adaptive::View>>,
 ) -> Result<Grant, Error> {
     if coordinator.incarnation().waiting_after_loss(values.lease) {
         let error = Error::unavailable(
@@ -228,6 +265,10 @@ async fn admit(
         };
         let reply = coordinator.lease(command).await;
         unclaimed.armed = reply.is_err();
+        if let (Some(view), Ok(answer)) = (view, &reply) {
+            let occupancy = answer.reply.occupancy;
+            view.observe(coordinator, |observed| observed.occupancy(occupancy));
+        }
         match reply {
             // Trusted from when its batch was sent, not from when it joined its lane: a fleet
             // under load tolerates the round trips a lone caller does.
@@ -262,18 +303,23 @@ async fn admit(
                 }
             }
             Err(error) => {
-                let at = identity.at();
-                events::bulkhead_degraded(&at, Degraded::AdmissionUnknown, &error);
-                events::bulkhead_rejected(
-                    &at,
-                    BulkheadRejection::CoordinatorUnavailable,
-                    None,
-                    values.limit,
-                );
+                unavailable(identity, values, &error);
                 return Err(error);
             }
         }
     }
+}
+
+/// Says that a call was refused because the coordinator did not answer.
+fn unavailable(identity: &Identity, values: &BulkheadValues, error: &Error) {
+    let at = identity.at();
+    events::bulkhead_degraded(&at, Degraded::AdmissionUnknown, error);
+    events::bulkhead_rejected(
+        &at,
+        BulkheadRejection::CoordinatorUnavailable,
+        None,
+        values.limit,
+    );
 }
 
 /// An acquire whose outcome the caller has not seen; see [`admit`].
@@ -410,6 +456,10 @@ impl Lease {
 
 fn nanos(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
 
 impl Drop for Lease {

@@ -5,6 +5,7 @@
 //! returned, failed, panicked or dropped. Local, a slot is a count in a budget shared by every
 //! call site with the same identity in this process, with a FIFO line for callers that wait.
 
+mod adaptive;
 pub(crate) mod descriptor;
 pub(crate) mod distributed;
 pub(crate) mod kernel;
@@ -23,6 +24,7 @@ use crate::ctx::CallCtx;
 use crate::identity::{PolicyKind, Scope};
 use crate::labels::At;
 use crate::metrics::LimitGauge;
+use crate::policy::bulkhead::kernel::adaptive::Bounds;
 
 /// The settings of one `#[bulkhead]` call site.
 #[doc(hidden)]
@@ -32,8 +34,10 @@ pub struct BulkheadConfig {
     pub name: &'static str,
     /// The operation name.
     pub operation: &'static str,
-    /// Bodies allowed at once.
+    /// Bodies allowed at once (with `adaptive`, where the fleet's limit starts).
     pub limit: u32,
+    /// `limit = adaptive(min, initial, max)`: the fleet's limit follows the downstream.
+    pub adaptive: Option<AdaptiveLimit>,
     /// The lease TTL (distributed only).
     pub lease: Duration,
     /// How long to wait for a slot before rejecting; `None` rejects at once.
@@ -42,10 +46,45 @@ pub struct BulkheadConfig {
     pub local: bool,
 }
 
+/// The bounds of `limit = adaptive(min, initial, max)`, checked (`1 ≤ min ≤ initial ≤ max`)
+/// by the attribute or the layer that writes them.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdaptiveLimit {
+    /// The least the limit goes to.
+    pub min: u32,
+    /// Where it starts.
+    pub initial: u32,
+    /// The most it goes to.
+    pub max: u32,
+}
+
+impl AdaptiveLimit {
+    /// The bounds, which must be in order: where a site's settings are compiled, a constant
+    /// out of order is a compile error.
+    pub const fn new(min: u32, initial: u32, max: u32) -> Self {
+        assert!(
+            min <= initial && initial <= max,
+            "`limit = adaptive(min, initial, max)` needs min ≤ initial ≤ max"
+        );
+        AdaptiveLimit { min, initial, max }
+    }
+
+    fn bounds(self) -> Bounds {
+        Bounds {
+            min: self.min,
+            initial: self.initial,
+            max: self.max,
+        }
+    }
+}
+
 /// The values of a bulkhead that configuration may change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct BulkheadValues {
     pub(crate) limit: u32,
+    /// An adaptive limit's bounds, unless configuration pinned a number.
+    pub(crate) adaptive: Option<Bounds>,
     pub(crate) lease: Duration,
     pub(crate) max_wait: Option<Duration>,
 }
@@ -55,7 +94,10 @@ impl Values for BulkheadValues {
 
     fn get(&self, key: &str) -> Option<Setting> {
         match key {
-            "limit" => Some(Setting::Count(self.limit)),
+            "limit" => Some(match self.adaptive {
+                Some(Bounds { min, initial, max }) => Setting::Adaptive { min, initial, max },
+                None => Setting::Count(self.limit),
+            }),
             "lease" => Some(Setting::Duration(self.lease)),
             "max_wait" => self.max_wait.map(Setting::Duration),
             _ => None,
@@ -64,7 +106,11 @@ impl Values for BulkheadValues {
 
     fn set(&mut self, key: &str, setting: Setting) {
         match (key, setting) {
-            ("limit", Setting::Count(n)) => self.limit = n,
+            // A number pins an adaptive limit: `unset` returns to the attribute's.
+            ("limit", Setting::Count(n)) => {
+                self.limit = n;
+                self.adaptive = None;
+            }
             ("lease", Setting::Duration(d)) => self.lease = d,
             ("max_wait", Setting::Duration(d)) => self.max_wait = Some(d),
             _ => {}
@@ -114,13 +160,21 @@ impl BulkheadSite {
         let config = &self.config;
         let attribute = BulkheadValues {
             limit: config.limit,
+            adaptive: config.adaptive.map(AdaptiveLimit::bounds),
             lease: config.lease,
             max_wait: config.max_wait,
         };
         let resolved = Coordinator::resolve(coordinator, config.name, &attribute);
-        self.limit
-            .report(config.name, config.operation, resolved.values.limit);
+        if resolved.values.adaptive.is_none() {
+            self.report_limit(resolved.values.limit);
+        }
         resolved
+    }
+
+    /// `limit` is in force here.
+    fn report_limit(&self, limit: u32) {
+        self.limit
+            .report(self.config.name, self.config.operation, limit);
     }
 
     fn full(&self, scope: &Scope, limit: u32) -> Error {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tower::{BoxError, Layer};
 
-use super::{BulkheadConfig, BulkheadSite, local};
+use super::{AdaptiveLimit, BulkheadConfig, BulkheadSite, local};
 use crate::Error;
 use crate::ctx::CallCtx;
 use crate::identity::{PolicyKind, Scope};
@@ -20,6 +20,7 @@ use crate::tower::{Admission, Admit, BoxCall, Guarded, Permit};
 pub struct BulkheadLayer<Req> {
     identity: Identity<Req>,
     limit: Option<u32>,
+    adaptive: Option<AdaptiveLimit>,
     lease: Duration,
     max_wait: Option<Duration>,
     local: bool,
@@ -31,6 +32,7 @@ impl<Req> BulkheadLayer<Req> {
         BulkheadLayer {
             identity: Identity::new(name),
             limit: None,
+            adaptive: None,
             lease: caracal_spec::bulkhead::LEASE.default.duration(),
             max_wait: None,
             local: false,
@@ -40,6 +42,35 @@ impl<Req> BulkheadLayer<Req> {
     /// At most this many requests at once per identity, across every process.
     pub fn limit(mut self, limit: u32) -> Self {
         self.limit = Some(count(PolicyKind::Bulkhead, "limit", limit));
+        self.adaptive = None;
+        self
+    }
+
+    /// One limit for the whole fleet that follows the downstream's latency, from `initial`
+    /// within `[min, max]`, as `#[bulkhead(limit = adaptive(min = …, initial = …, max = …))]`
+    /// does. Not with [`local`](Self::local): the limit is computed from every process's calls.
+    ///
+    /// # Panics
+    ///
+    /// Unless `1 ≤ min ≤ initial ≤ max ≤ 1 000 000`.
+    ///
+    /// ```
+    /// use caracal::tower::BulkheadLayer;
+    ///
+    /// let layer = BulkheadLayer::<()>::new("partner-api").adaptive(2, 20, 400);
+    /// # let _ = layer;
+    /// ```
+    pub fn adaptive(mut self, min: u32, initial: u32, max: u32) -> Self {
+        let [min, initial, max] =
+            [min, initial, max].map(|n| count(PolicyKind::Bulkhead, "limit", n));
+        assert!(
+            min <= initial && initial <= max,
+            "caracal::tower: BulkheadLayer `{}`: adaptive limits need min ≤ initial ≤ max, not \
+             {min}, {initial}, {max}",
+            self.identity.name
+        );
+        self.limit = Some(initial);
+        self.adaptive = Some(AdaptiveLimit { min, initial, max });
         self
     }
 
@@ -85,14 +116,21 @@ impl<S, Req> Layer<S> for BulkheadLayer<Req> {
     fn layer(&self, inner: S) -> Self::Service {
         let limit = self.limit.unwrap_or_else(|| {
             panic!(
-                "caracal::tower: BulkheadLayer `{}` needs a limit: call `.limit(n)`",
+                "caracal::tower: BulkheadLayer `{}` needs a limit: call `.limit(n)` or `.adaptive(…)`",
                 self.identity.name
             )
         });
+        assert!(
+            !(self.local && self.adaptive.is_some()),
+            "caracal::tower: BulkheadLayer `{}`: an adaptive limit is the fleet's, computed from \
+             every process's calls; a local bulkhead takes `.limit(n)`",
+            self.identity.name
+        );
         let site = BulkheadSite::new(BulkheadConfig {
             name: self.identity.name,
             operation: self.identity.operation(),
             limit,
+            adaptive: self.adaptive,
             lease: self.lease,
             max_wait: self.max_wait,
             local: self.local,

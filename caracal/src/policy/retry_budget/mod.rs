@@ -41,7 +41,7 @@ use crate::Error;
 use crate::clock::Clock;
 use crate::config::Setting;
 use crate::config::overrides::Values;
-use crate::coordinator::registry::{MemoryRead, Registered, Snapshot, StatusRead};
+use crate::coordinator::registry::{MemoryRead, Registered, Snapshot, StatusRead, found};
 use crate::coordinator::{self, Coordinator, WeakCoordinator};
 use crate::ctx::{CallCtx, Gate, Gated};
 use crate::identity::{Identity, PolicyKind, Scope};
@@ -136,7 +136,7 @@ pub(crate) const DESCRIPTOR: Descriptor = Descriptor {
         keys: &["window"],
         figures: 2,
         memory: MemoryRead {
-            state: std::any::TypeId::of::<window::Window>,
+            states: &[std::any::TypeId::of::<window::Window>],
             figures: stored_figures,
         },
     }),
@@ -150,8 +150,8 @@ pub(crate) const DESCRIPTOR: Descriptor = Descriptor {
 };
 
 /// What the status script answers, from a window in memory.
-fn stored_figures(stored: Option<&dyn std::any::Any>, _: u64) -> Vec<i64> {
-    let window = stored.and_then(|stored| stored.downcast_ref::<window::Window>());
+fn stored_figures(stored: &[Option<&dyn std::any::Any>], _: u64) -> Vec<i64> {
+    let window = found::<window::Window>(stored, 0);
     window::stored_totals(window)
         .map(|n| i64::try_from(n).unwrap_or(i64::MAX))
         .to_vec()

@@ -13,6 +13,7 @@
 //! Replay a failure with `CARACAL_TEST_SEED=<seed printed on failure>`; set
 //! `CARACAL_TEST_CASES` for a deeper run.
 
+mod adaptive;
 mod breaker;
 mod lease;
 mod rate_limit;
@@ -243,4 +244,5 @@ fn every_script_agrees_with_its_kernel_on_a_cluster() {
     rate_limit::run(connection(), 100);
     breaker::run(connection(), 150);
     window::run(connection(), 100);
+    adaptive::run(connection(), 100);
 }

@@ -56,6 +56,8 @@
 
 use crate::kernel::{Kernel, Malformed, Now, Script, Scripted, Seen, Sink, State, Wire};
 
+pub(crate) mod adaptive;
+
 /// A lease's token (a UUID).
 pub(crate) type Token = u128;
 

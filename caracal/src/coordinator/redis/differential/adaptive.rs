@@ -1,0 +1,151 @@
+//! `adaptive.lua` against the [`Adapt`] kernel: generated reports (latencies from a
+//! microsecond to minutes, drops, occupancies) under generated bounds and windows, with clock
+//! moves to just before, at and after the open window's end, and past the estimate's idle
+//! expiry (where the key is deleted, as its TTL would on real time).
+
+use std::collections::HashMap;
+
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
+
+use super::{Env, differential};
+use crate::kernel::{Seen, State, Wire};
+use crate::policy::bulkhead::kernel::adaptive::{
+    Adapt, Bounds, Branch, Estimate, IDLE_MS, Observed, Report,
+};
+
+#[derive(Debug, Clone)]
+enum Command {
+    /// Reports these bodies' outcomes (`None`: a drop) and this occupancy.
+    Report {
+        bodies: Vec<Option<u64>>,
+        occupancy: u32,
+    },
+    /// Moves the clock on by this many microseconds.
+    Advance { us: u64 },
+    /// To the open window's end, offset by -1, 0 or 1 ms.
+    ToWindowEnd { offset: i8 },
+    /// Past the estimate's idle expiry.
+    Idle,
+}
+
+fn latency() -> impl Strategy<Value = Option<u64>> {
+    prop_oneof![
+        6 => (1_000u64..100_000).prop_map(Some),
+        2 => (0u64..2_000_000_000).prop_map(Some),
+        2 => Just(None),
+    ]
+}
+
+fn command() -> impl Strategy<Value = Command> {
+    prop_oneof![
+        6 => (prop::collection::vec(latency(), 0..12), 0u32..600)
+            .prop_map(|(bodies, occupancy)| Command::Report { bodies, occupancy }),
+        2 => prop_oneof![0u64..2_000, 0u64..3_000_000].prop_map(|us| Command::Advance { us }),
+        3 => (-1i8..=1).prop_map(|offset| Command::ToWindowEnd { offset }),
+        1 => Just(Command::Idle),
+    ]
+}
+
+/// One case: the bounds, the window (ms) and the commands.
+fn case() -> impl Strategy<Value = (Bounds, u64, Vec<Command>)> {
+    let bounds = (1u32..6, 0u32..40, 0u32..500).prop_map(|(min, up, more)| Bounds {
+        min,
+        initial: min + up,
+        max: min + up + more,
+    });
+    let window = prop_oneof![1u64..5, 5u64..1_500];
+    (bounds, window, prop::collection::vec(command(), 1..40))
+}
+
+pub(super) fn run(conn: impl redis::ConnectionLike, cases: u32) {
+    differential(
+        conn,
+        cases,
+        case(),
+        &Branch::ALL,
+        |env, (bounds, window_ms, commands)| {
+            let mut estimate = Estimate::default();
+            let mut seen = Seen::default();
+            let mut now_us = env.start_us;
+            for command in commands {
+                match command {
+                    Command::Report { bodies, occupancy } => {
+                        let mut observed = Observed::default();
+                        for body in bodies {
+                            observed.body(body);
+                        }
+                        observed.occupancy(occupancy);
+                        let report = Report {
+                            observed,
+                            bounds,
+                            window_ms,
+                        };
+                        if estimate.limit_pm > 0 && estimate.forgettable(super::clock(now_us)) {
+                            let key = env.key("adaptive");
+                            env.query::<()>(redis::cmd("DEL").arg(key))?;
+                        }
+                        env.step::<Adapt>(
+                            &mut estimate,
+                            &report,
+                            Wire::default(),
+                            now_us,
+                            &mut seen,
+                        )?;
+                    }
+                    Command::Advance { us } => now_us += us,
+                    Command::ToWindowEnd { offset } => {
+                        let ends =
+                            (estimate.since_ms + window_ms).saturating_add_signed(offset.into());
+                        now_us = now_us.max(ends * 1000);
+                    }
+                    Command::Idle => now_us += (IDLE_MS + 1) * 1000,
+                }
+            }
+            compare_final_state(env, &estimate)?;
+            Ok(seen)
+        },
+    );
+}
+
+/// The stored estimate and the key's expiry against the model's.
+fn compare_final_state<C: redis::ConnectionLike>(
+    env: &mut Env<'_, C>,
+    estimate: &Estimate,
+) -> Result<(), TestCaseError> {
+    let key = env.key("adaptive");
+    let stored: HashMap<String, u64> = env.query(redis::cmd("HGETALL").arg(&key))?;
+    let want: HashMap<String, u64> = if estimate.limit_pm == 0 {
+        HashMap::new()
+    } else {
+        let window = estimate.window;
+        [
+            ("limit", estimate.limit_pm),
+            ("latency", estimate.latency_us),
+            ("base", estimate.base_us),
+            ("since", estimate.since_ms),
+            ("n", window.samples),
+            ("sum", window.sum_us),
+            ("low", window.low_us),
+            ("drops", window.drops),
+            ("peak", window.peak),
+        ]
+        .into_iter()
+        .map(|(field, n)| (field.to_owned(), n))
+        .collect()
+    };
+    prop_assert_eq!(want, stored, "the estimate");
+    let expiry = env.expiry(&key)?;
+    prop_assert_eq!(
+        (estimate.limit_pm > 0).then_some(estimate.expires_ms),
+        expiry,
+        "the estimate's expiry"
+    );
+    Ok(())
+}
+
+#[test]
+fn the_adaptive_limit_agrees_with_the_kernel() {
+    let server = caracal_tests::RedisServer::start();
+    run(server.connection(), 300);
+}
