@@ -35,16 +35,20 @@
 //! Every second of every run is an `adaptive_second` line: `capacity`, `limit` (fleet: the
 //! limit `caracal status` shows; local: the sum of the processes' limits; static: the limit),
 //! `downstream_concurrency_max` and `_mean`, `goodput` (answers in that second), `p99_ms`,
-//! `rejected` and `processes`. Each run ends with an `adaptive_summary` line, in two sets of
+//! `rejected` and `processes`; the fleet's also `latency_ms` and `base_latency_ms`, what its
+//! limit was last computed from (`caracal status`' `latency_us`, `base_latency_us`). Each run ends with an `adaptive_summary` line, in two sets of
 //! figures: `all_` seconds, and `steady_` ones (without the first 5 s, nor the 10 s after each
 //! change of capacity): `overshoot_max` and `overshoot_mean` (the downstream's concurrency over
 //! C), `within` (the fraction of seconds whose mean concurrency is within [0.8 C, 1.3 C]),
-//! `p99_per_s` (p99 latency over S) and `goodput_per_cs` (goodput over C / S). Then convergence:
+//! `p99_per_s` (p99 latency over S), `goodput_per_cs` (goodput over C / S) and `service_ms`,
+//! the mean time the downstream took to serve a request. Then convergence:
 //! `converge_half_limit_s`, the seconds from the halving until the limit is within
 //! [0.8 C/2, 1.3 C/2] and stays there until C doubles back (`null`: it is not there at the
 //! end), `converge_restore_limit_s` the same after C doubles back, and `_concurrency_s` both
 //! of the downstream's mean concurrency. The fleet's run adds `joiner_max_per_c`, the most
-//! requests inside the downstream in the 3 s after the fourth process joined, over C. An
+//! requests inside the downstream in the 3 s after the fourth process joined, over C, and
+//! `joiner_max_per_limit`, the same over the fleet's limit (the higher of those at the start
+//! and the end of each second: 1 or less is inside the fleet's limit). An
 //! `adaptive_table` line puts the three side by side (the static one: the best limit's run).
 //!
 //! What to read it against (the bounds): in steady state the downstream's concurrency
@@ -54,8 +58,11 @@
 //!
 //! Caveats: every process, the downstream and Redis share this machine's cores, so latency
 //! here is the downstream's sleep plus scheduling noise (a loaded machine reads as a slower
-//! downstream to every latency-driven limiter); the static sweep makes this take eight runs of
-//! `--seconds` each; the runs leave their keys in namespaces of their own on that Redis.
+//! downstream to every latency-driven limiter). tokio's timer fires a 20 ms sleep after 20 to
+//! 22 ms (`service_ms` reads about 21), so the downstream answers at most about 95 % of C / S
+//! and an unqueued call's latency varies by some 5 % around its minimum. Goodput counts
+//! answers, late or not. The static sweep makes this take eight runs of `--seconds` each;
+//! the runs leave their keys in namespaces of their own on that Redis.
 
 use std::error::Error;
 use std::net::SocketAddr;
@@ -368,26 +375,28 @@ struct Second {
     mean: f64,
     latencies: Vec<Duration>,
     served: Duration,
+    /// The fleet's: the mean and base latency its limit was computed from (ms).
+    fleet_latency: Option<[f64; 2]>,
 }
 
 impl Second {
     /// Its `adaptive_second` line, with the calls the workers' limiter refused in it.
     fn emit(&self, limiter: Limiter, rejected: f64, processes: usize) {
-        emit_labelled(
-            "adaptive_second",
-            &[("regime", limiter.regime())],
-            &[
-                ("t", self.t as f64),
-                ("capacity", self.capacity),
-                ("limit", self.limit),
-                ("downstream_concurrency_max", self.max),
-                ("downstream_concurrency_mean", self.mean),
-                ("goodput", self.latencies.len() as f64),
-                ("p99_ms", p99_ms(self.latencies.clone())),
-                ("rejected", rejected),
-                ("processes", processes as f64),
-            ],
-        );
+        let mut fields = vec![
+            ("t", self.t as f64),
+            ("capacity", self.capacity),
+            ("limit", self.limit),
+            ("downstream_concurrency_max", self.max),
+            ("downstream_concurrency_mean", self.mean),
+            ("goodput", self.latencies.len() as f64),
+            ("p99_ms", p99_ms(self.latencies.clone())),
+            ("rejected", rejected),
+            ("processes", processes as f64),
+        ];
+        if let Some([latency, base]) = self.fleet_latency {
+            fields.extend([("latency_ms", latency), ("base_latency_ms", base)]);
+        }
+        emit_labelled("adaptive_second", &[("regime", limiter.regime())], &fields);
     }
 }
 
@@ -435,10 +444,14 @@ async fn run(limiter: Limiter, schedule: &Schedule, namespace: &str) -> Result<R
         ticks.tick().await;
         let seen = downstream.interval();
         let reports = reports(&mut workers).await?;
-        let limit = match limiter {
-            Limiter::Fleet => fleet_limit(admin.as_ref().expect("connected")).await?,
-            Limiter::Local => reports.iter().map(|report| report[2]).sum(),
-            Limiter::Static(limit) => f64::from(limit),
+        let (limit, fleet_latency) = match limiter {
+            Limiter::Fleet => {
+                let [limit, latency, base] =
+                    fleet_limit(admin.as_ref().expect("connected")).await?;
+                (limit, Some([latency, base]))
+            }
+            Limiter::Local => (reports.iter().map(|report| report[2]).sum(), None),
+            Limiter::Static(limit) => (f64::from(limit), None),
         };
         let rejected_now: f64 = reports.iter().map(|report| report[0]).sum();
         let second = Second {
@@ -449,6 +462,7 @@ async fn run(limiter: Limiter, schedule: &Schedule, namespace: &str) -> Result<R
             mean: seen.mean,
             latencies: seen.latencies,
             served: seen.served,
+            fleet_latency,
         };
         second.emit(limiter, rejected_now - rejected, workers.len());
         rejected = rejected_now;
@@ -501,16 +515,23 @@ async fn reports(workers: &mut [Worker]) -> Result<Vec<Vec<f64>>> {
 }
 
 /// The fleet's adaptive limit, as `caracal status` shows it (`NaN` before any process used it).
-async fn fleet_limit(admin: &Admin) -> Result<f64> {
+/// The fleet's adaptive limit as `caracal status` shows it, with the mean and the base
+/// latency it was computed from (ms); `NaN` for what it does not show (before any process
+/// used the limit).
+async fn fleet_limit(admin: &Admin) -> Result<[f64; 3]> {
     let status = admin.status().await?;
-    let limit = status
+    let identity = status
         .iter()
-        .find(|identity| identity.kind == PolicyKind::Bulkhead && identity.name == FLEET_NAME)
-        .and_then(|identity| match identity.state.get("limit") {
-            Some(StatusValue::Count(limit)) => Some(*limit as f64),
-            _ => None,
-        });
-    Ok(limit.unwrap_or(f64::NAN))
+        .find(|identity| identity.kind == PolicyKind::Bulkhead && identity.name == FLEET_NAME);
+    let figure = |name| match identity.and_then(|identity| identity.state.get(name)) {
+        Some(StatusValue::Count(n)) => *n as f64,
+        _ => f64::NAN,
+    };
+    Ok([
+        figure("limit"),
+        figure("latency_us") / 1e3,
+        figure("base_latency_us") / 1e3,
+    ])
 }
 
 /// The 99th percentile of `latencies`, in milliseconds (`NaN` for none).
@@ -623,16 +644,24 @@ fn summary(run: &Run, schedule: &Schedule) -> Figures {
         fields.push(("static_limit".to_owned(), f64::from(limit)));
     }
     if let Some(joined) = run.joined_after {
+        // Each watched second with the one before: the limit at its start and at its end.
         let watched = run
             .seconds
-            .iter()
-            .filter(|s| joined < s.t && s.t <= joined + JOIN_WATCH);
-        let max = watched.map(|s| s.max / s.capacity).fold(f64::NAN, f64::max);
-        fields.push(("joiner_max_per_c".to_owned(), max));
-        fields.push((
-            "joiner_within".to_owned(),
-            f64::from(u8::from(max <= BAND.1)),
-        ));
+            .windows(2)
+            .filter(|pair| joined < pair[1].t && pair[1].t <= joined + JOIN_WATCH);
+        let (mut per_c, mut per_limit) = (f64::NAN, f64::NAN);
+        for [before, second] in watched.map(|pair| [&pair[0], &pair[1]]) {
+            per_c = per_c.max(second.max / second.capacity);
+            per_limit = per_limit.max(second.max / second.limit.max(before.limit));
+        }
+        fields.extend([
+            ("joiner_max_per_c".to_owned(), per_c),
+            ("joiner_max_per_limit".to_owned(), per_limit),
+            (
+                "joiner_within".to_owned(),
+                f64::from(u8::from(per_c <= BAND.1)),
+            ),
+        ]);
     }
     fields
 }
@@ -684,6 +713,14 @@ const TABLE: [&str; 13] = [
     "converge_restore_limit_s",
     "converge_half_concurrency_s",
     "converge_restore_concurrency_s",
+];
+
+/// The `adaptive_table` columns of the regimes that have them.
+const TABLE_IF_ANY: [&str; 4] = [
+    "static_limit",
+    "joiner_max_per_c",
+    "joiner_max_per_limit",
+    "joiner_within",
 ];
 
 /// What to run: `--seconds N`, `--only REGIME`.
@@ -773,8 +810,7 @@ async fn main() -> Result<()> {
     }
     let mut columns = Vec::new();
     for (regime, fields) in &table {
-        let extra = ["static_limit", "joiner_max_per_c", "joiner_within"];
-        for name in TABLE.iter().chain(&extra) {
+        for name in TABLE.iter().chain(&TABLE_IF_ANY) {
             if let Some(value) = find(fields, name) {
                 columns.push((format!("{regime}_{name}"), value));
             }
