@@ -49,7 +49,8 @@
 //! requests inside the downstream in the 3 s after the fourth process joined, over C, and
 //! `joiner_max_per_limit`, the same over the fleet's limit (the higher of those at the start
 //! and the end of each second: 1 or less is inside the fleet's limit). An
-//! `adaptive_table` line puts the three side by side (the static one: the best limit's run).
+//! `adaptive_table` line puts the three side by side (the static one: the best limit's run,
+//! `static_limit`; each static run's summary names its `limit`).
 //!
 //! What to read it against (the bounds): in steady state the downstream's concurrency
 //! within [0.8 C, 1.3 C], p99 ≤ 2 S, goodput ≥ 90 % of C / S; the limit within the band around
@@ -641,7 +642,7 @@ fn summary(run: &Run, schedule: &Schedule) -> Figures {
         ("errors".to_owned(), run.errors),
     ]);
     if let Limiter::Static(limit) = run.limiter {
-        fields.push(("static_limit".to_owned(), f64::from(limit)));
+        fields.push(("limit".to_owned(), f64::from(limit)));
     }
     if let Some(joined) = run.joined_after {
         // Each watched second with the one before: the limit at its start and at its end.
@@ -717,7 +718,7 @@ const TABLE: [&str; 13] = [
 
 /// The `adaptive_table` columns of the regimes that have them.
 const TABLE_IF_ANY: [&str; 4] = [
-    "static_limit",
+    "limit",
     "joiner_max_per_c",
     "joiner_max_per_limit",
     "joiner_within",
