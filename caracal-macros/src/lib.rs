@@ -73,6 +73,9 @@ attributes! {
     /// # assert_eq!(order.unwrap(), "order 7 from eu");
     /// # }
     /// ```
+    ///
+    /// `limit = adaptive(min = 2, initial = 20, max = 400)` lets the fleet find the limit from
+    /// the downstream's latency instead: [adaptive limits](https://docs.rs/caracal/latest/caracal/guide/attributes/index.html#adaptive-limits).
     bulkhead => bulkhead::KIND;
 
     /// A circuit breaker whose failure window is shared by every process using the coordinator.

@@ -87,8 +87,9 @@ pub struct IdentityStatus {
 /// declares them (`caracal status --json` prints them so).
 ///
 /// A bulkhead has `limit` (as reported; under drift the smallest in use), `occupancy` (bodies
-/// running now, across the fleet) and `limits` (under drift, each limit in use with the number
-/// of processes using it); a circuit breaker `state` (see [`BreakerState::as_str`]), `generation`,
+/// running now, across the fleet), `limits` (under drift, each limit in use with the number
+/// of processes using it), and for an adaptive limit `latency_us` and `base_latency_us` (the
+/// fleet's mean latency the limit was computed from, and its recent minimum); a circuit breaker `state` (see [`BreakerState::as_str`]), `generation`,
 /// `window_total`, `window_failures`, `retry_after_ms` (while open, until a probe may be
 /// admitted) and `window_slow`; a rate limit `rate` and `burst` (the last reported).
 #[derive(Debug, Clone)]

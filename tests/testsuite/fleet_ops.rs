@@ -501,7 +501,13 @@ fn status_lists_every_identity_of_the_fleet_with_drift() {
     let drifted = identity(&last, "bulkhead", "cli-status").expect("cli-status");
     assert_eq!(
         keys(drifted),
-        with(&["limit", "limits", "occupancy"]),
+        with(&[
+            "base_latency_us",
+            "latency_us",
+            "limit",
+            "limits",
+            "occupancy"
+        ]),
         "{drifted}"
     );
     assert_eq!(drifted["limit"], 2, "{drifted}");
@@ -515,7 +521,13 @@ fn status_lists_every_identity_of_the_fleet_with_drift() {
     let held = identity(&last, "bulkhead", "cli-status-held").expect("cli-status-held");
     assert_eq!(
         keys(held),
-        with(&["limit", "limits", "occupancy"]),
+        with(&[
+            "base_latency_us",
+            "latency_us",
+            "limit",
+            "limits",
+            "occupancy"
+        ]),
         "{held}"
     );
     assert_eq!(

@@ -12,6 +12,7 @@
 
 mod common;
 
+mod adaptive;
 mod attribute_forms;
 mod availability;
 mod batching;

@@ -51,17 +51,19 @@ fn fields(state: &PolicyState) -> Vec<(&'static str, String)> {
 
 #[test]
 fn a_bulkhead_shows_its_occupancy_of_its_limit() {
-    let held = state(PolicyKind::Bulkhead, "limit=5 lease=30s", &[2]);
+    let held = state(PolicyKind::Bulkhead, "limit=5 lease=30s", &[2, 0, 0, 0]);
     assert_eq!(held.summary(), ["2/5 in use".to_owned(), String::new()]);
     assert_eq!(
         fields(&held),
         [
             ("limit", "5".into()),
             ("occupancy", "2".into()),
-            ("limits", "?".into())
+            ("limits", "?".into()),
+            ("latency_us", "?".into()),
+            ("base_latency_us", "?".into())
         ]
     );
-    let unknown = state(PolicyKind::Bulkhead, "limit=none", &[0]);
+    let unknown = state(PolicyKind::Bulkhead, "limit=none", &[0, 0, 0, 0]);
     assert_eq!(unknown.get("limit"), Some(&StatusValue::Unset));
     assert_eq!(unknown.summary()[0], "0 in use");
 }
@@ -75,7 +77,12 @@ fn a_bulkhead_under_drift_shows_its_smallest_limit_and_each_in_use() {
         ("limit=10 lease=30s".to_owned(), 1),
         ("limit=20 lease=1m".to_owned(), 1),
     ];
-    let drifted = state_in_use(PolicyKind::Bulkhead, "limit=20 lease=30s", &[12], uses);
+    let drifted = state_in_use(
+        PolicyKind::Bulkhead,
+        "limit=20 lease=30s",
+        &[12, 0, 0, 0],
+        uses,
+    );
     assert_eq!(drifted.get("limit"), Some(&StatusValue::Count(10)));
     assert_eq!(
         drifted.get("limits"),
@@ -91,6 +98,32 @@ fn a_bulkhead_under_drift_shows_its_smallest_limit_and_each_in_use() {
             "limits in use: 10×1 20×3".to_owned()
         ]
     );
+}
+
+/// An adaptive limit is the fleet's, with the latencies it came from; pinned by an override,
+/// it is the number.
+#[test]
+fn a_bulkhead_with_an_adaptive_limit_shows_the_fleets_and_its_latencies() {
+    let adaptive = "limit=adaptive(min=2,initial=20,max=400) lease=30s";
+    let learnt = state(PolicyKind::Bulkhead, adaptive, &[7, 11_400, 40_200, 20_000]);
+    assert_eq!(learnt.get("limit"), Some(&StatusValue::Count(11)));
+    assert_eq!(
+        learnt.summary(),
+        [
+            "7/11 in use".to_owned(),
+            "adaptive: latency 40200µs against 20000µs".to_owned()
+        ]
+    );
+    let pinned = state(
+        PolicyKind::Bulkhead,
+        "limit=4 lease=30s",
+        &[3, 11_400, 40_200, 20_000],
+    );
+    assert_eq!(pinned.get("limit"), Some(&StatusValue::Count(4)));
+    assert_eq!(pinned.get("latency_us"), Some(&StatusValue::Unset));
+    // No estimate yet (no report answered): the limit is not known.
+    let fresh = state(PolicyKind::Bulkhead, adaptive, &[0, 0, 0, 0]);
+    assert_eq!(fresh.get("limit"), Some(&StatusValue::Unset));
 }
 
 #[test]

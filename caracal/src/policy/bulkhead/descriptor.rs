@@ -86,9 +86,9 @@ fn status(reported: &Registered, snapshot: &Snapshot) -> Result<Vec<StatusValue>
         natural("base latency", base_us)?,
     );
     let limits = reported.in_use("limit");
-    let adaptive = limits
-        .iter()
-        .any(|(limit, _)| limit.starts_with("adaptive"));
+    let is_adaptive = |limit: &str| limit.starts_with("adaptive");
+    let adaptive = limits.iter().any(|(limit, _)| is_adaptive(limit))
+        || reported.value("limit").is_some_and(is_adaptive);
     // The smallest limit in use: a number some process uses, or the fleet's adaptive limit.
     let numbers = limits
         .iter()

@@ -1,0 +1,360 @@
+//! `#[bulkhead(limit = adaptive(…))]`: the fleet's limit finds a downstream's capacity, follows
+//! it when it halves and when it comes back, stays within its bounds, backs off when calls
+//! fail, and a process that joins a running fleet admits within the fleet's limit from its
+//! first call, not from `initial`.
+//!
+//! The downstream serves `capacity` calls at once in 20 ms each and queues the rest. The
+//! in-process runs use tokio's paused clock, so latencies are exact and nothing depends on how
+//! loaded the machine is; the joining process runs against a real Redis.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::Duration;
+
+use caracal::admin::StatusValue;
+use caracal::metrics::BULKHEAD_LIMIT;
+use caracal::{Coordinator, bulkhead};
+use caracal_tests::{MetricsLog, RedisServer};
+use tokio::sync::Semaphore;
+
+use crate::common::{Gate, TestError, code, unique};
+
+const SERVICE: Duration = Duration::from_millis(20);
+
+/// A downstream of a known capacity, counting the calls inside it (served and queued).
+struct Downstream {
+    capacity: Semaphore,
+    inside: AtomicU32,
+    peak: AtomicU32,
+    failing: AtomicBool,
+}
+
+impl Downstream {
+    fn new(capacity: usize) -> Arc<Self> {
+        Arc::new(Downstream {
+            capacity: Semaphore::new(capacity),
+            inside: AtomicU32::new(0),
+            peak: AtomicU32::new(0),
+            failing: AtomicBool::new(false),
+        })
+    }
+
+    async fn serve(&self) -> Result<(), TestError> {
+        let inside = self.inside.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(inside, Ordering::SeqCst);
+        let permit = self.capacity.acquire().await.expect("never closed");
+        tokio::time::sleep(SERVICE).await;
+        drop(permit);
+        self.inside.fetch_sub(1, Ordering::SeqCst);
+        if self.failing.load(Ordering::SeqCst) {
+            Err(TestError::Body("failing"))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The highest concurrency since the last look.
+    fn take_peak(&self) -> u32 {
+        self.peak
+            .swap(self.inside.load(Ordering::SeqCst), Ordering::SeqCst)
+    }
+
+    async fn halve(&self, by: u32) {
+        self.capacity
+            .acquire_many(by)
+            .await
+            .expect("never closed")
+            .forget();
+    }
+}
+
+#[bulkhead(name = "adaptive-follow", limit = adaptive(min = 2, initial = 4, max = 40),
+           scope = scope)]
+async fn follow(scope: &str, down: &Downstream) -> Result<(), TestError> {
+    down.serve().await
+}
+
+#[bulkhead(name = "adaptive-bounded", limit = adaptive(min = 3, initial = 5, max = 12),
+           scope = scope)]
+async fn bounded(scope: &str, down: &Downstream) -> Result<(), TestError> {
+    down.serve().await
+}
+
+/// `tasks` tasks calling `call` back to back, each pausing 5 ms after a refusal.
+fn load<F, Fut>(
+    coordinator: &Coordinator,
+    tasks: usize,
+    call: F,
+) -> Vec<tokio::task::JoinHandle<()>>
+where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Result<(), TestError>> + Send,
+{
+    (0..tasks)
+        .map(|_| {
+            let call = call.clone();
+            tokio::spawn(coordinator.clone().scoped(async move {
+                loop {
+                    if let Err(TestError::Caracal(_)) = call().await {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                }
+            }))
+        })
+        .collect()
+}
+
+/// The limit `caracal status` shows for the bulkhead `name`, and the latency it came from.
+async fn status_limit(coordinator: &Coordinator, name: &str) -> (Option<u64>, Option<u64>) {
+    let statuses = coordinator.admin().status().await.expect("status");
+    // Not listed until its first process's first report.
+    let Some(status) = statuses.iter().find(|status| status.name == name) else {
+        return (None, None);
+    };
+    let count = |field| match status.state.get(field) {
+        Some(StatusValue::Count(n)) => Some(*n),
+        _ => None,
+    };
+    (count("limit"), count("latency_us"))
+}
+
+/// Seconds of load: the limit status shows and the downstream's peak concurrency, each second.
+async fn seconds(
+    coordinator: &Coordinator,
+    name: &str,
+    down: &Downstream,
+    n: u32,
+) -> Vec<(u64, u32)> {
+    let mut seen = Vec::new();
+    for _ in 0..n {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let (limit, _) = status_limit(coordinator, name).await;
+        seen.push((limit.unwrap_or(0), down.take_peak()));
+    }
+    seen
+}
+
+fn within(seen: &[(u64, u32)], low: u64, high: u64) -> bool {
+    seen.iter()
+        .all(|&(limit, peak)| (low..=high).contains(&limit) && u64::from(peak) <= high)
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn the_limit_finds_the_capacity_and_follows_it_down_and_back() {
+    let coordinator = Coordinator::in_memory();
+    let down = Downstream::new(10);
+    let scope = unique("follow");
+    let tasks = {
+        let (down, scope) = (Arc::clone(&down), scope.clone());
+        load(&coordinator, 40, move || {
+            let (down, scope) = (Arc::clone(&down), scope.clone());
+            async move { follow(&scope, &down).await }
+        })
+    };
+    // From `initial = 4` up to the capacity of 10: within [0.8, 1.3] × 10 by 30 s, and stays.
+    let warming = seconds(&coordinator, "adaptive-follow", &down, 30).await;
+    let steady = seconds(&coordinator, "adaptive-follow", &down, 20).await;
+    assert!(
+        within(&steady, 8, 13),
+        "warming {warming:?}, steady {steady:?}"
+    );
+    let (_, latency) = status_limit(&coordinator, "adaptive-follow").await;
+    assert!(
+        latency.is_some_and(|us| us >= 20_000),
+        "status shows the latency the limit came from: {latency:?}"
+    );
+
+    // The capacity halves: within [0.8, 1.3] × 5 in 10 s.
+    down.halve(5).await;
+    let following = seconds(&coordinator, "adaptive-follow", &down, 10).await;
+    let halved = seconds(&coordinator, "adaptive-follow", &down, 10).await;
+    assert!(
+        within(&halved, 4, 6),
+        "following {following:?}, halved {halved:?}"
+    );
+
+    // And back: within [0.8, 1.3] × 10 in 30 s.
+    down.capacity.add_permits(5);
+    let recovering = seconds(&coordinator, "adaptive-follow", &down, 30).await;
+    let recovered = seconds(&coordinator, "adaptive-follow", &down, 10).await;
+    assert!(
+        within(&recovered, 8, 13),
+        "recovering {recovering:?}, recovered {recovered:?}"
+    );
+    for task in tasks {
+        task.abort();
+    }
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn the_limit_stays_within_its_bounds_and_backs_off_from_failures() {
+    MetricsLog::global();
+    let coordinator = Coordinator::in_memory();
+    // Room for 40: the limit grows to its `max` of 12 and no further.
+    let down = Downstream::new(40);
+    let scope = unique("bounded");
+    let tasks = {
+        let (down, scope) = (Arc::clone(&down), scope.clone());
+        load(&coordinator, 30, move || {
+            let (down, scope) = (Arc::clone(&down), scope.clone());
+            async move { bounded(&scope, &down).await }
+        })
+    };
+    let growing = seconds(&coordinator, "adaptive-bounded", &down, 30).await;
+    assert!(within(&growing, 3, 12), "{growing:?}");
+    assert_eq!(
+        growing.last().map(|&(limit, _)| limit),
+        Some(12),
+        "{growing:?}"
+    );
+    let gauge = || {
+        MetricsLog::global().gauge(
+            BULKHEAD_LIMIT,
+            &[
+                ("name", "adaptive-bounded"),
+                ("operation", "adaptive-bounded"),
+            ],
+        )
+    };
+    assert_eq!(
+        gauge(),
+        Some(12.0),
+        "caracal_bulkhead_limit follows the adaptive limit"
+    );
+
+    // An operator pins it; unset, it is adaptive again, from where it was.
+    let admin = coordinator.admin();
+    admin
+        .set_override("bulkhead.adaptive-bounded.limit", "4")
+        .await
+        .expect("pinned");
+    let pinned = seconds(&coordinator, "adaptive-bounded", &down, 10).await;
+    assert!(within(&pinned[2..], 4, 4), "{pinned:?}");
+    assert_eq!(gauge(), Some(4.0));
+    admin
+        .unset_override("bulkhead.adaptive-bounded.limit")
+        .await
+        .expect("unpinned");
+    let unpinned = seconds(&coordinator, "adaptive-bounded", &down, 10).await;
+    assert!(within(&unpinned[2..], 12, 12), "{unpinned:?}");
+
+    // Every call fails: congestion, down to `min` and no further.
+    down.failing.store(true, Ordering::SeqCst);
+    let failing = seconds(&coordinator, "adaptive-bounded", &down, 30).await;
+    assert!(within(&failing, 3, 12), "{failing:?}");
+    assert_eq!(
+        failing.last().map(|&(limit, _)| limit),
+        Some(3),
+        "{failing:?}"
+    );
+    for task in tasks {
+        task.abort();
+    }
+}
+
+#[bulkhead(name = "adaptive-join", limit = adaptive(min = 2, initial = 30, max = 60),
+           scope = scope)]
+async fn join(scope: &str, down: &Downstream) -> Result<(), TestError> {
+    down.serve().await
+}
+
+#[bulkhead(name = "adaptive-join", limit = adaptive(min = 2, initial = 30, max = 60),
+           scope = scope)]
+async fn hold(scope: &str, inside: &AtomicU32, gate: &Gate) -> Result<(), TestError> {
+    inside.fetch_add(1, Ordering::SeqCst);
+    gate.pass().await;
+    Ok(())
+}
+
+/// A fleet of one brings the limit of a downstream of capacity 4 down from 30; a second
+/// process, started then, holds its first 20 calls at once to the fleet's limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_that_joins_admits_within_the_fleets_limit_from_its_first_call() {
+    let server = RedisServer::start();
+    let namespace = unique("join");
+    let scope = unique("join");
+    let connect = || {
+        Coordinator::redis(server.url())
+            .namespace(namespace.clone())
+            .connect()
+    };
+    let first = connect().await.expect("connect");
+    let down = Downstream::new(4);
+    let tasks = {
+        let (down, scope) = (Arc::clone(&down), scope.clone());
+        load(&first, 24, move || {
+            let (down, scope) = (Arc::clone(&down), scope.clone());
+            async move { join(&scope, &down).await }
+        })
+    };
+    // Generous: the limit moves once a second, by at most half the way to its target.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    let learnt = loop {
+        let (limit, _) = status_limit(&first, "adaptive-join").await;
+        if let Some(limit @ ..=8) = limit {
+            break limit;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the limit never came down from 30 towards 4: {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    for task in tasks {
+        task.abort();
+    }
+    // The first process's calls drain (their releases are in flight): wait until no lease is
+    // held, so the second's calls meet an empty set.
+    let mut conn = server.connection();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("caracal:v1:*adaptive-join*:leases")
+            .query(&mut conn)
+            .expect("KEYS");
+        if keys.is_empty() {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "leases stay held");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let second = connect().await.expect("connect");
+    let gate = Gate::closed();
+    let inside = Arc::new(AtomicU32::new(0));
+    let calls: Vec<_> = (0..20)
+        .map(|_| {
+            let (gate, inside, scope) = (gate.clone(), Arc::clone(&inside), scope.clone());
+            tokio::spawn(second.scoped(async move { hold(&scope, &inside, &gate).await }))
+        })
+        .collect();
+    // The calls admitted hold their slots until every other has been refused.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let refused = calls.iter().filter(|call| call.is_finished()).count();
+        let admitted = inside.load(Ordering::SeqCst) as usize;
+        if refused + admitted == calls.len() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "calls neither admitted nor refused"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    gate.open(20);
+    let mut admitted = 0;
+    for call in calls {
+        let result = call.await.expect("no panic");
+        match code(&result) {
+            "ok" => admitted += 1,
+            "bulkhead_full" => {}
+            other => panic!("a call ended {other}"),
+        }
+    }
+    // The limit may have moved a step since it was read: by at most a half, up or down.
+    assert!(
+        (1..=learnt + learnt / 2 + 1).contains(&admitted),
+        "the joining process admitted {admitted} of 20 at once, the fleet's limit was {learnt}"
+    );
+}

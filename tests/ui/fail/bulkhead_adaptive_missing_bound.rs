@@ -1,0 +1,19 @@
+//! A missing bound is named.
+use caracal::bulkhead;
+
+struct ApiError;
+
+impl From<caracal::Error> for ApiError {
+    fn from(_: caracal::Error) -> Self {
+        ApiError
+    }
+}
+
+#[bulkhead(limit = adaptive(min = 2, max = 400))]
+async fn f() -> Result<(), ApiError> {
+    Ok(())
+}
+
+fn main() {
+    drop(f());
+}

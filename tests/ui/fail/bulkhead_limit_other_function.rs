@@ -1,0 +1,19 @@
+//! A call other than `adaptive` is named.
+use caracal::bulkhead;
+
+struct ApiError;
+
+impl From<caracal::Error> for ApiError {
+    fn from(_: caracal::Error) -> Self {
+        ApiError
+    }
+}
+
+#[bulkhead(limit = adaptve(min = 2, initial = 20, max = 400))]
+async fn f() -> Result<(), ApiError> {
+    Ok(())
+}
+
+fn main() {
+    drop(f());
+}
