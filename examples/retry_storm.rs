@@ -46,15 +46,13 @@
 //! keys in a namespace of their own on that Redis.
 
 use std::error::Error;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use caracal::{retry, retry_budget};
-use caracal_examples::{emit, redis_url};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdin, ChildStdout};
+use caracal_examples::{Worker, emit, redis_url};
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::time::{Instant, MissedTickBehavior};
 use tower::retry::budget::{Budget, TpsBudget};
 
@@ -267,25 +265,15 @@ async fn storm(
 
 /// The worker processes, talking over their stdin and stdout.
 struct Fleet {
-    workers: Vec<(Child, ChildStdin, Lines<BufReader<ChildStdout>>)>,
+    workers: Vec<Worker>,
 }
 
 impl Fleet {
     /// Starts `PROCESSES` workers and waits until every one has connected.
     async fn start(namespace: &str) -> Result<Fleet> {
-        let exe = std::env::current_exe()?;
-        let mut workers = Vec::with_capacity(PROCESSES);
-        for _ in 0..PROCESSES {
-            let mut child = tokio::process::Command::new(&exe)
-                .args(["worker", namespace])
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .kill_on_drop(true)
-                .spawn()?;
-            let stdin = child.stdin.take().expect("piped stdin");
-            let stdout = child.stdout.take().expect("piped stdout");
-            workers.push((child, stdin, BufReader::new(stdout).lines()));
-        }
+        let workers = (0..PROCESSES)
+            .map(|_| Worker::start(["worker", namespace]))
+            .collect::<Result<_, _>>()?;
         let mut fleet = Fleet { workers };
         for line in fleet.answers().await? {
             if line != "ready" {
@@ -298,11 +286,8 @@ impl Fleet {
     /// One line from every worker, in order.
     async fn answers(&mut self) -> Result<Vec<String>> {
         let mut lines = Vec::with_capacity(self.workers.len());
-        for (child, _, stdout) in &mut self.workers {
-            match stdout.next_line().await? {
-                Some(line) => lines.push(line),
-                None => return Err(format!("a worker exited: {}", child.wait().await?).into()),
-            }
+        for worker in &mut self.workers {
+            lines.push(worker.line().await?);
         }
         Ok(lines)
     }
@@ -316,14 +301,9 @@ impl Fleet {
         seconds: u64,
         scope: &str,
     ) -> Result<Vec<[f64; 3]>> {
-        for ((_, stdin, _), rate) in self.workers.iter_mut().zip(rates) {
-            let line = format!(
-                "{} {} {seconds} {scope}\n",
-                guard.name(),
-                rate.unwrap_or(0.0)
-            );
-            stdin.write_all(line.as_bytes()).await?;
-            stdin.flush().await?;
+        for (worker, rate) in self.workers.iter_mut().zip(rates) {
+            let command = format!("{} {} {seconds} {scope}", guard.name(), rate.unwrap_or(0.0));
+            worker.send(&command).await?;
         }
         self.answers()
             .await?
@@ -338,12 +318,8 @@ impl Fleet {
 
     /// Closes every worker's stdin and waits for it to shut down cleanly.
     async fn finish(self) -> Result<()> {
-        for (mut child, stdin, _) in self.workers {
-            drop(stdin);
-            let status = child.wait().await?;
-            if !status.success() {
-                return Err(format!("a worker exited: {status}").into());
-            }
+        for worker in self.workers {
+            worker.finish().await?;
         }
         Ok(())
     }

@@ -1,5 +1,13 @@
 //! Runnable examples live beside this crate as `[[example]]` targets. What more than one of
-//! them needs lives here: the benchmarks' JSON lines and their reading of Redis' `INFO`.
+//! them needs lives here: the benchmarks' JSON lines, their reading of Redis' `INFO`, and the
+//! worker processes of the fleet benchmarks.
+
+use std::error::Error;
+use std::ffi::OsStr;
+use std::process::Stdio;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout};
 
 /// The Redis the examples use: `CARACAL_REDIS_URL`, else `redis://127.0.0.1:6379`.
 pub fn redis_url() -> String {
@@ -10,28 +18,35 @@ pub fn redis_url() -> String {
 /// without decimals, anything else with three; a value that is not finite (a ratio to a
 /// baseline that could not be measured) is `null`.
 pub fn emit(figure: &str, fields: &[(&str, f64)]) {
-    let fields: Vec<String> = fields
-        .iter()
-        .map(|&(name, value)| {
-            if !value.is_finite() {
-                format!("\"{name}\":null")
-            } else if value.fract() == 0.0 && value.abs() < 1e15 {
-                format!("\"{name}\":{value:.0}")
-            } else {
-                format!("\"{name}\":{value:.3}")
-            }
-        })
-        .collect();
-    println!("{{\"figure\":\"{figure}\",{}}}", fields.join(","));
+    emit_labelled(figure, &[], fields);
 }
 
 /// Prints one JSON line: a figure name and text fields (say, why a part was skipped).
 pub fn emit_text(figure: &str, fields: &[(&str, &str)]) {
-    let fields: Vec<String> = fields
+    emit_labelled(figure, fields, &[]);
+}
+
+/// Prints one JSON line: a figure name, its text fields (labels: which run a line belongs to),
+/// then its numeric fields, written as [`emit`] writes them.
+pub fn emit_labelled(figure: &str, labels: &[(&str, &str)], fields: &[(&str, f64)]) {
+    let labels = labels
         .iter()
-        .map(|&(name, value)| format!("\"{name}\":{}", json_string(value)))
-        .collect();
-    println!("{{\"figure\":\"{figure}\",{}}}", fields.join(","));
+        .map(|&(name, value)| format!("\"{name}\":{}", json_string(value)));
+    let fields = fields
+        .iter()
+        .map(|&(name, value)| format!("\"{name}\":{}", json_number(value)));
+    let all: Vec<String> = labels.chain(fields).collect();
+    println!("{{\"figure\":\"{figure}\",{}}}", all.join(","));
+}
+
+fn json_number(value: f64) -> String {
+    if !value.is_finite() {
+        "null".to_owned()
+    } else if value.fract() == 0.0 && value.abs() < 1e15 {
+        format!("{value:.0}")
+    } else {
+        format!("{value:.3}")
+    }
 }
 
 fn json_string(text: &str) -> String {
@@ -66,4 +81,68 @@ pub fn commandstats(info: &str) -> impl Iterator<Item = (&str, f64, f64)> {
         };
         Some((command, field("calls"), field("usec")))
     })
+}
+
+/// A copy of the running example started as a worker process, talking over its stdio: one
+/// command a line on its stdin, one answer a line on its stdout (its stderr is the parent's).
+/// Killed if dropped, so a parent that fails leaves no worker behind.
+pub struct Worker {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: Lines<BufReader<ChildStdout>>,
+}
+
+impl Worker {
+    /// Starts this executable with `args` (the example's worker mode is its first argument).
+    pub fn start<I, S>(args: I) -> std::io::Result<Worker>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut child = tokio::process::Command::new(std::env::current_exe()?)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()?;
+        let stdin = child.stdin.take().expect("piped stdin");
+        let stdout = child.stdout.take().expect("piped stdout");
+        Ok(Worker {
+            child,
+            stdin,
+            stdout: BufReader::new(stdout).lines(),
+        })
+    }
+
+    /// Writes `command` and a newline to the worker's stdin.
+    pub async fn send(&mut self, command: &str) -> std::io::Result<()> {
+        self.stdin
+            .write_all(format!("{command}\n").as_bytes())
+            .await?;
+        self.stdin.flush().await
+    }
+
+    /// The worker's next line; an error saying how it exited if it closed its stdout instead.
+    pub async fn line(&mut self) -> Result<String, Box<dyn Error>> {
+        match self.stdout.next_line().await? {
+            Some(line) => Ok(line),
+            None => Err(format!("a worker exited: {}", self.child.wait().await?).into()),
+        }
+    }
+
+    /// Closes the worker's stdin (its signal to stop) and waits until it exits, successfully.
+    pub async fn finish(self) -> Result<(), Box<dyn Error>> {
+        // Its stdout stays open until it has exited: a worker's last words must not fail.
+        let Worker {
+            mut child,
+            stdin,
+            stdout: _stdout,
+        } = self;
+        drop(stdin);
+        let status = child.wait().await?;
+        if !status.success() {
+            return Err(format!("a worker exited: {status}").into());
+        }
+        Ok(())
+    }
 }
