@@ -71,6 +71,10 @@ struct Known {
     announced: Option<u32>,
     /// The last report that failed, and when.
     failed: Option<(Error, Instant)>,
+    /// Reports sent, and the latest whose answer was learnt: an answer that overtook an older
+    /// one's is kept, the older dropped (the reporter and a first call may both be asking).
+    sent: u64,
+    answered: u64,
     /// Whether the background reporter runs.
     reporting: bool,
 }
@@ -161,14 +165,23 @@ impl View {
 
     /// Sends what was observed and learns the answer.
     async fn report(&self, coordinator: &Coordinator, bounds: Bounds) -> Result<Learnt, Error> {
-        let report = Report {
-            observed: std::mem::take(&mut lock(&self.known).observed),
-            bounds,
-            window_ms: UPDATE_EVERY_MS,
+        let (report, number) = {
+            let mut known = lock(&self.known);
+            known.sent += 1;
+            let report = Report {
+                observed: std::mem::take(&mut known.observed),
+                bounds,
+                window_ms: UPDATE_EVERY_MS,
+            };
+            (report, known.sent)
         };
         let learnt = coordinator.run::<Adapt>(&self.identity, report).await?;
         let announce = {
             let mut known = lock(&self.known);
+            if number < known.answered {
+                return Ok(learnt);
+            }
+            known.answered = number;
             known.learnt = Some((learnt, Instant::now()));
             // The first limit learnt is where this process starts, not a change.
             let was = *known.announced.get_or_insert(learnt.limit);

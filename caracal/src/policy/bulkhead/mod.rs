@@ -51,12 +51,11 @@ pub struct BulkheadConfig {
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AdaptiveLimit {
-    /// The least the limit goes to.
-    pub min: u32,
-    /// Where it starts.
-    pub initial: u32,
-    /// The most it goes to.
-    pub max: u32,
+    // Private: made only by `new`, which checks their order (a limit clamped between bounds
+    // out of order would panic).
+    min: u32,
+    initial: u32,
+    max: u32,
 }
 
 impl AdaptiveLimit {

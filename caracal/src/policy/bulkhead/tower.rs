@@ -70,7 +70,7 @@ impl<Req> BulkheadLayer<Req> {
             self.identity.name
         );
         self.limit = Some(initial);
-        self.adaptive = Some(AdaptiveLimit { min, initial, max });
+        self.adaptive = Some(AdaptiveLimit::new(min, initial, max));
         self
     }
 

@@ -53,8 +53,12 @@ if now >= since + window then
         base = base + math.floor((least - base) / 16)
       end
       latency = mean
-      local gradient = math.min(math.floor(base * 1000 / mean), 1000)
-      target = math.floor(math.floor(limit * gradient / 1000) * 1100 / 1000)
+      local gradient = math.min(math.floor(base * 1100 / mean), 1000)
+      if gradient == 1000 then
+        target = math.floor(limit * 1200 / 1000)
+      else
+        target = math.floor(limit * gradient / 1000)
+      end
     end
     if wdrops * 1000 > (wn + wdrops) * 100 then
       target = math.min(target, math.floor(limit * 3 / 4))

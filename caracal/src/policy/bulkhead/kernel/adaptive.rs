@@ -15,14 +15,17 @@
 //!   way towards it (so a downstream that got slower for good is followed within about 30
 //!   windows, while a moment without an unqueued call does not move it far).
 //! - A downstream serving `C` at once takes `S` for an unqueued call; at a limit `L ≥ C` its
-//!   mean latency is `S × L / C` (Little's law with the downstream saturated), so `L × base /
-//!   latency` estimates `C`. The target is that estimate plus a tenth ([`HEADROOM_PM`]): while
-//!   latency stays at the base, the target is a tenth above the limit (which grows by 5 % a
-//!   window); once calls queue, it heads
-//!   for 1.1 C whatever it was. This is Netflix's Gradient limit (`gradient = min_rtt / rtt`)
-//!   with the fleet's figures, a tolerance of 1.1 in place of its `sqrt(limit)` queue
+//!   mean latency is `S × L / C` (Little's law with the downstream saturated). The gradient is
+//!   `min(1, 1.1 × base / latency)` ([`TOLERANCE_PM`]): 1 while the mean stays within a tenth
+//!   of the base (an unqueued call's latency varies: a mean a few percent above the fastest
+//!   call is not queueing), else `1.1 × C / L`. A gradient of 1 probes: the target is 1.2 × the
+//!   limit ([`GROWTH_PM`]). Below 1 the target is `L × gradient = 1.1 × C` whatever the limit
+//!   was. So the limit heads for 1.1 × the capacity (less the unqueued latency's own spread)
+//!   and stays there. This is Netflix's Gradient limit (`gradient = min_rtt × tolerance /
+//!   rtt`) with the fleet's figures, a probing step in place of its `sqrt(limit)` queue
 //!   allowance (which at small limits overshoots by a third), and its minimum latency decaying
-//!   upwards as Gradient2's long-term average does, without Gradient2's averaging drift.
+//!   upwards as Gradient2's long-term average does, without Gradient2's averaging drift (it
+//!   learns a congested latency as normal).
 //! - Drops above a tenth of the window's calls ([`DROP_SHARE_PERMILLE`]) are congestion: the
 //!   target is at most three quarters of the limit (AIMD's back-off).
 //! - A fleet that never came near its limit (its highest occupancy under half of it) gives no
@@ -38,6 +41,7 @@
 //! | it has, with nothing observed | [`Idle`](Branch::Idle) | a window opens now; the limit is kept |
 //! | it has; the window's smallest latency is below the base | [`BaseLowered`](Branch::BaseLowered) | the base is that latency |
 //! | it is not | [`BaseRaised`](Branch::BaseRaised) | the base moves a sixteenth towards it |
+//! | the mean latency within a tenth of the base | [`Probed`](Branch::Probed) | target 1.2 × the limit |
 //! | drops above a tenth | [`Congested`](Branch::Congested) | target at most ¾ of the limit |
 //! | the highest occupancy under half the limit | [`AppLimited`](Branch::AppLimited) | target at most the limit |
 //! | the new limit is above the old | [`Grew`](Branch::Grew) | |
@@ -50,8 +54,11 @@
 
 use crate::kernel::{Kernel, Malformed, Now, Script, Scripted, Seen, Sink, State, Wire};
 
-/// The target's allowance over the capacity estimate, in thousandths: 1.1 × the estimate.
-pub(crate) const HEADROOM_PM: u64 = 1_100;
+/// How much above the base the mean latency may be before it counts as queueing, in
+/// thousandths: 1.1 × the base.
+pub(crate) const TOLERANCE_PM: u64 = 1_100;
+/// The target while latency is within the tolerance, in thousandths of the limit: 1.2 ×.
+pub(crate) const GROWTH_PM: u64 = 1_200;
 /// Drops above this share of a window's calls (thousandths) are congestion.
 pub(crate) const DROP_SHARE_PERMILLE: u64 = 100;
 /// How far the base rises towards a higher window minimum at each update: a sixteenth.
@@ -71,6 +78,7 @@ pub(crate) enum Branch {
     Idle,
     BaseLowered,
     BaseRaised,
+    Probed,
     Congested,
     AppLimited,
     Grew,
@@ -81,12 +89,13 @@ pub(crate) enum Branch {
 impl Branch {
     /// Every branch, indexed as [`Seen`] records them.
     #[cfg(test)]
-    pub(crate) const ALL: [Branch; 10] = [
+    pub(crate) const ALL: [Branch; 11] = [
         Branch::Started,
         Branch::Gathered,
         Branch::Idle,
         Branch::BaseLowered,
         Branch::BaseRaised,
+        Branch::Probed,
         Branch::Congested,
         Branch::AppLimited,
         Branch::Grew,
@@ -276,10 +285,15 @@ fn update(estimate: &mut Estimate, bounds: Bounds, seen: &mut Seen) {
             estimate.base_us + (low - estimate.base_us) / BASE_RISE
         };
         estimate.latency_us = latency;
-        // base ≤ low ≤ latency but for sums stopped at `MAX_SUM`: at most 1000 either way, so
-        // every product stays below 2^53.
-        let gradient_pm = (estimate.base_us * 1000 / latency).min(1000);
-        target = limit * gradient_pm / 1000 * HEADROOM_PM / 1000;
+        // The base is at most 6 × 10^8 µs and the gradient at most 1000, so every product
+        // stays below 2^53: exact in the script's numbers too.
+        let gradient_pm = (estimate.base_us * TOLERANCE_PM / latency).min(1000);
+        target = if gradient_pm == 1000 {
+            Branch::Probed.reach(seen);
+            limit * GROWTH_PM / 1000
+        } else {
+            limit * gradient_pm / 1000
+        };
     }
     let calls = window.samples + window.drops;
     if window.drops * 1000 > calls * DROP_SHARE_PERMILLE {
@@ -391,9 +405,10 @@ mod tests {
         let mut estimate = Estimate::default();
         let limits = run(&mut estimate, 1, 10, 40);
         assert!(limits.windows(2).all(|w| w[0] <= w[1]), "{limits:?}");
+        // Around 1.1 × 40, one probing step (1.1 × on the limit) above it at most.
         let limits = run(&mut estimate, 11, 20, 40);
         assert!(
-            limits[5..].iter().all(|&l| (40..=46).contains(&l)),
+            limits[5..].iter().all(|&l| (40..=49).contains(&l)),
             "{limits:?}"
         );
         // The capacity halves: within [0.8, 1.3] × 20 in a few windows.
