@@ -41,7 +41,9 @@
 //! change of capacity): `overshoot_max` and `overshoot_mean` (the downstream's concurrency over
 //! C), `within` (the fraction of seconds whose mean concurrency is within [0.8 C, 1.3 C]),
 //! `p99_per_s` (p99 latency over S), `goodput_per_cs` (goodput over C / S) and `service_ms`,
-//! the mean time the downstream took to serve a request. Then convergence:
+//! the mean time the downstream took to serve a request, and `redis_usec_per_call`, what Redis
+//! spent on `EVALSHA` and `ZREM` over the run per call answered (the adaptive limit's reports
+//! included: against a static limit's, the cost of adapting). Then convergence:
 //! `converge_half_limit_s`, the seconds from the halving until the limit is within
 //! [0.8 C/2, 1.3 C/2] and stays there until C doubles back (`null`: it is not there at the
 //! end), `converge_restore_limit_s` the same after C doubles back, and `_concurrency_s` both
@@ -73,7 +75,7 @@ use std::time::Duration;
 
 use caracal::admin::{Admin, StatusValue};
 use caracal::{PolicyKind, bulkhead};
-use caracal_examples::{Worker, emit, emit_labelled, redis_url};
+use caracal_examples::{Worker, commandstats, emit, emit_labelled, redis_url};
 use downstream::Downstream;
 use gradient2::Gradient2;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -408,6 +410,21 @@ struct Run {
     joined_after: Option<u64>,
     rejected: f64,
     errors: f64,
+    /// What Redis spent on lease commands (`EVALSHA`, the release's `ZREM`) in the run, in µs.
+    redis_usec: f64,
+}
+
+/// Server microseconds spent on `EVALSHA` and `ZREM` so far (`INFO commandstats`): every
+/// script call (leases, the adaptive limit's reports) and every release.
+async fn redis_usec(conn: &mut redis::aio::MultiplexedConnection) -> Result<f64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await?;
+    Ok(commandstats(&info)
+        .filter(|&(command, _, _)| command == "evalsha" || command == "zrem")
+        .map(|(_, _, usec)| usec)
+        .sum())
 }
 
 /// Runs `limiter` for the schedule: the downstream, the workers, a line per second.
@@ -426,6 +443,10 @@ async fn run(limiter: Limiter, schedule: &Schedule, namespace: &str) -> Result<R
         Limiter::Local | Limiter::Static(_) => None,
     };
     let admin = observer.as_ref().map(caracal::Coordinator::admin);
+    let mut stats = redis::Client::open(redis_url())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let usec_before = redis_usec(&mut stats).await?;
     let mut workers = Vec::with_capacity(PROCESSES + 1);
     for _ in 0..PROCESSES {
         workers.push(ready(args).await?);
@@ -482,6 +503,7 @@ async fn run(limiter: Limiter, schedule: &Schedule, namespace: &str) -> Result<R
     for worker in workers {
         worker.finish().await?;
     }
+    let redis_usec = redis_usec(&mut stats).await? - usec_before;
     if let Some(observer) = observer {
         observer.shutdown().await;
     }
@@ -491,6 +513,7 @@ async fn run(limiter: Limiter, schedule: &Schedule, namespace: &str) -> Result<R
         joined_after,
         rejected: reports.iter().map(|report| report[0]).sum(),
         errors: reports.iter().map(|report| report[1]).sum(),
+        redis_usec,
     })
 }
 
@@ -640,6 +663,10 @@ fn summary(run: &Run, schedule: &Schedule) -> Figures {
             run.rejected / schedule.seconds as f64,
         ),
         ("errors".to_owned(), run.errors),
+        (
+            "redis_usec_per_call".to_owned(),
+            run.redis_usec / run.seconds.iter().map(|s| s.latencies.len()).sum::<usize>() as f64,
+        ),
     ]);
     if let Limiter::Static(limit) = run.limiter {
         fields.push(("limit".to_owned(), f64::from(limit)));
@@ -700,7 +727,7 @@ fn best_static(runs: Vec<Figures>) -> Option<Figures> {
 }
 
 /// The `adaptive_table` columns of each regime.
-const TABLE: [&str; 13] = [
+const TABLE: [&str; 14] = [
     "steady_overshoot_max",
     "steady_overshoot_mean",
     "steady_within",
@@ -714,6 +741,7 @@ const TABLE: [&str; 13] = [
     "converge_restore_limit_s",
     "converge_half_concurrency_s",
     "converge_restore_concurrency_s",
+    "redis_usec_per_call",
 ];
 
 /// The `adaptive_table` columns of the regimes that have them.
