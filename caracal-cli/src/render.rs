@@ -220,7 +220,18 @@ fn top_row(identity: &IdentityStatus) -> [String; 9] {
         _ => None,
     };
     let (in_flight, mut state) = match identity.kind {
-        PolicyKind::Bulkhead => (summary.trim_end_matches(" in use").to_owned(), "-".into()),
+        PolicyKind::Bulkhead => {
+            // An adaptive limit: the latency it came from, against the fleet's base.
+            let adaptive =
+                count("latency_us")
+                    .zip(count("base_latency_us"))
+                    .map(|(latency, base)| {
+                        let ms = |us: u64| us as f64 / 1000.0;
+                        format!("adaptive: {:.1}ms vs {:.1}ms", ms(latency), ms(base))
+                    });
+            let in_flight = summary.trim_end_matches(" in use").to_owned();
+            (in_flight, adaptive.unwrap_or_else(|| "-".into()))
+        }
         _ => ("-".to_owned(), summary),
     };
     // Who forced it, and why: the first thing an operator asks of a forced breaker.
