@@ -662,5 +662,10 @@ async fn main() -> Result<(), caracal::Error> {
     if only.as_deref() == Some("local") {
         return Ok(());
     }
-    redis_figures(&url).await
+    // From a task of the runtime, as a request handler calls: the thread that `block_on`s is
+    // none of the runtime's workers, so each command made from there crosses threads twice to
+    // reach its connection's task and back, which no handler's call does.
+    tokio::spawn(async move { redis_figures(&url).await })
+        .await
+        .expect("the Redis figures' task")
 }

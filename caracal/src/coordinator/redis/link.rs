@@ -4,8 +4,8 @@
 //! for.
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
+use std::future::{Future, poll_fn};
+use std::pin::{Pin, pin};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,7 +20,7 @@ use super::lanes::{Admitted, Driven, Lanes, Queued, Request, answer};
 use super::pool::Pool;
 use super::{redis_cause, reply, token_text};
 use crate::Error;
-use crate::coordinator::background::Background;
+use crate::coordinator::background::{Background, Parked, Work};
 use crate::coordinator::incarnation::{Incarnation, LossCause};
 use crate::coordinator::protocol::LeaseAnswer;
 use crate::error::FailureKind;
@@ -80,6 +80,9 @@ struct Releases {
     in_flight: u32,
     waiting: Vec<Release>,
     retry_scheduled: bool,
+    /// The batches sent, while their work may be on its shelf: the identity's next acquire
+    /// carries them (see [`Background::alongside`]).
+    sent: Vec<Parked>,
 }
 
 impl Releases {
@@ -132,10 +135,14 @@ impl Batched for Acquire {
     ) -> Result<Vec<LeaseAnswer>, Error> {
         // Releases still queued go first, on the same connection: the acquire of a task that
         // just released must see its own slot free.
-        link.flush_releases(key);
+        let releases = link.flush_releases(key);
         let steps: Vec<&LeaseStep> = batch.iter().map(|queued| &queued.request.0).collect();
         let sent = Instant::now();
-        let replies = link.lease(key, &steps).await?;
+        // Their replies come before this one's: carried here, they wake no task of their own.
+        let replies = link
+            .background
+            .alongside(link.lease(key, &steps), releases)
+            .await?;
         if let Some(fence) = replies.iter().filter(|r| r.allowed).map(|r| r.fence).max() {
             link.granted(key, fence, sent + Duration::from_millis(steps[0].ttl));
         }
@@ -395,11 +402,18 @@ impl Link {
         }
     }
 
-    /// Sends the releases queued for `key` now.
-    fn flush_releases(self: &Arc<Self>, key: &KeyBase) {
-        if let Some(lane) = lock(&self.releases).get_mut(key) {
-            self.send_waiting(key, lane);
-        }
+    /// Sends the releases queued for `key` now; returns the work of those whose replies have
+    /// not been heard yet, for an acquire on the same connection to carry.
+    fn flush_releases(self: &Arc<Self>, key: &KeyBase) -> Vec<Work> {
+        let mut lanes = lock(&self.releases);
+        let Some(lane) = lanes.get_mut(key) else {
+            return Vec::new();
+        };
+        self.send_waiting(key, lane);
+        lane.sent
+            .drain(..)
+            .filter_map(|sent| sent.adopt())
+            .collect()
     }
 
     /// Takes what waits in `key`'s `lane` and queues its `ZREM` on the identity's connection.
@@ -409,8 +423,13 @@ impl Link {
     /// [`run_releases`](Self::run_releases).)
     fn send_waiting(self: &Arc<Self>, key: &KeyBase, lane: &mut Releases) {
         if let Some(batch) = lane.take() {
-            self.background
+            let sent = self
+                .background
                 .start(Arc::clone(self).run_releases(key.clone(), batch));
+            lane.sent.retain(Parked::shelved);
+            if sent.shelved() {
+                lane.sent.push(sent);
+            }
         }
     }
 
@@ -428,10 +447,23 @@ impl Link {
     ) -> Pin<Box<dyn Future<Output = ()> + Send>> {
         Box::pin(async move {
             let tokens: Vec<Uuid> = batch.iter().map(|release| release.token).collect();
-            let sent = self.zrem(&key, &tokens).await;
+            let mut waited = false;
+            let sent = {
+                let mut zrem = pin!(self.zrem(&key, &tokens));
+                poll_fn(|cx| {
+                    let polled = zrem.as_mut().poll(cx);
+                    waited |= polled.is_pending();
+                    polled
+                })
+                .await
+            };
             // Whoever started this holds the releases' lock until its first poll returns; a
             // `ZREM` that failed at once (no connection) must not take the lock in that poll.
-            tokio::task::yield_now().await;
+            // Only then: a task that yields is woken through the scheduler's queue, which on a
+            // multi-thread runtime wakes a second worker.
+            if !waited {
+                tokio::task::yield_now().await;
+            }
             let again = match sent {
                 Err(error) if outcome_unknown(&error) => {
                     let retry_by = Instant::now() + RELEASE_RETRY_PAUSE;

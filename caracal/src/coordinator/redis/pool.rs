@@ -15,10 +15,8 @@
 //!   sends nothing to (its replacement is made before it is dropped).
 
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
-use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::Poll;
 use std::time::Duration;
 
 use redis::{Cmd, ServerErrorKind, Value};
@@ -223,28 +221,14 @@ impl Checkout {
         cmd: &Cmd,
         deadline: Instant,
     ) -> Result<Value, RedisFailure> {
-        // The first poll queues the request on the connection and yields; the deadline's timer
-        // is armed only at the next poll. So a release sent from a guard dropped outside any
-        // runtime is still queued, and needs no timer (which would need a runtime).
-        let mut send = pin!(self.conn.send(cmd));
-        let mut queued = false;
-        let early = std::future::poll_fn(|cx| {
-            if queued {
-                return Poll::Ready(None);
-            }
-            match send.as_mut().poll(cx) {
-                Poll::Ready(reply) => Poll::Ready(Some(reply)),
-                Poll::Pending => {
-                    queued = true;
-                    cx.waker().wake_by_ref();
-                    Poll::Pending
-                }
-            }
-        })
-        .await;
-        let reply = match early {
-            Some(reply) => Ok(reply),
-            None => tokio::time::timeout_at(deadline, send).await,
+        let send = self.conn.send(cmd);
+        // The first poll queues the request on the connection. With no runtime here there is
+        // no timer either: this is then a release sent from a guard dropped where no runtime
+        // is, polled once to queue it and never again (see `Background::start`).
+        let reply = if tokio::runtime::Handle::try_current().is_ok() {
+            tokio::time::timeout_at(deadline, send).await
+        } else {
+            Ok(send.await)
         };
         // Server errors can come back as an `Ok` holding an error value; either way they are
         // errors here.
