@@ -13,9 +13,10 @@ use crate::ctx::CallCtx;
 use crate::events::ChangeOrigin;
 use crate::identity::Scope;
 use crate::kernel::Seen;
+use crate::labels::At;
 use crate::metrics::Stopwatch;
 use crate::policy::breaker::kernel::{
-    AdmitReply, Counts, Phase, ProbeOutcome, Settings, Store, Transition,
+    AdmitReply, Counts, Observation, ObserveReply, Phase, ProbeOutcome, Settings, Store, Transition,
 };
 use crate::policy::registry::{self, Registry};
 use crate::sync::lock;
@@ -30,33 +31,163 @@ pub(super) struct Breaker {
     /// to a closed breaker (nearly every call) takes neither the lock nor the clock. Written
     /// under the store's lock after every step.
     closed: AtomicU64,
+    /// The successes counted without the lock (see [`Tally`]).
+    tally: AtomicU64,
     clock: Clock,
 }
+
+/// Successes of a closed breaker, all of one millisecond, counted without its lock: the next
+/// step under the lock first folds them into the store as batches of that millisecond, as the
+/// distributed breaker batches the observations it sends. So the success of a closed call
+/// (nearly every call) costs one clock read and one atomic update.
+///
+/// Armed under the lock by each step, for the millisecond it ran in, and only while the store
+/// is closed for good and no successes can open it ([`Settings::successes_cannot_open`]):
+/// then the batch changes what the window holds, never a decision. Otherwise disarmed (0),
+/// and a success takes the lock as any other observation.
+///
+/// Bits, high to low: the millisecond (36), the generation's low 16 bits (a success admitted
+/// under an earlier generation is not counted in a later one), the count (12).
+#[derive(Debug, Clone, Copy)]
+struct Tally(u64);
+
+impl Tally {
+    const DISARMED: Tally = Tally(0);
+    const MAX_COUNT: u64 = (1 << 12) - 1;
+
+    /// Armed for successes of `generation` in millisecond `ms` (never 0: a clock reads 1 at
+    /// least); `None` past 36 bits of milliseconds, two years of a breaker's life, when only
+    /// the shortcut is lost.
+    fn armed(ms: u64, generation: u64) -> Option<Tally> {
+        (ms < 1 << 36).then_some(Tally(ms << 28 | (generation & 0xffff) << 12))
+    }
+
+    fn ms(self) -> u64 {
+        self.0 >> 28
+    }
+
+    fn count(self) -> u64 {
+        self.0 & Self::MAX_COUNT
+    }
+
+    /// Whether one more success of `generation` at `now` may be counted here.
+    fn takes(self, now: u64, generation: u64) -> bool {
+        self.0 != 0
+            && self.ms() == now
+            && (self.0 >> 12) & 0xffff == generation & 0xffff
+            && self.count() < Self::MAX_COUNT
+    }
+}
+
+/// What a folded batch of successes holds; a window entry takes up to 64 without allocating.
+const SUCCESSES: [Observation; 64] = [Observation {
+    failed: false,
+    slow: false,
+}; 64];
 
 impl Breaker {
     fn idle(&self) -> bool {
         let now = self.clock.ms();
         let (store, settings) = &*lock(&self.store);
-        store.matters_until(settings) <= now
+        // Successes not folded in yet matter as long as they would stay in the window.
+        let tally = Tally(self.tally.load(Ordering::Acquire));
+        let tallied = if tally.count() > 0 {
+            tally.ms().saturating_add(settings.window_ms)
+        } else {
+            0
+        };
+        store.matters_until(settings).max(tallied) <= now
     }
 
-    /// Runs `step` on the store under `settings`.
-    fn with<R>(&self, settings: &Settings, step: impl FnOnce(&mut Store, u64) -> R) -> R {
+    /// Runs `step` on the store under `settings`, after folding in the tallied successes.
+    fn with<R>(
+        &self,
+        at: &At<'_>,
+        settings: &Settings,
+        step: impl FnOnce(&mut Store, u64) -> R,
+    ) -> R {
         let mut guard = lock(&self.store);
         guard.1 = *settings;
-        let result = step(&mut guard.0, self.clock.ms());
-        let closed = guard
-            .0
-            .closed_for_good()
-            .map_or(0, |generation| generation + 1);
-        self.closed.store(closed, Ordering::Release);
+        let store = &mut guard.0;
+        let now = self.clock.ms();
+        self.fold(at, store, settings);
+        let result = step(store, now);
+        let closed = store.closed_for_good();
+        self.closed.store(
+            closed.map_or(0, |generation| generation + 1),
+            Ordering::Release,
+        );
+        let tally = closed
+            .filter(|_| {
+                let counts = store.state.as_ref().map(|state| state.counts);
+                counts.is_some_and(|counts| settings.successes_cannot_open(counts))
+            })
+            .and_then(|generation| Tally::armed(now, generation))
+            .unwrap_or(Tally::DISARMED);
+        self.tally.store(tally.0, Ordering::Release);
         result
+    }
+
+    /// Folds the tallied successes into `store` (under its lock), each batch announced as an
+    /// observation.
+    fn fold(&self, at: &At<'_>, store: &mut Store, settings: &Settings) {
+        let tally = Tally(self.tally.swap(Tally::DISARMED.0, Ordering::AcqRel));
+        // Armed by the last step for the generation the store still has: every step re-arms.
+        let Some(generation) = store.closed_for_good().filter(|_| tally.count() > 0) else {
+            return;
+        };
+        let mut left = tally.count();
+        while left > 0 {
+            let batch = left.min(SUCCESSES.len() as u64);
+            left -= batch;
+            let reply = store.observe(
+                tally.ms(),
+                generation,
+                &SUCCESSES[..batch as usize],
+                1,
+                settings,
+                &mut Seen::default(),
+            );
+            observed(at, generation, &reply);
+        }
+    }
+
+    /// Counts a success admitted under `generation` without the lock, if the tally takes it.
+    fn tally_success(&self, generation: u64) -> bool {
+        let now = self.clock.ms();
+        let mut seen = self.tally.load(Ordering::Acquire);
+        while Tally(seen).takes(now, generation) {
+            match self.tally.compare_exchange_weak(
+                seen,
+                seen + 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return true,
+                Err(current) => seen = current,
+            }
+        }
+        false
     }
 
     /// The generation of the store when it is closed for good.
     fn closed_generation(&self) -> Option<u64> {
         self.closed.load(Ordering::Acquire).checked_sub(1)
     }
+}
+
+/// The events an observation's reply calls for.
+fn observed(at: &At<'_>, generation: u64, reply: &ObserveReply) {
+    events::breaker_observed(at, generation, reply);
+    if let Some((change, window)) = reply.transition() {
+        announce(at, change, Some(window));
+    }
+}
+
+/// A change of phase made here.
+fn announce(at: &At<'_>, change: Transition, window: Option<Counts>) {
+    events::breaker_phase(at, change.to);
+    events::breaker_state_changed(at, change, window, ChangeOrigin::Local, None);
 }
 
 static BREAKERS: Registry<Breaker> = Registry::new(Breaker::idle);
@@ -98,6 +229,7 @@ where
         Breaker {
             store: Mutex::new((Store::default(), settings)),
             closed: AtomicU64::new(0),
+            tally: AtomicU64::new(Tally::DISARMED.0),
             clock: Clock::start(),
         }
     });
@@ -150,14 +282,10 @@ where
         },
         None => {
             token = u128::from(NEXT_TOKEN.fetch_add(1, Ordering::Relaxed));
-            breaker.with(settings, |store, now| {
+            breaker.with(&at, settings, |store, now| {
                 store.admit(now, token, settings, &mut Seen::default())
             })
         }
-    };
-    let announce = |change: Transition, window: Option<Counts>| {
-        events::breaker_phase(&at, change.to);
-        events::breaker_state_changed(&at, change, window, ChangeOrigin::Local, None);
     };
     match reply {
         AdmitReply::Closed { generation, .. } => {
@@ -166,7 +294,10 @@ where
                 let Some(observation) = verdict.observation() else {
                     return;
                 };
-                let reply = breaker.with(settings, |store, now| {
+                if observation == SUCCESSES[0] && breaker.tally_success(generation) {
+                    return;
+                }
+                let reply = breaker.with(&at, settings, |store, now| {
                     let observations = [observation];
                     store.observe(
                         now,
@@ -177,10 +308,7 @@ where
                         &mut Seen::default(),
                     )
                 });
-                events::breaker_observed(&at, generation, &reply);
-                if let Some((change, window)) = reply.transition() {
-                    announce(change, Some(window));
-                }
+                observed(&at, generation, &reply);
             })
             .await
         }
@@ -198,11 +326,11 @@ where
                     to: Phase::HalfOpen,
                     generation,
                 };
-                announce(change, None);
+                announce(&at, change, None);
             }
             events::breaker_probe_started(&at, generation, arrival);
             let slot = ProbeSlot(Some(|outcome: ProbeOutcome| {
-                let reply = breaker.with(settings, |store, now| {
+                let reply = breaker.with(&at, settings, |store, now| {
                     store.settle(
                         now,
                         token,
@@ -214,7 +342,7 @@ where
                 });
                 events::breaker_settled(&at, generation, &reply);
                 if let Some(change) = reply.transition() {
-                    announce(change, None);
+                    announce(&at, change, None);
                 }
             }));
             run_admitted(slow_after, ctx, classify, body, |verdict| {

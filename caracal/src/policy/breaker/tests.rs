@@ -155,6 +155,43 @@ async fn a_dropped_probe_frees_its_slot() {
         .await;
 }
 
+static TALLIED: BreakerSite = BreakerSite::new(config("unit-tallied", true));
+static DILUTED: BreakerSite = BreakerSite::new(config("unit-diluted", true));
+
+/// Whether `site`'s next call is refused (the call made to find out is a success).
+async fn refused(site: &'static BreakerSite) -> bool {
+    matches!(call(site, false).await, Err(Error::CircuitOpen { .. }))
+}
+
+/// The local breaker counts a closed breaker's successes without its lock (the clock never
+/// moves here, so all in one millisecond): every one of them still dilutes the window. Six
+/// successes take six failures to reach half; had they been lost, four would open it.
+#[tokio::test(start_paused = true)]
+async fn successes_counted_without_the_lock_all_reach_the_window() {
+    for _ in 0..6 {
+        call(&TALLIED, false).await.expect("closed");
+    }
+    for failure in 1..=6 {
+        assert!(
+            matches!(call(&TALLIED, true).await, Err(Error::InvalidConfig { .. })),
+            "failure {failure} ran its body"
+        );
+    }
+    assert!(refused(&TALLIED).await, "6 failures of 12 open it");
+}
+
+/// A success can open a breaker: the one that brings the window to `minimum_throughput` with
+/// failures already at the threshold. It is never left for later, or the next call would get
+/// through.
+#[tokio::test(start_paused = true)]
+async fn the_success_that_reaches_minimum_throughput_opens_at_once() {
+    for _ in 0..3 {
+        let _ = call(&DILUTED, true).await;
+    }
+    call(&DILUTED, false).await.expect("3 observations: closed");
+    assert!(refused(&DILUTED).await, "3 failures of 4 open it");
+}
+
 /// A sequential caller of an instantly failing function: its own unflushed failures count, so
 /// at most `minimum_throughput` bodies run before the first rejection — no batch delay (the
 /// clock never moves here) lets more through.
