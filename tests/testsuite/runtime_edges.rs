@@ -1,7 +1,10 @@
 //! Cancellation and runtime edges: a call dropped while its acquire is in flight or still
 //! queued, a lease dropped outside any runtime (standalone and cluster), a connection whose
-//! reconnection task died with its runtime.
+//! reconnection task died with its runtime; a lone caller's release carried by its next
+//! acquire (the task that dropped a lease polls the `ZREM`'s reply with its own acquire's)
+//! when that call is no longer polled, when runtimes die, across runtimes.
 
+use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
 use caracal::{Coordinator, bulkhead, rate_limit};
@@ -14,6 +17,11 @@ async fn hold(
     scope: &str,
     entered: Option<tokio::sync::oneshot::Sender<()>>,
 ) -> Result<(), TestError> {
+    body(entered).await
+}
+
+/// Returns at once, or (told whom to tell it entered) never.
+async fn body(entered: Option<tokio::sync::oneshot::Sender<()>>) -> Result<(), TestError> {
     if let Some(entered) = entered {
         let _ = entered.send(());
         std::future::pending::<()>().await;
@@ -65,15 +73,18 @@ async fn a_call_dropped_during_its_acquire_leaves_no_lease_behind() {
 /// Room for two: a second caller's acquire would be granted while the first holds its lease,
 /// so one that nobody receives shows up as a live lease.
 #[bulkhead(name = "edges-pair", limit = 2, scope = scope)]
-async fn pair(scope: &str) -> Result<(), TestError> {
-    Ok(())
+async fn pair(
+    scope: &str,
+    entered: Option<tokio::sync::oneshot::Sender<()>>,
+) -> Result<(), TestError> {
+    body(entered).await
 }
 
 /// A coordinator through a proxy whose `scope` has been used once (its script is cached) and
 /// whose traffic has settled, with no live lease.
 async fn settled(proxy: &FaultProxy, leases: &mut Leases, scope: &str) -> Coordinator {
     let coordinator = common::connect(&proxy.url(), Duration::from_secs(60)).await;
-    assert_eq!(code(&coordinator.scoped(pair(scope)).await), "ok");
+    assert_eq!(code(&coordinator.scoped(pair(scope, None)).await), "ok");
     common::eventually("the first call's release", || leases.live() == 0).await;
     proxy.wait_idle(PATIENCE).await;
     coordinator
@@ -93,14 +104,14 @@ async fn a_call_cancelled_while_queued_behind_an_acquire_leaves_no_lease_behind(
     proxy.hold_replies();
     let first = tokio::spawn({
         let (coordinator, scope) = (coordinator.clone(), scope.clone());
-        async move { coordinator.scoped(pair(&scope)).await }
+        async move { coordinator.scoped(pair(&scope, None)).await }
     });
     common::eventually("the first acquire's reply to be held", || {
         proxy.held_replies() == 1
     })
     .await;
     // Polled once, the second call joins the lane behind the first acquire, then is dropped.
-    let mut second = Box::pin(coordinator.scoped(pair(&scope)));
+    let mut second = Box::pin(coordinator.scoped(pair(&scope, None)));
     tokio::select! {
         biased;
         result = &mut second => panic!("admitted while every reply is held: {result:?}"),
@@ -180,7 +191,7 @@ async fn a_call_cancelled_during_the_noscript_fallback_leaves_no_lease_behind() 
         .expect("SCRIPT FLUSH");
 
     proxy.hold_replies();
-    let mut call = Box::pin(coordinator.scoped(pair(&scope)));
+    let mut call = Box::pin(coordinator.scoped(pair(&scope, None)));
     let noscript_held = async {
         common::eventually("the NOSCRIPT reply to be held", || {
             proxy.held_replies() == 1
@@ -270,4 +281,113 @@ fn a_connection_outlives_the_runtime_that_was_reconnecting_it() {
 #[bulkhead(name = "edges-restart", limit = 1, lease = "300ms", scope = scope)]
 async fn short_lease(scope: &str) -> Result<(), TestError> {
     Ok(())
+}
+
+/// The task drops a lease (its `ZREM`'s reply held at the proxy), starts its next call of the
+/// identity, polls it once (it carries the release) and then holds it unpolled, as any future
+/// may be. Shutdown's flush takes the release back and lets it finish, rather than waiting
+/// its whole limit (the command timeout, a minute here) for a poll that never comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_carried_by_a_call_no_longer_polled_does_not_hold_up_shutdown() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let mut leases = Leases::on(&server);
+    let scope = unique("carried-unpolled");
+    let coordinator = settled(&proxy, &mut leases, &scope).await;
+
+    let (entered, inside) = tokio::sync::oneshot::channel();
+    let mut holding = Box::pin(coordinator.scoped(pair(&scope, Some(entered))));
+    tokio::select! {
+        _ = &mut holding => unreachable!("the body never returns"),
+        _ = inside => {}
+    }
+    proxy.hold_replies();
+    drop(holding);
+    common::eventually("the ZREM's reply held", || proxy.held_replies() == 1).await;
+    let mut next = Box::pin(coordinator.scoped(pair(&scope, None)));
+    tokio::select! {
+        biased;
+        result = &mut next => panic!("admitted while every reply is held: {result:?}"),
+        () = std::future::ready(()) => {}
+    }
+    common::eventually("the acquire's reply held", || proxy.held_replies() == 2).await;
+    proxy.restore();
+    proxy.wait_idle(PATIENCE).await;
+    tokio::time::timeout(PATIENCE, coordinator.shutdown())
+        .await
+        .expect("shutdown took the carried release back instead of waiting for its carrier");
+    drop(next);
+}
+
+/// The coordinator outlives the runtime it was built on and serves on a second one; a guard
+/// is then dropped on a plain thread. Its release finishes on the runtime still running (it
+/// used to be handed to the dead one and lost), and dropping it never panics.
+#[test]
+fn a_guard_dropped_outside_any_runtime_after_the_first_runtime_died_is_released() {
+    let server = RedisServer::start();
+    let scope = unique("dead-home");
+    let first = runtime();
+    let coordinator = first.block_on(common::redis(&server.url()));
+    drop(first);
+    let second = runtime();
+    second.block_on(until_ok(|| coordinator.scoped(pair(&scope, None))));
+    let (entered, inside) = tokio::sync::oneshot::channel();
+    let mut holding = Box::pin(coordinator.scoped(pair(&scope, Some(entered))));
+    second.block_on(async {
+        tokio::select! {
+            _ = &mut holding => unreachable!("the body never returns"),
+            _ = inside => {}
+        }
+    });
+    let mut leases = Leases::on(&server);
+    assert_eq!(leases.live(), 1);
+    let dropped = std::panic::catch_unwind(AssertUnwindSafe(|| drop(holding)));
+    assert!(
+        dropped.is_ok(),
+        "dropping the guard outside any runtime panicked"
+    );
+    second.block_on(common::eventually("the release", || leases.live() == 0));
+}
+
+/// A lease dropped by a task of one runtime while its `ZREM`'s reply is held; the next call of
+/// the identity runs on another runtime, and the first runtime is then dropped. The release is
+/// not carried across runtimes (its timer would die with its runtime, and the carrier with a
+/// panic), so the call on the second runtime simply completes.
+#[test]
+fn a_release_is_never_carried_by_a_call_on_another_runtime() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let mut leases = Leases::on(&server);
+    let scope = unique("carried-dead-timer");
+    let home = runtime();
+    let coordinator = home.block_on(settled(&proxy, &mut leases, &scope));
+    let first = runtime();
+    let (entered, inside) = tokio::sync::oneshot::channel();
+    let task = first.spawn({
+        let (coordinator, scope) = (coordinator.clone(), scope.clone());
+        async move { coordinator.scoped(pair(&scope, Some(entered))).await }
+    });
+    first.block_on(async { inside.await.expect("entered") });
+    proxy.hold_replies();
+    // The guard drops on the first runtime: its `ZREM` and its timer start there.
+    task.abort();
+    first.block_on(async {
+        let _ = task.await;
+        common::eventually("the ZREM's reply held", || proxy.held_replies() == 1).await;
+    });
+    let second = runtime();
+    let next = second.spawn({
+        let (coordinator, scope) = (coordinator.clone(), scope.clone());
+        async move { coordinator.scoped(pair(&scope, None)).await }
+    });
+    home.block_on(common::eventually("the acquire's reply held", || {
+        proxy.held_replies() == 2
+    }));
+    drop(first);
+    // Its timers fire as it shuts down: a carrier on the second runtime would be woken and
+    // poll them now, while the replies are still held.
+    std::thread::sleep(Duration::from_millis(100));
+    proxy.restore();
+    let outcome = second.block_on(next);
+    assert!(outcome.is_ok(), "the call on the second runtime panicked");
 }

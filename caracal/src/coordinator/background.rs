@@ -3,16 +3,18 @@
 //!
 //! Background work is not given a task of its own when it starts: it is polled once where it
 //! starts, then left on a shelf until it wakes (its reply came, its timer fired), and only then
-//! spawned. Meanwhile a caller about to wait on the same connection may carry it instead
-//! ([`Parked::adopt`], [`Background::alongside`]): a lone caller's release then rides along
-//! with its next acquire, and the reply to both wakes one task. On a multi-thread runtime each
-//! extra task woken in the same turn as another wakes a second worker thread; that, not the
-//! `ZREM` on the wire, was most of what a release cost a lone caller.
+//! spawned. Meanwhile the task that started it, about to wait on the same connection anyway,
+//! may carry it ([`Parked::adopt`], [`Background::alongside`]): a lone caller's release then
+//! rides along with its next acquire, and the reply to both wakes one task. On a multi-thread
+//! runtime each extra task woken in the same turn as another wakes a second worker thread;
+//! that, not the `ZREM` on the wire, was most of what a release cost a lone caller.
 
+use std::cell::Cell;
 use std::future::{Future, poll_fn};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::{Pin, pin};
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Wake, Waker};
+use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use tokio::runtime::Handle;
@@ -21,23 +23,38 @@ use tokio_util::task::TaskTracker;
 use crate::sync::lock;
 
 /// Background work, boxed.
-pub(crate) type Work = Pin<Box<dyn Future<Output = ()> + Send>>;
+type Work = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// Background commands in flight. Clones track the same work.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Background {
     tracker: TaskTracker,
-    /// The runtime the coordinator was built on (its connections live there): where work
-    /// started outside any runtime finishes.
-    home: Option<Handle>,
+    /// Where work started outside any runtime finishes: the runtime work was last started
+    /// on (the coordinator's own at first), which may outlive the one the coordinator was
+    /// built on.
+    home: Arc<Mutex<Option<Handle>>>,
+    /// Work being carried, for a flush to take back from a carrier that stopped polling.
+    carried: Arc<Mutex<Vec<Weak<Shelf>>>>,
+}
+
+thread_local! {
+    /// Whether the work polled here runs on a runtime borrowed for its first poll.
+    static BORROWED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether what is polled here runs on a runtime of its own, where a timer may be armed at
+/// once. Not so for the first poll of work started outside any runtime, on the coordinator's
+/// borrowed (it may be shutting down: a timer armed there panics), nor outside any runtime.
+pub(crate) fn on_own_runtime() -> bool {
+    !BORROWED.get() && Handle::try_current().is_ok()
 }
 
 impl Background {
     /// Background work for a coordinator built here: on the current runtime, if any.
     pub(super) fn here() -> Self {
         Background {
-            tracker: TaskTracker::new(),
-            home: Handle::try_current().ok(),
+            home: Arc::new(Mutex::new(Handle::try_current().ok())),
+            ..Background::default()
         }
     }
 
@@ -46,72 +63,63 @@ impl Background {
     /// `work` is polled once right here, so whatever it does before its first real wait (for a
     /// Redis command: queueing the request on its connection) has happened when this returns.
     /// That is what keeps a task's next command from overtaking its own release. The returned
-    /// handle lets a caller carry the work until it is done (see [`Parked::adopt`]); dropping
-    /// it leaves the work to finish on its own.
+    /// handle lets the task that started it carry it (see [`Parked::adopt`]); dropping it
+    /// leaves the work to finish on its own.
     pub(crate) fn start(&self, work: impl Future<Output = ()> + Send + 'static) -> Parked {
         // Tracked from before the first poll, so a concurrent flush sees it; work that
         // panics, is never spawned, or dies with its runtime stops being tracked when dropped,
         // so it cannot leave a flush waiting.
-        self.resume(Box::pin(tokio::task::unconstrained(
-            self.tracker.track_future(work),
-        )))
-    }
-
-    /// Polls `work` (tracked already) once here and shelves it if it is not done.
-    fn resume(&self, mut work: Work) -> Parked {
+        let mut work: Work = Box::pin(tokio::task::unconstrained(self.tracker.track_future(work)));
         // Outside a runtime (a guard dropped on a plain thread) the work belongs to the
         // coordinator's own, from its first poll: the cluster client arms a timer there.
         let current = Handle::try_current().ok();
-        let home = current.is_none().then_some(self.home.as_ref()).flatten();
-        let _entered = home.map(Handle::enter);
+        let home = {
+            let mut home = lock(&self.home);
+            match &current {
+                Some(current) => {
+                    if home.as_ref().is_none_or(|home| home.id() != current.id()) {
+                        *home = Some(current.clone());
+                    }
+                    None
+                }
+                None => home.clone(),
+            }
+        };
         // It must live on, as a request whose caller is gone is never sent; without any
         // runtime to finish it, nothing would, and it is dropped after this poll.
-        let Some(runtime) = current.or_else(|| home.cloned()) else {
-            let _ = work.as_mut().poll(&mut Context::from_waker(Waker::noop()));
+        let Some(runtime) = current.clone().or_else(|| home.clone()) else {
+            let _ = catch_unwind(AssertUnwindSafe(|| {
+                work.as_mut().poll(&mut Context::from_waker(Waker::noop()))
+            }));
             return Parked(None);
         };
         let shelf = Arc::new(Shelf {
             state: Mutex::new(State::Polling { woken: false }),
             runtime,
+            task: current.and(tokio::task::try_id()),
         });
-        let waker = Waker::from(Arc::clone(&shelf));
-        if work
-            .as_mut()
-            .poll(&mut Context::from_waker(&waker))
-            .is_ready()
-        {
-            *lock(&shelf.state) = State::Gone;
-            return Parked(None);
+        let _entered = home.as_ref().map(|home| (home.enter(), Borrowed::set()));
+        match shelf.poll(work, None) {
+            Poll::Ready(()) => Parked(None),
+            Poll::Pending => Parked(Some(shelf)),
         }
-        let mut state = lock(&shelf.state);
-        if let State::Polling { woken: false } = *state {
-            *state = State::Shelved(work);
-            drop(state);
-            return Parked(Some(shelf));
-        }
-        // It woke while polled: nothing would wake it again.
-        *state = State::Gone;
-        drop(state);
-        shelf.runtime.spawn(work);
-        Parked(None)
     }
 
     /// Runs `main`, polling `carried` work alongside it in the same task until `main` ends;
-    /// what is still pending then (or when this is dropped) goes back to the background.
+    /// what is still pending then (or when this is dropped) goes back to its shelf.
     pub(crate) async fn alongside<T>(
         &self,
         main: impl Future<Output = T>,
-        carried: Vec<Work>,
+        mut carried: Vec<Carry>,
     ) -> T {
+        if !carried.is_empty() {
+            let mut registered = lock(&self.carried);
+            registered.retain(|shelf| shelf.upgrade().is_some_and(|shelf| shelf.carried()));
+            registered.extend(carried.iter().map(|carry| Arc::downgrade(&carry.0)));
+        }
         let mut main = pin!(main);
-        let mut carried = Carried {
-            works: carried,
-            background: self,
-        };
         poll_fn(|cx| {
-            carried
-                .works
-                .retain_mut(|work| work.as_mut().poll(cx).is_pending());
+            carried.retain(|carry| carry.poll(cx).is_pending());
             main.as_mut().poll(cx)
         })
         .await
@@ -120,6 +128,12 @@ impl Background {
     /// Waits until nothing is in flight, or `limit` has passed. Work started meanwhile is
     /// waited for too.
     pub(super) async fn flush(&self, limit: Duration) {
+        // What a task carries finishes only as fast as that task polls it: taken back, it
+        // finishes on its own.
+        let carried = std::mem::take(&mut *lock(&self.carried));
+        for shelf in carried.iter().filter_map(Weak::upgrade) {
+            shelf.take_back();
+        }
         // A tracker's `wait` ends once it is closed and empty; reopened at once, so the
         // coordinator stays usable.
         self.tracker.close();
@@ -128,19 +142,19 @@ impl Background {
     }
 }
 
-/// Work carried by a caller's task; what is left of it when the carrier ends goes back to the
-/// background.
-struct Carried<'a> {
-    works: Vec<Work>,
-    background: &'a Background,
+/// Marks this thread's pollings as on a borrowed runtime while it lives.
+struct Borrowed;
+
+impl Borrowed {
+    fn set() -> Self {
+        BORROWED.set(true);
+        Borrowed
+    }
 }
 
-impl Drop for Carried<'_> {
+impl Drop for Borrowed {
     fn drop(&mut self) {
-        for work in self.works.drain(..) {
-            // Its own pollings re-register its wakers with the shelf.
-            let _ = self.background.resume(work);
-        }
+        BORROWED.set(false);
     }
 }
 
@@ -149,13 +163,29 @@ impl Drop for Carried<'_> {
 pub(crate) struct Parked(Option<Arc<Shelf>>);
 
 impl Parked {
-    /// Takes the work off its shelf, if it is still there, for the caller to poll to its end
-    /// (see [`Background::alongside`]): it has not woken since it was shelved.
-    pub(crate) fn adopt(&self) -> Option<Work> {
+    /// Takes the work off its shelf, if it is still there, for the caller to carry (see
+    /// [`Background::alongside`]). Only the task that started it may, on the runtime it
+    /// belongs to: another task might stop polling it, and another runtime's timers die with
+    /// that runtime.
+    pub(crate) fn adopt(&self) -> Option<Carry> {
         let shelf = self.0.as_ref()?;
+        let here = Handle::try_current().ok()?;
+        if shelf.task.is_none()
+            || tokio::task::try_id() != shelf.task
+            || here.id() != shelf.runtime.id()
+        {
+            return None;
+        }
         let mut state = lock(&shelf.state);
         match std::mem::replace(&mut *state, State::Gone) {
-            State::Shelved(work) => Some(work),
+            State::Shelved(work) => {
+                *state = State::Carried {
+                    work,
+                    carrier: Waker::noop().clone(),
+                    woken: false,
+                };
+                Some(Carry(Arc::clone(shelf)))
+            }
             other => {
                 *state = other;
                 None
@@ -163,7 +193,7 @@ impl Parked {
         }
     }
 
-    /// Whether the work may still be on its shelf.
+    /// Whether the work is on its shelf.
     pub(crate) fn shelved(&self) -> bool {
         self.0
             .as_ref()
@@ -171,20 +201,115 @@ impl Parked {
     }
 }
 
-/// Where started work waits for its next wake-up.
+/// Work a task carries: polled in that task, still owned by its shelf, so that a flush can take
+/// it back; dropped, it goes back to its shelf.
+pub(crate) struct Carry(Arc<Shelf>);
+
+impl Carry {
+    fn poll(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut state = lock(&self.0.state);
+        match std::mem::replace(&mut *state, State::Polling { woken: false }) {
+            State::Carried { work, .. } => {
+                drop(state);
+                self.0.poll(work, Some(cx.waker()))
+            }
+            // Taken back: no longer this carrier's.
+            other => {
+                *state = other;
+                Poll::Ready(())
+            }
+        }
+    }
+}
+
+impl Drop for Carry {
+    fn drop(&mut self) {
+        self.0.take_back();
+    }
+}
+
+/// Where started work waits between its pollings.
 struct Shelf {
     state: Mutex<State>,
     runtime: Handle,
+    /// The task that started the work, the only one that may carry it.
+    task: Option<tokio::task::Id>,
 }
 
 enum State {
-    /// Being polled where it started; whether it woke meanwhile.
-    Polling {
+    /// Being polled; whether it woke meanwhile.
+    Polling { woken: bool },
+    /// Waiting for a wake-up, which spawns it.
+    Shelved(Work),
+    /// Carried by a task: a wake-up wakes the carrier, and is remembered until it polls.
+    Carried {
+        work: Work,
+        carrier: Waker,
         woken: bool,
     },
-    Shelved(Work),
-    /// Done, spawned or adopted: its wakers now belong to whoever polls it.
+    /// Done, or spawned.
     Gone,
+}
+
+impl Shelf {
+    /// Polls `work` (taken out of the state, now `Polling`) with the shelf's own waker, so
+    /// every wake-up comes here first, then puts it back: shelved, or carried by `carrier`.
+    /// A panic drops the work, as its own task would.
+    fn poll(self: &Arc<Self>, mut work: Work, carrier: Option<&Waker>) -> Poll<()> {
+        let waker = Waker::from(Arc::clone(self));
+        let polled = catch_unwind(AssertUnwindSafe(|| {
+            work.as_mut().poll(&mut Context::from_waker(&waker))
+        }));
+        let mut state = lock(&self.state);
+        let woken = matches!(*state, State::Polling { woken: true });
+        if !matches!(polled, Ok(Poll::Pending)) {
+            *state = State::Gone;
+            return Poll::Ready(());
+        }
+        match carrier {
+            Some(carrier) => {
+                *state = State::Carried {
+                    work,
+                    carrier: carrier.clone(),
+                    woken,
+                };
+                drop(state);
+                if woken {
+                    carrier.wake_by_ref();
+                }
+            }
+            None if woken => {
+                // Nothing would wake it again.
+                *state = State::Gone;
+                drop(state);
+                self.runtime.spawn(work);
+            }
+            None => *state = State::Shelved(work),
+        }
+        Poll::Pending
+    }
+
+    fn carried(&self) -> bool {
+        matches!(*lock(&self.state), State::Carried { .. })
+    }
+
+    /// Takes carried work back from its carrier: shelved again, or spawned if it woke since it
+    /// was last polled.
+    fn take_back(&self) {
+        let mut state = lock(&self.state);
+        if !matches!(*state, State::Carried { .. }) {
+            return;
+        }
+        let State::Carried { work, woken, .. } = std::mem::replace(&mut *state, State::Gone) else {
+            unreachable!("matched as carried");
+        };
+        if woken {
+            drop(state);
+            self.runtime.spawn(work);
+        } else {
+            *state = State::Shelved(work);
+        }
+    }
 }
 
 impl Wake for Shelf {
@@ -196,6 +321,12 @@ impl Wake for Shelf {
         let mut state = lock(&self.state);
         match &mut *state {
             State::Polling { woken } => *woken = true,
+            State::Carried { carrier, woken, .. } => {
+                *woken = true;
+                let carrier = carrier.clone();
+                drop(state);
+                carrier.wake();
+            }
             State::Shelved(_) => {
                 let State::Shelved(work) = std::mem::replace(&mut *state, State::Gone) else {
                     unreachable!("matched as shelved");
@@ -245,8 +376,8 @@ mod tests {
             .build()
             .expect("runtime");
         let background = Background {
-            tracker: TaskTracker::new(),
-            home: Some(home.handle().clone()),
+            home: Arc::new(Mutex::new(Some(home.handle().clone()))),
+            ..Background::default()
         };
         let (done, finished) = tokio::sync::oneshot::channel();
         // Armed at the first poll, as the cluster client's response timeout is: it needs a
@@ -256,6 +387,120 @@ mod tests {
             let _ = done.send(());
         });
         home.block_on(finished).expect("the work finished");
+    }
+
+    #[tokio::test]
+    async fn shelved_work_is_spawned_when_it_wakes() {
+        let background = Background::here();
+        let (go, went) = tokio::sync::oneshot::channel::<()>();
+        let (done, finished) = tokio::sync::oneshot::channel();
+        let parked = background.start(async move {
+            let _ = went.await;
+            let _ = done.send(());
+        });
+        assert!(parked.shelved(), "nothing woke it yet");
+        go.send(()).expect("the work waits");
+        tokio::time::timeout(Duration::from_secs(30), finished)
+            .await
+            .expect("within the deadline")
+            .expect("woken, it ran to its end");
+        assert!(!parked.shelved());
+    }
+
+    #[tokio::test]
+    async fn work_that_wakes_in_its_first_poll_is_spawned() {
+        let background = Background::here();
+        let (done, finished) = tokio::sync::oneshot::channel();
+        let parked = background.start(async move {
+            // Wakes itself at once, as a yield outside tokio's scheduler would.
+            let mut woke = false;
+            std::future::poll_fn(|cx| {
+                if std::mem::replace(&mut woke, true) {
+                    return std::task::Poll::Ready(());
+                }
+                cx.waker().wake_by_ref();
+                std::task::Poll::Pending
+            })
+            .await;
+            let _ = done.send(());
+        });
+        assert!(!parked.shelved(), "spawned at once");
+        tokio::time::timeout(Duration::from_secs(30), finished)
+            .await
+            .expect("within the deadline")
+            .expect("its own wake-up was not lost");
+    }
+
+    #[tokio::test]
+    async fn carried_work_left_unfinished_goes_back_to_its_shelf() {
+        let background = Background::here();
+        let (go, went) = tokio::sync::oneshot::channel::<()>();
+        let (done, finished) = tokio::sync::oneshot::channel();
+        let carrier = background.clone();
+        tokio::spawn(async move {
+            let parked = carrier.start(async move {
+                let _ = went.await;
+                let _ = done.send(());
+            });
+            let carry = parked.adopt().expect("its own task carries it");
+            assert!(parked.adopt().is_none(), "adopted once");
+            // The carrier ends first: the work must still finish, on its own.
+            carrier.alongside(async {}, vec![carry]).await;
+            assert!(parked.shelved(), "back on its shelf");
+        })
+        .await
+        .expect("the carrier");
+        go.send(()).expect("the work waits");
+        tokio::time::timeout(Duration::from_secs(30), finished)
+            .await
+            .expect("within the deadline")
+            .expect("finished in the background");
+        background.flush(Duration::from_secs(5)).await;
+        assert!(background.tracker.is_empty());
+    }
+
+    #[tokio::test]
+    async fn only_the_task_that_started_work_may_carry_it() {
+        let background = Background::here();
+        let parked = tokio::spawn({
+            let background = background.clone();
+            async move { background.start(std::future::pending()) }
+        })
+        .await
+        .expect("the starter");
+        assert!(parked.shelved());
+        let stranger = tokio::spawn(async move { parked.adopt().is_none() });
+        assert!(stranger.await.expect("the stranger"));
+    }
+
+    #[tokio::test]
+    async fn a_flush_takes_carried_work_back_from_a_carrier_that_stopped_polling() {
+        let background = Background::here();
+        let (go, went) = tokio::sync::oneshot::channel::<()>();
+        let carrier = background.clone();
+        let (carrying, carried) = tokio::sync::oneshot::channel();
+        // A carrier polled once, then held and never polled again.
+        let _held = tokio::spawn(async move {
+            let parked = carrier.start(async move {
+                let _ = went.await;
+            });
+            let carry = parked.adopt().expect("its own task carries it");
+            let mut stalled =
+                Box::pin(carrier.alongside(std::future::pending::<()>(), vec![carry]));
+            let _ = futures_poll_once(stalled.as_mut()).await;
+            let _ = carrying.send(());
+            std::future::pending::<()>().await;
+            drop(stalled);
+        });
+        carried.await.expect("carried");
+        go.send(()).expect("the work waits");
+        background.flush(Duration::from_secs(30)).await;
+        assert!(background.tracker.is_empty(), "taken back, it finished");
+    }
+
+    /// Polls `future` once.
+    async fn futures_poll_once<F: Future + Unpin>(mut future: F) -> Poll<F::Output> {
+        poll_fn(|cx| Poll::Ready(Pin::new(&mut future).poll(cx))).await
     }
 
     #[tokio::test]

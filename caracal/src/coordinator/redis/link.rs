@@ -20,7 +20,7 @@ use super::lanes::{Admitted, Driven, Lanes, Queued, Request, answer};
 use super::pool::Pool;
 use super::{redis_cause, reply, token_text};
 use crate::Error;
-use crate::coordinator::background::{Background, Parked, Work};
+use crate::coordinator::background::{Background, Carry, Parked};
 use crate::coordinator::incarnation::{Incarnation, LossCause};
 use crate::coordinator::protocol::LeaseAnswer;
 use crate::error::FailureKind;
@@ -404,7 +404,7 @@ impl Link {
 
     /// Sends the releases queued for `key` now; returns the work of those whose replies have
     /// not been heard yet, for an acquire on the same connection to carry.
-    fn flush_releases(self: &Arc<Self>, key: &KeyBase) -> Vec<Work> {
+    fn flush_releases(self: &Arc<Self>, key: &KeyBase) -> Vec<Carry> {
         let mut lanes = lock(&self.releases);
         let Some(lane) = lanes.get_mut(key) else {
             return Vec::new();

@@ -15,8 +15,10 @@
 //!   sends nothing to (its replacement is made before it is dropped).
 
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 
 use redis::{Cmd, ServerErrorKind, Value};
@@ -28,6 +30,7 @@ use super::failure::{RedisFailure, node_in_doubt};
 use super::primary::PrimaryCheck;
 use super::slot::Slot;
 use crate::Error;
+use crate::coordinator::background;
 use crate::coordinator::incarnation::Incarnation;
 use crate::error::FailureKind;
 use crate::identity::KeyBase;
@@ -221,14 +224,34 @@ impl Checkout {
         cmd: &Cmd,
         deadline: Instant,
     ) -> Result<Value, RedisFailure> {
-        let send = self.conn.send(cmd);
-        // The first poll queues the request on the connection. With no runtime here there is
-        // no timer either: this is then a release sent from a guard dropped where no runtime
-        // is, polled once to queue it and never again (see `Background::start`).
-        let reply = if tokio::runtime::Handle::try_current().is_ok() {
+        let mut send = pin!(self.conn.send(cmd));
+        let reply = if background::on_own_runtime() {
             tokio::time::timeout_at(deadline, send).await
         } else {
-            Ok(send.await)
+            // A first poll on a borrowed runtime (a release from a guard dropped outside any
+            // runtime) or none only queues the request: the deadline's timer is armed at the
+            // next poll, on the runtime the work then runs on. (It yields for that, and a task
+            // that yields wakes a second worker: on a runtime of its own it arms the timer at
+            // once.)
+            let mut queued = false;
+            let early = std::future::poll_fn(|cx| {
+                if queued {
+                    return Poll::Ready(None);
+                }
+                match send.as_mut().poll(cx) {
+                    Poll::Ready(reply) => Poll::Ready(Some(reply)),
+                    Poll::Pending => {
+                        queued = true;
+                        cx.waker().wake_by_ref();
+                        Poll::Pending
+                    }
+                }
+            })
+            .await;
+            match early {
+                Some(reply) => Ok(reply),
+                None => tokio::time::timeout_at(deadline, send).await,
+            }
         };
         // Server errors can come back as an `Ok` holding an error value; either way they are
         // errors here.

@@ -42,9 +42,11 @@ pub(super) struct Breaker {
 /// (nearly every call) costs one clock read and one atomic update.
 ///
 /// Armed under the lock by each step, for the millisecond it ran in, and only while the store
-/// is closed for good and no successes can open it ([`Settings::successes_cannot_open`]):
-/// then the batch changes what the window holds, never a decision. Otherwise disarmed (0),
-/// and a success takes the lock as any other observation.
+/// is closed for good and its window holds neither failures nor slow calls. No number of
+/// successes can open such a window, and its rates (what the metrics show) stay 0 whatever
+/// successes are added: a success not yet folded in changes no decision and leaves nothing
+/// shown untrue. Otherwise disarmed (0), and a success takes the lock as any other
+/// observation.
 ///
 /// Bits, high to low: the millisecond (36), the generation's low 16 bits (a success admitted
 /// under an earlier generation is not counted in a later one), the count (12).
@@ -120,7 +122,7 @@ impl Breaker {
         let tally = closed
             .filter(|_| {
                 let counts = store.state.as_ref().map(|state| state.counts);
-                counts.is_some_and(|counts| settings.successes_cannot_open(counts))
+                counts.is_some_and(|counts| counts.failures == 0 && counts.slow == 0)
             })
             .and_then(|generation| Tally::armed(now, generation))
             .unwrap_or(Tally::DISARMED);

@@ -251,17 +251,6 @@ impl Settings {
         }
     }
 
-    /// Whether no number of successes added to a closed window holding `counts` can open the
-    /// breaker, whatever ages out of it meanwhile: successes only dilute it, and what leaves a
-    /// window lowers its failure and slow counts, so the highest rate it can reach is the one
-    /// its failures and slow calls would make at the smallest total that may open it.
-    pub(crate) fn successes_cannot_open(&self, counts: Counts) -> bool {
-        !self.threshold_reached(Counts {
-            total: self.minimum_throughput,
-            ..counts
-        })
-    }
-
     /// Whether a window holding `counts` opens the breaker.
     pub(crate) fn threshold_reached(&self, counts: Counts) -> bool {
         let reached = |count: u32, permille: u32| {
