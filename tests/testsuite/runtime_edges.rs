@@ -391,3 +391,32 @@ fn a_release_is_never_carried_by_a_call_on_another_runtime() {
     let outcome = second.block_on(next);
     assert!(outcome.is_ok(), "the call on the second runtime panicked");
 }
+
+/// The coordinator serves on a long-lived runtime; a short-lived one makes a call and is
+/// dropped; a guard is then dropped on a plain thread. Its release finishes on the runtime
+/// still running, not on the one that started work last.
+#[test]
+fn a_guard_dropped_outside_any_runtime_after_a_later_runtime_died_is_released() {
+    let server = RedisServer::start();
+    let scope = unique("dead-latest");
+    let main = runtime();
+    let coordinator = main.block_on(common::redis(&server.url()));
+    main.block_on(until_ok(|| coordinator.scoped(pair(&scope, None))));
+    let (entered, inside) = tokio::sync::oneshot::channel();
+    let mut holding = Box::pin(coordinator.scoped(pair(&scope, Some(entered))));
+    main.block_on(async {
+        tokio::select! {
+            _ = &mut holding => unreachable!("the body never returns"),
+            _ = inside => {}
+        }
+    });
+    let mut leases = Leases::on(&server);
+    assert_eq!(leases.live(), 1);
+    let brief = runtime();
+    brief.block_on(async {
+        assert_eq!(code(&coordinator.scoped(pair(&scope, None)).await), "ok");
+    });
+    drop(brief);
+    drop(holding);
+    main.block_on(common::eventually("the release", || leases.live() == 0));
+}

@@ -11,8 +11,10 @@
 
 use std::cell::Cell;
 use std::future::{Future, poll_fn};
+use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::{Pin, pin};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
@@ -29,10 +31,8 @@ type Work = Pin<Box<dyn Future<Output = ()> + Send>>;
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Background {
     tracker: TaskTracker,
-    /// Where work started outside any runtime finishes: the runtime work was last started
-    /// on (the coordinator's own at first), which may outlive the one the coordinator was
-    /// built on.
-    home: Arc<Mutex<Option<Handle>>>,
+    /// Where work started outside any runtime finishes.
+    homes: Homes,
     /// Work being carried, for a flush to take back from a carrier that stopped polling.
     carried: Arc<Mutex<Vec<Weak<Shelf>>>>,
 }
@@ -52,10 +52,11 @@ pub(crate) fn on_own_runtime() -> bool {
 impl Background {
     /// Background work for a coordinator built here: on the current runtime, if any.
     pub(super) fn here() -> Self {
-        Background {
-            home: Arc::new(Mutex::new(Handle::try_current().ok())),
-            ..Background::default()
+        let background = Background::default();
+        if let Ok(current) = Handle::try_current() {
+            background.homes.note(&current);
         }
+        background
     }
 
     /// Starts `work` now and lets it finish on the runtime.
@@ -73,17 +74,12 @@ impl Background {
         // Outside a runtime (a guard dropped on a plain thread) the work belongs to the
         // coordinator's own, from its first poll: the cluster client arms a timer there.
         let current = Handle::try_current().ok();
-        let home = {
-            let mut home = lock(&self.home);
-            match &current {
-                Some(current) => {
-                    if home.as_ref().is_none_or(|home| home.id() != current.id()) {
-                        *home = Some(current.clone());
-                    }
-                    None
-                }
-                None => home.clone(),
+        let home = match &current {
+            Some(current) => {
+                self.homes.note(current);
+                None
             }
+            None => self.homes.running(),
         };
         // It must live on, as a request whose caller is gone is never sent; without any
         // runtime to finish it, nothing would, and it is dropped after this poll.
@@ -94,7 +90,10 @@ impl Background {
             return Parked(None);
         };
         let shelf = Arc::new(Shelf {
-            state: Mutex::new(State::Polling { woken: false }),
+            state: Mutex::new(State::Polling {
+                woken: false,
+                taken_back: false,
+            }),
             runtime,
             task: current.and(tokio::task::try_id()),
         });
@@ -139,6 +138,78 @@ impl Background {
         self.tracker.close();
         let _ = tokio::time::timeout(limit, self.tracker.wait()).await;
         self.tracker.reopen();
+    }
+}
+
+/// The runtimes work was started on (the coordinator's own first), each with whether it still
+/// runs: work started outside any runtime finishes on the newest still running. Not always the
+/// coordinator's own, which may have stopped while the coordinator serves on; nor merely the
+/// latest, which may be a short-lived one.
+#[derive(Debug, Default, Clone)]
+struct Homes(Arc<Known>);
+
+#[derive(Debug, Default)]
+struct Known {
+    /// A digest of the newest one's id (0 for none): most starts are on it, and need no lock.
+    newest: AtomicU64,
+    runtimes: Mutex<Vec<Home>>,
+}
+
+#[derive(Debug)]
+struct Home {
+    handle: Handle,
+    /// Cleared when the runtime drops its tasks, a watcher among them.
+    running: Arc<AtomicBool>,
+}
+
+/// How many runtimes are remembered (a process rarely runs more than a few at once).
+const HOMES_KEPT: usize = 8;
+
+impl Homes {
+    /// Notes that work starts on `current`.
+    fn note(&self, current: &Handle) {
+        let digest = BuildHasherDefault::<DefaultHasher>::default()
+            .hash_one(current.id())
+            .max(1);
+        if self.0.newest.load(Ordering::Relaxed) == digest {
+            return;
+        }
+        let mut runtimes = lock(&self.0.runtimes);
+        runtimes.retain(|home| {
+            home.running.load(Ordering::Acquire) && home.handle.id() != current.id()
+        });
+        if runtimes.len() >= HOMES_KEPT {
+            runtimes.remove(0);
+        }
+        let running = Arc::new(AtomicBool::new(true));
+        let watcher = Running(Arc::clone(&running));
+        current.spawn(async move {
+            let _watcher = watcher;
+            std::future::pending::<()>().await;
+        });
+        runtimes.push(Home {
+            handle: current.clone(),
+            running,
+        });
+        self.0.newest.store(digest, Ordering::Relaxed);
+    }
+
+    /// The newest runtime still running.
+    fn running(&self) -> Option<Handle> {
+        lock(&self.0.runtimes)
+            .iter()
+            .rev()
+            .find(|home| home.running.load(Ordering::Acquire))
+            .map(|home| home.handle.clone())
+    }
+}
+
+/// Marks its runtime stopped when that runtime drops it.
+struct Running(Arc<AtomicBool>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }
 
@@ -208,7 +279,13 @@ pub(crate) struct Carry(Arc<Shelf>);
 impl Carry {
     fn poll(&self, cx: &mut Context<'_>) -> Poll<()> {
         let mut state = lock(&self.0.state);
-        match std::mem::replace(&mut *state, State::Polling { woken: false }) {
+        match std::mem::replace(
+            &mut *state,
+            State::Polling {
+                woken: false,
+                taken_back: false,
+            },
+        ) {
             State::Carried { work, .. } => {
                 drop(state);
                 self.0.poll(work, Some(cx.waker()))
@@ -237,8 +314,9 @@ struct Shelf {
 }
 
 enum State {
-    /// Being polled; whether it woke meanwhile.
-    Polling { woken: bool },
+    /// Being polled; whether it woke meanwhile, and whether a flush took it back from its
+    /// carrier meanwhile (it is then not put back as carried).
+    Polling { woken: bool, taken_back: bool },
     /// Waiting for a wake-up, which spawns it.
     Shelved(Work),
     /// Carried by a task: a wake-up wakes the carrier, and is remembered until it polls.
@@ -261,7 +339,11 @@ impl Shelf {
             work.as_mut().poll(&mut Context::from_waker(&waker))
         }));
         let mut state = lock(&self.state);
-        let woken = matches!(*state, State::Polling { woken: true });
+        let (woken, taken_back) = match *state {
+            State::Polling { woken, taken_back } => (woken, taken_back),
+            _ => unreachable!("only its poller changes a polling state"),
+        };
+        let carrier = carrier.filter(|_| !taken_back);
         if !matches!(polled, Ok(Poll::Pending)) {
             *state = State::Gone;
             return Poll::Ready(());
@@ -289,14 +371,22 @@ impl Shelf {
         Poll::Pending
     }
 
+    /// Whether it is carried, or being polled (maybe by its carrier).
     fn carried(&self) -> bool {
-        matches!(*lock(&self.state), State::Carried { .. })
+        matches!(
+            *lock(&self.state),
+            State::Carried { .. } | State::Polling { .. }
+        )
     }
 
     /// Takes carried work back from its carrier: shelved again, or spawned if it woke since it
-    /// was last polled.
+    /// was last polled. Work being polled is taken back as its poll ends.
     fn take_back(&self) {
         let mut state = lock(&self.state);
+        if let State::Polling { taken_back, .. } = &mut *state {
+            *taken_back = true;
+            return;
+        }
         if !matches!(*state, State::Carried { .. }) {
             return;
         }
@@ -320,7 +410,7 @@ impl Wake for Shelf {
     fn wake_by_ref(self: &Arc<Self>) {
         let mut state = lock(&self.state);
         match &mut *state {
-            State::Polling { woken } => *woken = true,
+            State::Polling { woken, .. } => *woken = true,
             State::Carried { carrier, woken, .. } => {
                 *woken = true;
                 let carrier = carrier.clone();
@@ -375,10 +465,8 @@ mod tests {
             .enable_all()
             .build()
             .expect("runtime");
-        let background = Background {
-            home: Arc::new(Mutex::new(Some(home.handle().clone()))),
-            ..Background::default()
-        };
+        let background = Background::default();
+        background.homes.note(home.handle());
         let (done, finished) = tokio::sync::oneshot::channel();
         // Armed at the first poll, as the cluster client's response timeout is: it needs a
         // runtime there already.
@@ -495,6 +583,58 @@ mod tests {
         carried.await.expect("carried");
         go.send(()).expect("the work waits");
         background.flush(Duration::from_secs(30)).await;
+        assert!(background.tracker.is_empty(), "taken back, it finished");
+    }
+
+    /// The flush comes while the carrier is inside its poll of the work: it is taken back as
+    /// that poll ends, not left carried by a carrier that then stops polling.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+    async fn a_flush_during_a_carriers_poll_still_takes_the_work_back() {
+        use std::sync::mpsc;
+        let background = Background::here();
+        let (go, mut went) = tokio::sync::oneshot::channel::<()>();
+        let (in_poll, polling) = mpsc::channel::<()>();
+        let (resume, resumed) = mpsc::channel::<()>();
+        let resumed = Mutex::new(resumed);
+        let carrier = background.clone();
+        let (handle, parked) = tokio::sync::oneshot::channel();
+        let _held = tokio::spawn(async move {
+            let mut polls = 0;
+            let parked = carrier.start(poll_fn(move |cx| {
+                polls += 1;
+                if polls == 2 {
+                    let _ = in_poll.send(());
+                    let _ = lock(&resumed).recv();
+                }
+                Pin::new(&mut went).poll(cx).map(|_| ())
+            }));
+            let carry = parked.adopt().expect("its own task carries it");
+            let _ = handle.send(parked);
+            let mut stalled =
+                Box::pin(carrier.alongside(std::future::pending::<()>(), vec![carry]));
+            let _ = futures_poll_once(stalled.as_mut()).await;
+            std::future::pending::<()>().await;
+            drop(stalled);
+        });
+        let parked = parked.await.expect("the carrier's handle");
+        tokio::task::spawn_blocking(move || polling.recv())
+            .await
+            .expect("the waiter")
+            .expect("the carrier polls");
+        let mut flush = Box::pin(background.flush(Duration::from_secs(30)));
+        assert!(futures_poll_once(flush.as_mut()).await.is_pending());
+        resume.send(()).expect("the carrier waits");
+        // Its poll over, the work would be carried again by a carrier that no longer polls.
+        let shelf = parked.0.clone().expect("shelved work");
+        tokio::time::timeout(Duration::from_secs(30), async {
+            while matches!(*lock(&shelf.state), State::Polling { .. }) {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await
+        .expect("the carrier's poll ended");
+        go.send(()).expect("the work waits");
+        flush.await;
         assert!(background.tracker.is_empty(), "taken back, it finished");
     }
 

@@ -405,15 +405,17 @@ impl Link {
     /// Sends the releases queued for `key` now; returns the work of those whose replies have
     /// not been heard yet, for an acquire on the same connection to carry.
     fn flush_releases(self: &Arc<Self>, key: &KeyBase) -> Vec<Carry> {
-        let mut lanes = lock(&self.releases);
-        let Some(lane) = lanes.get_mut(key) else {
-            return Vec::new();
+        let sent = {
+            let mut lanes = lock(&self.releases);
+            let Some(lane) = lanes.get_mut(key) else {
+                return Vec::new();
+            };
+            self.send_waiting(key, lane);
+            std::mem::take(&mut lane.sent)
         };
-        self.send_waiting(key, lane);
-        lane.sent
-            .drain(..)
-            .filter_map(|sent| sent.adopt())
-            .collect()
+        // Adopted (and their handles dropped) with the lock free: they are on the connection
+        // already, so nothing sent after this can overtake them.
+        sent.iter().filter_map(Parked::adopt).collect()
     }
 
     /// Takes what waits in `key`'s `lane` and queues its `ZREM` on the identity's connection.

@@ -108,50 +108,57 @@ impl Breaker {
         settings: &Settings,
         step: impl FnOnce(&mut Store, u64) -> R,
     ) -> R {
-        let mut guard = lock(&self.store);
-        guard.1 = *settings;
-        let store = &mut guard.0;
-        let now = self.clock.ms();
-        self.fold(at, store, settings);
-        let result = step(store, now);
-        let closed = store.closed_for_good();
-        self.closed.store(
-            closed.map_or(0, |generation| generation + 1),
-            Ordering::Release,
-        );
-        let tally = closed
-            .filter(|_| {
-                let counts = store.state.as_ref().map(|state| state.counts);
-                counts.is_some_and(|counts| counts.failures == 0 && counts.slow == 0)
-            })
-            .and_then(|generation| Tally::armed(now, generation))
-            .unwrap_or(Tally::DISARMED);
-        self.tally.store(tally.0, Ordering::Release);
+        let (result, folded) = {
+            let mut guard = lock(&self.store);
+            guard.1 = *settings;
+            let store = &mut guard.0;
+            let now = self.clock.ms();
+            let folded = self.fold(store, settings);
+            let result = step(store, now);
+            let closed = store.closed_for_good();
+            self.closed.store(
+                closed.map_or(0, |generation| generation + 1),
+                Ordering::Release,
+            );
+            let tally = closed
+                .filter(|_| {
+                    let counts = store.state.as_ref().map(|state| state.counts);
+                    counts.is_some_and(|counts| counts.failures == 0 && counts.slow == 0)
+                })
+                .and_then(|generation| Tally::armed(now, generation))
+                .unwrap_or(Tally::DISARMED);
+            self.tally.store(tally.0, Ordering::Release);
+            (result, folded)
+        };
+        // Announced once the lock is free.
+        if let Some((generation, reply)) = folded {
+            observed(at, generation, &reply);
+        }
         result
     }
 
-    /// Folds the tallied successes into `store` (under its lock), each batch announced as an
-    /// observation.
-    fn fold(&self, at: &At<'_>, store: &mut Store, settings: &Settings) {
+    /// Folds the tallied successes into `store` (under its lock); returns the generation and
+    /// the reply of the last batch (the window as they left it), to announce as an
+    /// observation. Their clean window is still clean after them: nothing opens.
+    fn fold(&self, store: &mut Store, settings: &Settings) -> Option<(u64, ObserveReply)> {
         let tally = Tally(self.tally.swap(Tally::DISARMED.0, Ordering::AcqRel));
         // Armed by the last step for the generation the store still has: every step re-arms.
-        let Some(generation) = store.closed_for_good().filter(|_| tally.count() > 0) else {
-            return;
-        };
+        let generation = store.closed_for_good().filter(|_| tally.count() > 0)?;
         let mut left = tally.count();
+        let mut last = None;
         while left > 0 {
             let batch = left.min(SUCCESSES.len() as u64);
             left -= batch;
-            let reply = store.observe(
+            last = Some(store.observe(
                 tally.ms(),
                 generation,
                 &SUCCESSES[..batch as usize],
                 1,
                 settings,
                 &mut Seen::default(),
-            );
-            observed(at, generation, &reply);
+            ));
         }
+        last.map(|reply| (generation, reply))
     }
 
     /// Counts a success admitted under `generation` without the lock, if the tally takes it.

@@ -192,6 +192,35 @@ async fn the_success_that_reaches_minimum_throughput_opens_at_once() {
     assert!(refused(&DILUTED).await, "3 failures of 4 open it");
 }
 
+const fn mixed_config(minimum_throughput: u32) -> BreakerConfig {
+    let mut config = config("unit-mixed", true);
+    config.minimum_throughput = minimum_throughput;
+    config
+}
+
+static MIXED_LAX: BreakerSite = BreakerSite::new(mixed_config(100));
+static MIXED_STRICT: BreakerSite = BreakerSite::new(mixed_config(4));
+
+/// Two sites of one identity with different settings: a success counted without the lock
+/// after the lax site's step still opens the breaker for the strict site, at once (successes
+/// are counted so only over a window without failures, which no settings open).
+#[tokio::test(start_paused = true)]
+async fn a_success_after_another_sites_step_opens_under_its_own_settings() {
+    for _ in 0..3 {
+        let _ = call(&MIXED_STRICT, true).await;
+    }
+    call(&MIXED_LAX, false)
+        .await
+        .expect("3 failures of 4 under 100 minimum: closed");
+    call(&MIXED_STRICT, false)
+        .await
+        .expect("admitted while closed");
+    assert!(
+        refused(&MIXED_STRICT).await,
+        "3 failures of 5 open it for the strict site"
+    );
+}
+
 /// A sequential caller of an instantly failing function: its own unflushed failures count, so
 /// at most `minimum_throughput` bodies run before the first rejection — no batch delay (the
 /// clock never moves here) lets more through.
