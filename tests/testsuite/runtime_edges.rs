@@ -420,3 +420,78 @@ fn a_guard_dropped_outside_any_runtime_after_a_later_runtime_died_is_released() 
     drop(holding);
     main.block_on(common::eventually("the release", || leases.live() == 0));
 }
+
+/// A lease dropped by a task of a runtime that is then dropped while the `ZREM`'s reply is
+/// held; a guard of the same identity is dropped on a plain thread meanwhile (its release
+/// waits behind the one in flight). The first release's work wakes after its runtime died (its
+/// timer fires as the runtime shuts down): it finishes on the runtime still running, and so
+/// does the release queued behind it. Both used to be lost with the dead runtime, and every
+/// later release of the identity queued behind them.
+#[test]
+fn a_release_whose_runtime_died_while_it_was_in_flight_still_finishes() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let mut leases = Leases::on(&server);
+    let scope = unique("release-orphaned");
+    let main = runtime();
+    let coordinator = main.block_on(settled(&proxy, &mut leases, &scope));
+    let (entered, inside) = tokio::sync::oneshot::channel();
+    let mut holding = Box::pin(coordinator.scoped(pair(&scope, Some(entered))));
+    main.block_on(async {
+        tokio::select! {
+            _ = &mut holding => unreachable!("the body never returns"),
+            _ = inside => {}
+        }
+    });
+    let brief = runtime();
+    let (entered, inside) = tokio::sync::oneshot::channel();
+    let task = brief.spawn({
+        let (coordinator, scope) = (coordinator.clone(), scope.clone());
+        async move { coordinator.scoped(pair(&scope, Some(entered))).await }
+    });
+    brief.block_on(async { inside.await.expect("entered") });
+    assert_eq!(leases.live(), 2);
+    proxy.hold_replies();
+    task.abort();
+    brief.block_on(async {
+        let _ = task.await;
+        common::eventually("the ZREM's reply held", || proxy.held_replies() == 1).await;
+    });
+    drop(brief);
+    drop(holding);
+    proxy.restore();
+    main.block_on(common::eventually("both releases", || leases.live() == 0));
+    main.block_on(async {
+        assert_eq!(code(&coordinator.scoped(pair(&scope, None)).await), "ok");
+    });
+}
+
+/// A call whose acquire is in flight (its reply held) when the runtime of its task is dropped.
+/// Its identity's lane was left busy with no one to move it on: every later call of the
+/// identity queued behind it and timed out. Now the batch finishes on the runtime still
+/// running, and the next call goes out.
+#[test]
+fn a_call_in_flight_when_its_runtime_dies_does_not_wedge_its_identity() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let mut leases = Leases::on(&server);
+    let scope = unique("acquire-orphaned");
+    let main = runtime();
+    let coordinator = main.block_on(settled(&proxy, &mut leases, &scope));
+    let brief = runtime();
+    proxy.hold_replies();
+    let _task = brief.spawn({
+        let (coordinator, scope) = (coordinator.clone(), scope.clone());
+        async move { coordinator.scoped(pair(&scope, None)).await }
+    });
+    main.block_on(common::eventually("the acquire's reply held", || {
+        proxy.held_replies() == 1
+    }));
+    drop(brief);
+    proxy.restore();
+    main.block_on(async {
+        let next = common::ends("the next call", coordinator.scoped(pair(&scope, None))).await;
+        assert_eq!(code(&next), "ok");
+        common::eventually("the orphaned lease released", || leases.live() == 0).await;
+    });
+}

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
-use tokio::runtime::Handle;
+use tokio::runtime::{self, Handle};
 use tokio_util::task::TaskTracker;
 
 use crate::sync::lock;
@@ -79,7 +79,7 @@ impl Background {
                 self.homes.note(current);
                 None
             }
-            None => self.homes.running(),
+            None => self.homes.running(None),
         };
         // It must live on, as a request whose caller is gone is never sent; without any
         // runtime to finish it, nothing would, and it is dropped after this poll.
@@ -95,6 +95,7 @@ impl Background {
                 taken_back: false,
             }),
             runtime,
+            homes: self.homes.clone(),
             task: current.and(tokio::task::try_id()),
         });
         let _entered = home.as_ref().map(|home| (home.enter(), Borrowed::set()));
@@ -194,13 +195,74 @@ impl Homes {
         self.0.newest.store(digest, Ordering::Relaxed);
     }
 
-    /// The newest runtime still running.
-    fn running(&self) -> Option<Handle> {
+    /// The newest runtime still running (other than `except`: one known to be stopping).
+    fn running(&self, except: Option<runtime::Id>) -> Option<Handle> {
         lock(&self.0.runtimes)
             .iter()
             .rev()
-            .find(|home| home.running.load(Ordering::Acquire))
+            .find(|home| home.running.load(Ordering::Acquire) && Some(home.handle.id()) != except)
             .map(|home| home.handle.clone())
+    }
+}
+
+/// How many times work moves to another runtime at most: runtimes shutting down at the same
+/// time could otherwise pass it back and forth.
+const MOVES: u8 = 3;
+
+/// Spawns `work` as a task of its own on `runtime`. Tokio drops a task unfinished only when
+/// its runtime shuts down (none of these is ever aborted): the work then moves on to the
+/// newest runtime still running, its timers armed again there (see [`timer`](super::timer)),
+/// rather than vanish with its runtime, which would leave what it was to do next (move its
+/// lane on, send a release queued behind it) undone for good.
+fn spawn(runtime: &Handle, homes: &Homes, work: Work) {
+    spawn_moved(runtime, homes, work, 0);
+}
+
+fn spawn_moved(runtime: &Handle, homes: &Homes, work: Work, moves: u8) {
+    runtime.spawn(Homed {
+        work: Some(work),
+        homes: homes.clone(),
+        runtime: runtime.id(),
+        moves,
+    });
+}
+
+/// Work in a task of its own (see [`spawn`]).
+struct Homed {
+    /// `None` once finished, or dropped after a panic (as its own task would be).
+    work: Option<Work>,
+    homes: Homes,
+    runtime: runtime::Id,
+    moves: u8,
+}
+
+impl Future for Homed {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let Some(work) = self.work.as_mut() else {
+            return Poll::Ready(());
+        };
+        match catch_unwind(AssertUnwindSafe(|| work.as_mut().poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            _ => {
+                self.work = None;
+                Poll::Ready(())
+            }
+        }
+    }
+}
+
+impl Drop for Homed {
+    fn drop(&mut self) {
+        let Some(work) = self.work.take() else {
+            return;
+        };
+        if self.moves < MOVES
+            && let Some(next) = self.homes.running(Some(self.runtime))
+        {
+            spawn_moved(&next, &self.homes, work, self.moves + 1);
+        }
     }
 }
 
@@ -309,6 +371,8 @@ impl Drop for Carry {
 struct Shelf {
     state: Mutex<State>,
     runtime: Handle,
+    /// Where the work moves if `runtime` stops before it is done.
+    homes: Homes,
     /// The task that started the work, the only one that may carry it.
     task: Option<tokio::task::Id>,
 }
@@ -364,7 +428,7 @@ impl Shelf {
                 // Nothing would wake it again.
                 *state = State::Gone;
                 drop(state);
-                self.runtime.spawn(work);
+                spawn(&self.runtime, &self.homes, work);
             }
             None => *state = State::Shelved(work),
         }
@@ -395,7 +459,7 @@ impl Shelf {
         };
         if woken {
             drop(state);
-            self.runtime.spawn(work);
+            spawn(&self.runtime, &self.homes, work);
         } else {
             *state = State::Shelved(work);
         }
@@ -422,7 +486,7 @@ impl Wake for Shelf {
                     unreachable!("matched as shelved");
                 };
                 drop(state);
-                self.runtime.spawn(work);
+                spawn(&self.runtime, &self.homes, work);
             }
             State::Gone => {}
         }
@@ -475,6 +539,44 @@ mod tests {
             let _ = done.send(());
         });
         home.block_on(finished).expect("the work finished");
+    }
+
+    fn multi_thread() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime")
+    }
+
+    /// Started on a runtime dropped before it woke, with a timer armed there: the work is
+    /// spawned on its runtime as it wakes, dropped there at once, and finishes on the one
+    /// still running instead.
+    #[test]
+    fn work_whose_runtime_stopped_finishes_on_one_still_running() {
+        let (main, brief) = (multi_thread(), multi_thread());
+        let background = main.block_on(async { Background::here() });
+        let (go, went) = tokio::sync::oneshot::channel::<()>();
+        let (done, finished) = tokio::sync::oneshot::channel();
+        let parked = brief.block_on(async {
+            background.start(async move {
+                let _ = crate::coordinator::timer::timeout_at(
+                    tokio::time::Instant::now() + Duration::from_secs(60),
+                    went,
+                )
+                .await;
+                let _ = done.send(());
+            })
+        });
+        assert!(parked.shelved(), "nothing woke it yet");
+        drop(brief);
+        go.send(()).expect("the work waits");
+        main.block_on(async {
+            tokio::time::timeout(Duration::from_secs(30), finished)
+                .await
+                .expect("within the deadline")
+                .expect("woken, it ran to its end");
+        });
     }
 
     #[tokio::test]

@@ -17,6 +17,7 @@ mod operators;
 mod protocol;
 mod redis;
 pub(crate) mod registry;
+pub(crate) mod timer;
 mod wakeups;
 
 use std::any::{Any, TypeId};

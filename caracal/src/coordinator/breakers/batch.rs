@@ -9,7 +9,7 @@ use super::Views;
 use super::view::{Applied, Learned, Maker, Tells, View, learn_in};
 use super::{Announcement, BATCH_DELAY, MAX_BATCH, VIEW_MAX_AGE, learned_origin};
 use crate::Error;
-use crate::coordinator::{BreakerTarget, Stamped, upgrade};
+use crate::coordinator::{BreakerTarget, Stamped, timer, upgrade};
 use crate::events::{self, ChangeOrigin};
 use crate::policy::breaker::kernel::{
     Counts, Observation, Observe, ObserveCommand, ObserveReply, Phase,
@@ -77,7 +77,7 @@ impl Views<'_> {
             let target = target.clone();
             self.coordinator.in_background(async move {
                 tokio::select! {
-                    () = tokio::time::sleep(BATCH_DELAY) => {}
+                    () = timer::sleep_until(Instant::now() + BATCH_DELAY) => {}
                     () = flush_now.notified() => {}
                 }
                 if let Some(coordinator) = upgrade(&weak) {

@@ -32,6 +32,7 @@ use super::slot::Slot;
 use crate::Error;
 use crate::coordinator::background;
 use crate::coordinator::incarnation::Incarnation;
+use crate::coordinator::timer;
 use crate::error::FailureKind;
 use crate::identity::KeyBase;
 
@@ -226,7 +227,7 @@ impl Checkout {
     ) -> Result<Value, RedisFailure> {
         let mut send = pin!(self.conn.send(cmd));
         let reply = if background::on_own_runtime() {
-            tokio::time::timeout_at(deadline, send).await
+            timer::timeout_at(deadline, send).await
         } else {
             // A first poll on a borrowed runtime (a release from a guard dropped outside any
             // runtime) or none only queues the request: the deadline's timer is armed at the
@@ -249,18 +250,18 @@ impl Checkout {
             })
             .await;
             match early {
-                Some(reply) => Ok(reply),
-                None => tokio::time::timeout_at(deadline, send).await,
+                Some(reply) => Some(reply),
+                None => timer::timeout_at(deadline, send).await,
             }
         };
         // Server errors can come back as an `Ok` holding an error value; either way they are
         // errors here.
         match reply.map(|reply| reply.and_then(Value::extract_error)) {
-            Ok(Ok(value)) => {
+            Some(Ok(value)) => {
                 self.slot.answered(self.generation);
                 Ok(value)
             }
-            Ok(Err(error)) => {
+            Some(Err(error)) => {
                 match self.shard {
                     Some(shard) if node_in_doubt(&error) => self.slot.suspect(shard),
                     Some(_) => {}
@@ -274,7 +275,7 @@ impl Checkout {
                 }
                 Err(RedisFailure::Redis(error))
             }
-            Err(_) => {
+            None => {
                 match self.shard {
                     Some(shard) => self.slot.suspect(shard),
                     None => self.slot.timed_out(self.generation),
