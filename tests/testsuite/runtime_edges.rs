@@ -2,7 +2,8 @@
 //! queued, a lease dropped outside any runtime (standalone and cluster), a connection whose
 //! reconnection task died with its runtime; a lone caller's release carried by its next
 //! acquire (the task that dropped a lease polls the `ZREM`'s reply with its own acquire's)
-//! when that call is no longer polled, when runtimes die, across runtimes.
+//! when that call is no longer polled, when runtimes die, across runtimes; and work in flight
+//! (an acquire, a release) when the runtime carrying it is dropped, standalone and cluster.
 
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
@@ -494,4 +495,125 @@ fn a_call_in_flight_when_its_runtime_dies_does_not_wedge_its_identity() {
         assert_eq!(code(&next), "ok");
         common::eventually("the orphaned lease released", || leases.live() == 0).await;
     });
+}
+
+/// On a cluster: a call in flight (every node frozen) when the runtime of its task is dropped.
+/// The cluster client's own overall timer, armed in the caller's future, used to panic when
+/// the batch was polled on the runtime still running, so the batch was lost and its lane stayed
+/// busy; now the client arms none (each call is bounded by caracal's own deadline), and the
+/// batch finishes there.
+#[test]
+fn a_cluster_call_in_flight_when_its_runtime_dies_does_not_wedge_its_identity() {
+    let mut cluster = RedisCluster::start(3);
+    let scope = unique("cluster-orphaned");
+    let main = runtime();
+    let coordinator = main.block_on(common::cluster(cluster.seed_urls()));
+    main.block_on(until_ok(|| coordinator.scoped(pair(&scope, None))));
+    let brief = runtime();
+    for node in cluster.nodes_mut() {
+        node.pause();
+    }
+    let _task = brief.spawn({
+        let (coordinator, scope) = (coordinator.clone(), scope.clone());
+        async move { coordinator.scoped(pair(&scope, None)).await }
+    });
+    // Time for the acquire to reach a frozen node; were it not sent yet, this would test less,
+    // not fail.
+    std::thread::sleep(Duration::from_millis(100));
+    drop(brief);
+    for node in cluster.nodes_mut() {
+        node.resume();
+    }
+    main.block_on(until_ok(|| coordinator.scoped(pair(&scope, None))));
+}
+
+/// On a cluster: a release in flight (every node frozen) when the runtime of the task that
+/// dropped its guard is dropped. Its `ZREM` still runs once the nodes wake; its work used to be
+/// lost (the client's timer, as above), and the identity's releases stayed counted in flight:
+/// every later release waited for the next acquire, and the last call's lease stayed taken for
+/// its whole 30 s.
+#[test]
+fn a_cluster_release_in_flight_when_its_runtime_dies_does_not_hold_up_later_ones() {
+    let mut cluster = RedisCluster::start(3);
+    let scope = unique("cluster-release-orphaned");
+    let main = runtime();
+    let coordinator = main.block_on(common::cluster(cluster.seed_urls()));
+    main.block_on(until_ok(|| coordinator.scoped(hold(&scope, None))));
+    let brief = runtime();
+    let (entered, inside) = tokio::sync::oneshot::channel();
+    let task = brief.spawn({
+        let (coordinator, scope) = (coordinator.clone(), scope.clone());
+        async move { coordinator.scoped(hold(&scope, Some(entered))).await }
+    });
+    brief.block_on(async { inside.await.expect("entered") });
+    for node in cluster.nodes_mut() {
+        node.pause();
+    }
+    task.abort();
+    // Time for the `ZREM` to reach its frozen node, as above.
+    std::thread::sleep(Duration::from_millis(100));
+    drop(brief);
+    for node in cluster.nodes_mut() {
+        node.resume();
+    }
+    main.block_on(until_ok(|| coordinator.scoped(hold(&scope, None))));
+    let mut leases = Leases::on_cluster(&cluster);
+    main.block_on(common::eventually("the last call's release", || {
+        leases.live() == 0
+    }));
+}
+
+/// A coordinator whose only runtime is dropped while a call's acquire (`acquire`) or a
+/// release (else) is in flight, then used from a new runtime, as a process-wide coordinator
+/// is by one `#[tokio::test]` runtime after another. The work cannot finish anywhere, but the
+/// identity's lane must not stay busy with it: the new runtime's calls went out behind nothing
+/// and timed out, or (a release) every later release waited for the next acquire.
+fn orphaned_with_no_runtime_left(acquire: bool) {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let mut leases = Leases::on(&server);
+    let scope = unique("orphaned-alone");
+    let first = runtime();
+    let coordinator = first.block_on(async {
+        let coordinator = common::connect(&proxy.url(), Duration::from_secs(1)).await;
+        assert_eq!(code(&coordinator.scoped(pair(&scope, None)).await), "ok");
+        common::eventually("the first call's release", || leases.live() == 0).await;
+        proxy.wait_idle(PATIENCE).await;
+        coordinator
+    });
+    let (entered, inside) = tokio::sync::oneshot::channel();
+    let task = first.spawn({
+        let (coordinator, scope) = (coordinator.clone(), scope.clone());
+        let entered = (!acquire).then_some(entered);
+        async move { coordinator.scoped(pair(&scope, entered)).await }
+    });
+    if !acquire {
+        first.block_on(async { inside.await.expect("entered") });
+    }
+    proxy.hold_replies();
+    if !acquire {
+        task.abort();
+    }
+    first.block_on(common::eventually("a reply held", || {
+        proxy.held_replies() == 1
+    }));
+    drop(first);
+    proxy.restore();
+    let second = runtime();
+    second.block_on(async {
+        until_ok(|| coordinator.scoped(pair(&scope, None))).await;
+        // The lease a lost acquire took is released too: its caller's guard queued the release
+        // as it was dropped, and the next call sent it.
+        common::eventually("every release", || leases.live() == 0).await;
+    });
+}
+
+#[test]
+fn an_acquire_in_flight_when_the_only_runtime_dies_does_not_wedge_the_next_runtimes_calls() {
+    orphaned_with_no_runtime_left(true);
+}
+
+#[test]
+fn a_release_in_flight_when_the_only_runtime_dies_does_not_hold_up_the_next_runtimes() {
+    orphaned_with_no_runtime_left(false);
 }

@@ -68,18 +68,19 @@ impl Background {
     /// leaves the work to finish on its own.
     pub(crate) fn start(&self, work: impl Future<Output = ()> + Send + 'static) -> Parked {
         // Tracked from before the first poll, so a concurrent flush sees it; work that
-        // panics, is never spawned, or dies with its runtime stops being tracked when dropped,
-        // so it cannot leave a flush waiting.
+        // panics, is never spawned, or finds no runtime left to finish on stops being tracked
+        // when dropped, so it cannot leave a flush waiting.
         let mut work: Work = Box::pin(tokio::task::unconstrained(self.tracker.track_future(work)));
-        // Outside a runtime (a guard dropped on a plain thread) the work belongs to the
-        // coordinator's own, from its first poll: the cluster client arms a timer there.
+        // Outside a runtime (a guard dropped on a plain thread) the work belongs to one that
+        // runs, from its first poll: what it awaits (a connection's reply, its own timer) must
+        // be polled by one.
         let current = Handle::try_current().ok();
         let home = match &current {
             Some(current) => {
                 self.homes.note(current);
                 None
             }
-            None => self.homes.running(None),
+            None => self.homes.running(),
         };
         // It must live on, as a request whose caller is gone is never sent; without any
         // runtime to finish it, nothing would, and it is dropped after this poll.
@@ -142,10 +143,11 @@ impl Background {
     }
 }
 
-/// The runtimes work was started on (the coordinator's own first), each with whether it still
-/// runs: work started outside any runtime finishes on the newest still running. Not always the
-/// coordinator's own, which may have stopped while the coordinator serves on; nor merely the
-/// latest, which may be a short-lived one.
+/// The runtimes work was started on, the newest last, each with whether it still runs: work
+/// started outside any runtime finishes on the newest still running, and so does work whose
+/// runtime stopped before it was done (see [`spawn`]). Not always the coordinator's own, which
+/// may have stopped while the coordinator serves on; nor merely the latest, which may be a
+/// short-lived one.
 #[derive(Debug, Default, Clone)]
 struct Homes(Arc<Known>);
 
@@ -159,12 +161,10 @@ struct Known {
 #[derive(Debug)]
 struct Home {
     handle: Handle,
-    /// Cleared when the runtime drops its tasks, a watcher among them.
+    /// Cleared when the runtime drops its tasks: as it drops its watcher, or one of its tasks
+    /// unfinished (see [`Homes::stopping`]).
     running: Arc<AtomicBool>,
 }
-
-/// How many runtimes are remembered (a process rarely runs more than a few at once).
-const HOMES_KEPT: usize = 8;
 
 impl Homes {
     /// Notes that work starts on `current`.
@@ -176,37 +176,53 @@ impl Homes {
             return;
         }
         let mut runtimes = lock(&self.0.runtimes);
-        runtimes.retain(|home| {
-            home.running.load(Ordering::Acquire) && home.handle.id() != current.id()
-        });
-        if runtimes.len() >= HOMES_KEPT {
-            runtimes.remove(0);
-        }
-        let running = Arc::new(AtomicBool::new(true));
-        let watcher = Running(Arc::clone(&running));
-        current.spawn(async move {
-            let _watcher = watcher;
-            std::future::pending::<()>().await;
-        });
-        runtimes.push(Home {
-            handle: current.clone(),
-            running,
-        });
+        runtimes.retain(|home| home.running.load(Ordering::Acquire));
+        // Noted before, it is the newest again, still watched by its first watcher.
+        let home = match runtimes
+            .iter()
+            .position(|home| home.handle.id() == current.id())
+        {
+            Some(at) => runtimes.remove(at),
+            None => {
+                let running = Arc::new(AtomicBool::new(true));
+                let watcher = Running(Arc::clone(&running));
+                current.spawn(async move {
+                    let _watcher = watcher;
+                    std::future::pending::<()>().await;
+                });
+                Home {
+                    handle: current.clone(),
+                    running,
+                }
+            }
+        };
+        runtimes.push(home);
         self.0.newest.store(digest, Ordering::Relaxed);
     }
 
-    /// The newest runtime still running (other than `except`: one known to be stopping).
-    fn running(&self, except: Option<runtime::Id>) -> Option<Handle> {
+    /// The newest runtime still running.
+    fn running(&self) -> Option<Handle> {
         lock(&self.0.runtimes)
             .iter()
             .rev()
-            .find(|home| home.running.load(Ordering::Acquire) && Some(home.handle.id()) != except)
+            .find(|home| home.running.load(Ordering::Acquire))
             .map(|home| home.handle.clone())
+    }
+
+    /// Notes that `runtime` is shutting down (it dropped a task unfinished), before its
+    /// watcher may have been dropped: runtimes shutting down together must not pass work back
+    /// and forth.
+    fn stopping(&self, runtime: runtime::Id) {
+        for home in lock(&self.0.runtimes).iter() {
+            if home.handle.id() == runtime {
+                home.running.store(false, Ordering::Release);
+            }
+        }
     }
 }
 
-/// How many times work moves to another runtime at most: runtimes shutting down at the same
-/// time could otherwise pass it back and forth.
+/// How many times work moves to another runtime at most: a runtime noted as running may
+/// already be shutting down too.
 const MOVES: u8 = 3;
 
 /// Spawns `work` as a task of its own on `runtime`. Tokio drops a task unfinished only when
@@ -258,8 +274,9 @@ impl Drop for Homed {
         let Some(work) = self.work.take() else {
             return;
         };
+        self.homes.stopping(self.runtime);
         if self.moves < MOVES
-            && let Some(next) = self.homes.running(Some(self.runtime))
+            && let Some(next) = self.homes.running()
         {
             spawn_moved(&next, &self.homes, work, self.moves + 1);
         }
@@ -577,6 +594,21 @@ mod tests {
                 .expect("within the deadline")
                 .expect("woken, it ran to its end");
         });
+    }
+
+    /// An application whose work starts on two runtimes in turn: each keeps one watcher (one
+    /// used to be spawned at every switch and never ended).
+    #[test]
+    fn runtimes_taking_turns_are_watched_once_each() {
+        let (one, two) = (multi_thread(), multi_thread());
+        let background = Background::default();
+        for _ in 0..50 {
+            background.homes.note(one.handle());
+            background.homes.note(two.handle());
+        }
+        for runtime in [&one, &two] {
+            assert_eq!(runtime.metrics().num_alive_tasks(), 1);
+        }
     }
 
     #[tokio::test]

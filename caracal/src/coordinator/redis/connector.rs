@@ -113,6 +113,10 @@ impl Connector {
                         .retries(0)
                         .connection_timeout(timeout)
                         .response_timeout(timeout)
+                        // Each call is bounded by its own deadline (see `Checkout::send`), one
+                        // that moves with work whose runtime stops; the client's overall timer,
+                        // armed in the caller's future, panics when polled on another runtime.
+                        .overall_response_timeout(None)
                         .tcp_settings(tcp_settings());
                 #[cfg(feature = "tls")]
                 let builder = match &trust.roots {

@@ -3,8 +3,10 @@
 //! [`lanes`](super::lanes)), and the background tracker that finishes what callers do not wait
 //! for.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::future::{Future, poll_fn};
+use std::marker::PhantomData;
 use std::pin::{Pin, pin};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,6 +25,7 @@ use crate::Error;
 use crate::coordinator::background::{Background, Carry, Parked};
 use crate::coordinator::incarnation::{Incarnation, LossCause};
 use crate::coordinator::protocol::LeaseAnswer;
+use crate::coordinator::timer;
 use crate::error::FailureKind;
 use crate::identity::KeyBase;
 use crate::kernel::{Script, Scripted};
@@ -354,15 +357,15 @@ impl Link {
             if let Some(driven) = driven {
                 driven.await;
             }
-            match tokio::time::timeout_at(deadline, answered).await {
-                Ok(answer) => answer.unwrap_or_else(|_| {
+            match timer::timeout_at(deadline, answered).await {
+                Some(answer) => answer.unwrap_or_else(|_| {
                     Err(Error::unavailable(
                         FailureKind::Disconnected,
                         "the request was dropped with the runtime carrying it; the outcome is \
                          unknown",
                     ))
                 }),
-                Err(_) => Err(Error::unavailable(
+                None => Err(Error::unavailable(
                     FailureKind::Timeout,
                     "no answer within the command timeout: the request waited behind a call to \
                      Redis that did not end in time; it was withdrawn if still unsent",
@@ -379,13 +382,14 @@ impl Link {
         batch: Vec<Queued<R>>,
     ) -> Pin<Box<dyn Future<Output = ()> + Send>> {
         Box::pin(async move {
+            let _lane = MoveOn::<R> {
+                link: &self,
+                key: &key,
+                kind: PhantomData,
+            };
             let replies = R::call(&self, &key, &batch).await;
             for (request, reply) in answer(batch, replies) {
                 R::unheard(&self, &key, request, reply);
-            }
-            if let Some(next) = R::lanes(&self).next(&key) {
-                let background = self.background.clone();
-                background.start(self.run(key, next));
             }
         })
     }
@@ -425,9 +429,17 @@ impl Link {
     /// [`run_releases`](Self::run_releases).)
     fn send_waiting(self: &Arc<Self>, key: &KeyBase, lane: &mut Releases) {
         if let Some(batch) = lane.take() {
+            let outer = STARTING.replace(Some(Vec::new()));
             let sent = self
                 .background
                 .start(Arc::clone(self).run_releases(key.clone(), batch));
+            let unstarted = STARTING.replace(outer).unwrap_or_default();
+            if !unstarted.is_empty() {
+                // Its work was dropped as it started (no runtime would run it, or it panicked):
+                // back in the queue, for the identity's next release or acquire to send.
+                lane.in_flight = lane.in_flight.saturating_sub(1);
+                lane.waiting.splice(0..0, unstarted);
+            }
             lane.sent.retain(Parked::shelved);
             if sent.shelved() {
                 lane.sent.push(sent);
@@ -449,6 +461,11 @@ impl Link {
     ) -> Pin<Box<dyn Future<Output = ()> + Send>> {
         Box::pin(async move {
             let tokens: Vec<Uuid> = batch.iter().map(|release| release.token).collect();
+            let mut unsettled = Unsettled {
+                link: &self,
+                key: &key,
+                batch: Some(batch),
+            };
             let mut waited = false;
             let sent = {
                 let mut zrem = pin!(self.zrem(&key, &tokens));
@@ -466,52 +483,65 @@ impl Link {
             if !waited {
                 tokio::task::yield_now().await;
             }
-            let again = match sent {
-                Err(error) if outcome_unknown(&error) => {
-                    let retry_by = Instant::now() + RELEASE_RETRY_PAUSE;
-                    let (again, over): (Vec<_>, Vec<_>) = batch
-                        .into_iter()
-                        .partition(|release| retry_by < release.until);
-                    report_releases(over, Err(error));
-                    again
-                }
-                result => {
-                    report_releases(batch, result);
-                    Vec::new()
-                }
-            };
-            let failed = !again.is_empty();
-            let schedule = {
-                let mut lanes = lock(&self.releases);
-                let lane = lanes.entry(key.clone()).or_default();
-                lane.in_flight = lane.in_flight.saturating_sub(1);
-                lane.waiting.splice(0..0, again);
-                // After a failure the connection is likely still down: what waits goes out with
-                // the retry, or before an acquire.
-                if !failed && lane.in_flight == 0 {
-                    self.send_waiting(&key, lane);
-                }
-                let schedule = failed && !std::mem::replace(&mut lane.retry_scheduled, true);
-                if lane.idle() {
-                    lanes.remove(&key);
-                }
-                schedule
-            };
-            if schedule {
-                let background = self.background.clone();
-                background.start(async move {
-                    tokio::time::sleep(RELEASE_RETRY_PAUSE).await;
-                    let mut lanes = lock(&self.releases);
-                    if let Some(lane) = lanes.get_mut(&key) {
-                        lane.retry_scheduled = false;
-                        self.send_waiting(&key, lane);
-                        if lane.idle() {
-                            lanes.remove(&key);
-                        }
-                    }
-                });
-            }
+            let batch = unsettled.batch.take().unwrap_or_default();
+            self.settle_releases(&key, batch, sent);
         })
+    }
+
+    /// Reports how `batch`'s `ZREM` ended and moves the identity's releases on: what may not
+    /// have run goes back into the queue, to be sent again before the next acquire or after a
+    /// pause; what queued meanwhile goes out now.
+    fn settle_releases(
+        self: &Arc<Self>,
+        key: &KeyBase,
+        batch: Vec<Release>,
+        sent: Result<u64, Error>,
+    ) {
+        let again = match sent {
+            Err(error) if outcome_unknown(&error) => {
+                let retry_by = Instant::now() + RELEASE_RETRY_PAUSE;
+                let (again, over): (Vec<_>, Vec<_>) = batch
+                    .into_iter()
+                    .partition(|release| retry_by < release.until);
+                report_releases(over, Err(error));
+                again
+            }
+            result => {
+                report_releases(batch, result);
+                Vec::new()
+            }
+        };
+        let failed = !again.is_empty();
+        let schedule = {
+            let mut lanes = lock(&self.releases);
+            let lane = lanes.entry(key.clone()).or_default();
+            lane.in_flight = lane.in_flight.saturating_sub(1);
+            lane.waiting.splice(0..0, again);
+            // After a failure the connection is likely still down: what waits goes out with
+            // the retry, or before an acquire.
+            if !failed && lane.in_flight == 0 {
+                self.send_waiting(key, lane);
+            }
+            let schedule = failed && !std::mem::replace(&mut lane.retry_scheduled, true);
+            if lane.idle() {
+                lanes.remove(key);
+            }
+            schedule
+        };
+        if schedule {
+            let (link, key) = (Arc::clone(self), key.clone());
+            self.background.start(async move {
+                timer::sleep_until(Instant::now() + RELEASE_RETRY_PAUSE).await;
+                let mut lanes = lock(&link.releases);
+                if let Some(lane) = lanes.get_mut(&key) {
+                    lane.retry_scheduled = false;
+                    link.send_waiting(&key, lane);
+                    if lane.idle() {
+                        lanes.remove(&key);
+                    }
+                }
+            });
+        }
     }
 
     /// Publishes `message` on `channel`, from the connection of `key`'s identity, in the
@@ -544,6 +574,64 @@ impl Link {
             .map_err(failure::RedisFailure::into_error)?;
         let tokens = i64::try_from(tokens.len()).unwrap_or(i64::MAX);
         reply::integer_in("ZREM", value, 0..=tokens).map(|n| n as u64)
+    }
+}
+
+/// Moves a lane of `R` on when the call of its batch ends, however it ends: dropped unfinished
+/// (the runtime carrying it stopped, and what it awaited could not be polled anywhere else),
+/// its own callers hear that their requests were dropped, and those queued behind it still go
+/// out. Else the lane would stay busy for good, and every later call of the identity would
+/// queue behind nothing until it timed out.
+struct MoveOn<'a, R: Batched> {
+    link: &'a Arc<Link>,
+    key: &'a KeyBase,
+    kind: PhantomData<R>,
+}
+
+impl<R: Batched> Drop for MoveOn<'_, R> {
+    fn drop(&mut self) {
+        if let Some(next) = R::lanes(self.link).next(self.key) {
+            self.link
+                .background
+                .start(Arc::clone(self.link).run(self.key.clone(), next));
+        }
+    }
+}
+
+/// A batch of releases whose `ZREM` has not been settled: dropped unfinished, its outcome is
+/// unknown, and it is settled so (sent again, unless its leases would have expired by then).
+struct Unsettled<'a> {
+    link: &'a Arc<Link>,
+    key: &'a KeyBase,
+    batch: Option<Vec<Release>>,
+}
+
+thread_local! {
+    /// While a batch of releases is started here (see [`Link::send_waiting`]), with the
+    /// releases' lock held: the batch, if its work is dropped as it starts, for the starter to
+    /// put back in its queue (settling it here would take the lock again).
+    static STARTING: RefCell<Option<Vec<Release>>> = const { RefCell::new(None) };
+}
+
+impl Drop for Unsettled<'_> {
+    fn drop(&mut self) {
+        let Some(batch) = self.batch.take() else {
+            return;
+        };
+        let batch = STARTING.with_borrow_mut(|starting| match starting {
+            Some(unstarted) => {
+                unstarted.extend(batch);
+                None
+            }
+            None => Some(batch),
+        });
+        if let Some(batch) = batch {
+            let dropped = Error::unavailable(
+                FailureKind::Disconnected,
+                "the release was dropped unfinished with the runtime carrying it",
+            );
+            self.link.settle_releases(self.key, batch, Err(dropped));
+        }
     }
 }
 

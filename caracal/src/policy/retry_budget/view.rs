@@ -25,7 +25,7 @@ use tokio::time::Instant;
 
 use super::kernel::{Allowance, Record, Slide, Totals, allows};
 use crate::Error;
-use crate::coordinator::Coordinator;
+use crate::coordinator::{Coordinator, timer};
 use crate::identity::{Identity, KeyBase};
 use crate::sync::lock;
 
@@ -158,7 +158,7 @@ impl View {
         let timer = Pending::new(self, Stage::Timer, on_failure);
         let later = coordinator.clone();
         coordinator.in_background(async move {
-            tokio::time::sleep(REFRESH).await;
+            timer::sleep_until(Instant::now() + REFRESH).await;
             if let Some(view) = timer.finish() {
                 view.fire(&later, on_failure);
             }
