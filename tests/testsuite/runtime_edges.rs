@@ -617,3 +617,57 @@ fn an_acquire_in_flight_when_the_only_runtime_dies_does_not_wedge_the_next_runti
 fn a_release_in_flight_when_the_only_runtime_dies_does_not_hold_up_the_next_runtimes() {
     orphaned_with_no_runtime_left(false);
 }
+
+/// The only runtime dies with a `ZREM` in flight; its release is settled as of unknown
+/// outcome, and the retry it schedules dies with the runtime too. That retry alone clears the
+/// identity's "retry scheduled" mark: left set, no later release of the identity whose outcome
+/// is unknown was retried after its pause (it waited for the next acquire, or its lease's 30 s).
+#[test]
+fn a_release_retry_lost_with_its_runtime_does_not_stop_later_retries() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let mut leases = Leases::on(&server);
+    let scope = unique("retry-orphaned");
+    let first = runtime();
+    let coordinator = first.block_on(async {
+        let coordinator = common::connect(&proxy.url(), Duration::from_secs(1)).await;
+        assert_eq!(code(&coordinator.scoped(pair(&scope, None)).await), "ok");
+        common::eventually("the first call's release", || leases.live() == 0).await;
+        proxy.wait_idle(PATIENCE).await;
+        coordinator
+    });
+    let (entered, inside) = tokio::sync::oneshot::channel();
+    let task = first.spawn({
+        let (coordinator, scope) = (coordinator.clone(), scope.clone());
+        async move { coordinator.scoped(pair(&scope, Some(entered))).await }
+    });
+    first.block_on(async { inside.await.expect("entered") });
+    proxy.hold_replies();
+    task.abort();
+    first.block_on(common::eventually("the ZREM's reply held", || {
+        proxy.held_replies() == 1
+    }));
+    drop(first);
+    proxy.restore();
+    let second = runtime();
+    second.block_on(async {
+        until_ok(|| coordinator.scoped(pair(&scope, None))).await;
+        common::eventually("every release", || leases.live() == 0).await;
+        proxy.wait_idle(PATIENCE).await;
+        // A release that fails on a cut connection is retried after its pause, with no
+        // acquire of the identity to carry it.
+        let (entered, inside) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn({
+            let (coordinator, scope) = (coordinator.clone(), scope.clone());
+            async move { coordinator.scoped(pair(&scope, Some(entered))).await }
+        });
+        inside.await.expect("entered");
+        proxy.cut();
+        task.abort();
+        let _ = task.await;
+        // Time for the `ZREM` to fail on the cut connection (its retry is what is tested).
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        proxy.restore();
+        common::eventually("the release sent again", || leases.live() == 0).await;
+    });
+}

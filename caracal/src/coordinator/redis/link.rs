@@ -429,11 +429,11 @@ impl Link {
     /// [`run_releases`](Self::run_releases).)
     fn send_waiting(self: &Arc<Self>, key: &KeyBase, lane: &mut Releases) {
         if let Some(batch) = lane.take() {
-            let outer = STARTING.replace(Some(Vec::new()));
+            let starting = Starting::begin(self, key);
             let sent = self
                 .background
                 .start(Arc::clone(self).run_releases(key.clone(), batch));
-            let unstarted = STARTING.replace(outer).unwrap_or_default();
+            let unstarted = starting.end();
             if !unstarted.is_empty() {
                 // Its work was dropped as it started (no runtime would run it, or it panicked):
                 // back in the queue, for the identity's next release or acquire to send.
@@ -529,17 +529,13 @@ impl Link {
             schedule
         };
         if schedule {
-            let (link, key) = (Arc::clone(self), key.clone());
+            let retry = Retry {
+                link: Arc::clone(self),
+                key: key.clone(),
+            };
             self.background.start(async move {
                 timer::sleep_until(Instant::now() + RELEASE_RETRY_PAUSE).await;
-                let mut lanes = lock(&link.releases);
-                if let Some(lane) = lanes.get_mut(&key) {
-                    lane.retry_scheduled = false;
-                    link.send_waiting(&key, lane);
-                    if lane.idle() {
-                        lanes.remove(&key);
-                    }
-                }
+                drop(retry);
             });
         }
     }
@@ -598,6 +594,28 @@ impl<R: Batched> Drop for MoveOn<'_, R> {
     }
 }
 
+/// The scheduled retry of an identity's releases, sent when this is dropped: after its pause,
+/// or sooner if its work is dropped unfinished (no runtime is left to run it). It is the only
+/// thing that clears `retry_scheduled`, so it must run however its work ends, or no release of
+/// the identity would be retried again.
+struct Retry {
+    link: Arc<Link>,
+    key: KeyBase,
+}
+
+impl Drop for Retry {
+    fn drop(&mut self) {
+        let mut lanes = lock(&self.link.releases);
+        if let Some(lane) = lanes.get_mut(&self.key) {
+            lane.retry_scheduled = false;
+            self.link.send_waiting(&self.key, lane);
+            if lane.idle() {
+                lanes.remove(&self.key);
+            }
+        }
+    }
+}
+
 /// A batch of releases whose `ZREM` has not been settled: dropped unfinished, its outcome is
 /// unknown, and it is settled so (sent again, unless its leases would have expired by then).
 struct Unsettled<'a> {
@@ -610,7 +628,46 @@ thread_local! {
     /// While a batch of releases is started here (see [`Link::send_waiting`]), with the
     /// releases' lock held: the batch, if its work is dropped as it starts, for the starter to
     /// put back in its queue (settling it here would take the lock again).
-    static STARTING: RefCell<Option<Vec<Release>>> = const { RefCell::new(None) };
+    static STARTING: RefCell<Option<Unstarted>> = const { RefCell::new(None) };
+}
+
+/// The batch of one identity of one link dropped as it started.
+struct Unstarted {
+    link: *const Link,
+    key: KeyBase,
+    batch: Vec<Release>,
+}
+
+/// A start of a batch of releases in progress on this thread (see [`STARTING`]); what was
+/// there before (a start further up the stack) is put back when it ends, even by a panic.
+struct Starting(Option<Option<Unstarted>>);
+
+impl Starting {
+    fn begin(link: &Arc<Link>, key: &KeyBase) -> Self {
+        let here = Unstarted {
+            link: Arc::as_ptr(link),
+            key: key.clone(),
+            batch: Vec::new(),
+        };
+        Starting(Some(STARTING.replace(Some(here))))
+    }
+
+    /// The batch dropped as it started, if it was.
+    fn end(mut self) -> Vec<Release> {
+        let outer = self.0.take().flatten();
+        STARTING
+            .replace(outer)
+            .map(|unstarted| unstarted.batch)
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Starting {
+    fn drop(&mut self) {
+        if let Some(outer) = self.0.take() {
+            STARTING.set(outer);
+        }
+    }
 }
 
 impl Drop for Unsettled<'_> {
@@ -619,11 +676,14 @@ impl Drop for Unsettled<'_> {
             return;
         };
         let batch = STARTING.with_borrow_mut(|starting| match starting {
-            Some(unstarted) => {
-                unstarted.extend(batch);
+            Some(unstarted)
+                if std::ptr::eq(unstarted.link, Arc::as_ptr(self.link))
+                    && unstarted.key == *self.key =>
+            {
+                unstarted.batch.extend(batch);
                 None
             }
-            None => Some(batch),
+            _ => Some(batch),
         });
         if let Some(batch) = batch {
             let dropped = Error::unavailable(
