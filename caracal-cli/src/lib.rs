@@ -33,7 +33,9 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use caracal::Coordinator;
-use caracal::admin::{Admin, BreakerCommand, BreakerId, IdentityStatus, Operator, Refusal};
+use caracal::admin::{
+    Admin, BreakerCommand, BreakerId, IdentityStatus, Operator, Refusal, redacted_url,
+};
 use clap::Parser;
 use clap::error::ErrorKind;
 
@@ -207,7 +209,7 @@ impl Target {
         if urls.iter().any(String::is_empty) {
             return Err(Failure::Usage(format!(
                 "the Redis URL `{}` lists an empty URL (a stray comma?)",
-                redact(&url)
+                redacted_url(&url)
             )));
         }
         let namespace = match &cli.namespace {
@@ -233,7 +235,7 @@ impl Target {
             .connect()
             .await
             .map_err(|error| {
-                let urls: Vec<String> = self.urls.iter().map(|u| redact(u)).collect();
+                let urls: Vec<String> = self.urls.iter().map(|u| redacted_url(u)).collect();
                 Failure::Coordinator(format!(
                     "cannot connect to {} (namespace `{}`): {}",
                     urls.join(","),
@@ -241,21 +243,6 @@ impl Target {
                     one_line(&error)
                 ))
             })
-    }
-}
-
-/// `url` without its password (`redis://user:***@host`).
-fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => {
-            let user = rest[..at].split(':').next().unwrap_or("");
-            format!("{scheme}://{user}:***{}", &rest[at..])
-        }
-        None => url.to_owned(),
     }
 }
 
@@ -643,17 +630,6 @@ async fn config(admin: &Admin, command: ConfigCommand, json: bool) -> Result<(),
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn passwords_are_not_shown() {
-        assert_eq!(
-            redact("redis://user:secret@h:6379/0"),
-            "redis://user:***@h:6379/0"
-        );
-        assert_eq!(redact("rediss://:secret@h"), "rediss://:***@h");
-        assert_eq!(redact("redis://h:6379"), "redis://h:6379");
-        assert_eq!(redact("not a url"), "not a url");
-    }
 
     #[test]
     fn messages_are_one_line() {

@@ -42,6 +42,7 @@ use crate::config::overrides::text;
 use crate::coordinator::Coordinator;
 pub use crate::coordinator::Operator;
 use crate::coordinator::registry::Snapshot;
+pub use crate::coordinator::url::redacted as redacted_url;
 use crate::identity::{Identity, PolicyKind, Scope, check_part};
 use crate::policy::breaker::kernel::{Force, Phase};
 pub use crate::policy::descriptor::StatusValue;

@@ -43,6 +43,7 @@ mod pipeline;
 mod rate_limit_fleet;
 mod retry_budget;
 mod runtime_edges;
+mod secrets;
 mod sentinel;
 mod top;
 mod tower;

@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::background::Background;
 use super::incarnation::{DataLoss, Incarnation};
 use super::redis::{RedisBackend, SentinelUrl, Topology, Trust};
+use super::url::Url;
 use super::{Backend, Coordinator};
 use crate::identity::check_part;
 use crate::{Config, Error};
@@ -17,6 +18,9 @@ const DEFAULT_POOL_SIZE: usize = 4;
 const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// Configures a Redis coordinator; finish with [`connect`](Self::connect).
+///
+/// Its `Debug` shows every URL with its password hidden (`redis://app:***@host`), as does
+/// every error and event caracal makes: a builder may sit in a logged configuration.
 ///
 /// ```no_run
 /// # async fn f() -> Result<(), caracal::Error> {
@@ -33,7 +37,8 @@ const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(3600);
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until `connect` is called"]
 pub struct RedisBuilder {
-    urls: Vec<String>,
+    /// Redacted in `Debug`: a builder in a log field never prints a password.
+    urls: Vec<Url>,
     cluster: bool,
     namespace: String,
     command_timeout: Duration,
@@ -45,7 +50,7 @@ pub struct RedisBuilder {
 impl RedisBuilder {
     pub(super) fn new(urls: Vec<String>, cluster: bool) -> Self {
         RedisBuilder {
-            urls,
+            urls: urls.into_iter().map(Url::new).collect(),
             cluster,
             namespace: DEFAULT_NAMESPACE.to_owned(),
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
@@ -142,8 +147,8 @@ impl RedisBuilder {
         let topology = if self.cluster {
             Topology::Cluster(self.urls)
         } else if let [url] = &self.urls[..] {
-            if SentinelUrl::is_sentinel(url) {
-                Topology::Sentinel(SentinelUrl::parse(url)?)
+            if SentinelUrl::is_sentinel(url.expose()) {
+                Topology::Sentinel(SentinelUrl::parse(url.expose())?)
             } else {
                 Topology::Standalone(url.clone())
             }

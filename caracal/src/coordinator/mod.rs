@@ -18,6 +18,7 @@ mod protocol;
 mod redis;
 pub(crate) mod registry;
 pub(crate) mod timer;
+pub(crate) mod url;
 mod wakeups;
 
 use std::any::{Any, TypeId};

@@ -11,15 +11,16 @@ use super::failure::{self, failure};
 use super::sentinel::{SentinelUrl, Sentinels};
 use super::server::{self, ServerInfo};
 use crate::Error;
+use crate::coordinator::url::Url;
 use crate::error::FailureKind;
 
 /// Where the coordinator's state lives.
 #[derive(Debug, Clone)]
 pub(crate) enum Topology {
-    Standalone(String),
+    Standalone(Url),
     /// A master that sentinels name, and follow through failovers.
     Sentinel(SentinelUrl),
-    Cluster(Vec<String>),
+    Cluster(Vec<Url>),
 }
 
 /// The certificates (PEM) a `rediss://` connection trusts instead of the system's; `None`: the
@@ -83,7 +84,7 @@ pub(crate) enum Connector {
     Cluster {
         client: Box<redis::cluster::ClusterClient>,
         /// The nodes named in the configuration: pub/sub connects to the first that answers.
-        seeds: Vec<String>,
+        seeds: Vec<Url>,
         /// For pub/sub connections, which the cluster client does not make.
         trust: Trust,
     },
@@ -99,7 +100,7 @@ impl Connector {
     ) -> Result<Self, Error> {
         match topology {
             Topology::Standalone(url) => Ok(Connector::Standalone(
-                node_client(url, trust).map_err(invalid_url)?,
+                node_client(url.expose(), trust).map_err(invalid_url)?,
             )),
             Topology::Sentinel(url) => Ok(Connector::Sentinel(Box::new(Sentinels::new(
                 url.clone(),
@@ -107,7 +108,7 @@ impl Connector {
             )?))),
             Topology::Cluster(seeds) => {
                 let builder =
-                    redis::cluster::ClusterClientBuilder::new(seeds.iter().map(String::as_str))
+                    redis::cluster::ClusterClientBuilder::new(seeds.iter().map(Url::expose))
                         // Retries would replay commands whose outcome is unknown; redirections are
                         // followed on the next call, once the slot map is refreshed.
                         .retries(0)
@@ -182,7 +183,7 @@ impl Connector {
                         Error::unavailable(FailureKind::Disconnected, "no seed answered");
                     for seed in seeds {
                         let conn = seed
-                            .as_str()
+                            .expose()
                             .into_connection_info()
                             .and_then(|info| trust.client(info))
                             .map_err(|e| failure(&e))?;
