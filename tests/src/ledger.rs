@@ -317,16 +317,21 @@ impl AsyncLedger {
     /// if it is cancelled first, until the guard is dropped (recorded from a task of its own,
     /// so inside a tokio runtime).
     pub async fn enter(&self, id: &str) -> Entered {
+        // The guard exists before the entry is sent: a body cancelled while its entry is on
+        // the way (its lease lost at that moment) is recorded leaving, on the same connection
+        // and so after the entry, instead of staying open in the ledger for the rest of the
+        // run and counting as a body over the limit.
+        let entered = Entered {
+            ledger: self.clone(),
+            id: Some(id.to_owned()),
+        };
         let _open: u64 = self
             .keys
             .enter(id, self.limit)
             .invoke_async(&mut self.conn.clone())
             .await
             .unwrap_or_else(|e| panic!("ledger enter: {e}"));
-        Entered {
-            ledger: self.clone(),
-            id: Some(id.to_owned()),
-        }
+        entered
     }
 
     async fn exit(&self, id: &str) {
