@@ -54,6 +54,11 @@ pub(crate) enum Command {
     /// and how many identities it uses. A process reports every few seconds while it makes
     /// calls, and is listed until 15 s pass without a report.
     Processes,
+    /// Check the server as the fleet would use it: its kind and version, role, cluster slots,
+    /// atomic scripts that can read TIME, PEXPIREAT … GT, pub/sub, the ACL grant, eviction,
+    /// persistence, admin commands, the round trip. One line per check (one JSON object with
+    /// --json); exit 0 when caracal can run there, 1 naming what cannot.
+    Doctor,
     /// Force a circuit breaker open or closed, or reset it, in every process.
     #[command(subcommand, subcommand_required = true, arg_required_else_help = false)]
     Breaker(BreakerCommand),

@@ -32,10 +32,10 @@ use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
-use caracal::Coordinator;
 use caracal::admin::{
     Admin, BreakerCommand, BreakerId, IdentityStatus, Operator, Refusal, redacted_url,
 };
+use caracal::{Coordinator, RedisBuilder};
 use clap::Parser;
 use clap::error::ErrorKind;
 
@@ -226,28 +226,48 @@ impl Target {
     /// Sentinel URL), several are cluster seeds. Any failure here is the coordinator's (exit 1): unreachable,
     /// refused credentials, missing permissions, a URL the client cannot use.
     async fn connect(&self) -> Result<Coordinator, Failure> {
+        self.builder().connect().await.map_err(|error| {
+            let urls: Vec<String> = self.urls.iter().map(|u| redacted_url(u)).collect();
+            Failure::Coordinator(format!(
+                "cannot connect to {} (namespace `{}`): {}",
+                urls.join(","),
+                self.namespace,
+                one_line(&error)
+            ))
+        })
+    }
+}
+
+impl Target {
+    fn builder(&self) -> RedisBuilder {
         let builder = match &self.urls[..] {
             [url] => Coordinator::redis(url.clone()),
             seeds => Coordinator::redis_cluster(seeds.to_vec()),
         };
-        builder
-            .namespace(self.namespace.clone())
-            .connect()
-            .await
-            .map_err(|error| {
-                let urls: Vec<String> = self.urls.iter().map(|u| redacted_url(u)).collect();
-                Failure::Coordinator(format!(
-                    "cannot connect to {} (namespace `{}`): {}",
-                    urls.join(","),
-                    self.namespace,
-                    one_line(&error)
-                ))
-            })
+        builder.namespace(self.namespace.clone())
+    }
+}
+
+/// `doctor` connects on its own: it reports what `connect` would refuse, check by check.
+async fn doctor(target: &Target, json: bool) -> Result<(), Failure> {
+    let checks = target.builder().doctor().await;
+    print(&render::doctor(&checks, json))?;
+    let failed: Vec<&str> = checks.iter().filter(|c| !c.ok).map(|c| c.check).collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::Coordinator(format!(
+            "caracal cannot run as documented here: {} failed",
+            failed.join(", ")
+        )))
     }
 }
 
 async fn execute(cli: Cli) -> Result<(), Failure> {
     let target = Target::of(&cli)?;
+    if let Command::Doctor = cli.command {
+        return doctor(&target, cli.json).await;
+    }
     let coordinator = target.connect().await?;
     let admin = coordinator.admin();
     let result = match cli.command {
@@ -261,6 +281,8 @@ async fn execute(cli: Cli) -> Result<(), Failure> {
         }
         Command::Breaker(command) => breaker(&admin, command, cli.json).await,
         Command::Config(command) => config(&admin, command, cli.json).await,
+        // Answered above, before connecting.
+        Command::Doctor => doctor(&target, cli.json).await,
         Command::Completions { shell } => {
             completions(shell);
             Ok(())

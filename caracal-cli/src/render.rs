@@ -3,7 +3,7 @@
 use std::time::{Duration, UNIX_EPOCH};
 
 use caracal::PolicyKind;
-use caracal::admin::{IdentityStatus, Operator, Process, StatusValue};
+use caracal::admin::{Check, IdentityStatus, Operator, Process, StatusValue};
 use serde::Serialize;
 
 /// ` by alice@ops-1 at 2025-12-01T17:53:00Z: incident 4711`: who gave a command, when and
@@ -113,6 +113,25 @@ fn aligned<const N: usize>(header: [&str; N], rows: Vec<[String; N]>) -> String 
 
 /// `processes`: an aligned table, one row per process, its last report shown as an age (a
 /// note when there is none); with `json`, one object per line.
+/// `doctor`'s checklist: `ok`/`FAIL`, the check, what was found.
+pub(crate) fn doctor(checks: &[Check], json: bool) -> String {
+    if json {
+        return checks.iter().map(json_line).collect();
+    }
+    let rows = checks
+        .iter()
+        .map(|check| {
+            let verdict = if check.ok { "ok" } else { "FAIL" };
+            [
+                verdict.to_owned(),
+                check.check.to_owned(),
+                check.detail.clone(),
+            ]
+        })
+        .collect();
+    aligned(["", "CHECK", "FOUND"], rows)
+}
+
 pub(crate) fn processes(processes: &[Process], namespace: &str, json: bool) -> String {
     if json {
         return processes.iter().map(json_line).collect();

@@ -40,9 +40,9 @@ use crate::Error;
 use crate::config::OverrideKey;
 use crate::config::overrides::text;
 use crate::coordinator::Coordinator;
-pub use crate::coordinator::Operator;
 use crate::coordinator::registry::Snapshot;
 pub use crate::coordinator::url::redacted as redacted_url;
+pub use crate::coordinator::{Check, Operator};
 use crate::identity::{Identity, PolicyKind, Scope, check_part};
 use crate::policy::breaker::kernel::{Force, Phase};
 pub use crate::policy::descriptor::StatusValue;
@@ -298,6 +298,14 @@ impl Coordinator {
 }
 
 impl Admin {
+    /// `caracal doctor`: what caracal relies on, checked on the server this coordinator
+    /// connected to (see [`RedisBuilder::doctor`](crate::RedisBuilder::doctor), which also
+    /// reports a server `connect` refuses). For the in-memory coordinator, one check that says
+    /// there is nothing to check.
+    pub async fn doctor(&self) -> Vec<Check> {
+        self.coordinator.doctor().await
+    }
+
     /// Every identity in use in the namespace, by kind, name, operation and scope, with its
     /// state now.
     pub async fn status(&self) -> Result<Vec<IdentityStatus>, Error> {

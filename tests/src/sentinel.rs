@@ -5,12 +5,14 @@
 //! Every wait is bounded and panics with the sentinels' log tails when it runs out.
 
 use std::fs::{self, File};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use crate::server::{PortReservation, RedisServer, ensure_redis_installed, unique_temp_dir};
+use crate::server::{
+    PortReservation, RedisServer, ensure_redis_installed, server_program, unique_temp_dir,
+};
 
 /// The name the sentinels know the master by.
 pub const MASTER_NAME: &str = "mymaster";
@@ -20,12 +22,29 @@ const SENTINELS: usize = 3;
 /// agree on a failover.
 const AGREE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Panics with a clear message unless `redis-sentinel` can be run (Debian's package of that
-/// name; `scripts/test` installs it).
+/// A sentinel started on the configuration `path`: `redis-sentinel <path>` (Debian's package
+/// of that name; `scripts/test` installs it), or, under `$CARACAL_TEST_SERVER`, that server
+/// program with `--sentinel`.
+fn sentinel_command(path: Option<&Path>) -> Command {
+    let program = server_program();
+    if program == "redis-server" {
+        let mut command = Command::new("redis-sentinel");
+        command.args(path);
+        command
+    } else {
+        let mut command = Command::new(program);
+        if let Some(path) = path {
+            command.arg(path).arg("--sentinel");
+        }
+        command
+    }
+}
+
+/// Panics with a clear message unless sentinels can be run.
 fn ensure_sentinel_installed() {
     static CHECKED: OnceLock<Result<(), String>> = OnceLock::new();
     let result = CHECKED.get_or_init(|| {
-        match Command::new("redis-sentinel")
+        match sentinel_command(None)
             .arg("--version")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -33,9 +52,9 @@ fn ensure_sentinel_installed() {
             .status()
         {
             Ok(status) if status.success() => Ok(()),
-            Ok(status) => Err(format!("`redis-sentinel --version` exited with {status}")),
+            Ok(status) => Err(format!("the sentinel's `--version` exited with {status}")),
             Err(e) => Err(format!(
-                "redis-sentinel not on PATH; scripts/test installs it ({e})"
+                "no sentinel program ({e}): scripts/test installs redis-sentinel"
             )),
         }
     });
@@ -68,13 +87,12 @@ impl Sentinel {
         let path = dir.join("sentinel.conf");
         fs::write(&path, config).unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
         let stderr = File::create(dir.join("stderr.log")).expect("sentinel stderr.log");
-        let child = Command::new("redis-sentinel")
-            .arg(&path)
+        let child = sentinel_command(Some(&path))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot spawn redis-sentinel: {e}"));
+            .unwrap_or_else(|e| panic!("cannot spawn a sentinel: {e}"));
         Sentinel {
             reservation,
             dir,

@@ -31,13 +31,25 @@ const BUS_OFFSET: u16 = 10_000;
 /// The lowest port handed out.
 const PORT_FLOOR: u16 = 10_001;
 
-/// Panics with a clear message unless `redis-server` and `redis-cli` can be run.
+/// The server program the suites run: `$CARACAL_TEST_SERVER` when set (a path to another
+/// server speaking the protocol, such as `valkey-server`, which `scripts/test` runs the
+/// suites against as well), else `redis-server`. Its sentinels are the same program started
+/// with `--sentinel`.
+pub fn server_program() -> String {
+    std::env::var("CARACAL_TEST_SERVER")
+        .ok()
+        .filter(|program| !program.is_empty())
+        .unwrap_or_else(|| "redis-server".to_owned())
+}
+
+/// Panics with a clear message unless the [server program](server_program) and `redis-cli`
+/// can be run.
 ///
 /// Checked once per process; every constructor in this crate calls it.
 pub fn ensure_redis_installed() {
     static CHECKED: OnceLock<Result<(), String>> = OnceLock::new();
     let result = CHECKED.get_or_init(|| {
-        for tool in ["redis-server", "redis-cli"] {
+        for tool in [server_program().as_str(), "redis-cli"] {
             match Command::new(tool)
                 .arg("--version")
                 .stdin(Stdio::null())
@@ -272,7 +284,7 @@ impl RedisServer {
             .map_err(|e| StartFailure::Other(format!("cannot create stdout.log in {dir}: {e}")))?;
         let stderr = File::create(self.dir.join("stderr.log"))
             .map_err(|e| StartFailure::Other(format!("cannot create stderr.log in {dir}: {e}")))?;
-        let mut command = Command::new("redis-server");
+        let mut command = Command::new(server_program());
         command
             .args(["--port", &port, "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])

@@ -28,6 +28,7 @@ mod cli;
 mod cluster_faults;
 mod connect;
 mod dashboards;
+mod doctor;
 mod event_volume;
 mod fallback;
 mod fleet_ops;

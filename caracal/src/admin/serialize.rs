@@ -14,10 +14,21 @@
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
 use super::{
-    BreakerChanged, BreakerState, ConfigValue, IdentityStatus, Operator, PolicyState, Process,
-    Rates,
+    BreakerChanged, BreakerState, Check, ConfigValue, IdentityStatus, Operator, PolicyState,
+    Process, Rates,
 };
 use crate::policy::descriptor::StatusValue;
+
+/// `{"check": "round_trip", "ok": true, "detail": "p50 90 µs, p99 180 µs"}`.
+impl Serialize for Check {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(3))?;
+        map.serialize_entry("check", self.check)?;
+        map.serialize_entry("ok", &self.ok)?;
+        map.serialize_entry("detail", &self.detail)?;
+        map.end()
+    }
+}
 
 /// A count or a number as such, a state as its name, unset as `null`, counts in use as an
 /// object (`{"10": 1, "20": 2}`).

@@ -4,8 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::background::Background;
+use super::doctor::Check;
 use super::incarnation::{DataLoss, Incarnation};
-use super::redis::{RedisBackend, SentinelUrl, Topology, Trust};
+use super::redis::{RedisBackend, SentinelUrl, Topology, Trust, examine};
 use super::url::Url;
 use super::{Backend, Coordinator};
 use crate::identity::check_part;
@@ -112,6 +113,59 @@ impl RedisBuilder {
         self
     }
 
+    /// The topology its URLs name.
+    fn topology(&self) -> Result<Topology, Error> {
+        if self.urls.is_empty() {
+            return Err(Error::config("at least one Redis URL is needed"));
+        }
+        Ok(if self.cluster {
+            Topology::Cluster(self.urls.clone())
+        } else if let [url] = &self.urls[..] {
+            if SentinelUrl::is_sentinel(url.expose()) {
+                Topology::Sentinel(SentinelUrl::parse(url.expose())?)
+            } else {
+                Topology::Standalone(url.clone())
+            }
+        } else {
+            return Err(Error::config(
+                "a standalone coordinator takes exactly one URL",
+            ));
+        })
+    }
+
+    /// `caracal doctor`: connects as [`connect`](Self::connect) would, then checks one by one
+    /// what caracal relies on (the server's kind and version, its role, the cluster's slots,
+    /// scripts run atomically and able to read `TIME`, `PEXPIREAT … GT`, pub/sub, the eviction
+    /// policy, persistence, admin commands, the round trip). The first check, `connect`, is
+    /// `connect`'s own verdict (the ACL grant, a replica, a server too old); the others are
+    /// made on connections of the doctor's own, so they report even when `connect` refuses.
+    ///
+    /// ```no_run
+    /// # async fn f() {
+    /// let checks = caracal::Coordinator::redis("redis://127.0.0.1:6379").doctor().await;
+    /// for check in &checks {
+    ///     println!("{check}");
+    /// }
+    /// let healthy = checks.iter().all(|check| check.ok);
+    /// # }
+    /// ```
+    pub async fn doctor(self) -> Vec<Check> {
+        let timeout = self.command_timeout;
+        let topology = self.topology();
+        let trust = self.trust.clone();
+        let mut checks = vec![match self.connect().await {
+            Ok(coordinator) => {
+                coordinator.shutdown().await;
+                Check::new("connect", true, "as the fleet connects: accepted")
+            }
+            Err(error) => Check::new("connect", false, error.to_string()),
+        }];
+        if let Ok(topology) = topology {
+            checks.extend(examine(&topology, &trust, timeout).await);
+        }
+        checks
+    }
+
     /// Validates the settings, connects every pooled connection, and checks that the server
     /// can carry caracal: a primary (through Sentinel: the master the sentinels name), Redis
     /// 7.0 or later, every command caracal needs known to it (none renamed away) and allowed
@@ -141,22 +195,7 @@ impl RedisBuilder {
         if self.pool_size == 0 {
             return Err(Error::config("pool_size must be at least 1"));
         }
-        if self.urls.is_empty() {
-            return Err(Error::config("at least one Redis URL is needed"));
-        }
-        let topology = if self.cluster {
-            Topology::Cluster(self.urls)
-        } else if let [url] = &self.urls[..] {
-            if SentinelUrl::is_sentinel(url.expose()) {
-                Topology::Sentinel(SentinelUrl::parse(url.expose())?)
-            } else {
-                Topology::Standalone(url.clone())
-            }
-        } else {
-            return Err(Error::config(
-                "a standalone coordinator takes exactly one URL",
-            ));
-        };
+        let topology = self.topology()?;
         let incarnation = Arc::new(Incarnation::new(self.after_data_loss));
         let background = Background::here();
         let backend = RedisBackend::connect(

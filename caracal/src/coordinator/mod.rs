@@ -9,6 +9,7 @@ mod backend;
 pub(crate) mod background;
 mod breakers;
 mod builder;
+mod doctor;
 pub(crate) mod feed;
 mod fleet;
 mod incarnation;
@@ -36,6 +37,7 @@ use self::background::Background;
 pub(crate) use self::breakers::Admission;
 use self::breakers::Breakers;
 pub use self::builder::RedisBuilder;
+pub use self::doctor::Check;
 use self::fleet::Fleet;
 pub use self::incarnation::DataLoss;
 pub(crate) use self::incarnation::{Incarnation, LossCause};
@@ -587,6 +589,18 @@ impl Coordinator {
 
 /// What the operator's view reads, on either backend.
 impl Coordinator {
+    /// `caracal doctor`'s checklist for the server this coordinator connected to.
+    pub(crate) async fn doctor(&self) -> Vec<Check> {
+        match self.inner.backend.redis() {
+            Some(redis) => redis.doctor().await,
+            None => vec![Check::new(
+                "server",
+                true,
+                "in-memory: nothing to check (one process, no server)",
+            )],
+        }
+    }
+
     /// Every identity the namespace's registry holds.
     pub(crate) async fn registry_read(&self) -> Result<Vec<Registered>, Error> {
         let namespace = self.namespace_base();

@@ -5,6 +5,7 @@ mod cluster_check;
 mod connector;
 #[cfg(test)]
 mod differential;
+mod doctor;
 mod failure;
 mod kernels;
 mod lanes;
@@ -27,10 +28,12 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 pub(crate) use self::connector::{Topology, Trust};
+pub(crate) use self::doctor::examine;
 use self::link::{Acquire, Link, Release};
 use self::pool::Pool;
 pub(crate) use self::sentinel::SentinelUrl;
 use super::background::Background;
+use super::doctor::Check;
 use super::feed;
 use super::incarnation::Incarnation;
 use super::protocol::{LeaseAnswer, LeaseCommand};
@@ -42,6 +45,8 @@ use crate::policy::bulkhead::kernel::LeaseAction;
 pub(super) struct RedisBackend {
     link: Arc<Link>,
     cluster: bool,
+    /// Where it connected, for the doctor's connections of its own.
+    origin: (Topology, Trust, Duration),
 }
 
 impl RedisBackend {
@@ -53,6 +58,7 @@ impl RedisBackend {
         (incarnation, background): (Arc<Incarnation>, Background),
     ) -> Result<Self, Error> {
         let cluster = matches!(topology, Topology::Cluster(_));
+        let origin = (topology.clone(), trust.clone(), timeout);
         let pool = Pool::connect(
             &topology,
             &trust,
@@ -71,6 +77,7 @@ impl RedisBackend {
         let backend = RedisBackend {
             link: Arc::new(link),
             cluster,
+            origin,
         };
         backend.check_grants().await?;
         let link = Arc::downgrade(&backend.link);
@@ -134,6 +141,12 @@ impl RedisBackend {
 
     fn channel(&self) -> &str {
         self.link.channel()
+    }
+
+    /// `caracal doctor`'s checks of the server this backend connected to.
+    pub(super) async fn doctor(&self) -> Vec<Check> {
+        let (topology, trust, timeout) = &self.origin;
+        doctor::examine(topology, trust, *timeout).await
     }
 
     pub(super) fn is_cluster(&self) -> bool {

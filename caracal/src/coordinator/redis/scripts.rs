@@ -23,6 +23,8 @@ scripts! {
     OVERRIDES_READ => "overrides_read",
     OPERATORS_READ => "operators_read",
     OPERATOR_WRITE => "operator_write",
+    DOCTOR_PROBE => "doctor_probe",
+    DOCTOR_WRITE => "doctor_write",
 }
 
 #[cfg(test)]

@@ -54,6 +54,11 @@ impl std::fmt::Debug for SentinelUrl {
 }
 
 impl SentinelUrl {
+    /// The master's name the sentinels know it by.
+    pub(crate) fn master_name(&self) -> &str {
+        &self.master_name
+    }
+
     /// Whether `url` is a Sentinel URL (which lists several hosts, comma-separated, and so is
     /// one URL, not a list of cluster seeds).
     pub(crate) fn is_sentinel(url: &str) -> bool {
