@@ -510,7 +510,7 @@ fn degraded(identity: &Identity, error: &Error) {
 }
 
 /// Gates the call's retries (the `#[retry]` inside) on the budget, and deposits its first
-/// attempt once it has reached the downstream (see [`CallCtx::deposit_first`]).
+/// attempt once it has reached the downstream (see `CallCtx::deposit_first`).
 #[doc(hidden)]
 pub async fn retry_budget<T, E, F>(
     site: &'static RetryBudgetSite,
