@@ -1,7 +1,7 @@
 //! Per-call state shared by the layers of one guarded call.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use crate::Error;
 use crate::error::Refusal;
@@ -27,6 +27,8 @@ pub struct CallCtx {
     // A lock rather than a `OnceLock`: setting a `OnceLock` cost a guarded call more than the
     // rest of its retry budget's first attempt.
     gate: Mutex<Option<Gated>>,
+    /// Whether the call's first attempt was settled with its gate (deposited, or found refused).
+    deposited: AtomicBool,
 }
 
 /// A call's gate: one its layer keeps for the program's life (shared by every call, so a call
@@ -38,6 +40,14 @@ pub(crate) enum Gated {
 }
 
 impl Gated {
+    /// Counts the call's first attempt.
+    pub(crate) fn deposit(&self) {
+        match self {
+            Gated::Kept(gate) => gate.deposit(),
+            Gated::Made(gate) => gate.deposit(),
+        }
+    }
+
     /// Whether another attempt may run.
     pub(crate) fn another(&self) -> bool {
         match self {
@@ -51,6 +61,9 @@ impl Gated {
 /// outside the retry loop, and asked by that loop before each attempt after the first. A gate
 /// saying no ends the call with the last attempt's result; saying so (an event) is the gate's.
 pub(crate) trait Gate: Send + Sync + std::fmt::Debug {
+    /// Told once, when the call's first attempt reached the downstream.
+    fn deposit(&self);
+
     /// Asked once per further attempt, which runs only if this says yes.
     fn another(&self) -> bool;
 }
@@ -111,9 +124,28 @@ impl CallCtx {
         lock(&self.gate).get_or_insert(gate);
     }
 
-    /// Whether the call may make another attempt: yes, unless its gate says no.
+    /// Whether the call may make another attempt: yes, unless its gate says no. Asked after the
+    /// first attempt, it first settles that attempt's deposit, so the decision counts it.
     pub(crate) fn another_attempt(&self) -> bool {
+        self.deposit_first();
         lock(&self.gate).as_ref().is_none_or(Gated::another)
+    }
+
+    /// Tells the gate of the call's first attempt, once, if it reached the downstream: asked
+    /// when the first retry is (the rejection recorded then is the first attempt's), or when the
+    /// call ends (then it is the only attempt's). An attempt a policy below refused before it
+    /// started (a full bulkhead, a rate limit, an open breaker, a failed coordinator) cost the
+    /// downstream nothing, and a budget must not count it among the calls its retries are a
+    /// share of.
+    pub(crate) fn deposit_first(&self) {
+        if self.deposited.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        if self.rejection().is_none_or(|r| r == Rejection::Cut)
+            && let Some(gate) = lock(&self.gate).as_ref()
+        {
+            gate.deposit();
+        }
     }
 
     /// The call's scope, or its validation error as this attempt's rejection.

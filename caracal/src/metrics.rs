@@ -16,6 +16,8 @@ pub const BULKHEAD_LIMIT: &str = "caracal_bulkhead_limit";
 pub const CIRCUIT_BREAKER_FAILURE_RATE: &str = "caracal_circuit_breaker_failure_rate";
 /// The name of the gauge of a breaker's slow call rate, as its window was last learnt.
 pub const CIRCUIT_BREAKER_SLOW_CALL_RATE: &str = "caracal_circuit_breaker_slow_call_rate";
+/// The name of the gauge saying a retry budget decides on this process's local share.
+pub const RETRY_BUDGET_LOCAL_SHARE: &str = "caracal_retry_budget_local_share";
 /// The name of the retries counter.
 pub const RETRIES_TOTAL: &str = "caracal_retries_total";
 /// The name of the timeouts counter.
@@ -84,6 +86,11 @@ pub fn describe() {
         RETRIES_TOTAL,
         Unit::Count,
         "Failed attempts of caracal #[retry] calls: retried, or not (exhausted, budget_exhausted)"
+    );
+    describe_gauge!(
+        RETRY_BUDGET_LOCAL_SHARE,
+        "1 while a caracal retry budget cannot learn the fleet's totals and spends only this \
+         process's local share, else 0"
     );
     describe_counter!(
         TIMEOUTS_TOTAL,
@@ -344,6 +351,22 @@ pub(crate) fn breaker_window(at: &At<'_>, window: Counts) {
     }
     #[cfg(not(feature = "metrics"))]
     let _ = (at, window);
+}
+
+/// Sets whether `at`'s retry budget decides on this process's local share (its last batch
+/// failed), on each batch's answer.
+#[inline]
+pub(crate) fn retry_budget_local_share(at: &At<'_>, local: bool) {
+    #[cfg(feature = "metrics")]
+    ::metrics::gauge!(
+        RETRY_BUDGET_LOCAL_SHARE,
+        "name" => at.name.to_owned(),
+        "operation" => at.operation.to_owned(),
+        "scope" => at.scope.to_owned()
+    )
+    .set(if local { 1.0 } else { 0.0 });
+    #[cfg(not(feature = "metrics"))]
+    let _ = (at, local);
 }
 
 /// A `#[timeout]` cut a call of `name` short.

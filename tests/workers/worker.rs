@@ -283,6 +283,28 @@ async fn probe_only(
     downstream(fail, witness, ran).await
 }
 
+/// The attempts the retry-budget storm's downstream saw, per 100 ms of the host's clock (which
+/// every process of the fleet reads alike): first attempts and retries.
+#[derive(Default)]
+struct Slots(Mutex<BTreeMap<u128, [u64; 2]>>);
+
+impl Slots {
+    fn count(&self, retry: bool) {
+        let mut slots = self.0.lock().expect("slots");
+        slots.entry(now_ms() / 100).or_default()[usize::from(retry)] += 1;
+    }
+
+    /// `slot:first:retries` for every slot, space-separated.
+    fn report(&self) -> String {
+        let slots = self.0.lock().expect("slots");
+        slots
+            .iter()
+            .map(|(slot, [first, retries])| format!("{slot}:{first}:{retries}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
 /// The downstream of the retry-budget storm: every attempt is counted here (what the
 /// downstream sees), and fails unless it is one of the `ok_per_20` in 20 that succeed.
 #[retry_budget(name = "mp-budget", percent = 20, min_per_second = 10, window = "2s",
@@ -293,9 +315,10 @@ async fn budget_storm(
     ok_per_20: u64,
     seen: &AtomicU64,
     this_call: &AtomicU64,
+    slots: &Slots,
 ) -> Result<(), WorkerError> {
     let attempt = seen.fetch_add(1, Ordering::SeqCst);
-    this_call.fetch_add(1, Ordering::SeqCst);
+    slots.count(this_call.fetch_add(1, Ordering::SeqCst) > 0);
     tokio::time::sleep(Duration::from_millis(1)).await;
     if attempt % 20 < ok_per_20 {
         Ok(())
@@ -878,7 +901,13 @@ async fn main() {
         "budget-storm" => {
             // Every process starts at the same moment; each task calls again as soon as a call
             // ends. Reported: calls (first attempts), attempts the downstream saw, and calls
-            // that ended in an error before their 4 attempts (a retry refused).
+            // that ended in an error before their 4 attempts (a retry refused); then, on a line
+            // of its own, the attempts per 100 ms. With `pace_ms`, each task starts a call
+            // every `pace_ms` instead.
+            let pace = options
+                .get("pace_ms")
+                .map(|_| Duration::from_millis(number("pace_ms")));
+            let slots = Arc::new(Slots::default());
             let start_at = UNIX_EPOCH + Duration::from_millis(number("start_at_ms"));
             if let Ok(wait) = start_at.duration_since(SystemTime::now()) {
                 tokio::time::sleep(wait).await;
@@ -893,10 +922,17 @@ async fn main() {
                 .map(|_| {
                     let (scope, seen) = (scope.clone(), Arc::clone(&seen));
                     let (calls, refused) = (Arc::clone(&calls), Arc::clone(&refused));
+                    let slots = Arc::clone(&slots);
                     tokio::spawn(async move {
+                        let mut next = tokio::time::Instant::now();
                         while Instant::now() < deadline {
+                            if let Some(pace) = pace {
+                                tokio::time::sleep_until(next).await;
+                                next += pace;
+                            }
                             let this_call = AtomicU64::new(0);
-                            let result = budget_storm(&scope, ok_per_20, &seen, &this_call).await;
+                            let result =
+                                budget_storm(&scope, ok_per_20, &seen, &this_call, &slots).await;
                             calls.fetch_add(1, Ordering::SeqCst);
                             if result.is_err() && this_call.load(Ordering::SeqCst) < 4 {
                                 refused.fetch_add(1, Ordering::SeqCst);
@@ -908,6 +944,7 @@ async fn main() {
             for task in tasks {
                 task.await.expect("a storm task");
             }
+            say(&format!("slots {}", slots.report()));
             say(&format!(
                 "result calls={} attempts={} refused={} first_ms={first} last_ms={}",
                 calls.load(Ordering::SeqCst),

@@ -1,7 +1,9 @@
 //! `#[retry_budget]`: a fleet-wide retry budget.
 //!
-//! Stacked outside `#[retry]`: every call (its first attempt) deposits, every further attempt
-//! withdraws, across every process sharing the identity. A window of `window` allows
+//! Stacked outside `#[retry]`: every call whose first attempt reaches the downstream deposits
+//! (one refused by a policy below, as a full bulkhead, a rate limit or an open breaker, does
+//! not: it costs the downstream nothing), every further attempt withdraws, across every
+//! process sharing the identity. A window of `window` allows
 //! `percent`% of its deposits plus `min_per_second` for each of its seconds in withdrawals; a
 //! retry it does not allow is not made, and the call ends with the last attempt's result
 //! (`retry.budget_exhausted` says so, once, then summarised).
@@ -28,9 +30,18 @@
 //! overshoots. With R = 100 ms and a loopback RTT, S ≈ 0.2 s.
 //!
 //! The window slides by tenths: it holds between nine and ten tenths of the latest `window`.
-//! When the coordinator cannot be reached the batches fail (`retry_budget.degraded`), and the
-//! view ages: fleet totals older than a window are forgotten, leaving this process's own
-//! counts and the floor. `local = true` keeps the window in the process (the same kernel).
+//! `local = true` keeps the window in the process (the same kernel).
+//!
+//! **The outage bound.** When the coordinator cannot be reached the batches fail
+//! (`retry_budget.degraded`) and each process decides on its local share (see `view.rs`):
+//! `percent`% of its own first attempts in the window plus its part of the floor, its part of
+//! the fleet's first attempts as it last learnt them. The shares add up to the budget of the
+//! fleet's own first attempts, so in any window that an outage overlaps the fleet's retries
+//! are at most the budget plus the overshoot above (the view that led into the outage), plus
+//! how far each process's part of the first attempts moved since it last learnt it, times the
+//! floor. A process that never learnt the fleet's window holds the whole floor. The retries of
+//! failed batches reach the fleet's window when the link returns; their first attempts do not
+//! (so a window after an outage is tighter, never looser).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -298,14 +309,13 @@ impl RetryBudgetSite {
         }
     }
 
-    /// Deposits one first attempt at `scope`, and answers the budget its retries withdraw
-    /// from: `NotInstalled` for a distributed budget without a coordinator.
-    fn deposit(&'static self, scope: &Scope) -> Result<Gated, Error> {
+    /// The budget at `scope` a call deposits in and its retries withdraw from:
+    /// `NotInstalled` for a distributed budget without a coordinator.
+    fn budget(&'static self, scope: &Scope) -> Result<Gated, Error> {
         if self.config.local {
             let coordinator = coordinator::overriding();
             let values =
                 Coordinator::resolve(coordinator.as_ref(), self.config.name, &self.values()).values;
-            self.count_locally(scope, &values, false);
             return Ok(Gated::Made(Box::new(Withdrawals::Local {
                 site: self,
                 scope: scope.clone(),
@@ -322,14 +332,13 @@ impl RetryBudgetSite {
             match cached {
                 Some(fleet) => {
                     fleet.note(coordinator);
-                    fleet.view.deposit(coordinator, degraded);
                     Gated::Kept(fleet)
                 }
-                None => {
-                    let fleet = Fleet::new(self, coordinator, scope);
-                    fleet.view.deposit(coordinator, degraded);
-                    Gated::Made(Box::new(Withdrawals::Made(fleet)))
-                }
+                None => Gated::Made(Box::new(Withdrawals::Made(Fleet::new(
+                    self,
+                    coordinator,
+                    scope,
+                )))),
             }
         })
     }
@@ -349,12 +358,11 @@ impl RetryBudgetSite {
     }
 
     /// Reports a withdrawal's decision; whether it was allowed.
-    fn decided(&self, scope: &Scope, values: &BudgetValues, decided: view::Decided) -> bool {
+    fn decided(&self, scope: &Scope, decided: view::Decided) -> bool {
         let at = self.at(scope);
         events::decided(&at, decided.allowed, decided.stale);
         if !decided.allowed {
-            let allowance = values.allowance().of(decided.seen.deposits);
-            events::exhausted(&at, decided.seen, allowance);
+            events::exhausted(&at, decided.seen, decided.allowance);
         }
         decided.allowed
     }
@@ -427,12 +435,22 @@ impl Fleet {
         let decided =
             self.view
                 .withdraw(&coordinator, values.window, &values.allowance(), degraded);
-        self.site
-            .decided(&self.view.identity().scope, &values, decided)
+        self.site.decided(&self.view.identity().scope, decided)
+    }
+
+    /// Deposits one first attempt; none once the coordinator is gone.
+    fn deposit(&self) {
+        if let Some(coordinator) = self.coordinator.upgrade() {
+            self.view.deposit(&coordinator, degraded);
+        }
     }
 }
 
 impl Gate for Fleet {
+    fn deposit(&self) {
+        Fleet::deposit(self);
+    }
+
     fn another(&self) -> bool {
         self.withdraw()
     }
@@ -452,6 +470,19 @@ enum Withdrawals {
 }
 
 impl Gate for Withdrawals {
+    fn deposit(&self) {
+        match self {
+            Withdrawals::Made(fleet) => fleet.deposit(),
+            Withdrawals::Local {
+                site,
+                scope,
+                values,
+            } => {
+                site.count_locally(scope, values, false);
+            }
+        }
+    }
+
     fn another(&self) -> bool {
         match self {
             Withdrawals::Made(fleet) => fleet.withdraw(),
@@ -464,9 +495,10 @@ impl Gate for Withdrawals {
                 let decided = view::Decided {
                     allowed,
                     seen,
+                    allowance: values.allowance().of(seen.deposits),
                     stale: false,
                 };
-                site.decided(scope, values, decided)
+                site.decided(scope, decided)
             }
         }
     }
@@ -477,8 +509,8 @@ fn degraded(identity: &Identity, error: &Error) {
     events::degraded(&identity.at(), error);
 }
 
-/// Deposits the call's first attempt and gates its retries (the `#[retry]` inside) on the
-/// budget.
+/// Gates the call's retries (the `#[retry]` inside) on the budget, and deposits its first
+/// attempt once it has reached the downstream (see `CallCtx::deposit_first`).
 #[doc(hidden)]
 pub async fn retry_budget<T, E, F>(
     site: &'static RetryBudgetSite,
@@ -491,9 +523,11 @@ where
     F: Future<Output = Result<T, E>>,
 {
     let scope = ctx.scope(scope)?;
-    let withdrawals = site.deposit(scope).map_err(|error| ctx.reject(error))?;
-    ctx.gate(withdrawals);
-    body.await
+    let budget = site.budget(scope).map_err(|error| ctx.reject(error))?;
+    ctx.gate(budget);
+    let result = body.await;
+    ctx.deposit_first();
+    result
 }
 
 #[cfg(feature = "tower")]
@@ -635,7 +669,11 @@ mod budget {
         fn deposit(&self) {
             // A distributed budget without a coordinator counts nothing, and then allows no
             // withdrawal: it never runs uncoordinated.
-            *lock(&self.current) = self.site().deposit(&self.scope).ok();
+            let budget = self.site().budget(&self.scope).ok();
+            if let Some(budget) = &budget {
+                budget.deposit();
+            }
+            *lock(&self.current) = budget;
         }
 
         fn withdraw(&self) -> bool {

@@ -11,6 +11,19 @@
 //! other processes counted since its last answer: that is the staleness the module docs of the
 //! kind bound.
 //!
+//! **Outages.** A batch that fails keeps its retries: they go out again with the next batch, so
+//! the fleet's window learns them when the link returns (counted twice if the failed batch was
+//! applied after all, which only tightens the budget). Its first attempts are dropped: counted
+//! twice they would loosen it, and a link that applies every batch but answers none in time
+//! would count them again at every batch. While its batches fail, or the fleet's totals it
+//! learnt are a window old, a process decides on its **local share**: its own counts over the
+//! window (the same kernel on its own clock) against `percent`% of its own first attempts plus
+//! its [`Share`] of the floor, its part of the fleet's first attempts as last learnt. The local
+//! shares of the fleet add up to the budget: an outage never grants the floor again per batch
+//! (the view forgot its own counts as each batch failed, and the fleet made ~4× its budget),
+//! nor stops the retries until the link returns. And a view never counts fewer than this
+//! process's own counts in the window, so a server that lost its data grants nothing new.
+//!
 //! Every call deposits and few withdraw, so a deposit takes no lock: it adds to an atomic
 //! count, which a batch takes whole. The count and the flag saying a send is due are
 //! sequentially consistent: whoever clears the flag reads the count after, and a deposit
@@ -23,10 +36,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::kernel::{Allowance, Record, Slide, Totals, allows};
+use super::kernel::{Allowance, Record, Share, Slide, Totals, Window, allows, allows_locally};
 use crate::Error;
 use crate::coordinator::{Coordinator, timer};
 use crate::identity::{Identity, KeyBase};
+use crate::kernel::{Kernel, Now, Seen};
+use crate::metrics;
 use crate::sync::lock;
 
 /// How long counts wait to be sent together.
@@ -58,18 +73,26 @@ pub(crate) struct View {
     due: AtomicBool,
     /// The window the identity's values last said, which batches are counted in.
     window_ms: AtomicU64,
+    /// The zero of the clock the own window is counted on.
+    born: Instant,
     known: Mutex<Known>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Known {
     /// The fleet's totals as last answered, and when.
     learnt: Totals,
     learnt_at: Option<Instant>,
+    /// This process's part of the fleet's first attempts when it last learnt them.
+    share: Share,
     /// Sent, not yet answered.
     in_flight: Option<Totals>,
     /// Retries counted and not yet sent.
     withdrawals: u64,
+    /// Retries of failed batches, to be sent again (counted in `own` already).
+    carried: u64,
+    /// This process's counts as batches took them, over the window, on its own clock.
+    own: Window,
     /// Whether the last batch failed: decisions are then made from a view not refreshed.
     failing: bool,
     /// Whether the timer fired while a batch was in flight: the batch's answer then clears
@@ -77,12 +100,13 @@ struct Known {
     waiting: bool,
 }
 
-/// A withdrawal's decision: whether it was made, what the view said, and whether the view was
-/// refreshed by its last batch.
+/// A withdrawal's decision: whether it was made, what the view said and what that allowed, and
+/// whether the view was refreshed by its last batch.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Decided {
     pub(crate) allowed: bool,
     pub(crate) seen: Totals,
+    pub(crate) allowance: u64,
     pub(crate) stale: bool,
 }
 
@@ -96,8 +120,31 @@ impl View {
             deposits: AtomicU64::new(0),
             due: AtomicBool::new(false),
             window_ms: AtomicU64::new(0),
-            known: Mutex::default(),
+            born: Instant::now(),
+            known: Mutex::new(Known {
+                learnt: Totals::default(),
+                learnt_at: None,
+                share: Share::WHOLE,
+                in_flight: None,
+                withdrawals: 0,
+                carried: 0,
+                own: Window::default(),
+                failing: false,
+                waiting: false,
+            }),
         }
+    }
+
+    /// Steps the own window at `now`, adding `counts`: its totals after.
+    fn own(&self, known: &mut Known, now: Instant, counts: Totals) -> Totals {
+        let ms = u64::try_from(now.duration_since(self.born).as_millis()).unwrap_or(u64::MAX);
+        let now = Now {
+            ms,
+            ns: 0,
+            order: 0,
+        };
+        let record = Record::new(counts, self.window_ms.load(Ordering::Relaxed));
+        Slide::step(&mut known.own, &record, now, &mut Seen::default())
     }
 
     pub(crate) fn identity(&self) -> &Identity {
@@ -126,15 +173,28 @@ impl View {
     ) -> Decided {
         let decided = {
             let mut known = lock(&self.known);
-            let seen = known.totals(Instant::now(), window).plus(Totals {
+            let now = Instant::now();
+            let unsent = Totals {
                 deposits: self.deposits.load(Ordering::SeqCst),
-                withdrawals: 0,
-            });
-            let allowed = allows(seen, allowance);
+                withdrawals: known.withdrawals,
+            };
+            let own = self.own(&mut known, now, Totals::default()).plus(unsent);
+            let (allowed, seen, allowance) = if known.on_local_share(now, window) {
+                let allowed = allows_locally(own, known.share, allowance);
+                (allowed, own, allowance.local(own.deposits, known.share))
+            } else {
+                let seen = known.totals(now, window).plus(Totals {
+                    deposits: unsent.deposits,
+                    withdrawals: 0,
+                });
+                let seen = seen.at_least(own);
+                (allows(seen, allowance), seen, allowance.of(seen.deposits))
+            };
             known.withdrawals += u64::from(allowed);
             Decided {
                 allowed,
                 seen,
+                allowance,
                 stale: known.failing,
             }
         };
@@ -178,10 +238,17 @@ impl View {
             // Cleared before the counts are taken, so a count made in between either goes
             // out with them or starts the timer itself.
             self.due.store(false, Ordering::SeqCst);
-            let counts = Totals {
+            let fresh = Totals {
                 deposits: self.deposits.swap(0, Ordering::SeqCst),
                 withdrawals: std::mem::take(&mut known.withdrawals),
             };
+            let own = self.own(&mut known, Instant::now(), fresh);
+            // Carried retries that have left the window would have left the fleet's too.
+            let carried = std::mem::take(&mut known.carried).min(own.withdrawals);
+            let counts = fresh.plus(Totals {
+                deposits: 0,
+                withdrawals: carried,
+            });
             if counts == Totals::default() {
                 return;
             }
@@ -222,17 +289,27 @@ impl View {
     ) {
         let waiting = {
             let mut known = lock(&self.known);
-            known.in_flight = None;
+            let sent = known.in_flight.take().unwrap_or_default();
             match totals {
                 Some(totals) => {
+                    let now = Instant::now();
+                    let own = self.own(&mut known, now, Totals::default());
+                    if let Some(share) = Share::of(own.deposits, totals.deposits) {
+                        known.share = share;
+                    }
                     known.learnt = totals;
-                    known.learnt_at = Some(Instant::now());
+                    known.learnt_at = Some(now);
                     known.failing = false;
                 }
-                // Whether the server counted them is unknown: dropped, as a lost batch
-                // would be, so a retried batch never counts twice.
-                None => known.failing = true,
+                // Whether the server counted them is unknown: the retries go out again (twice
+                // counted, they only tighten the budget), the first attempts are dropped
+                // (twice counted, they would loosen it).
+                None => {
+                    known.carried += sent.withdrawals;
+                    known.failing = true;
+                }
             }
+            metrics::retry_budget_local_share(&self.identity.at(), known.failing);
             std::mem::take(&mut known.waiting)
         };
         if !waiting {
@@ -293,6 +370,15 @@ impl Drop for Pending {
 }
 
 impl Known {
+    /// Whether decisions are made on the local share: the last batch failed, or the fleet's
+    /// totals learnt last (if ever) are a window old.
+    fn on_local_share(&self, now: Instant, window: Duration) -> bool {
+        self.failing
+            || self
+                .learnt_at
+                .is_none_or(|at| now.duration_since(at) >= window)
+    }
+
     /// What the view says the window holds at `now`, but for the unsent deposits: the fleet's
     /// last totals (none once they are a window old) and every own count since.
     fn totals(&self, now: Instant, window: Duration) -> Totals {
@@ -304,7 +390,7 @@ impl Known {
             .plus(self.in_flight.unwrap_or_default())
             .plus(Totals {
                 deposits: 0,
-                withdrawals: self.withdrawals,
+                withdrawals: self.withdrawals + self.carried,
             })
     }
 }

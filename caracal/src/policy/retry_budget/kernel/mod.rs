@@ -67,6 +67,48 @@ pub(crate) fn allows(totals: Totals, allowance: &Allowance) -> bool {
     totals.withdrawals < allowance.of(totals.deposits)
 }
 
+/// A process's part of the fleet's first attempts, as it last learnt the fleet's window: the
+/// part of the floor it spends while it cannot learn the fleet's totals. The parts of every
+/// process sum to one (each counts its own first attempts against the same fleet totals), so
+/// the fleet's processes on their local shares grant the floor once between them, not once
+/// each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Share {
+    own: u64,
+    fleet: u64,
+}
+
+impl Share {
+    /// A process that never learnt the fleet's window knows of no other: all of it.
+    pub(crate) const WHOLE: Share = Share { own: 1, fleet: 1 };
+
+    /// `own` first attempts of the fleet's `fleet` (at most all of them: this process's own
+    /// count can run ahead of the fleet's), or `None` for a fleet window with none, which says
+    /// nothing of the parts.
+    pub(crate) fn of(own: u64, fleet: u64) -> Option<Share> {
+        (fleet > 0).then(|| Share {
+            own: own.min(fleet),
+            fleet,
+        })
+    }
+}
+
+impl Allowance {
+    /// The withdrawals a process on its local share may make in a window where it made `own`
+    /// first attempts: `percent`% of them, and its `share` of the floor.
+    pub(crate) fn local(&self, own: u64, share: Share) -> u64 {
+        let floor = u128::from(self.of(0)) * u128::from(share.own) / u128::from(share.fleet);
+        let percent = own.saturating_mul(u64::from(self.percent)) / 100;
+        percent.saturating_add(u64::try_from(floor).unwrap_or(u64::MAX))
+    }
+}
+
+/// Whether a process on its local share, having made the `own` counts in its window, may make
+/// one more withdrawal.
+pub(crate) fn allows_locally(own: Totals, share: Share, allowance: &Allowance) -> bool {
+    own.withdrawals < allowance.local(own.deposits, share)
+}
+
 /// How many deposits and withdrawals a window holds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Totals {
@@ -75,6 +117,14 @@ pub(crate) struct Totals {
 }
 
 impl Totals {
+    /// The larger of each count of these totals and `other`'s.
+    pub(crate) fn at_least(self, other: Totals) -> Totals {
+        Totals {
+            deposits: self.deposits.max(other.deposits),
+            withdrawals: self.withdrawals.max(other.withdrawals),
+        }
+    }
+
     /// These totals with `other`'s added.
     pub(crate) fn plus(self, other: Totals) -> Totals {
         Totals {
@@ -279,6 +329,43 @@ mod tests {
         );
         assert_eq!(window, Window::default());
         assert!(seen.missing(&Branch::ALL).is_empty());
+    }
+
+    #[test]
+    fn a_local_share_grants_the_floor_once_across_the_fleet() {
+        let allowance = Allowance {
+            percent: 20,
+            min_per_second: 10,
+            window_ms: 10_000,
+        };
+        // Three processes with 100, 100 and 200 of the fleet's 400 first attempts: the floor
+        // of 100 is split 25 + 25 + 50, never granted thrice.
+        let parts = [100, 100, 200].map(|own| Share::of(own, 400).expect("a fleet window"));
+        let floors: u64 = parts.iter().map(|&part| allowance.local(0, part)).sum();
+        assert_eq!(floors, 100);
+        // Its own first attempts add their percentage.
+        assert_eq!(allowance.local(1_000, parts[2]), 200 + 50);
+        assert!(allows_locally(
+            Totals {
+                deposits: 1_000,
+                withdrawals: 249
+            },
+            parts[2],
+            &allowance
+        ));
+        assert!(!allows_locally(
+            Totals {
+                deposits: 1_000,
+                withdrawals: 250
+            },
+            parts[2],
+            &allowance
+        ));
+        // A process counting more than the fleet answered holds the whole floor, no more; a
+        // fleet window without first attempts tells nothing.
+        assert_eq!(allowance.local(0, Share::of(9, 3).expect("some")), 100);
+        assert_eq!(allowance.local(0, Share::WHOLE), 100);
+        assert_eq!(Share::of(5, 0), None);
     }
 
     #[test]
