@@ -87,6 +87,8 @@ struct State {
     replies: u64,
     /// While holding replies, those numbered below this may be forwarded.
     released_through: u64,
+    /// While recording: per read from a client, the names of the commands it completed.
+    reads: Option<Vec<Vec<String>>>,
 }
 
 /// One proxied connection.
@@ -154,6 +156,7 @@ impl FaultProxy {
                 requests: 0,
                 replies: 0,
                 released_through: 0,
+                reads: None,
             }),
             changed: Condvar::new(),
         });
@@ -222,6 +225,19 @@ impl FaultProxy {
         } else {
             0
         }
+    }
+
+    /// Starts recording how clients' requests arrive: which commands each read from a client
+    /// completes (what the client wrote at once, unless the proxy fell behind its writes).
+    pub fn record_reads(&self) {
+        self.shared.lock().reads = Some(Vec::new());
+    }
+
+    /// The reads recorded since [`record_reads`](Self::record_reads), in the order they were
+    /// read (over all connections): for each, the names of the commands it completed,
+    /// upper-cased, in order. Reads that completed no command are left out.
+    pub fn recorded_reads(&self) -> Vec<Vec<String>> {
+        self.shared.lock().reads.clone().unwrap_or_default()
     }
 
     /// Back to pass-through; held data on surviving connections is forwarded.
@@ -407,6 +423,21 @@ impl Shared {
         let Some(conn) = state.conns.get_mut(&id) else {
             return false;
         };
+        if direction == Direction::ToUpstream
+            && let Some(reads) = &mut state.reads
+        {
+            let names: Vec<String> = frames
+                .iter()
+                .filter(|frame| frame.complete)
+                .map(|frame| {
+                    String::from_utf8_lossy(first_bulk(&frame.bytes).unwrap_or_default())
+                        .to_ascii_uppercase()
+                })
+                .collect();
+            if !names.is_empty() {
+                reads.push(names);
+            }
+        }
         for frame in frames {
             let mut reply = None;
             if frame.complete {

@@ -167,6 +167,83 @@ async fn the_caller_waits_for_the_acquire_only() {
     coordinator.shutdown().await;
 }
 
+/// The lone-call path, seen at the proxy: a lone caller's release is queued on the
+/// connection before its call returns and left there, so the same task's next acquire goes
+/// out in the same write. Of 500 sequential calls, the `ZREM` of call n reaches the proxy in
+/// the same read as call n + 1's `EVALSHA`, ahead of it, in at least 90 % of them. A release
+/// given a task of its own, or a yield once it is queued, lets the connection write it alone
+/// (or after the acquire).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_callers_release_rides_with_its_next_acquire() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let coordinator = common::redis(&proxy.url()).await;
+    let scope = unique("lone");
+    // Warm up: the first call may load the script.
+    assert_eq!(code(&coordinator.scoped(call(&scope)).await), "ok");
+    proxy.record_reads();
+    const CALLS: usize = 500;
+    // From a task of the runtime, as a request handler calls: the test's own thread, which
+    // `block_on`s, is none of the runtime's workers, and every wake-up from it crosses
+    // threads.
+    tokio::spawn({
+        let (coordinator, scope) = (coordinator.clone(), scope.clone());
+        async move {
+            for _ in 0..CALLS {
+                assert_eq!(code(&coordinator.scoped(call(&scope)).await), "ok");
+            }
+        }
+    })
+    .await
+    .expect("the calls");
+    let reads = proxy.recorded_reads();
+    let riding = reads
+        .iter()
+        .filter(|read| {
+            read.iter()
+                .position(|name| name == "ZREM")
+                .is_some_and(|at| read[at..].iter().any(|name| name == "EVALSHA"))
+        })
+        .count();
+    let zrems = reads
+        .iter()
+        .flatten()
+        .filter(|name| *name == "ZREM")
+        .count();
+    println!("{riding} of {zrems} releases went out with the next acquire");
+    assert!(
+        riding * 10 >= CALLS * 9,
+        "{riding} of {CALLS} releases went out with the next acquire: {:?}",
+        &reads[..reads.len().min(20)]
+    );
+    coordinator.shutdown().await;
+}
+
+/// A lone call's release is shelved, not spawned: when the call returns, its `ZREM` is on the
+/// connection and its work waits on a shelf for the next acquire to carry it, so the runtime
+/// has no more tasks than before the call. Checked on a runtime of one thread, where nothing
+/// else runs while the call does.
+#[tokio::test(flavor = "current_thread")]
+async fn a_lone_calls_release_is_shelved_not_spawned() {
+    let server = RedisServer::start();
+    let coordinator = common::redis(&server.url()).await;
+    let scope = unique("shelved");
+    assert_eq!(code(&coordinator.scoped(call(&scope)).await), "ok");
+    let mut leases = Leases::on(&server);
+    common::eventually("the warm-up call's release", || leases.live() == 0).await;
+    let metrics = tokio::runtime::Handle::current().metrics();
+    for n in 0..20 {
+        let before = metrics.num_alive_tasks();
+        assert_eq!(code(&coordinator.scoped(call(&scope)).await), "ok");
+        assert_eq!(
+            metrics.num_alive_tasks(),
+            before,
+            "call {n}: a task more when it returned"
+        );
+    }
+    coordinator.shutdown().await;
+}
+
 /// Room for one: a caller's own earlier lease, still in the set, turns it away.
 #[bulkhead(name = "faults-own-release", limit = 1, scope = scope)]
 async fn alone(

@@ -32,8 +32,25 @@ async fn stale_order(_fail: bool, _rejection: caracal::Error) -> Result<&'static
     Ok("stale")
 }
 
-/// Calls [`order`] 300 times a second for `run`, each in a task of its own.
-async fn load(coordinator: &Coordinator, run: Duration) {
+/// How a load's calls ended.
+#[derive(Debug, Default)]
+struct Ran {
+    /// The body ran and succeeded.
+    fresh: usize,
+    /// Answered by the fallback.
+    stale: usize,
+    /// Failed (the body failed twice).
+    failed: usize,
+}
+
+impl Ran {
+    fn calls(&self) -> usize {
+        self.fresh + self.stale + self.failed
+    }
+}
+
+/// Calls [`order`] 300 times a second for `run`, each in a task of its own; how they ended.
+async fn load(coordinator: &Coordinator, run: Duration) -> Ran {
     let mut tick = tokio::time::interval(Duration::from_micros(3_333));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let end = tokio::time::Instant::now() + run;
@@ -45,7 +62,26 @@ async fn load(coordinator: &Coordinator, run: Duration) {
         tick.tick().await;
         calls.spawn(coordinator.scoped(order(n % 10 == 0)));
     }
-    while calls.join_next().await.is_some() {}
+    let mut ran = Ran::default();
+    while let Some(ended) = calls.join_next().await {
+        match ended.expect("a call's task") {
+            Ok("fresh") => ran.fresh += 1,
+            Ok(_) => ran.stale += 1,
+            Err(_) => ran.failed += 1,
+        }
+    }
+    ran
+}
+
+/// The load ran: at least half its planned calls (a tick skipped on a busy machine is not
+/// made up), bodies ran and succeeded, and rejections were answered. A line count is a
+/// claim only about a load that ran.
+fn assert_ran(ran: &Ran, planned: usize) {
+    assert!(
+        ran.calls() * 2 >= planned,
+        "{planned} calls planned: {ran:?}"
+    );
+    assert!(ran.fresh > 0 && ran.stale > 0 && ran.failed > 0, "{ran:?}");
 }
 
 /// What an operator's log at `INFO` shows: the events at `INFO` and above.
@@ -75,7 +111,8 @@ async fn a_replica_under_load_writes_a_handful_of_lines_through_an_outage() {
         tokio::time::sleep(Duration::from_secs(5)).await;
         proxy.restore();
     };
-    tokio::join!(load(&coordinator, Duration::from_secs(11)), outage);
+    let (ran, ()) = tokio::join!(load(&coordinator, Duration::from_secs(11)), outage);
+    assert_ran(&ran, 3_300);
     let first = log.snapshot();
     let lines = shown(&first);
     let listing: Vec<_> = lines
@@ -89,7 +126,8 @@ async fn a_replica_under_load_writes_a_handful_of_lines_through_an_outage() {
         listing.join("\n")
     );
     println!(
-        "{} lines at INFO and above:\n{}",
+        "{} calls ({ran:?}), {} lines at INFO and above:\n{}",
+        ran.calls(),
         lines.len(),
         listing.join("\n")
     );
@@ -111,7 +149,8 @@ async fn a_replica_under_load_writes_a_handful_of_lines_through_an_outage() {
         tokio::time::sleep(Duration::from_secs(1)).await;
         proxy.restore();
     };
-    tokio::join!(load(&coordinator, Duration::from_secs(4)), again);
+    let (ran, ()) = tokio::join!(load(&coordinator, Duration::from_secs(4)), again);
+    assert_ran(&ran, 1_200);
     let all = log.snapshot();
     let second = shown(&all[first.len()..]);
     assert!(

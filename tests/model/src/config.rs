@@ -136,7 +136,7 @@ impl Config {
         }
     }
 
-    /// The deep runs (`CARACAL_MODEL_DEPTH=deep`): a freeze and a partition on top of a loss
+    /// The deep runs (`#[ignore]`d in `cargo test`): a freeze and a partition on top of a loss
     /// of any kind, with bodies writing to the downstream; and the same with a second caller
     /// in one process (its lane) instead of the writes.
     pub fn deep() -> [Config; 2] {

@@ -356,6 +356,7 @@ impl LeaseModel {
         proc.knows = proc.knows.max(incarnation);
         proc.epoch += 1;
         proc.lost_at = Some(0);
+        proc.noticed_late = proc.cut_off;
         proc.cut_off = false;
         proc.check_by = None;
         s.saw(Seen::LossNoticed);
@@ -436,14 +437,17 @@ impl LeaseModel {
             if let Some(flight) = &mut proc.lane.flight {
                 self.age(&mut flight.command);
             }
-            proc.lost_at = proc.lost_at.map(|at| older(at, cfg.effective_grace()));
+            // One tick past the grace: a refusal in its last tick is still told from none.
+            proc.lost_at = proc.lost_at.map(|at| older(at, cfg.effective_grace() + 1));
             proc.check_by = proc.check_by.map(closer);
             if let Some((_, by)) = &mut proc.hear {
                 *by = closer(*by);
             }
         }
         let server = &mut s.server;
-        server.lost_at = server.lost_at.map(|at| older(at, cfg.notice_bound() + 1));
+        server.lost_at = server
+            .lost_at
+            .map(|at| older(at, cfg.notice_bound() + cfg.effective_grace() + 1));
         for lease in &mut server.leases {
             lease.1 -= 1;
         }
@@ -463,7 +467,12 @@ impl LeaseModel {
         let proc = &s.procs[usize::from(p)];
         let grace = ticks(self.config.effective_grace());
         if proc.lost_at.is_some_and(|at| at > -grace) {
+            let bound = ticks(self.config.notice_bound()) + grace;
+            let late = !proc.noticed_late && s.server.lost_at.is_some_and(|at| at <= -bound);
             s.saw(Seen::RefusedForGrace);
+            if late {
+                s.saw(Seen::LateRefusal);
+            }
             return;
         }
         s.callers[usize::from(c)].phase = Phase::Acquiring {
@@ -815,9 +824,13 @@ impl LeaseModel {
         });
         s.server.grants = u8::try_from(orders.len()).unwrap_or(u8::MAX);
         let incarnation = s.server.incarnation;
-        if s.procs.iter().all(|p| p.knows == incarnation) {
-            // Every process noticed: when and how the server lost its data makes no
-            // difference any more.
+        let grace = ticks(self.config.effective_grace());
+        if s.procs
+            .iter()
+            .all(|p| p.knows == incarnation && p.lost_at.is_none_or(|at| at < -grace))
+        {
+            // Every process noticed, and its grace is over: when and how the server lost its
+            // data makes no difference any more.
             s.server.last_loss = None;
             s.server.lost_at = None;
         }
@@ -876,6 +889,7 @@ impl Model for LeaseModel {
             hear: None,
             lane: Lane::default(),
             cut_off: false,
+            noticed_late: false,
         };
         vec![State {
             server: Server {

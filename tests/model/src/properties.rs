@@ -37,8 +37,9 @@
 //! # Availability
 //!
 //! [`NOTICED_IN_TIME`]: a process that could run and reach the server all along since a loss
-//! notices it within the check period; with [`NO_FALSE_NOTICE`] (a process notices only a loss
-//! that happened, and each loss once), its grace refusals end by *loss + check period + grace*:
+//! notices it within the check period; [`NO_FALSE_NOTICE`]: a process notices only a loss
+//! that happened, and each loss once; [`GRACE_ENDS_IN_TIME`], checked at every refusal: such
+//! a process refuses no caller for the grace after *loss + check period + grace*, so
 //! admissions resume within the grace of the latest a process can notice.
 
 use stateright::Property;
@@ -56,6 +57,10 @@ pub const TOKENS_INCREASE: &str = "every grant's fencing token is above every on
 /// Every process that could reach the server notices a loss within the check period.
 pub const NOTICED_IN_TIME: &str =
     "a process that could reach the server notices a loss within the check period";
+/// Admissions resume in time: no process that could reach the server all along refuses a
+/// caller for the grace later than the loss + the check period + the grace.
+pub const GRACE_ENDS_IN_TIME: &str =
+    "a process that could reach the server refuses no caller past loss + check period + grace";
 /// No process takes for a loss something that was none (or a loss it had noticed).
 pub const NO_FALSE_NOTICE: &str = "a process notices only a loss that happened, once";
 
@@ -119,6 +124,9 @@ pub fn all() -> Vec<Property<LeaseModel>> {
         Property::always(NOTICED_IN_TIME, noticed_in_time),
         Property::always(NO_FALSE_NOTICE, |_: &LeaseModel, s: &State| {
             !s.has_broken(Seen::FalseNotice)
+        }),
+        Property::always(GRACE_ENDS_IN_TIME, |_: &LeaseModel, s: &State| {
+            !s.has_broken(Seen::LateRefusal)
         }),
         sometimes!("a loss is noticed", LossNoticed),
         sometimes!("a holder is cancelled by a loss", CancelledByLoss),

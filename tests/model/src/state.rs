@@ -37,9 +37,9 @@ pub struct State {
     /// Ghost: what the step into this state did, one bit per [`Seen`] (for the `sometimes`
     /// properties). Only the last step's: a history of every fact would multiply the states by
     /// every combination of facts.
-    pub seen: u16,
+    pub seen: u32,
     /// Ghost: every fact seen so far that breaks a property ([`Seen::breaks`]), one bit each.
-    pub broken: u16,
+    pub broken: u32,
 }
 
 /// Something a step did, for the properties.
@@ -80,16 +80,22 @@ pub enum Seen {
     /// A process that could reach the server all along noticed a loss later than the check
     /// period after it.
     LateNotice,
+    /// A process that could reach the server all along refused a caller for the grace later
+    /// than the loss + the check period + the grace.
+    LateRefusal,
 }
 
 impl Seen {
     /// Whether this fact breaks a property (so it is kept in [`State::broken`]).
     pub fn breaks(self) -> bool {
-        matches!(self, Seen::FalseNotice | Seen::LateNotice)
+        matches!(
+            self,
+            Seen::FalseNotice | Seen::LateNotice | Seen::LateRefusal
+        )
     }
 
     /// This fact's bit in [`State::seen`].
-    pub fn bit(self) -> u16 {
+    pub fn bit(self) -> u32 {
         1 << self as u8
     }
 }
@@ -130,7 +136,8 @@ pub struct Server {
     /// any process trusts, and a grant after it expired takes the clock's term, above every
     /// token then.
     pub counter: Option<Fence>,
-    /// Ghost: when it last lost its data (an age, no older than the notice bound + 1).
+    /// Ghost: when it last lost its data (an age, no older than the notice bound + the grace
+    /// + 1), until every process noticed it and no grace of it is left.
     pub lost_at: Option<Tick>,
     /// Ghost: the next grant's order (orders are renumbered to the grants still in view).
     pub grants: u8,
@@ -148,7 +155,7 @@ pub struct Proc {
     pub epoch: u8,
     /// The last incarnation it noticed.
     pub knows: u8,
-    /// When it last noticed a loss (an age, no older than the grace: the grace runs from
+    /// When it last noticed a loss (an age, no older than the grace + 1: the grace runs from
     /// there).
     pub lost_at: Option<Tick>,
     /// Stopped (SIGSTOP): it takes no step, its timers fire when it resumes.
@@ -163,6 +170,9 @@ pub struct Proc {
     pub lane: Lane,
     /// Ghost: it was frozen or partitioned at some moment since a loss it has not noticed.
     pub cut_off: bool,
+    /// Ghost: it noticed its latest loss after a freeze or a partition, so its grace may end
+    /// later than the loss + the check period + the grace.
+    pub noticed_late: bool,
 }
 
 /// An identity's acquire lane in one process: the call in flight and what waits behind it.

@@ -1,12 +1,14 @@
 //! The model's checks. Bounded runs, each a fault or a caller on top of [`Config::base`], a
 //! few seconds each: every `always` property holds in every reachable state, and the
 //! `sometimes` properties that show the run exercises what it is about are reachable. Then the
-//! protocol broken on purpose, once per rule, and the checker must find the overlap. The deep
-//! run (every fault at once) runs only with `CARACAL_MODEL_DEPTH=deep`; build it with
-//! `--release`.
+//! protocol broken on purpose, once per rule, and the checker must find the overlap. Each
+//! bounded run asserts a floor on the distinct states it explored, so a change that shrinks the
+//! model (a fault that no longer happens, a caller that no longer acts) fails instead of
+//! passing on an easier instance. The deep runs (every fault at once) are `#[ignore]`d: run
+//! them with `--release -- --ignored`.
 
 use caracal_model::properties::{
-    FENCING, LIMIT, NO_FALSE_NOTICE, NOTICED_IN_TIME, TOKENS_INCREASE,
+    FENCING, GRACE_ENDS_IN_TIME, LIMIT, NO_FALSE_NOTICE, NOTICED_IN_TIME, TOKENS_INCREASE,
 };
 use caracal_model::{Config, LeaseModel, LossKind, Outcome, TrustFrom, check, narrate};
 
@@ -14,12 +16,13 @@ use caracal_model::{Config, LeaseModel, LossKind, Outcome, TrustFrom, check, nar
 const THREADS: usize = 2;
 
 /// Every `always` property.
-const ALWAYS: [&str; 5] = [
+const ALWAYS: [&str; 6] = [
     LIMIT,
     FENCING,
     TOKENS_INCREASE,
     NOTICED_IN_TIME,
     NO_FALSE_NOTICE,
+    GRACE_ENDS_IN_TIME,
 ];
 
 /// Checks `config`, printing what it explored.
@@ -35,10 +38,16 @@ fn run(name: &str, config: Config) -> (LeaseModel, Outcome) {
     (model, outcome)
 }
 
-/// Asserts that no `always` property has a counterexample (printing the first found), and
-/// that every one of `reached` was reached.
-fn holds(name: &str, config: Config, reached: &[&str]) {
+/// Asserts that no `always` property has a counterexample (printing the first found), that
+/// every one of `reached` was reached, and that at least `states` distinct states were
+/// explored.
+fn holds(name: &str, config: Config, states: usize, reached: &[&str]) {
     let (model, outcome) = run(name, config);
+    assert!(
+        outcome.unique_states >= states,
+        "{name}: {} distinct states, fewer than the {states} it explored when written",
+        outcome.unique_states
+    );
     for property in ALWAYS {
         if let Some(path) = outcome.discoveries.get(property) {
             panic!("{name}: \"{property}\" broken:\n{}", narrate(&model, path));
@@ -67,6 +76,7 @@ fn losses_of_every_kind() {
     holds(
         "losses of every kind",
         Config::base(),
+        90_000,
         &[
             "a loss is noticed",
             "a holder is cancelled by a loss",
@@ -91,9 +101,36 @@ fn batching_through_a_loss() {
             writes: false,
             ..Config::base()
         },
+        267_000,
         &[
             "an acquire waits in its lane behind a call in flight",
             "a loss is noticed",
+        ],
+    );
+}
+
+/// A limit of 2 with three callers (two in one process): the limit is checked where it can
+/// be exceeded by one, not only at 1. One loss kind, a flush (same server, same connections:
+/// noticed by the check, a command, or a denied renewal), keeps it within CI's budget.
+#[test]
+fn a_limit_of_two_through_a_flush() {
+    holds(
+        "a limit of two through a flush",
+        Config {
+            limit: 2,
+            callers: vec![0, 1, 1],
+            loss_kinds: vec![LossKind::Flush],
+            writes: false,
+            ..Config::base()
+        },
+        310_000,
+        &[
+            "a loss is noticed",
+            "a holder is cancelled by a loss",
+            "a caller is refused for the grace",
+            "a caller is admitted after the grace",
+            "a caller is admitted blind after a loss",
+            "an acquire waits in its lane behind a call in flight",
         ],
     );
 }
@@ -110,6 +147,7 @@ fn freezes_and_partitions() {
             partitions: 1,
             ..Config::base()
         },
+        122_000,
         &[
             "a frozen holder is caught when it resumes",
             "a release is retried",
@@ -130,6 +168,7 @@ fn freezes_and_partitions_through_a_restart() {
             writes: false,
             ..Config::base()
         },
+        193_000,
         &[
             "a loss is noticed",
             "a frozen holder is caught when it resumes",
@@ -150,6 +189,7 @@ fn a_partition_through_a_silent_loss() {
             writes: false,
             ..Config::base()
         },
+        331_000,
         &["a loss is noticed", "a release is retried"],
     );
 }
@@ -165,6 +205,7 @@ fn a_freeze_through_a_silent_loss() {
             writes: false,
             ..Config::base()
         },
+        226_000,
         &[
             "a loss is noticed",
             "a frozen holder is caught when it resumes",
@@ -226,6 +267,7 @@ fn without_the_published_notice_the_grace_must_outlast_the_check() {
     holds(
         "no published notice, the default grace",
         base,
+        23_000,
         &["a caller is admitted after the grace"],
     );
 }
@@ -326,15 +368,12 @@ fn a_flush_within_a_quantum_repeats_a_token() {
     );
 }
 
-/// The deep runs: every fault at once (some ten minutes on two cores).
-/// `CARACAL_MODEL_DEPTH=deep cargo test -p caracal-model --release deep -- --nocapture`.
+/// The deep runs: every fault at once.
+/// `cargo test -p caracal-model --release deep -- --ignored --nocapture`.
 #[test]
+#[ignore = "every fault at once: some ten minutes on two cores, past CI's budget"]
 fn deep() {
-    if std::env::var("CARACAL_MODEL_DEPTH").as_deref() != Ok("deep") {
-        println!("the deep run needs CARACAL_MODEL_DEPTH=deep");
-        return;
-    }
     let [faults, lane] = Config::deep();
-    holds("deep: every fault, writes", faults, &[]);
-    holds("deep: every fault, a lane of two", lane, &[]);
+    holds("deep: every fault, writes", faults, 0, &[]);
+    holds("deep: every fault, a lane of two", lane, 0, &[]);
 }

@@ -185,6 +185,21 @@ impl Breaker {
     }
 }
 
+/// The window of `site`'s breaker in the default scope, its tallied successes folded in: what
+/// a test reads to check that no success was lost on the way.
+#[cfg(test)]
+pub(super) fn window(site: &BreakerSite) -> Option<Counts> {
+    let identity = (site.config.name, site.config.operation, &Scope::GLOBAL);
+    let breaker = BREAKERS.get(&site.local, identity, || {
+        unreachable!("a window is read after a call made the breaker")
+    });
+    let mut guard = lock(&breaker.store);
+    let (store, settings) = &mut *guard;
+    let settings = *settings;
+    breaker.fold(store, &settings);
+    store.state.as_ref().map(|state| state.counts)
+}
+
 /// The events an observation's reply calls for.
 fn observed(at: &At<'_>, generation: u64, reply: &ObserveReply) {
     events::breaker_observed(at, generation, reply);

@@ -180,6 +180,51 @@ async fn successes_counted_without_the_lock_all_reach_the_window() {
     assert!(refused(&TALLIED).await, "6 failures of 12 open it");
 }
 
+const fn wide_config(name: &'static str) -> BreakerConfig {
+    let mut config = config(name, true);
+    config.window_size = 20_000;
+    config
+}
+
+static TALLIED_WIDE: BreakerSite = BreakerSite::new(wide_config("unit-tallied-wide"));
+
+/// The tally at its limits: 5 000 successes in one paused millisecond are more than one
+/// tally holds (4 095, its 12 bits: the next takes the lock and re-arms it) and are folded
+/// in batches of 64. Every one reaches the window: its total is exactly 5 000, and at a
+/// threshold of half it opens at exactly the 5 000th failure, not one earlier.
+#[tokio::test(start_paused = true)]
+async fn five_thousand_successes_in_a_millisecond_all_reach_the_window() {
+    let start = tokio::time::Instant::now();
+    for _ in 0..5_000 {
+        call(&TALLIED_WIDE, false).await.expect("closed");
+    }
+    assert_eq!(start.elapsed(), Duration::ZERO, "one millisecond");
+    let window = local::window(&TALLIED_WIDE).expect("a closed breaker's state");
+    assert_eq!((window.total, window.failures), (5_000, 0));
+    for failure in 1..5_000 {
+        assert!(
+            matches!(
+                call(&TALLIED_WIDE, true).await,
+                Err(Error::InvalidConfig { .. })
+            ),
+            "failure {failure} ran its body"
+        );
+    }
+    let window = local::window(&TALLIED_WIDE).expect("a closed breaker's state");
+    assert_eq!((window.total, window.failures), (9_999, 4_999));
+    assert!(
+        matches!(
+            call(&TALLIED_WIDE, true).await,
+            Err(Error::InvalidConfig { .. })
+        ),
+        "failure 5 000 ran its body"
+    );
+    assert!(
+        refused(&TALLIED_WIDE).await,
+        "5 000 failures of 10 000 open it"
+    );
+}
+
 /// A success can open a breaker: the one that brings the window to `minimum_throughput` with
 /// failures already at the threshold. It is never left for later, or the next call would get
 /// through.
