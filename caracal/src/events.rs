@@ -9,7 +9,8 @@
 //! anything degraded or lost `WARN`. Events that repeat on every call while a condition lasts
 //! (rejections, degraded admissions, coordinator errors, exhausted retries) go through
 //! [`summary::repeat`]: said once when the condition starts, then once per identity every 10 s
-//! with `suppressed = N` (an outage rejects every call: said each time, each replica would
+//! with `suppressed = N` (what the coordinator's loss causes: once per policy, across its
+//! scopes, see [`summary::repeat_across`]) (an outage rejects every call: said each time, each replica would
 //! print hundreds of lines a second). With no subscriber interested, `tracing` skips building
 //! the event entirely.
 //!
@@ -144,6 +145,16 @@ pub(crate) fn bulkhead_rejected(
     );
 }
 
+/// [`summary::repeat_across`] for the coordinator in force: what its loss causes is said once
+/// per policy, apart from what another coordinator's does.
+pub(crate) fn repeat_across(
+    event: &'static str,
+    at: &At<'_>,
+    condition: &[&str],
+) -> Option<summary::Across> {
+    summary::repeat_across(event, at, crate::coordinator::current_id(), condition)
+}
+
 /// Counts a bulkhead's or rate limit's refusal: a coordinator that could not answer is the
 /// degraded decision of a policy that fails closed; anything else, its rule's rejection.
 pub(crate) fn rejected_or_degraded(at: &At<'_>, reason: &'static str) {
@@ -167,10 +178,17 @@ pub(crate) fn bulkhead_released(at: &At<'_>, occupancy: Option<u32>, held: Durat
 /// After an outage every holder's release may find that: said once, then summarised.
 pub(crate) fn bulkhead_release_found_nothing(at: &At<'_>) {
     let reason = "already_expired_or_released";
-    let Some(suppressed) = summary::repeat("bulkhead.released", at, &[reason]) else {
+    let Some(said) = repeat_across("bulkhead.released", at, &[reason]) else {
         return;
     };
-    policy_event!(WARN, "bulkhead.released", at, reason, suppressed);
+    policy_event!(
+        WARN,
+        "bulkhead.released",
+        at,
+        reason,
+        suppressed = said.suppressed,
+        identities = said.identities
+    );
 }
 
 pub(crate) fn bulkhead_lease_lost(
@@ -217,7 +235,7 @@ pub(crate) fn bulkhead_degraded(at: &At<'_>, reason: Degraded, error: &Error) {
     };
     let failure = error.failure_kind().map(|k| k.as_str());
     let condition = [reason, failure.unwrap_or(error.code())];
-    let Some(suppressed) = summary::repeat("bulkhead.degraded", at, &condition) else {
+    let Some(said) = repeat_across("bulkhead.degraded", at, &condition) else {
         return;
     };
     policy_event!(
@@ -227,7 +245,8 @@ pub(crate) fn bulkhead_degraded(at: &At<'_>, reason: Degraded, error: &Error) {
         reason,
         error = error.code(),
         failure,
-        suppressed
+        suppressed = said.suppressed,
+        identities = said.identities
     );
 }
 
@@ -362,7 +381,7 @@ pub(crate) fn breaker_probe_started(at: &At<'_>, generation: u64, arrival: Stopw
 pub(crate) fn breaker_degraded(at: &At<'_>, behaviour: &'static str, last_known: Option<Phase>) {
     metrics::decided(at, Decision::Degraded, behaviour);
     let condition = [behaviour, last_known.map_or("unknown", Phase::as_str)];
-    let Some(suppressed) = summary::repeat("circuit_breaker.degraded", at, &condition) else {
+    let Some(said) = repeat_across("circuit_breaker.degraded", at, &condition) else {
         return;
     };
     policy_event!(
@@ -372,7 +391,8 @@ pub(crate) fn breaker_degraded(at: &At<'_>, behaviour: &'static str, last_known:
         reason = "coordinator_unavailable",
         behaviour,
         last_known = last_known.map(Phase::as_str),
-        suppressed
+        suppressed = said.suppressed,
+        identities = said.identities
     );
 }
 
@@ -381,8 +401,7 @@ pub(crate) fn breaker_degraded(at: &At<'_>, behaviour: &'static str, last_known:
 pub(crate) fn breaker_coordinator_error(at: &At<'_>, command: &'static str, error: &Error) {
     let failure = error.failure_kind().map(|k| k.as_str());
     let condition = [command, failure.unwrap_or(error.code())];
-    let Some(suppressed) = summary::repeat("circuit_breaker.coordinator_error", at, &condition)
-    else {
+    let Some(said) = repeat_across("circuit_breaker.coordinator_error", at, &condition) else {
         return;
     };
     policy_event!(
@@ -392,7 +411,8 @@ pub(crate) fn breaker_coordinator_error(at: &At<'_>, command: &'static str, erro
         command,
         error = error.code(),
         failure,
-        suppressed
+        suppressed = said.suppressed,
+        identities = said.identities
     );
 }
 

@@ -7,8 +7,14 @@
 //!
 //! The summary is due at the first occurrence after the period: a condition that ends
 //! leaves its last count unsaid until it starts again (no timer runs for it).
+//!
+//! What the coordinator's loss causes (degraded decisions, failed commands, releases that find
+//! their leases gone after it) is one condition of the process, whatever the scope:
+//! [`repeat_across`] says it once per policy (kind and name) and summarises it with how many
+//! identities it touched, so an outage costs the log the same few lines for a scope per user
+//! as for one scope.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, RandomState};
 use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
@@ -24,12 +30,25 @@ pub(crate) const PERIOD: Duration = Duration::from_secs(10);
 /// How many identities' repeating events are tracked before the quiet ones are forgotten.
 const SWEEP_AT: usize = 4096;
 
-/// One repeating event of one identity: when its current period started, and how many
-/// occurrences it suppressed since.
-#[derive(Debug, Clone, Copy)]
+/// One repeating event of one identity (or of the process, for [`repeat_across`]): when its
+/// current period started, how many occurrences it suppressed since, and which identities
+/// (by hash) it was seen for.
+#[derive(Debug, Clone)]
 struct Repeats {
     since: Instant,
     suppressed: u64,
+    identities: HashSet<u64>,
+}
+
+/// The most identities a process-wide summary tells apart; past it, it says "at least".
+const MOST_IDENTITIES: usize = 1024;
+
+/// What a process-wide repeating event says when it is emitted: how many occurrences it
+/// suppressed since it was last said, over how many identities (the one it names included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Across {
+    pub(crate) suppressed: u64,
+    pub(crate) identities: usize,
 }
 
 #[derive(Debug, Default)]
@@ -45,23 +64,52 @@ static SUMMARIES: LazyLock<Summaries> = LazyLock::new(Summaries::default);
 /// first of a condition, else the count suppressed since the last one emitted), `None` when
 /// it is suppressed.
 pub(crate) fn repeat(event: &'static str, at: &At<'_>, condition: &[&str]) -> Option<u64> {
-    SUMMARIES.repeat(event, at, condition, Instant::now())
+    SUMMARIES.per_identity(event, at, condition, Instant::now())
+}
+
+/// An occurrence of `event` about `at` under `condition`, summarised across the policy's
+/// operations and scopes rather than per identity (see the module's doc), apart for each
+/// `coordinator` (an outage is one coordinator's): `Some` when it is to be emitted.
+pub(crate) fn repeat_across(
+    event: &'static str,
+    at: &At<'_>,
+    coordinator: usize,
+    condition: &[&str],
+) -> Option<Across> {
+    SUMMARIES.across(event, at, coordinator, condition, Instant::now())
+}
+
+fn identity<'a>(at: &At<'a>) -> (&'a str, &'a str, &'a str, &'a str) {
+    (at.policy, at.name, at.operation, at.scope)
 }
 
 impl Summaries {
-    fn key(&self, event: &str, at: &At<'_>, condition: &[&str]) -> u64 {
-        self.hasher
-            .hash_one((event, at.policy, at.name, at.operation, at.scope, condition))
-    }
-
-    fn repeat(
+    fn per_identity(
         &self,
-        event: &'static str,
+        event: &str,
         at: &At<'_>,
         condition: &[&str],
         now: Instant,
     ) -> Option<u64> {
-        let key = self.key(event, at, condition);
+        let key = self.hasher.hash_one((event, identity(at), condition));
+        self.repeat(key, None, now).map(|across| across.suppressed)
+    }
+
+    fn across(
+        &self,
+        event: &str,
+        at: &At<'_>,
+        coordinator: usize,
+        condition: &[&str],
+        now: Instant,
+    ) -> Option<Across> {
+        let key = self
+            .hasher
+            .hash_one((event, at.policy, at.name, coordinator, condition));
+        self.repeat(key, Some(self.hasher.hash_one(identity(at))), now)
+    }
+
+    fn repeat(&self, key: u64, identity: Option<u64>, now: Instant) -> Option<Across> {
         let mut repeats = lock(&self.repeats);
         if repeats.len() >= SWEEP_AT {
             repeats.retain(|_, seen| now.duration_since(seen.since) < PERIOD);
@@ -69,16 +117,31 @@ impl Summaries {
         let fresh = Repeats {
             since: now,
             suppressed: 0,
+            identities: identity.into_iter().collect(),
         };
         match repeats.get_mut(&key) {
             Some(seen) if now.duration_since(seen.since) < PERIOD => {
                 seen.suppressed += 1;
+                if let Some(identity) = identity
+                    && seen.identities.len() < MOST_IDENTITIES
+                {
+                    seen.identities.insert(identity);
+                }
                 None
             }
-            Some(seen) => Some(std::mem::replace(seen, fresh).suppressed),
+            Some(seen) => {
+                let said = std::mem::replace(seen, fresh);
+                Some(Across {
+                    suppressed: said.suppressed,
+                    identities: said.identities.len().max(1),
+                })
+            }
             None => {
                 repeats.insert(key, fresh);
-                Some(0)
+                Some(Across {
+                    suppressed: 0,
+                    identities: 1,
+                })
             }
         }
     }
@@ -103,7 +166,7 @@ mod tests {
         let summaries = Summaries::default();
         let mut emitted = Vec::new();
         for _ in 0..250 {
-            if let Some(suppressed) = summaries.repeat("e", &at("a"), &[], Instant::now()) {
+            if let Some(suppressed) = summaries.per_identity("e", &at("a"), &[], Instant::now()) {
                 emitted.push(suppressed);
             }
             tokio::time::advance(Duration::from_millis(100)).await;
@@ -117,10 +180,33 @@ mod tests {
     async fn identities_events_and_conditions_are_summarised_apart() {
         let summaries = Summaries::default();
         let now = Instant::now();
-        assert_eq!(summaries.repeat("e", &at("a"), &[], now), Some(0));
-        assert_eq!(summaries.repeat("e", &at("b"), &[], now), Some(0));
-        assert_eq!(summaries.repeat("f", &at("a"), &[], now), Some(0));
-        assert_eq!(summaries.repeat("e", &at("a"), &["other"], now), Some(0));
-        assert_eq!(summaries.repeat("e", &at("a"), &[], now), None);
+        assert_eq!(summaries.per_identity("e", &at("a"), &[], now), Some(0));
+        assert_eq!(summaries.per_identity("e", &at("b"), &[], now), Some(0));
+        assert_eq!(summaries.per_identity("f", &at("a"), &[], now), Some(0));
+        assert_eq!(
+            summaries.per_identity("e", &at("a"), &["other"], now),
+            Some(0)
+        );
+        assert_eq!(summaries.per_identity("e", &at("a"), &[], now), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_process_wide_condition_is_said_once_for_every_identity() {
+        let summaries = Summaries::default();
+        let scopes: Vec<String> = (0..10).map(|n| format!("s{n}")).collect();
+        let mut emitted = Vec::new();
+        for n in 0..200 {
+            let at = at(&scopes[n % 10]);
+            if let Some(across) = summaries.across("e", &at, 1, &["disconnected"], Instant::now()) {
+                emitted.push(across);
+            }
+            tokio::time::advance(Duration::from_millis(100)).await;
+        }
+        // 20 s over ten identities: the first, then one summary at 10 s naming all ten.
+        let said = |suppressed, identities| Across {
+            suppressed,
+            identities,
+        };
+        assert_eq!(emitted, [said(0, 1), said(99, 10)]);
     }
 }

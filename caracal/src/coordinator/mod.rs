@@ -532,6 +532,12 @@ pub(crate) fn with_current<R>(f: impl FnOnce(&Coordinator) -> R) -> Result<R, Er
     INSTALLED.get().and_then(call).ok_or(Error::NotInstalled)
 }
 
+/// What tells the coordinator in force for the current task from the process's others (`0`
+/// when there is none): a key, never dereferenced.
+pub(crate) fn current_id() -> usize {
+    with_current(|coordinator| Arc::as_ptr(&coordinator.inner).addr()).unwrap_or(0)
+}
+
 /// A handle on a coordinator that does not keep it alive: what a call site caches of the
 /// coordinator it met.
 #[derive(Debug, Clone)]

@@ -313,7 +313,7 @@ mod events {
     pub(super) fn degraded(at: &At<'_>, error: &Error) {
         let failure = error.failure_kind().map(|k| k.as_str());
         let condition = [failure.unwrap_or(error.code())];
-        let Some(suppressed) = summary::repeat("rate_limit.degraded", at, &condition) else {
+        let Some(said) = crate::events::repeat_across("rate_limit.degraded", at, &condition) else {
             return;
         };
         policy_event!(
@@ -323,7 +323,8 @@ mod events {
             reason = "admission_unknown",
             error = error.code(),
             failure,
-            suppressed
+            suppressed = said.suppressed,
+            identities = said.identities
         );
     }
 }

@@ -722,7 +722,8 @@ mod events {
     pub(super) fn degraded(at: &At<'_>, error: &Error) {
         let failure = error.failure_kind().map(|k| k.as_str());
         let condition = [failure.unwrap_or(error.code())];
-        let Some(suppressed) = summary::repeat("retry_budget.degraded", at, &condition) else {
+        let Some(said) = crate::events::repeat_across("retry_budget.degraded", at, &condition)
+        else {
             return;
         };
         policy_event!(
@@ -732,7 +733,8 @@ mod events {
             reason = "view_not_refreshed",
             error = error.code(),
             failure,
-            suppressed
+            suppressed = said.suppressed,
+            identities = said.identities
         );
     }
 }
