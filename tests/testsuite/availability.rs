@@ -141,6 +141,90 @@ async fn a_call_queued_behind_a_stalled_batch_ends_within_one_command_timeout() 
     proxy.restore();
 }
 
+/// How a live server stalls in [`queued_calls_end_within_one_timeout_on_a_stalled_server`].
+enum Stall {
+    /// `DEBUG SLEEP`: the whole server stops, for every client.
+    DebugSleep,
+    /// `CLIENT PAUSE … ALL`: the server holds every client's commands.
+    ClientPause,
+}
+
+/// The stalled-batch case on a live connection, the server itself stalled for 1.6 command
+/// timeouts: the first call drives a batch that stalls, three queue behind it. Each ends in a
+/// timeout of its own, before the server wakes. A queued call that waited for the stalled
+/// batch's timeout before its own clock started would go out once that batch gave up, and be
+/// answered when the server woke: `ok`, where every call must have ended.
+async fn queued_calls_end_within_one_timeout_on_a_stalled_server(stall: Stall) {
+    let server = RedisServer::start();
+    let timeout = Duration::from_secs(1);
+    let coordinator = common::connect(&server.url(), timeout).await;
+    let scope = unique("stalled");
+    coordinator
+        .scoped(queued(&scope))
+        .await
+        .expect("served before the stall");
+    let mut conn = server.connection();
+    let stalled = match stall {
+        Stall::DebugSleep => {
+            // Its reply comes when the server wakes: sent from a thread of its own.
+            let sleeper = std::thread::spawn(move || {
+                let () = redis::cmd("DEBUG")
+                    .arg("SLEEP")
+                    .arg("1.6")
+                    .query(&mut conn)
+                    .expect("DEBUG SLEEP");
+            });
+            // A server takes microseconds to start a command it was sent: asleep by then.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            Some(sleeper)
+        }
+        Stall::ClientPause => {
+            // In force once answered.
+            let () = redis::cmd("CLIENT")
+                .arg("PAUSE")
+                .arg(1600)
+                .arg("ALL")
+                .query(&mut conn)
+                .expect("CLIENT PAUSE");
+            None
+        }
+    };
+    let call = |waiting: bool| {
+        let (coordinator, scope) = (coordinator.clone(), scope.clone());
+        tokio::spawn(async move {
+            let result = if waiting {
+                coordinator.scoped(queued_waiting(&scope)).await
+            } else {
+                coordinator.scoped(queued(&scope)).await
+            };
+            (code(&result), failure_kind(&result))
+        })
+    };
+    let calls: Vec<_> = [false, false, false, true].into_iter().map(call).collect();
+    for (index, call) in calls.into_iter().enumerate() {
+        assert_eq!(
+            call.await.expect("call task"),
+            ("coordinator_unavailable", Some(FailureKind::Timeout)),
+            "call {index}"
+        );
+    }
+    if let Some(sleeper) = stalled {
+        sleeper.join().expect("the sleeper");
+    }
+    common::until_ok(|| coordinator.scoped(queued(&scope))).await;
+    coordinator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_calls_end_within_one_timeout_through_a_debug_sleep() {
+    queued_calls_end_within_one_timeout_on_a_stalled_server(Stall::DebugSleep).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_calls_end_within_one_timeout_through_a_client_pause() {
+    queued_calls_end_within_one_timeout_on_a_stalled_server(Stall::ClientPause).await;
+}
+
 #[bulkhead(name = "slow-link", limit = 10, lease = "1s", scope = scope)]
 async fn over_a_slow_link(scope: &str) -> Result<(), TestError> {
     tokio::time::sleep(Duration::from_millis(50)).await;
