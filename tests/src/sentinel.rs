@@ -257,6 +257,27 @@ impl RedisSentinel {
                     .is_ok()
             })
         });
+        self.promoted(old)
+    }
+
+    /// Kills the master with SIGKILL through its handle (a crash: nobody asks for a failover;
+    /// the sentinels find it down after `down-after-milliseconds`, 1 s here, and agree to
+    /// fail it over), and waits until every sentinel names a new master and it answers as
+    /// one. Returns the new master.
+    ///
+    /// # Panics
+    /// When that does not happen within the bounded waits.
+    pub fn kill_master(&mut self) -> &RedisServer {
+        let old = self.master().port();
+        if let Some(master) = self.servers.iter_mut().find(|s| s.port() == old) {
+            master.sigkill();
+        }
+        self.promoted(old)
+    }
+
+    /// Waits until every sentinel names another master than the one on port `old`, and it
+    /// answers as a master; returns it.
+    fn promoted(&self, old: u16) -> &RedisServer {
         let mut new = None;
         self.wait("the sentinels to agree on a new master", || {
             new = self.agreed().filter(|&port| port != old);

@@ -9,10 +9,15 @@ use std::time::Duration;
 use caracal::{FailureKind, bulkhead};
 use caracal_tests::ledger::Ledger;
 use caracal_tests::stats::CommandLog;
-use caracal_tests::{FaultProxy, RedisServer};
+use caracal_tests::{EventLog, FaultProxy, RedisServer};
+use tokio::sync::oneshot;
 
 use crate::common::worker::Worker;
 use crate::common::{self, PATIENCE, TestError, code, eventually, failure_kind, unique};
+
+/// A round trip to the server and the 10 ms between two looks at the log, on a loaded
+/// machine: what a bound on the server's clock allows beyond the period it is about.
+const ROUND_TRIP_MS: u64 = 250;
 
 fn code_field(line: &str) -> &str {
     line.split_whitespace()
@@ -136,6 +141,90 @@ async fn a_call_queued_behind_a_stalled_batch_ends_within_one_command_timeout() 
     proxy.restore();
 }
 
+/// How a live server stalls in [`queued_calls_end_within_one_timeout_on_a_stalled_server`].
+enum Stall {
+    /// `DEBUG SLEEP`: the whole server stops, for every client.
+    DebugSleep,
+    /// `CLIENT PAUSE … ALL`: the server holds every client's commands.
+    ClientPause,
+}
+
+/// The stalled-batch case on a live connection, the server itself stalled for 1.6 command
+/// timeouts: the first call drives a batch that stalls, three queue behind it. Each ends in a
+/// timeout of its own, before the server wakes. A queued call that waited for the stalled
+/// batch's timeout before its own clock started would go out once that batch gave up, and be
+/// answered when the server woke: `ok`, where every call must have ended.
+async fn queued_calls_end_within_one_timeout_on_a_stalled_server(stall: Stall) {
+    let server = RedisServer::start();
+    let timeout = Duration::from_secs(1);
+    let coordinator = common::connect(&server.url(), timeout).await;
+    let scope = unique("stalled");
+    coordinator
+        .scoped(queued(&scope))
+        .await
+        .expect("served before the stall");
+    let mut conn = server.connection();
+    let stalled = match stall {
+        Stall::DebugSleep => {
+            // Its reply comes when the server wakes: sent from a thread of its own.
+            let sleeper = std::thread::spawn(move || {
+                let () = redis::cmd("DEBUG")
+                    .arg("SLEEP")
+                    .arg("1.6")
+                    .query(&mut conn)
+                    .expect("DEBUG SLEEP");
+            });
+            // A server takes microseconds to start a command it was sent: asleep by then.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            Some(sleeper)
+        }
+        Stall::ClientPause => {
+            // In force once answered.
+            let () = redis::cmd("CLIENT")
+                .arg("PAUSE")
+                .arg(1600)
+                .arg("ALL")
+                .query(&mut conn)
+                .expect("CLIENT PAUSE");
+            None
+        }
+    };
+    let call = |waiting: bool| {
+        let (coordinator, scope) = (coordinator.clone(), scope.clone());
+        tokio::spawn(async move {
+            let result = if waiting {
+                coordinator.scoped(queued_waiting(&scope)).await
+            } else {
+                coordinator.scoped(queued(&scope)).await
+            };
+            (code(&result), failure_kind(&result))
+        })
+    };
+    let calls: Vec<_> = [false, false, false, true].into_iter().map(call).collect();
+    for (index, call) in calls.into_iter().enumerate() {
+        assert_eq!(
+            call.await.expect("call task"),
+            ("coordinator_unavailable", Some(FailureKind::Timeout)),
+            "call {index}"
+        );
+    }
+    if let Some(sleeper) = stalled {
+        sleeper.join().expect("the sleeper");
+    }
+    common::until_ok(|| coordinator.scoped(queued(&scope))).await;
+    coordinator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_calls_end_within_one_timeout_through_a_debug_sleep() {
+    queued_calls_end_within_one_timeout_on_a_stalled_server(Stall::DebugSleep).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_calls_end_within_one_timeout_through_a_client_pause() {
+    queued_calls_end_within_one_timeout_on_a_stalled_server(Stall::ClientPause).await;
+}
+
 #[bulkhead(name = "slow-link", limit = 10, lease = "1s", scope = scope)]
 async fn over_a_slow_link(scope: &str) -> Result<(), TestError> {
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -237,6 +326,119 @@ async fn a_flush_under_load_is_noticed_and_admits_no_overlap() {
         [],
         "more bodies at once than the limit of 5"
     );
+}
+
+/// The server's clock, in milliseconds.
+fn server_ms(conn: &mut redis::Connection) -> u64 {
+    let (seconds, micros): (u64, u64) = redis::cmd("TIME").query(conn).expect("TIME");
+    seconds * 1000 + micros / 1000
+}
+
+/// The `coordinator.data_lost` events in `log`, with their causes.
+fn losses(log: &EventLog) -> Vec<String> {
+    log.snapshot()
+        .iter()
+        .filter(|e| e.event() == Some("coordinator.data_lost"))
+        .map(|e| e.field("cause").unwrap_or_default().to_owned())
+        .collect()
+}
+
+#[bulkhead(name = "flush-idle", limit = 2, lease = "2s", scope = scope)]
+async fn flush_idle(scope: &str, hold: Option<oneshot::Receiver<()>>) -> Result<(), TestError> {
+    if let Some(leave) = hold {
+        let _ = leave.await;
+    }
+    Ok(())
+}
+
+/// What the namespace's marker is for: a `FLUSHALL` on a process that holds no lease on the
+/// flushed set (its calls are over), so no lease command of its can find a fencing counter
+/// below a token it trusts, and no other process announces it. Its fleet check finds the
+/// marker gone: exactly one `coordinator.data_lost` (cause `flushed`), within a check period
+/// and a round trip of the flush on the server's clock; it admits again after the grace.
+#[tokio::test(flavor = "current_thread")]
+async fn a_flush_is_noticed_by_a_process_holding_no_lease_through_its_fleet_check() {
+    let (log, _guard) = EventLog::capture_thread_default();
+    let server = RedisServer::start();
+    let coordinator = common::redis(&server.url()).await;
+    let scope = unique("flush-idle");
+    for _ in 0..3 {
+        assert_eq!(
+            code(&coordinator.scoped(flush_idle(&scope, None)).await),
+            "ok"
+        );
+    }
+    let mut conn = server.connection();
+    let marker = format!(
+        "{}marker",
+        common::namespace_key_base(coordinator.namespace())
+    );
+    // The marker is set by a fleet check, which learns it in the same read.
+    eventually("the namespace's marker", || {
+        redis::cmd("EXISTS")
+            .arg(&marker)
+            .query::<bool>(&mut conn)
+            .expect("EXISTS")
+    })
+    .await;
+    let mut leases = common::Leases::on(&server);
+    eventually("no lease held", || leases.live() == 0).await;
+    let flushed = server_ms(&mut conn);
+    let () = redis::cmd("FLUSHALL").query(&mut conn).expect("FLUSHALL");
+    // Polled every 10 ms: the time to see the event is part of the round trip allowed.
+    eventually("the flush noticed", || !losses(&log).is_empty()).await;
+    let noticed = server_ms(&mut conn);
+    let took = noticed.saturating_sub(flushed);
+    println!("noticed {took} ms after the flush, on the server's clock");
+    assert!(
+        took <= 1_000 + ROUND_TRIP_MS,
+        "noticed {took} ms after the flush: more than the check period and a round trip"
+    );
+    // Two more checks: the replaced marker is learnt anew, not taken for another flush.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert_eq!(losses(&log), ["flushed"], "one loss, noticed by the marker");
+    assert_eq!(
+        code(&coordinator.scoped(flush_idle(&scope, None)).await),
+        "ok"
+    );
+    coordinator.shutdown().await;
+}
+
+/// One identity's keys deleted (its lease set and its fencing counter; the marker stays, so
+/// no fleet check can see it) under a process holding a lease there: its renewal carries its
+/// token, finds the counter below it, and the process notices: exactly one
+/// `coordinator.data_lost` (cause `keys_lost`), its holder cancelled (`lease_lost`).
+#[tokio::test(flavor = "current_thread")]
+async fn one_identitys_deleted_keys_are_noticed_by_the_holders_renewal() {
+    let (log, _guard) = EventLog::capture_thread_default();
+    let server = RedisServer::start();
+    let coordinator = common::redis(&server.url()).await;
+    let scope = unique("flush-one");
+    let (leave, left) = oneshot::channel();
+    let holder = tokio::spawn({
+        let (coordinator, scope) = (coordinator.clone(), scope.clone());
+        async move { coordinator.scoped(flush_idle(&scope, Some(left))).await }
+    });
+    let mut leases = common::Leases::on(&server);
+    eventually("the holder's lease", || leases.live() == 1).await;
+    let base = common::key_base(coordinator.namespace(), "bulkhead", "flush-idle", &scope);
+    let mut conn = server.connection();
+    let deleted: u32 = redis::cmd("DEL")
+        .arg(format!("{base}leases"))
+        .arg(format!("{base}fence"))
+        .query(&mut conn)
+        .expect("DEL");
+    assert_eq!(deleted, 2, "the lease set and the counter");
+    let result = holder.await.expect("the holder");
+    assert_eq!(code(&result), "lease_lost", "{result:?}");
+    drop(leave);
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert_eq!(
+        losses(&log),
+        ["keys_lost"],
+        "one loss, noticed by the renewal"
+    );
+    coordinator.shutdown().await;
 }
 
 #[bulkhead(name = "fence-end", limit = 5, scope = scope)]

@@ -121,6 +121,7 @@ fn each_fence(s: &mut State, f: &mut impl FnMut(&mut Fence)) {
             f(&mut h.fence);
             if let Some(renewal) = &mut h.renewing {
                 renewal.command.known.iter_mut().for_each(&mut *f);
+                renewal.command.trusted.iter_mut().for_each(&mut *f);
             }
         }
         if let Some(write) = &mut caller.write {
@@ -129,6 +130,7 @@ fn each_fence(s: &mut State, f: &mut impl FnMut(&mut Fence)) {
     }
     for flight in s.procs.iter_mut().filter_map(|p| p.lane.flight.as_mut()) {
         flight.command.known.iter_mut().for_each(&mut *f);
+        flight.command.trusted.iter_mut().for_each(&mut *f);
         for reply in flight.replies.iter_mut().flatten() {
             if let Reply::Granted { fence, .. } = reply {
                 f(fence);
@@ -219,22 +221,18 @@ impl LeaseModel {
         procs || callers
     }
 
-    /// The highest fencing token that process `p` trusts a lease of, if commands carry it,
-    /// and (ghost) the incarnation that granted that lease.
-    fn known(&self, s: &State, p: ProcId) -> (Option<Fence>, u8) {
-        if !self.config.carry_known {
-            return (None, 0);
-        }
+    /// The highest fencing token that process `p` trusts a lease of, and (ghost) the
+    /// incarnation that granted that lease; whether or not commands carry it.
+    fn trusted(&self, s: &State, p: ProcId) -> Option<(Fence, u8)> {
         let epoch = s.procs[usize::from(p)].epoch;
         self.callers_of(p)
             .filter_map(|c| match &s.callers[usize::from(c)].phase {
                 Phase::Holding(h) if h.epoch == epoch && h.trust > 0 => {
-                    Some((Some(h.fence), h.incarnation))
+                    Some((h.fence, h.incarnation))
                 }
                 _ => None,
             })
             .max()
-            .unwrap_or((None, 0))
     }
 
     /// Whether process `p` sends over connections a restart closed: it has not noticed the
@@ -255,11 +253,16 @@ impl LeaseModel {
 
     /// A command process `p` sends now.
     fn command(&self, s: &State, p: ProcId) -> Command {
-        let (known, known_incarnation) = self.known(s, p);
+        let trusted = self.trusted(s, p);
+        let (known, known_incarnation) = match trusted {
+            Some((fence, incarnation)) if self.config.carry_known => (Some(fence), incarnation),
+            _ => (None, 0),
+        };
         Command {
             sent: 0,
             known,
             known_incarnation,
+            trusted: trusted.map(|(fence, _)| fence),
             by: ticks(self.config.net_delay),
         }
     }
@@ -492,7 +495,12 @@ impl LeaseModel {
         let replies = if let Some(refusal) = refused {
             vec![refusal; flight.members.len()]
         } else {
-            let blind = s.server.incarnation > s.procs[usize::from(p)].knows;
+            // Blind: served after a loss the process had not noticed, where even the token it
+            // trusted, carried, would not have told (it trusted none, or the counter had been
+            // rebuilt at or above it). Without the token carried, a grant the token would
+            // have refused is no blind admission: it is what carrying it is for.
+            let blind = s.server.incarnation > s.procs[usize::from(p)].knows
+                && flight.command.trusted <= s.server.counter;
             let mut replies = Vec::new();
             for &c in &flight.members {
                 replies.push(self.grant(s, c, blind));

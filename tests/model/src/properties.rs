@@ -20,8 +20,12 @@
 //!   the grace of the others cannot wait for it. Fencing closes it.
 //! - **(c) admitted blind** ([`crate::Config::excuse_blind`]): the holder was granted on a
 //!   command served after a loss its process had not noticed yet (a failover or a flush: the
-//!   connections stay, the command runs on the emptied set as on an idle one). No grace applies:
-//!   its process did not know. Until the holders of the lost leases notice (within the check
+//!   connections stay, the command runs on the emptied set as on an idle one), and the token
+//!   its process trusted, carried, would not have revealed the loss (it trusted none, or the
+//!   counter had been rebuilt at or above it). No grace applies: its process did not know. A
+//!   grant the carried token would have refused is no exception: with the token not carried
+//!   ([`crate::Config::carry_known`] off) the checker finds a process admitting over its own
+//!   holder. Until the holders of the lost leases notice (within the check
 //!   period, or at their next lease command), both hold: the "flush between two commands" of
 //!   `caracal/docs/leases.md`. Not inherent: only a check the acquire itself made (of a marker
 //!   the loss removes) would close it.

@@ -193,6 +193,9 @@ pub struct Command {
     pub known: Option<Fence>,
     /// Ghost: the incarnation that granted the lease whose token `known` is.
     pub known_incarnation: u8,
+    /// Ghost: the highest fencing token its process trusted when it was sent, carried or
+    /// not (what `known` would be if it were carried).
+    pub trusted: Option<Fence>,
     /// By when it reaches the server (request) or its process (reply).
     pub by: Tick,
 }
@@ -291,7 +294,8 @@ pub struct Holder {
     pub incarnation: u8,
     /// Ghost: its order among all grants.
     pub order: u8,
-    /// Ghost: granted after a loss its process had not noticed.
+    /// Ghost: granted after a loss its process had not noticed, on a command whose trusted
+    /// token, carried, would not have revealed it (see `LeaseModel::serve`).
     pub blind: bool,
 }
 

@@ -338,6 +338,29 @@ fn a_blind_admission_overlaps_a_holder_of_the_lost_set() {
     );
 }
 
+/// The token-carrying rule is needed: a process whose acquire carries no token admits a
+/// second caller into the emptied set after a flush or a failover it has not noticed, while
+/// its own first caller still trusts a lease of the lost set. Not the blind admission the
+/// limit excuses: that process had a token to carry. Carried, the acquire finds the counter
+/// below it and is refused whole (`batching_through_a_loss` holds on the same fleet).
+#[test]
+fn without_carrying_its_token_a_process_admits_over_its_own_holder() {
+    let story = breaks(
+        "no token carried",
+        Config {
+            callers: vec![0, 0, 1],
+            carry_known: false,
+            writes: false,
+            ..Config::base()
+        },
+        LIMIT,
+    );
+    assert!(
+        !story.contains("process 0's periodic check") && !story.contains("process 0 hears"),
+        "admitted over its own holder before process 0 noticed"
+    );
+}
+
 /// A failover to a replica whose clock is behind forgets tokens no process carries back: a
 /// grant repeats (or undercuts) one granted before, and the fencing downstream can be fooled.
 #[test]
