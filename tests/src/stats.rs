@@ -354,6 +354,7 @@ const SCRIPTS: &[(&str, &[&str])] = &[
     ("acl_check", &["lua/acl_check.lua"]),
     ("registry_report", &["lua/registry_report.lua"]),
     ("registry_read", &["lua/registry_read.lua"]),
+    ("registry_hold", &["lua/registry_hold.lua"]),
     ("overrides_read", &["lua/overrides_read.lua"]),
     ("overrides_write", &["lua/overrides_write.lua"]),
     ("bulkhead_lease", &["src/policy/bulkhead/kernel/lease.lua"]),

@@ -29,7 +29,7 @@ type Page = (Option<u64>, Vec<Registered>);
 /// The most identities one registry script reports or lists: with what a report forgets
 /// beside them (bounded in `lua/registry_report.lua` by the same figure), a fraction of a
 /// millisecond of the server's time, whatever the registry's size.
-const REGISTRY_PAGE: usize = 32;
+const REGISTRY_PAGE: usize = 16;
 
 /// The namespace's operator records (see `coordinator::operators`).
 fn operators_key(base: &KeyBase) -> String {
@@ -174,6 +174,29 @@ impl RedisBackend {
             }
         }
         Ok(listed)
+    }
+
+    /// Enters the identity at `key` (`description`, as a report describes it) in the
+    /// namespace's registry for `lasts_ms`, used or not (see `lua/registry_hold.lua`).
+    pub(in crate::coordinator) async fn registry_hold(
+        &self,
+        base: &KeyBase,
+        key: &KeyBase,
+        description: &str,
+        lasts_ms: u64,
+    ) -> Result<(), Error> {
+        let script = &scripts::REGISTRY_HOLD;
+        let drift_ms = u64::try_from(DRIFT_WINDOW.as_millis()).unwrap_or(u64::MAX);
+        let value = self
+            .link
+            .eval(
+                script,
+                base,
+                &registry_keys(base),
+                (key.tag(), description, lasts_ms, drift_ms),
+            )
+            .await?;
+        integer(script.name, value).map(drop)
     }
 
     /// One page of the registry from `start`: where the next starts (`None` after the last),
