@@ -7,6 +7,7 @@
 //! CARACAL_REDIS_URL=redis://host:port cargo run --release -p caracal-examples --example bench
 //! cargo run --release -p caracal-examples --example bench -- local     # in-process figures only
 //! cargo run --release -p caracal-examples --example bench -- retry-budget
+//! cargo run --release -p caracal-examples --example bench -- registry
 //! ```
 //!
 //! Figures: the wire's floor (one `EVALSHA` of the lease script written by hand on a blocking
@@ -15,7 +16,8 @@
 //! an empty script; breaker observations at `window_size` 10 000 against 100; the local
 //! bulkhead and breaker against a bare `tokio::sync::Semaphore`, tower's `ConcurrencyLimit`
 //! and failsafe's breaker; a first attempt under `#[retry_budget]` against a bare `#[retry]`,
-//! with what Redis spends per call.
+//! with what Redis spends per call; the longest registry script at 100 000 scopes in use and
+//! `status` at the registry's cap (`registry`, alone).
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -30,6 +32,8 @@ use tower::{Service, ServiceExt};
 
 #[path = "bench/floor.rs"]
 mod floor;
+#[path = "bench/registry.rs"]
+mod registry;
 #[path = "bench/retry_budget.rs"]
 mod retry_budget;
 
@@ -685,6 +689,10 @@ async fn main() -> Result<(), caracal::Error> {
     // `bench retry-budget`: that kind's figures only.
     if only.as_deref() == Some("retry-budget") {
         return retry_budget::alone(&url).await;
+    }
+    // `bench registry`: the identity registry at 100 000 scopes, and `status` at its cap.
+    if only.as_deref() == Some("registry") {
+        return registry::alone(&url).await;
     }
     local_figures().await;
     // `bench local`: the in-process figures only (no Redis needed; handy under a profiler).

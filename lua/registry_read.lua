@@ -3,22 +3,31 @@
 --
 -- KEYS[1]  registry hash `caracal:v1:{<namespace>}:registry`
 -- KEYS[2]  expiry sorted set `caracal:v1:{<namespace>}:registry:expiry`
--- ARGV[1]  where this page starts among the live identities (0 for the first page)
+-- ARGV[1]  where this page starts, by rank from the last to expire (0 for the first page)
 -- ARGV[2]  how many identities the page holds at most
 -- Reply    {now_ms, next (where the next page starts, or -1 after the last), then 6 per live
 --          identity: tag, description, values, sources, drift (0/1), and each process's values
 --          and what it added (JSON {process: [values, ms, extra]}, as registry_report.lua keeps
---          it)}, soonest to expire
---          first
+--          it)}, the last to expire first (those the registry's bound keeps longest: a reader
+--          that stops at the bound lists those)
 -- TTL      reads only.
--- Cost     O(log M + P) for a page of P among M identities kept: a reader pages through a
+-- Cost     O(log M + P) for a page of P among M identities kept, wherever the page starts (by
+--          rank; the expired ones not yet forgotten rank last): a reader pages through a
 --          large registry without holding the server for long (identities reported between
 --          two pages may be listed twice or missed once).
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local registry, expiry = KEYS[1], KEYS[2]
 local start, count = tonumber(ARGV[1]), tonumber(ARGV[2])
-local tags = redis.call('ZRANGE', expiry, '(' .. now, '+inf', 'BYSCORE', 'LIMIT', start, count)
+-- A rank is found in O(log M), where an offset into a score range is walked to.
+local ranked = redis.call('ZRANGE', expiry, start, start + count - 1, 'REV', 'WITHSCORES')
+local tags = {}
+for i = 1, #ranked, 2 do
+  if tonumber(ranked[i + 1]) <= now then
+    break
+  end
+  tags[#tags + 1] = ranked[i]
+end
 local reply = {now, #tags < count and -1 or start + #tags}
 for _, tag in ipairs(tags) do
   local seen = redis.call('HMGET', registry, tag .. ':d', tag .. ':v', tag .. ':w', tag .. ':x',

@@ -23,15 +23,17 @@
 --          per identity: tag, description, values, sources, reporter ("<process>/<call site>"), ttl
 --          (ms), the fleet overrides' version and the process's extra (JSON)
 -- Reply    per identity, 1 when processes disagree on its values (drift), else 0
--- TTL      a process is forgotten its ttl after its last report, at most 100 of them per call;
+-- TTL      a process is forgotten its ttl after its last report, at most 16 of them per call;
 --          an identity is forgotten at the latest reported time + its ttl (the state it
---          describes lives no longer); past the bound, the soonest to expire go first, at most
---          100 + N of them per call (so a registry far past its bound shrinks over a few
---          calls, each of bounded cost). The keys themselves never expire while identities are
---          reported.
+--          describes lives no longer), at most 16 per call; past the bound, the soonest to
+--          expire go first, at most 16 + N of them per call (so a registry far past its bound
+--          shrinks over a few calls, each of bounded cost). The keys themselves never expire
+--          while identities are reported.
 -- Cost     O(N (log M + P)) for N identities reported among M kept (callers send at most
---          100), each with the values of at most P processes (ARGV[6]), plus up to 100 expired
---          and 100 + N excess removed.
+--          16), each with the values of at most P processes (ARGV[6]), plus up to 16
+--          processes, 16 expired and 16 + N excess identities removed: whatever the size of
+--          the registry, a call runs a bounded number of commands (each forgetting is one
+--          HDEL and one ZREM for the lot), well under a millisecond.
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local registry, expiry, processes, processes_expiry = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -40,24 +42,34 @@ local process, record, process_ttl = ARGV[3], ARGV[4], tonumber(ARGV[5])
 local most_uses = tonumber(ARGV[6])
 local fields = {'d', 'v', 'w', 'r', 't', 'x', 'f', 'u'}
 
-for _, gone in ipairs(redis.call('ZRANGE', processes_expiry, '-inf', now, 'BYSCORE', 'LIMIT', 0,
-    100)) do
-  redis.call('HDEL', processes, gone, gone .. ':t')
-  redis.call('ZREM', processes_expiry, gone)
+-- Forgets what `set`'s sorted set lists among `gone`, each tag's `suffixes` fields of `hash`
+-- with it: one HDEL and one ZREM for them all, whatever their number (bounded by callers).
+local function forget(hash, set, gone, suffixes)
+  if #gone == 0 then
+    return
+  end
+  local names = {}
+  for _, tag in ipairs(gone) do
+    for _, suffix in ipairs(suffixes) do
+      names[#names + 1] = tag .. suffix
+    end
+  end
+  redis.call('HDEL', hash, unpack(names))
+  redis.call('ZREM', set, unpack(gone))
 end
+
+local FORGET = 16
+forget(processes, processes_expiry,
+  redis.call('ZRANGE', processes_expiry, '-inf', now, 'BYSCORE', 'LIMIT', 0, FORGET), {'', ':t'})
 redis.call('HSET', processes, process, record, process .. ':t', now)
 redis.call('ZADD', processes_expiry, now + process_ttl, process)
 
-local function forget(tag)
-  for _, field in ipairs(fields) do
-    redis.call('HDEL', registry, tag .. ':' .. field)
-  end
-  redis.call('ZREM', expiry, tag)
+local suffixes = {}
+for i, field in ipairs(fields) do
+  suffixes[i] = ':' .. field
 end
-
-for _, tag in ipairs(redis.call('ZRANGE', expiry, '-inf', now, 'BYSCORE', 'LIMIT', 0, 100)) do
-  forget(tag)
-end
+forget(registry, expiry,
+  redis.call('ZRANGE', expiry, '-inf', now, 'BYSCORE', 'LIMIT', 0, FORGET), suffixes)
 
 local reply = {}
 for i = 7, #ARGV, 8 do
@@ -100,15 +112,13 @@ for i = 7, #ARGV, 8 do
   redis.call('HSET', registry, tag .. ':d', description, tag .. ':v', values,
     tag .. ':w', sources, tag .. ':r', reporter, tag .. ':t', now, tag .. ':x', drift_until,
     tag .. ':f', fleet, tag .. ':u', cjson.encode(kept))
+  -- GT adds a new member too: an identity's expiry only moves later.
   redis.call('ZADD', expiry, 'GT', now + ttl, tag)
-  redis.call('ZADD', expiry, 'NX', now + ttl, tag)
   reply[#reply + 1] = drift_until > now and 1 or 0
 end
 
-local excess = math.min(redis.call('ZCARD', expiry) - most, 100 + #reply)
+local excess = math.min(redis.call('ZCARD', expiry) - most, FORGET + #reply)
 if excess > 0 then
-  for _, tag in ipairs(redis.call('ZRANGE', expiry, 0, excess - 1)) do
-    forget(tag)
-  end
+  forget(registry, expiry, redis.call('ZRANGE', expiry, 0, excess - 1), suffixes)
 end
 return reply

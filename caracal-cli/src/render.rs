@@ -68,6 +68,9 @@ pub(crate) fn json_lines(identities: &[IdentityStatus]) -> String {
     identities.iter().map(json_line).collect()
 }
 
+/// The DETAIL of an identity no process uses now.
+const NOT_IN_USE: &str = "not in use";
+
 /// The table's header.
 const HEADER: [&str; 7] = [
     "KIND",
@@ -168,6 +171,14 @@ fn row(identity: &IdentityStatus) -> [String; 7] {
     let [state, mut detail] = identity.state.summary();
     if let Some(operator) = &identity.operator {
         detail.push_str(&format!(", forced{}", by(operator)));
+    }
+    if !identity.in_use {
+        // Its state is stored though no process uses it (say, a breaker forced ahead).
+        detail = if detail.is_empty() {
+            NOT_IN_USE.to_owned()
+        } else {
+            format!("{detail}, {NOT_IN_USE}")
+        };
     }
     [
         identity.kind.as_str().to_owned(),

@@ -36,6 +36,8 @@
 
 use std::time::Duration;
 
+use futures_util::StreamExt;
+
 use crate::Error;
 use crate::config::OverrideKey;
 use crate::config::overrides::text;
@@ -74,6 +76,11 @@ pub struct IdentityStatus {
     pub scope: String,
     /// Whether processes use it with different values.
     pub drift: bool,
+    /// Whether a process uses it now (reported it within the last 15 s; a process reports
+    /// every identity it uses every 5 s). One no process uses is listed while it holds a
+    /// state an operator stored there (a forced breaker), or until the registry forgets a
+    /// process's last report of it.
+    pub in_use: bool,
     /// What its state holds.
     pub state: PolicyState,
     /// Who forced it (a circuit breaker) into the state it is in, and why: only while that
@@ -285,6 +292,13 @@ pub struct ConfigValue {
     pub ignored_by: u64,
 }
 
+/// How long a breaker forced until a reset stays listed when no process uses it: as long as
+/// its state, which never expires (a century, in the registry's expiry).
+const UNTIL_RESET_MS: u64 = 100 * 365 * 24 * 60 * 60 * 1000;
+
+/// How many identities' states [`Admin::status`] reads at once.
+const STATUS_READS_IN_FLIGHT: usize = 64;
+
 /// The longest a forced state may be asked to last.
 const MAX_FORCED: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
@@ -306,19 +320,28 @@ impl Admin {
         self.coordinator.doctor().await
     }
 
-    /// Every identity in use in the namespace, by kind, name, operation and scope, with its
-    /// state now.
+    /// Every identity in use in the namespace, and every one that holds a state an operator
+    /// stored there though no process uses it ([`IdentityStatus::in_use`]), by kind, name,
+    /// operation and scope, with its state now.
     pub async fn status(&self) -> Result<Vec<IdentityStatus>, Error> {
         let registered = self.coordinator.registry_read().await?;
         let mut listed = Vec::with_capacity(registered.len());
         // Read once, when the first forced breaker is met.
         let mut records = None;
-        for identity in registered {
+        // Many reads in flight on the multiplexed connections: one at a time, the 10 000
+        // identities the registry may list took a round trip each (seconds).
+        let mut snapshots = futures_util::stream::iter(registered)
+            .map(|identity| async move {
+                let snapshot = match &policy::descriptor(identity.kind).read {
+                    Some(read) => self.coordinator.identity_read(read, &identity.key).await,
+                    None => Ok(Snapshot::NOTHING),
+                };
+                (identity, snapshot)
+            })
+            .buffered(STATUS_READS_IN_FLIGHT);
+        while let Some((identity, snapshot)) = snapshots.next().await {
+            let snapshot = snapshot?;
             let kind = policy::descriptor(identity.kind);
-            let snapshot = match &kind.read {
-                Some(read) => self.coordinator.identity_read(read, &identity.key).await?,
-                None => Snapshot::NOTHING,
-            };
             let state = PolicyState {
                 kind,
                 values: (kind.status)(&identity, &snapshot)?,
@@ -334,11 +357,13 @@ impl Admin {
                 None => None,
             };
             let rates = identity.rates();
+            let in_use = identity.used();
             listed.push(IdentityStatus {
                 rates,
                 kind: identity.kind,
                 name: identity.name,
                 operation: identity.operation,
+                in_use,
                 scope: identity.scope,
                 drift: identity.drift,
                 state,
@@ -400,6 +425,14 @@ impl Admin {
     ) -> Result<BreakerChanged, Error> {
         let identity = breaker.identity(&self.coordinator)?;
         let (force, to) = forcing(command)?;
+        // Before the command, like its operator: `status` lists the state it stores, whether
+        // or not a process uses the breaker.
+        let held_ms = match force {
+            Force::Open { lasts_ms } | Force::Closed { lasts_ms } if lasts_ms > 0 => lasts_ms,
+            Force::Open { .. } | Force::Closed { .. } => UNTIL_RESET_MS,
+            Force::Reset { closed_ttl_ms } => closed_ttl_ms,
+        };
+        self.coordinator.registry_hold(&identity, held_ms).await?;
         // Before the command: a process that learns of the change reads who made it.
         self.coordinator
             .record_breaker_operator(&identity.key, to.phase(), operator)

@@ -179,6 +179,21 @@ pub fn reset_cluster(cluster: &RedisCluster) {
 #[derive(Debug, Clone, Default)]
 pub struct CommandLog {
     commands: Vec<Vec<String>>,
+    runs: Vec<ScriptRun>,
+}
+
+/// One script call as the slow log tells it: how long it held the server and how many
+/// commands it ran.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScriptRun {
+    /// Its arguments after `EVALSHA` (as far as the log keeps them: see
+    /// [`CommandLog::calls_of`]).
+    pub args: Vec<String>,
+    /// How long it ran, in microseconds, as the server timed it (logging every command
+    /// inside it adds a little).
+    pub micros: u64,
+    /// The commands it ran.
+    pub commands: usize,
 }
 
 impl CommandLog {
@@ -224,21 +239,57 @@ impl CommandLog {
         let redis::Value::Array(entries) = entries else {
             panic!("SLOWLOG GET replied {entries:?}");
         };
-        let mut commands: Vec<Vec<String>> = entries
+        // Newest first in the log; each entry is [id, time, micros, args, client, name].
+        let mut logged: Vec<(u64, Vec<String>, String)> = entries
             .into_iter()
             .filter_map(|entry| match entry {
-                redis::Value::Array(fields) => fields.into_iter().nth(3),
+                redis::Value::Array(fields) => {
+                    let mut fields = fields.into_iter().skip(2);
+                    let micros = redis::from_redis_value::<u64>(fields.next()?).ok()?;
+                    let args = redis::from_redis_value::<Vec<String>>(fields.next()?).ok()?;
+                    let client = fields
+                        .next()
+                        .and_then(|client| redis::from_redis_value::<String>(client).ok())
+                        .unwrap_or_default();
+                    Some((micros, args, client))
+                }
                 _ => None,
             })
-            .map(|args| redis::from_redis_value::<Vec<String>>(args).unwrap_or_default())
             .collect();
-        // Newest first in the log.
-        commands.reverse();
-        commands.retain(|args| {
+        logged.reverse();
+        logged.retain(|(_, args, _)| {
             let name = args.first().map(|n| n.to_ascii_lowercase());
             !matches!(name.as_deref(), Some("slowlog" | "config"))
         });
-        Self { commands }
+        // A script runs alone: the commands it ran are logged right before it, each with
+        // the script's client, which has no address (`?:0`).
+        let mut runs = Vec::new();
+        let mut inside = 0;
+        for (micros, args, client) in &logged {
+            if client.starts_with("?:") {
+                inside += 1;
+                continue;
+            }
+            let name = args.first().map(|n| n.to_ascii_lowercase());
+            if matches!(name.as_deref(), Some("evalsha" | "eval")) {
+                runs.push(ScriptRun {
+                    args: args[1..].to_vec(),
+                    micros: *micros,
+                    commands: inside,
+                });
+            }
+            inside = 0;
+        }
+        let commands = logged.into_iter().map(|(_, args, _)| args).collect();
+        Self { commands, runs }
+    }
+
+    /// Every call of the script whose source is `body` by `EVALSHA`, oldest first.
+    pub fn runs_of<'a>(&'a self, body: &str) -> impl Iterator<Item = &'a ScriptRun> + 'a {
+        let sha = redis::Script::new(body).get_hash().to_owned();
+        self.runs
+            .iter()
+            .filter(move |run| run.args.first() == Some(&sha))
     }
 
     /// Calls of the script whose source is `body`, by `EVALSHA` or `EVAL`.
@@ -303,6 +354,7 @@ const SCRIPTS: &[(&str, &[&str])] = &[
     ("acl_check", &["lua/acl_check.lua"]),
     ("registry_report", &["lua/registry_report.lua"]),
     ("registry_read", &["lua/registry_read.lua"]),
+    ("registry_hold", &["lua/registry_hold.lua"]),
     ("overrides_read", &["lua/overrides_read.lua"]),
     ("overrides_write", &["lua/overrides_write.lua"]),
     ("bulkhead_lease", &["src/policy/bulkhead/kernel/lease.lua"]),

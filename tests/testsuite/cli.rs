@@ -478,7 +478,20 @@ fn json_on_every_command() {
         json(&["config", "unset", "circuit_breaker.cli-x.open", "--force"]),
         [serde_json::json!({"setting": "circuit_breaker.cli-x.open", "removed": true})]
     );
-    assert_eq!(json(&["status"]), Vec::<serde_json::Value>::new());
+    // No process uses the breaker, but its forced state is listed (issue 27, item 4).
+    let status = json(&["status"]);
+    assert_eq!(
+        status
+            .iter()
+            .map(|line| (&line["scope"], &line["in_use"], &line["state"]))
+            .collect::<Vec<_>>(),
+        [(
+            &serde_json::json!("eu"),
+            &serde_json::json!(false),
+            &serde_json::json!("forced_open")
+        )],
+        "{status:?}"
+    );
     assert_eq!(json(&["processes"]), Vec::<serde_json::Value>::new());
     // The flag goes after the command just as well.
     let reset = caracal(
@@ -614,4 +627,112 @@ async fn watch_redraws_and_ends_on_ctrl_c() {
         .expect("read stderr");
     assert_eq!((exited.code(), stderr.as_str()), (Some(0), ""));
     coordinator.shutdown().await;
+}
+
+#[circuit_breaker(name = "cli-held", scope = scope)]
+async fn held(scope: &str) -> Result<(), TestError> {
+    Ok(())
+}
+
+/// Issue 27, item 4: `caracal breaker open NAME --scope S --force` on an identity no process
+/// uses exited 0, but `status` (table and `--json`) never listed it: the operator could not
+/// see the state they had just forced. Now it is listed with that state, marked unused (the
+/// table's detail, `in_use: false`), through the command and the admin API alike, beside an
+/// identity a process does use, marked in use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_breaker_forced_where_no_process_uses_it_is_listed_unused() {
+    let server = RedisServer::start();
+    let (url, namespace) = (server.url(), unique("cli-held"));
+    let coordinator = caracal::Coordinator::redis(url.clone())
+        .namespace(namespace.clone())
+        .connect()
+        .await
+        .expect("connect");
+    coordinator
+        .scoped(held("used"))
+        .await
+        .expect("a closed breaker admits");
+    let command = |args: &'static [&'static str]| {
+        let (url, namespace) = (url.clone(), namespace.clone());
+        tokio::task::spawn_blocking(move || caracal(&url, &namespace, args))
+    };
+    command(&["breaker", "open", "cli-held", "--scope", "idle", "--force"])
+        .await
+        .expect("caracal breaker open")
+        .ok();
+    // The identity in use shows once its process reported it (a moment after its call).
+    let lines = wait_until_listed(&command, "used").await;
+    let line = |scope: &str| {
+        lines
+            .iter()
+            .find(|line| line["scope"] == scope)
+            .unwrap_or_else(|| panic!("no {scope} in {lines:?}"))
+            .clone()
+    };
+    let (idle, used) = (line("idle"), line("used"));
+    assert_eq!(
+        (&idle["in_use"], &idle["state"], &idle["name"]),
+        (
+            &serde_json::json!(false),
+            &serde_json::json!("forced_open"),
+            &serde_json::json!("cli-held")
+        ),
+        "{idle}"
+    );
+    assert_eq!(
+        (&used["in_use"], &used["state"]),
+        (&serde_json::json!(true), &serde_json::json!("closed")),
+        "{used}"
+    );
+    let table = command(&["status"]).await.expect("caracal status").ok();
+    let row = |scope: &str| {
+        table
+            .lines()
+            .find(|row| row.split_whitespace().nth(3) == Some(scope))
+            .unwrap_or_else(|| panic!("no {scope} row in\n{table}"))
+            .to_owned()
+    };
+    assert!(
+        row("idle").contains("forced_open") && row("idle").contains("not in use"),
+        "{table}"
+    );
+    assert!(!row("used").contains("not in use"), "{table}");
+    let status = coordinator.admin().status().await.expect("status");
+    let listed: Vec<(&str, bool, String)> = status
+        .iter()
+        .map(|identity| {
+            let [state, _] = identity.state.summary();
+            (identity.scope.as_str(), identity.in_use, state)
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("idle", false, "forced_open".to_owned()),
+            ("used", true, "closed".to_owned())
+        ]
+    );
+}
+
+/// `status --json`'s lines once one lists `scope`, within [`PATIENCE`].
+async fn wait_until_listed<F>(command: &F, scope: &str) -> Vec<serde_json::Value>
+where
+    F: Fn(&'static [&'static str]) -> tokio::task::JoinHandle<Ran>,
+{
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let out = command(&["status", "--json"])
+            .await
+            .expect("caracal status --json")
+            .ok();
+        let lines: Vec<serde_json::Value> = out
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("a JSON line"))
+            .collect();
+        if lines.iter().any(|line| line["scope"] == scope) {
+            return lines;
+        }
+        assert!(Instant::now() < deadline, "{scope} never listed: {out}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -489,7 +489,7 @@ fn status_lists_every_identity_of_the_fleet_with_drift() {
         assert_eq!(line["scope"], scope.as_str(), "{line}");
         assert_eq!(line["operation"], line["name"], "{line}");
     }
-    let common = ["drift", "kind", "name", "operation", "scope"];
+    let common = ["drift", "in_use", "kind", "name", "operation", "scope"];
     let with = |extra: &[&'static str]| {
         let mut keys: Vec<&str> = common.iter().chain(extra).copied().collect();
         keys.sort_unstable();

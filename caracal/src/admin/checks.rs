@@ -99,12 +99,20 @@ impl Admin {
         &self,
         wanted: impl Fn(&Registered) -> bool,
     ) -> Result<Vec<Registered>, Error> {
-        let registered = self.coordinator.registry_read().await?;
+        let registered = self.reported().await?;
         if registered.iter().any(&wanted) {
             return Ok(registered);
         }
         tokio::time::sleep(FIRST_REPORT_WITHIN).await;
-        self.coordinator.registry_read().await
+        self.reported().await
+    }
+
+    /// The registry's identities that processes reported: not those only an operator's
+    /// command entered, which no process may use.
+    async fn reported(&self) -> Result<Vec<Registered>, Error> {
+        let mut registered = self.coordinator.registry_read().await?;
+        registered.retain(Registered::reported);
+        Ok(registered)
     }
 
     /// Whether `command` on `breaker` would reach a breaker some process uses: `None` when

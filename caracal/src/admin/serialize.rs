@@ -55,7 +55,7 @@ impl Serialize for PolicyState {
     }
 }
 
-/// `kind`, `name`, `operation`, `scope`, `drift`, the state's fields, then `operator` while
+/// `kind`, `name`, `operation`, `scope`, `drift`, `in_use`, the state's fields, then `operator` while
 /// an operator's forced state lasts: a line of `caracal status --json`.
 impl Serialize for IdentityStatus {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -65,6 +65,7 @@ impl Serialize for IdentityStatus {
         map.serialize_entry("operation", &self.operation)?;
         map.serialize_entry("scope", &self.scope)?;
         map.serialize_entry("drift", &self.drift)?;
+        map.serialize_entry("in_use", &self.in_use)?;
         for (name, value) in self.state.fields() {
             map.serialize_entry(name, value)?;
         }

@@ -118,6 +118,25 @@ impl Backend {
         }
     }
 
+    /// Enters the identity at `key` in the namespace's registry for `lasts_ms`, whether or not
+    /// a process uses it: an operator stored a state there.
+    pub(super) async fn registry_hold(
+        &self,
+        namespace: &KeyBase,
+        key: &KeyBase,
+        description: &str,
+        lasts_ms: u64,
+    ) -> Result<(), Error> {
+        match self {
+            Backend::Memory(memory) => memory.registry_hold(key, description, lasts_ms),
+            Backend::Redis(redis) => {
+                redis
+                    .registry_hold(namespace, key, description, lasts_ms)
+                    .await
+            }
+        }
+    }
+
     /// Every process reporting to the namespace.
     pub(super) async fn processes(&self, namespace: &KeyBase) -> Result<Vec<Process>, Error> {
         match self {

@@ -162,6 +162,15 @@ impl MemoryBackend {
         self.with(|_, now| lock(&self.registry).processes(now.ms))
     }
 
+    pub(super) fn registry_hold(
+        &self,
+        key: &KeyBase,
+        description: &str,
+        lasts_ms: u64,
+    ) -> Result<(), Error> {
+        self.with(|_, now| lock(&self.registry).hold(now.ms, key, description, lasts_ms))
+    }
+
     pub(super) fn registry_read(&self) -> Result<Vec<Registered>, Error> {
         self.with(|_, now| lock(&self.registry).read(now.ms))
     }

@@ -613,6 +613,21 @@ impl Coordinator {
         self.inner.backend.registry_read(&namespace).await
     }
 
+    /// Lists `identity` in the namespace's registry for `lasts_ms` whether or not a process
+    /// uses it: an operator stored a state there, which `status` must show.
+    pub(crate) async fn registry_hold(
+        &self,
+        identity: &crate::identity::Identity,
+        lasts_ms: u64,
+    ) -> Result<(), Error> {
+        let namespace = self.namespace_base();
+        let description = registry::describe(identity);
+        self.inner
+            .backend
+            .registry_hold(&namespace, &identity.key, &description, lasts_ms)
+            .await
+    }
+
     /// Every process reporting to this coordinator's namespace.
     pub(crate) async fn processes(&self) -> Result<Vec<registry::Process>, Error> {
         let namespace = self.namespace_base();

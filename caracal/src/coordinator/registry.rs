@@ -280,6 +280,18 @@ impl Registered {
         })
     }
 
+    /// Whether a process reported it: one an operator steered that no process reported has
+    /// no values (see `lua/registry_hold.lua`).
+    pub(crate) fn reported(&self) -> bool {
+        !self.values.is_empty()
+    }
+
+    /// Whether a process uses it now: one reported it within [`DRIFT_WINDOW`] (a process
+    /// reports an identity every [`REPORT_EVERY`] while it uses it).
+    pub(crate) fn used(&self) -> bool {
+        !self.uses.is_empty()
+    }
+
     /// Each value of `key` in use, and how many processes use it, smallest first.
     pub(crate) fn in_use(&self, key: &str) -> Vec<(String, u64)> {
         let mut counts: Vec<(String, u64)> = Vec::new();
@@ -475,7 +487,8 @@ impl Snapshot {
     }
 }
 
-fn describe(identity: &Identity) -> String {
+/// JSON `[kind, name, operation, scope]`: how the registry names an identity.
+pub(crate) fn describe(identity: &Identity) -> String {
     let parts = [
         identity.kind.as_str(),
         &identity.name,
@@ -793,7 +806,9 @@ impl Store {
                     expires: 0,
                     uses: HashMap::new(),
                 });
+                // One only an operator entered (no reporter) has no values to drift from.
                 if entry.values != report.values
+                    && !entry.reporter.is_empty()
                     && entry.reporter != report.reporter
                     && entry.fleet == report.fleet
                     && now.saturating_sub(entry.reported_at) < drift_ms
@@ -840,6 +855,32 @@ impl Store {
             }
         }
         drifts
+    }
+
+    /// An identity an operator steered, listed by name until `lasts_ms` past `now`, as
+    /// `lua/registry_hold.lua` does.
+    pub(super) fn hold(&mut self, now: u64, key: &KeyBase, description: &str, lasts_ms: u64) {
+        let drift_ms = u64::try_from(DRIFT_WINDOW.as_millis()).unwrap_or(u64::MAX);
+        let until = now.saturating_add(lasts_ms);
+        let entry = self.entries.entry(key.clone()).or_insert(Entry {
+            description: String::new(),
+            values: String::new(),
+            sources: String::new(),
+            reporter: String::new(),
+            fleet: 0,
+            reported_at: 0,
+            drift_until: 0,
+            expires: 0,
+            uses: HashMap::new(),
+        });
+        description.clone_into(&mut entry.description);
+        let reported =
+            !entry.reporter.is_empty() && now.saturating_sub(entry.reported_at) < drift_ms;
+        entry.expires = if reported {
+            entry.expires.max(until)
+        } else {
+            until
+        };
     }
 
     pub(super) fn read(&self, now: u64) -> Vec<Registered> {
@@ -981,6 +1022,23 @@ mod tests {
             store.report(30 + drift_ms + 1, &process("a"), &[report("limit=3", "a")]),
             [false]
         );
+    }
+
+    /// An identity an operator steered is listed, reported by no process, for as long as the
+    /// state it stored lasts; a process that then reports it is no drift from that.
+    #[test]
+    fn a_held_identity_is_listed_unreported_until_its_state_ends() {
+        let mut store = Store::default();
+        let r = report("limit=3", "a");
+        store.hold(0, &r.key, &r.description, 500);
+        let listed = store.read(499);
+        assert_eq!(listed.len(), 1);
+        assert!(!listed[0].reported() && !listed[0].used(), "{listed:?}");
+        assert!(store.read(500).is_empty());
+        store.hold(600, &r.key, &r.description, 5_000);
+        assert_eq!(store.report(700, &process("a"), &[r]), [false]);
+        let listed = store.read(800);
+        assert!(listed[0].reported() && listed[0].used(), "{listed:?}");
     }
 
     #[test]

@@ -26,8 +26,10 @@ const MOST_PROCESSES: usize = 10_000;
 /// A page of the registry: where the next starts (`None` after the last), and its identities.
 type Page = (Option<u64>, Vec<Registered>);
 
-/// The most identities one registry script reports or lists.
-const REGISTRY_PAGE: usize = 100;
+/// The most identities one registry script reports or lists: with what a report forgets
+/// beside them (bounded in `lua/registry_report.lua` by the same figure), a fraction of a
+/// millisecond of the server's time, whatever the registry's size.
+const REGISTRY_PAGE: usize = 16;
 
 /// The namespace's operator records (see `coordinator::operators`).
 fn operators_key(base: &KeyBase) -> String {
@@ -147,8 +149,10 @@ impl RedisBackend {
             .collect()
     }
 
-    /// Every identity of the namespace's registry, read a page of [`REGISTRY_PAGE`] at a
-    /// time (see [`registry_report`](Self::registry_report)); one listed on two pages (it was
+    /// The identities of the namespace's registry, read a page of [`REGISTRY_PAGE`] at a
+    /// time (see [`registry_report`](Self::registry_report)), the last to expire first and
+    /// at most [`MAX_IDENTITIES`] (the registry's bound, which the fleet's reports restore a
+    /// few pages at a time when a registry overflows it); one listed on two pages (it was
     /// reported meanwhile) is listed once.
     pub(in crate::coordinator) async fn registry_read(
         &self,
@@ -157,7 +161,7 @@ impl RedisBackend {
         let mut listed: Vec<Registered> = Vec::new();
         let mut keys = std::collections::HashSet::new();
         let mut start = 0;
-        loop {
+        while start < u64::from(MAX_IDENTITIES) {
             let (next, entries) = self.registry_read_page(base, start).await?;
             for entry in entries {
                 if keys.insert(entry.key.clone()) {
@@ -170,6 +174,29 @@ impl RedisBackend {
             }
         }
         Ok(listed)
+    }
+
+    /// Enters the identity at `key` (`description`, as a report describes it) in the
+    /// namespace's registry for `lasts_ms`, used or not (see `lua/registry_hold.lua`).
+    pub(in crate::coordinator) async fn registry_hold(
+        &self,
+        base: &KeyBase,
+        key: &KeyBase,
+        description: &str,
+        lasts_ms: u64,
+    ) -> Result<(), Error> {
+        let script = &scripts::REGISTRY_HOLD;
+        let drift_ms = u64::try_from(DRIFT_WINDOW.as_millis()).unwrap_or(u64::MAX);
+        let value = self
+            .link
+            .eval(
+                script,
+                base,
+                &registry_keys(base),
+                (key.tag(), description, lasts_ms, drift_ms),
+            )
+            .await?;
+        integer(script.name, value).map(drop)
     }
 
     /// One page of the registry from `start`: where the next starts (`None` after the last),

@@ -18,6 +18,7 @@ scripts! {
     ACL_CHECK => "acl_check",
     REGISTRY_REPORT => "registry_report",
     REGISTRY_READ => "registry_read",
+    REGISTRY_HOLD => "registry_hold",
     PROCESSES_READ => "processes_read",
     OVERRIDES_WRITE => "overrides_write",
     OVERRIDES_READ => "overrides_read",

@@ -1,0 +1,164 @@
+//! The identity registry at scale: one process uses 100 000 scopes (the registry keeps 10 000
+//! of them, its bound, and turns over as the process reports the rest); the longest registry
+//! script the server ran while the process reports them, from its slow log (set to log every command of 100 µs or more, so
+//! the commands scripts run inside, each far quicker, are not logged and add nothing); then
+//! the time `Admin::status` takes to list the registry at its cap.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use caracal::bulkhead;
+use caracal_examples::emit;
+use redis::aio::MultiplexedConnection;
+
+use super::{BenchError, CONCURRENT_TASKS};
+
+/// The scopes used, each once.
+const SCOPES: usize = 100_000;
+/// What the slow log keeps: every command that ran this long or longer.
+const LOGGED_FROM_US: u64 = 100;
+/// Long enough for the process's reports to go round its uses twice (every 5 s).
+const REPORTS_SETTLE: Duration = Duration::from_secs(12);
+/// `Admin::status` runs timed.
+const STATUS_RUNS: u32 = 3;
+
+#[bulkhead(name = "bench-registry", limit = 1000000, scope = scope)]
+async fn scoped(scope: &str) -> Result<(), BenchError> {
+    Ok(())
+}
+
+/// Emits `registry_scripts_us` (the longest registry report and read at 100 000 scopes in use,
+/// goal ≤ 1000 µs each) and `status_at_cap_ms` (goal ≤ 1000 ms in a release build), through a
+/// coordinator of its own on `url`.
+pub(super) async fn alone(url: &str) -> Result<(), caracal::Error> {
+    let coordinator = caracal::Coordinator::redis(url)
+        .namespace(format!("bench-registry:{}", std::process::id()))
+        .connect()
+        .await?;
+    caracal::install(coordinator.clone())?;
+    let client = redis::Client::open(url).expect("Redis URL");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("slow log connection");
+    let kept: (u64, u64) = redis::pipe()
+        .cmd("CONFIG")
+        .arg("GET")
+        .arg("slowlog-log-slower-than")
+        .cmd("CONFIG")
+        .arg("GET")
+        .arg("slowlog-max-len")
+        .query_async::<Vec<(String, u64)>>(&mut conn)
+        .await
+        .map(|got| (got[0].1, got[1].1))
+        .expect("slow log settings");
+    let next = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..CONCURRENT_TASKS)
+        .map(|_| {
+            let next = Arc::clone(&next);
+            tokio::spawn(async move {
+                loop {
+                    let n = next.fetch_add(1, Ordering::Relaxed);
+                    if n >= SCOPES {
+                        return;
+                    }
+                    scoped(&format!("user-{n}")).await.expect("admitted");
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("a calling task");
+    }
+    // Logged from here: the process reports its 100 000 uses (10 000 a round, the registry's
+    // bound) with nothing else running, so no guarded call of this process competes with
+    // the server for the machine's cores.
+    configure(&mut conn, LOGGED_FROM_US, 100_000).await;
+    tokio::time::sleep(REPORTS_SETTLE).await;
+    let admin = coordinator.admin();
+    let mut status_ms = Vec::new();
+    let mut rows = 0;
+    for _ in 0..STATUS_RUNS {
+        let start = Instant::now();
+        rows = admin.status().await?.len();
+        status_ms.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    let logged = slow_log(&mut conn).await;
+    configure(&mut conn, kept.0, kept.1).await;
+    let script = |body: &str| redis::Script::new(body).get_hash().to_owned();
+    let report = script(include_str!("../../lua/registry_report.lua"));
+    let read = script(include_str!("../../lua/registry_read.lua"));
+    let of = |sha: &str| -> Vec<u64> {
+        logged
+            .iter()
+            .filter(|(_, args)| args.get(1).map(String::as_str) == Some(sha))
+            .map(|(us, _)| *us)
+            .collect()
+    };
+    let (reports, reads) = (of(&report), of(&read));
+    let longest = |us: &[u64]| us.iter().copied().max().unwrap_or(0) as f64;
+    let over_1ms = |us: &[u64]| us.iter().filter(|&&us| us >= 1_000).count() as f64;
+    emit(
+        "registry_scripts_us",
+        &[
+            ("scopes", SCOPES as f64),
+            ("logged_from_us", LOGGED_FROM_US as f64),
+            ("longest_report", longest(&reports)),
+            ("reports_logged", reports.len() as f64),
+            ("reports_over_1ms", over_1ms(&reports)),
+            ("longest_read", longest(&reads)),
+            ("reads_logged", reads.len() as f64),
+            ("reads_over_1ms", over_1ms(&reads)),
+            (
+                "longest_any_command",
+                longest(&logged.iter().map(|(us, _)| *us).collect::<Vec<_>>()),
+            ),
+        ],
+    );
+    let mut fields = vec![("rows", rows as f64)];
+    let names = ["first", "second", "third"];
+    fields.extend(names.iter().copied().zip(status_ms.iter().copied()));
+    emit("status_at_cap_ms", &fields);
+    coordinator.shutdown().await;
+    Ok(())
+}
+
+async fn configure(conn: &mut MultiplexedConnection, slower_than: u64, max_len: u64) {
+    redis::pipe()
+        .cmd("CONFIG")
+        .arg("SET")
+        .arg("slowlog-log-slower-than")
+        .arg(slower_than)
+        .cmd("CONFIG")
+        .arg("SET")
+        .arg("slowlog-max-len")
+        .arg(max_len)
+        .cmd("SLOWLOG")
+        .arg("RESET")
+        .exec_async(conn)
+        .await
+        .expect("slow log settings");
+}
+
+/// Every command the slow log kept: its time in µs and its arguments.
+async fn slow_log(conn: &mut MultiplexedConnection) -> Vec<(u64, Vec<String>)> {
+    let entries: Vec<redis::Value> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(-1)
+        .query_async(conn)
+        .await
+        .expect("the slow log");
+    entries
+        .into_iter()
+        .filter_map(|entry| match entry {
+            redis::Value::Array(fields) => {
+                let mut fields = fields.into_iter().skip(2);
+                let us = redis::from_redis_value::<u64>(fields.next()?).ok()?;
+                let args = redis::from_redis_value::<Vec<String>>(fields.next()?).ok()?;
+                Some((us, args))
+            }
+            _ => None,
+        })
+        .collect()
+}

@@ -1,0 +1,29 @@
+-- registry_hold: an identity an operator steered (a breaker forced, or reset), entered in the
+-- registry by name whether or not a process uses it, so `caracal status` lists the state the
+-- operator stored (marked unused while no process reports it), not only identities in use.
+--
+-- KEYS[1]  registry hash `caracal:v1:{<namespace>}:registry` (see registry_report.lua): this
+--          writes the identity's `<tag>:d` (JSON [kind, name, operation, scope]) only, so a
+--          reader tells an identity no process reported by its missing values
+-- KEYS[2]  expiry sorted set `caracal:v1:{<namespace>}:registry:expiry`
+-- ARGV     1 the identity's tag, 2 its description, 3 how long the stored state lasts (ms),
+--          4 how long processes' reports count as recent (ms, the drift window)
+-- Reply    the server's time (ms)
+-- TTL      listed until the stored state ends: set to exactly that when no process reported
+--          the identity within the window (a reset after an indefinite force shortens it),
+--          else only moved later (the processes' reports keep it as long as they need).
+--          Past the registry's bound the soonest to expire go first (registry_report.lua).
+-- Cost     O(log M) among M identities kept.
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local registry, expiry = KEYS[1], KEYS[2]
+local tag, description, lasts, drift_ms = ARGV[1], ARGV[2], tonumber(ARGV[3]),
+  tonumber(ARGV[4])
+redis.call('HSET', registry, tag .. ':d', description)
+local reported = tonumber(redis.call('HGET', registry, tag .. ':t'))
+if reported and now - reported < drift_ms then
+  redis.call('ZADD', expiry, 'GT', now + lasts, tag)
+else
+  redis.call('ZADD', expiry, now + lasts, tag)
+end
+return now
