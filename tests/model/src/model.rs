@@ -628,9 +628,11 @@ impl LeaseModel {
             }
             Reply::Denied => {
                 self.cancel(s, c);
+                let incarnation = s.server.incarnation;
+                let proc = &mut s.procs[usize::from(p)];
+                proc.told = proc.told.max(incarnation);
                 if cfg.denied_renewal_is_loss {
                     s.saw(Seen::DeniedRenewalNoticed);
-                    let incarnation = s.server.incarnation;
                     self.notice(s, p, incarnation, true, true);
                 }
             }
@@ -898,6 +900,7 @@ impl Model for LeaseModel {
             lane: Lane::default(),
             cut_off: false,
             noticed_late: false,
+            told: 0,
         };
         vec![State {
             server: Server {
