@@ -542,7 +542,7 @@ impl LeaseModel {
             return;
         };
         let reply = Self::refused(s, p, &renewal.command)
-            .unwrap_or_else(|| Self::renew(s, token, ticks(self.config.ttl)));
+            .unwrap_or_else(|| Self::renew(s, token, self.config.server_ttl()));
         if let Phase::Holding(h) = &mut s.callers[usize::from(c)].phase
             && let Some(renewal) = &mut h.renewing
         {
@@ -559,7 +559,7 @@ impl LeaseModel {
         if server.leases.len() >= usize::from(cfg.limit) {
             return Reply::Denied;
         }
-        let deadline = ticks(cfg.ttl);
+        let deadline = cfg.server_ttl();
         // max(last + 1, server now × scale), the clock's term being 0 here.
         let fence = server.counter.map_or(0, |last| (last + 1).max(0));
         server.counter = Some(fence);
