@@ -54,6 +54,10 @@ pub struct Config {
     pub ttl: u8,
     /// The safety margin: a holder trusts its lease until `start + ttl - margin`.
     pub margin: u8,
+    /// How far the server's clock may run ahead of a process's over one lease (clock rates
+    /// differ): a lease lasts `ttl - drift` of the process's time at the server. What the
+    /// margin is for: safe while `margin >= drift`.
+    pub drift: u8,
     /// A renewal is due this long after the previous acquire or renewal was sent.
     pub renew_every: u8,
     /// How long a process admits no caller after it noticed a loss (`min(grace, ttl)` counts).
@@ -115,6 +119,7 @@ impl Config {
             limit: 1,
             ttl: 6,
             margin: 1,
+            drift: 0,
             renew_every: 2,
             grace: 3,
             check_period: 2,
@@ -157,6 +162,11 @@ impl Config {
     /// loss has expired at its holder anyway.
     pub fn effective_grace(&self) -> u8 {
         self.grace.min(self.ttl)
+    }
+
+    /// How long a lease granted or renewed now lasts at the server, in the process's ticks.
+    pub fn server_ttl(&self) -> i8 {
+        i8::try_from(self.ttl.saturating_sub(self.drift)).unwrap_or(i8::MAX)
     }
 
     /// The latest a process that could run and reach the server all along notices a loss.

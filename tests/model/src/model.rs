@@ -542,7 +542,7 @@ impl LeaseModel {
             return;
         };
         let reply = Self::refused(s, p, &renewal.command)
-            .unwrap_or_else(|| Self::renew(s, token, ticks(self.config.ttl)));
+            .unwrap_or_else(|| Self::renew(s, token, self.config.server_ttl()));
         if let Phase::Holding(h) = &mut s.callers[usize::from(c)].phase
             && let Some(renewal) = &mut h.renewing
         {
@@ -559,7 +559,7 @@ impl LeaseModel {
         if server.leases.len() >= usize::from(cfg.limit) {
             return Reply::Denied;
         }
-        let deadline = ticks(cfg.ttl);
+        let deadline = cfg.server_ttl();
         // max(last + 1, server now × scale), the clock's term being 0 here.
         let fence = server.counter.map_or(0, |last| (last + 1).max(0));
         server.counter = Some(fence);
@@ -628,9 +628,11 @@ impl LeaseModel {
             }
             Reply::Denied => {
                 self.cancel(s, c);
+                let incarnation = s.server.incarnation;
+                let proc = &mut s.procs[usize::from(p)];
+                proc.told = proc.told.max(incarnation);
                 if cfg.denied_renewal_is_loss {
                     s.saw(Seen::DeniedRenewalNoticed);
-                    let incarnation = s.server.incarnation;
                     self.notice(s, p, incarnation, true, true);
                 }
             }
@@ -898,6 +900,7 @@ impl Model for LeaseModel {
             lane: Lane::default(),
             cut_off: false,
             noticed_late: false,
+            told: 0,
         };
         vec![State {
             server: Server {

@@ -65,6 +65,10 @@ pub const NOTICED_IN_TIME: &str =
 /// caller for the grace later than the loss + the check period + the grace.
 pub const GRACE_ENDS_IN_TIME: &str =
     "a process that could reach the server refuses no caller past loss + check period + grace";
+/// A process whose renewal was denied for a lease it still trusted (which only a loss does)
+/// keeps no holder of a lease granted before that loss.
+pub const TOLD_HOLDERS_STOP: &str =
+    "a process a denied renewal told of a loss keeps no holder of the lost leases";
 /// No process takes for a loss something that was none (or a loss it had noticed).
 pub const NO_FALSE_NOTICE: &str = "a process notices only a loss that happened, once";
 
@@ -95,6 +99,19 @@ pub fn believers(model: &LeaseModel, s: &State) -> usize {
 
 fn limit(model: &LeaseModel, s: &State) -> bool {
     believers(model, s) <= usize::from(model.config.limit)
+}
+
+fn told_holders_stop(model: &LeaseModel, s: &State) -> bool {
+    s.callers
+        .iter()
+        .enumerate()
+        .all(|(c, caller)| match &caller.phase {
+            Phase::Holding(h) => {
+                let proc = &s.procs[usize::from(model.config.callers[c])];
+                h.epoch != proc.epoch || h.incarnation >= proc.told
+            }
+            _ => true,
+        })
 }
 
 fn noticed_in_time(model: &LeaseModel, s: &State) -> bool {
@@ -132,6 +149,7 @@ pub fn all() -> Vec<Property<LeaseModel>> {
         Property::always(GRACE_ENDS_IN_TIME, |_: &LeaseModel, s: &State| {
             !s.has_broken(Seen::LateRefusal)
         }),
+        Property::always(TOLD_HOLDERS_STOP, told_holders_stop),
         sometimes!("a loss is noticed", LossNoticed),
         sometimes!("a holder is cancelled by a loss", CancelledByLoss),
         sometimes!("a caller is refused for the grace", RefusedForGrace),

@@ -173,6 +173,9 @@ pub struct Proc {
     /// Ghost: it noticed its latest loss after a freeze or a partition, so its grace may end
     /// later than the loss + the check period + the grace.
     pub noticed_late: bool,
+    /// Ghost: the latest incarnation of the server that a renewal of its revealed, by being
+    /// denied for a lease still trusted (only a loss removes one), whether it noticed or not.
+    pub told: u8,
 }
 
 /// An identity's acquire lane in one process: the call in flight and what waits behind it.

@@ -9,6 +9,7 @@
 
 use caracal_model::properties::{
     FENCING, GRACE_ENDS_IN_TIME, LIMIT, NO_FALSE_NOTICE, NOTICED_IN_TIME, TOKENS_INCREASE,
+    TOLD_HOLDERS_STOP,
 };
 use caracal_model::{Config, LeaseModel, LossKind, Outcome, TrustFrom, check, narrate};
 
@@ -16,13 +17,14 @@ use caracal_model::{Config, LeaseModel, LossKind, Outcome, TrustFrom, check, nar
 const THREADS: usize = 2;
 
 /// Every `always` property.
-const ALWAYS: [&str; 6] = [
+const ALWAYS: [&str; 7] = [
     LIMIT,
     FENCING,
     TOKENS_INCREASE,
     NOTICED_IN_TIME,
     NO_FALSE_NOTICE,
     GRACE_ENDS_IN_TIME,
+    TOLD_HOLDERS_STOP,
 ];
 
 /// Checks `config`, printing what it explored.
@@ -358,6 +360,59 @@ fn without_carrying_its_token_a_process_admits_over_its_own_holder() {
     assert!(
         !story.contains("process 0's periodic check") && !story.contains("process 0 hears"),
         "admitted over its own holder before process 0 noticed"
+    );
+}
+
+/// The denied-renewal rule is needed: two holders in one process with a limit of 2, a flush,
+/// a blind grant in the other process that rebuilds the counter above their tokens (so a
+/// carried token reveals nothing), and one holder's renewal is denied. Taken for a loss, it
+/// cancels the process's other holder at once; not taken for one, that holder runs on with
+/// a lease the server lost, though its process was told.
+#[test]
+fn without_the_denied_renewal_rule_a_told_process_keeps_a_lost_holder() {
+    let fleet = Config {
+        limit: 2,
+        callers: vec![0, 0, 1],
+        loss_kinds: vec![LossKind::Flush],
+        writes: false,
+        ..Config::base()
+    };
+    breaks(
+        "a denied renewal not taken for a loss",
+        Config {
+            denied_renewal_is_loss: false,
+            ..fleet
+        },
+        TOLD_HOLDERS_STOP,
+    );
+}
+
+/// The margin is needed: with the server's clock a tick ahead over a lease, a holder cut off
+/// from the server (its renewals fail) that trusted its lease for the whole ttl would still
+/// believe after the server let the lease go and granted it to another; a margin of that tick
+/// keeps them apart.
+#[test]
+fn without_the_margin_a_server_clock_ahead_overlaps() {
+    let drifting = Config {
+        drift: 1,
+        losses: 0,
+        partitions: 1,
+        writes: false,
+        ..Config::base()
+    };
+    holds(
+        "a server clock ahead, the margin",
+        drifting.clone(),
+        4_000,
+        &[],
+    );
+    breaks(
+        "a server clock ahead, no margin",
+        Config {
+            margin: 0,
+            ..drifting
+        },
+        LIMIT,
     );
 }
 
