@@ -219,6 +219,40 @@ const TOP_HEADER: [&str; 9] = [
     "FAILURES",
 ];
 
+/// A breaker's window for `top`: its failure and slow-call rates, or, while it is open with
+/// nothing in its window, when it probes next.
+fn window(failed: u64, slow: u64, total: u64, retry_after_ms: Option<u64>) -> String {
+    match retry_after_ms {
+        Some(ms) if total == 0 => {
+            let left = Duration::from_secs(ms.div_ceil(1000));
+            format!("probe in {}", humantime::format_duration(left))
+        }
+        _ if total == 0 => "-".to_owned(),
+        _ => {
+            let share = |n: u64| n as f64 * 100.0 / total as f64;
+            format!(
+                "{:.1}% failed, {:.1}% slow of {total}",
+                share(failed),
+                share(slow)
+            )
+        }
+    }
+}
+
+/// `for 4m 12s more` until `until_ms`, both on the epoch's clock in milliseconds.
+fn time_left(until_ms: u64, now_ms: u64) -> String {
+    let left = Duration::from_secs(until_ms.saturating_sub(now_ms).div_ceil(1000));
+    format!("for {} more", humantime::format_duration(left))
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+        })
+}
+
 /// `top`: per identity the fleet's rates, a bulkhead's occupancy of its limit, the others'
 /// state, and a breaker's failure rate over its window.
 pub(crate) fn top(identities: &[IdentityStatus], namespace: &str) -> String {
@@ -231,8 +265,18 @@ pub(crate) fn top(identities: &[IdentityStatus], namespace: &str) -> String {
 
 fn top_row(identity: &IdentityStatus) -> [String; 9] {
     let rates = &identity.rates;
-    // Folded from 0: a sum of no floats is -0.
-    let rejected = rates.rejected.iter().fold(0.0, |sum, (_, rate)| sum + rate);
+    // Folded from 0: a sum of no floats is -0. A call refused for want of the coordinator
+    // (failing closed) is refused too: counted here, and told apart in WHY; one let through
+    // (failing open) is not.
+    let refused_degraded = rates
+        .degraded
+        .iter()
+        .filter(|(reason, _)| reason != "fail_open");
+    let rejected = rates
+        .rejected
+        .iter()
+        .chain(refused_degraded)
+        .fold(0.0, |sum, (_, rate)| sum + rate);
     let why: Vec<String> = rates
         .rejected
         .iter()
@@ -264,6 +308,10 @@ fn top_row(identity: &IdentityStatus) -> [String; 9] {
         }
         _ => ("-".to_owned(), summary),
     };
+    // How long a forced state lasts: what an operator must know before it ends by itself.
+    if let Some(until_ms) = count("forced_until_ms") {
+        state.push_str(&format!(" {}", time_left(until_ms, now_ms())));
+    }
     // Who forced it, and why: the first thing an operator asks of a forced breaker.
     if let Some(operator) = &identity.operator {
         state.push_str(&format!(" by {}", operator.who));
@@ -272,10 +320,12 @@ fn top_row(identity: &IdentityStatus) -> [String; 9] {
         }
     }
     let failures = match (count("window_failures"), count("window_total")) {
-        (Some(failed), Some(total)) if total > 0 => {
-            format!("{:.1}% of {total}", failed as f64 * 100.0 / total as f64)
-        }
-        (Some(_), Some(_)) => "0 of 0".to_owned(),
+        (Some(failed), Some(total)) => window(
+            failed,
+            count("window_slow").unwrap_or(0),
+            total,
+            count("retry_after_ms"),
+        ),
         _ => "-".to_owned(),
     };
     [
@@ -293,4 +343,26 @@ fn top_row(identity: &IdentityStatus) -> [String; 9] {
         state,
         failures,
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_breakers_window_shows_failures_slow_calls_or_its_next_probe() {
+        assert_eq!(window(3, 49, 100, None), "3.0% failed, 49.0% slow of 100");
+        assert_eq!(window(0, 0, 0, Some(12_300)), "probe in 13s");
+        assert_eq!(window(0, 0, 0, None), "-");
+        assert_eq!(
+            window(5, 0, 10, Some(1_000)),
+            "50.0% failed, 0.0% slow of 10"
+        );
+    }
+
+    #[test]
+    fn a_forced_state_shows_its_time_left() {
+        assert_eq!(time_left(1_000_000 + 252_000, 1_000_000), "for 4m 12s more");
+        assert_eq!(time_left(5, 10), "for 0s more");
+    }
 }
