@@ -23,15 +23,15 @@
 --          per identity: tag, description, values, sources, reporter ("<process>/<call site>"), ttl
 --          (ms), the fleet overrides' version and the process's extra (JSON)
 -- Reply    per identity, 1 when processes disagree on its values (drift), else 0
--- TTL      a process is forgotten its ttl after its last report, at most 16 of them per call;
+-- TTL      a process is forgotten its ttl after its last report, at most 8 of them per call;
 --          an identity is forgotten at the latest reported time + its ttl (the state it
---          describes lives no longer), at most 16 per call; past the bound, the soonest to
---          expire go first, at most 16 + N of them per call (so a registry far past its bound
+--          describes lives no longer), at most 8 per call; past the bound, the soonest to
+--          expire go first, at most 8 + N of them per call (so a registry far past its bound
 --          shrinks over a few calls, each of bounded cost). The keys themselves never expire
 --          while identities are reported.
 -- Cost     O(N (log M + P)) for N identities reported among M kept (callers send at most
---          16), each with the values of at most P processes (ARGV[6]), plus up to 16
---          processes, 16 expired and 16 + N excess identities removed: whatever the size of
+--          8), each with the values of at most P processes (ARGV[6]), plus up to 8
+--          processes, 8 expired and 8 + N excess identities removed: whatever the size of
 --          the registry, a call runs a bounded number of commands (each forgetting is one
 --          HDEL and one ZREM for the lot), well under a millisecond.
 local clock = redis.call('TIME')
@@ -58,7 +58,7 @@ local function forget(hash, set, gone, suffixes)
   redis.call('ZREM', set, unpack(gone))
 end
 
-local FORGET = 16
+local FORGET = 8
 forget(processes, processes_expiry,
   redis.call('ZRANGE', processes_expiry, '-inf', now, 'BYSCORE', 'LIMIT', 0, FORGET), {'', ':t'})
 redis.call('HSET', processes, process, record, process .. ':t', now)

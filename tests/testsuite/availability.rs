@@ -497,7 +497,7 @@ async fn many_scopes(scope: &str) -> Result<(), TestError> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registry_scripts_handle_a_page_of_identities_whatever_their_number() {
     /// The most identities one registry script reports or lists.
-    const REGISTRY_PAGE: usize = 16;
+    const REGISTRY_PAGE: usize = 8;
     let server = RedisServer::start();
     let coordinator = common::redis(&server.url()).await;
     let mut conn = server.connection();

@@ -29,7 +29,7 @@ type Page = (Option<u64>, Vec<Registered>);
 /// The most identities one registry script reports or lists: with what a report forgets
 /// beside them (bounded in `lua/registry_report.lua` by the same figure), a fraction of a
 /// millisecond of the server's time, whatever the registry's size.
-const REGISTRY_PAGE: usize = 16;
+const REGISTRY_PAGE: usize = 8;
 
 /// The namespace's operator records (see `coordinator::operators`).
 fn operators_key(base: &KeyBase) -> String {
