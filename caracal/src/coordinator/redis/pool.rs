@@ -17,7 +17,7 @@
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 use std::pin::pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -75,6 +75,8 @@ impl Pool {
         size: usize,
         incarnation: Arc<Incarnation>,
     ) -> Result<Self, Error> {
+        static POOLS: AtomicU64 = AtomicU64::new(0);
+        let pool = POOLS.fetch_add(1, Ordering::Relaxed);
         let connector = Arc::new(Connector::new(topology, trust, timeout)?);
         let closed = Arc::new(AtomicBool::new(false));
         let cluster_check = matches!(topology, Topology::Cluster(_)).then(|| {
@@ -87,7 +89,7 @@ impl Pool {
         let slots: Arc<[Arc<Slot>]> = (0..size)
             .map(|index| {
                 Arc::new(Slot::new(
-                    index,
+                    (pool, index),
                     Arc::clone(&closed),
                     Arc::clone(&connector),
                     Arc::clone(&incarnation),

@@ -28,6 +28,8 @@ pub(crate) const MIN_RECONNECT_INTERVAL: Duration = Duration::from_millis(50);
 pub(crate) struct Slot {
     /// Its place in the pool.
     pub(super) index: usize,
+    /// Which pool of the process it belongs to: what its connection events are said per.
+    pool: u64,
     state: Mutex<SlotState>,
     /// Nudged by calls that found the connection down: the reconnect loop stops backing off.
     demand: tokio::sync::Notify,
@@ -57,7 +59,7 @@ struct SlotState {
 impl Slot {
     /// Slot `index` of a pool, not connected yet.
     pub(super) fn new(
-        index: usize,
+        (pool, index): (u64, usize),
         closed: Arc<AtomicBool>,
         connector: Arc<Connector>,
         incarnation: Arc<Incarnation>,
@@ -66,6 +68,7 @@ impl Slot {
     ) -> Self {
         Slot {
             index,
+            pool,
             state: Mutex::new(SlotState {
                 conn: None,
                 generation: 0,
@@ -173,8 +176,10 @@ impl Slot {
 
     /// What names this slot's pool in the summaries of connection events: the coordinator's
     /// connector, shared by its slots (each coordinator's outages are said on their own).
+    /// A number, never reused in the process: an address would be, by the next pool, and
+    /// the summary of the earlier one's events would swallow the later one's.
     fn pool_name(&self) -> String {
-        format!("{:p}", Arc::as_ptr(&self.connector))
+        self.pool.to_string()
     }
 
     fn take_down(self: &Arc<Self>, generation: u64, reason: &'static str, refusal: Option<Error>) {
