@@ -73,7 +73,7 @@ pub(crate) fn repeat(event: &'static str, at: &At<'_>, condition: &[&str]) -> Op
 pub(crate) fn repeat_across(
     event: &'static str,
     at: &At<'_>,
-    coordinator: usize,
+    coordinator: u64,
     condition: &[&str],
 ) -> Option<Across> {
     SUMMARIES.across(event, at, coordinator, condition, Instant::now())
@@ -99,7 +99,7 @@ impl Summaries {
         &self,
         event: &str,
         at: &At<'_>,
-        coordinator: usize,
+        coordinator: u64,
         condition: &[&str],
         now: Instant,
     ) -> Option<Across> {

@@ -26,7 +26,7 @@ use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
@@ -80,6 +80,8 @@ pub struct Coordinator {
 }
 
 struct Inner {
+    /// A number no other coordinator of the process has had (an address is reused).
+    id: u64,
     namespace: String,
     backend: Backend,
     background: Background,
@@ -188,6 +190,10 @@ impl Coordinator {
         crate::events::coordinator_ready(&namespace);
         Coordinator {
             inner: Arc::new(Inner {
+                id: {
+                    static COORDINATORS: AtomicU64 = AtomicU64::new(1);
+                    COORDINATORS.fetch_add(1, Ordering::Relaxed)
+                },
                 namespace,
                 backend,
                 background,
@@ -532,10 +538,10 @@ pub(crate) fn with_current<R>(f: impl FnOnce(&Coordinator) -> R) -> Result<R, Er
     INSTALLED.get().and_then(call).ok_or(Error::NotInstalled)
 }
 
-/// What tells the coordinator in force for the current task from the process's others (`0`
-/// when there is none): a key, never dereferenced.
-pub(crate) fn current_id() -> usize {
-    with_current(|coordinator| Arc::as_ptr(&coordinator.inner).addr()).unwrap_or(0)
+/// What tells the coordinator in force for the current task from every other the process
+/// has had (`0` when there is none).
+pub(crate) fn current_id() -> u64 {
+    with_current(|coordinator| coordinator.inner.id).unwrap_or(0)
 }
 
 /// A handle on a coordinator that does not keep it alive: what a call site caches of the
