@@ -386,18 +386,27 @@ fn redis_benchmark(url: &str, sha: &str, key: &str) -> Option<f64> {
     Some(rate)
 }
 
-async fn redis_figures(url: &str) -> Result<(), caracal::Error> {
-    let namespace = format!("bench:{}", std::process::id());
+/// A coordinator on `url` in a namespace of this run's (`prefix:pid`), installed, and a plain
+/// connection beside it for the baselines and the server's figures.
+async fn installed(
+    url: &str,
+    prefix: &str,
+) -> Result<(caracal::Coordinator, MultiplexedConnection), caracal::Error> {
     let coordinator = caracal::Coordinator::redis(url)
-        .namespace(namespace)
+        .namespace(format!("{prefix}:{}", std::process::id()))
         .connect()
         .await?;
     caracal::install(coordinator.clone())?;
     let client = redis::Client::open(url).expect("Redis URL");
-    let mut conn = client
+    let conn = client
         .get_multiplexed_async_connection()
         .await
-        .expect("baseline connection");
+        .expect("a plain connection");
+    Ok((coordinator, conn))
+}
+
+async fn redis_figures(url: &str) -> Result<(), caracal::Error> {
+    let (coordinator, mut conn) = installed(url, "bench").await?;
     let sha: Arc<str> = load_script(&mut conn, LEASE_SCRIPT).await.into();
     let raw_key: Arc<str> = format!("caracal:bench:{{{}}}:raw", std::process::id()).into();
     let raw = {

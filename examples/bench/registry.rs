@@ -32,16 +32,7 @@ async fn scoped(scope: &str) -> Result<(), BenchError> {
 /// goal ≤ 1000 µs each) and `status_at_cap_ms` (goal ≤ 1000 ms in a release build), through a
 /// coordinator of its own on `url`.
 pub(super) async fn alone(url: &str) -> Result<(), caracal::Error> {
-    let coordinator = caracal::Coordinator::redis(url)
-        .namespace(format!("bench-registry:{}", std::process::id()))
-        .connect()
-        .await?;
-    caracal::install(coordinator.clone())?;
-    let client = redis::Client::open(url).expect("Redis URL");
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("slow log connection");
+    let (coordinator, mut conn) = super::installed(url, "bench-registry").await?;
     let kept: (u64, u64) = redis::pipe()
         .cmd("CONFIG")
         .arg("GET")

@@ -41,16 +41,7 @@ where
 
 /// The figures below alone, through a coordinator of their own.
 pub(super) async fn alone(url: &str) -> Result<(), caracal::Error> {
-    let coordinator = caracal::Coordinator::redis(url)
-        .namespace(format!("bench:{}", std::process::id()))
-        .connect()
-        .await?;
-    caracal::install(coordinator.clone())?;
-    let client = redis::Client::open(url).expect("Redis URL");
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("baseline connection");
+    let (coordinator, mut conn) = super::installed(url, "bench").await?;
     figures(&mut conn).await;
     coordinator.shutdown().await;
     Ok(())
