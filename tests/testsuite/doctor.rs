@@ -2,8 +2,8 @@
 //! shape a test — standalone, cluster, Sentinel, a replica, admin commands renamed away, an ACL
 //! user missing a command, an evicting server, and the in-memory coordinator.
 
-use caracal::Coordinator;
 use caracal::admin::Check;
+use caracal::{Coordinator, RedisBuilder};
 use caracal_tests::server::RedisServer;
 use caracal_tests::{RedisCluster, RedisSentinel};
 
@@ -27,6 +27,14 @@ const STANDALONE: [&str; 12] = [
     "round_trip",
 ];
 
+/// The doctor's checks of what `builder` reaches, each given [`PATIENT`]: the suites run many
+/// servers at once on two cores, and a check that times out fails.
+async fn doctor(builder: RedisBuilder) -> Vec<Check> {
+    builder.command_timeout(PATIENT).doctor().await
+}
+
+const PATIENT: std::time::Duration = std::time::Duration::from_secs(5);
+
 fn names(checks: &[Check]) -> Vec<&str> {
     checks.iter().map(|check| check.check).collect()
 }
@@ -45,7 +53,7 @@ fn detail<'a>(checks: &'a [Check], name: &str) -> &'a str {
 #[tokio::test]
 async fn a_healthy_server_passes_every_check_and_the_command_exits_0() {
     let server = RedisServer::start();
-    let checks = Coordinator::redis(server.url()).doctor().await;
+    let checks = doctor(Coordinator::redis(server.url())).await;
     assert_eq!(names(&checks), STANDALONE, "{checks:?}");
     assert_eq!(failed(&checks), Vec::<&str>::new(), "{checks:?}");
     assert!(detail(&checks, "round_trip").contains("p99"), "{checks:?}");
@@ -83,6 +91,7 @@ async fn the_in_memory_coordinator_has_nothing_to_check() {
 async fn a_connected_coordinator_checks_its_own_server() {
     let server = RedisServer::start();
     let coordinator = Coordinator::redis(server.url())
+        .command_timeout(PATIENT)
         .connect()
         .await
         .expect("connect");
@@ -99,7 +108,7 @@ async fn a_replica_fails_the_connect_and_role_checks() {
     let primary = RedisServer::start();
     let replica =
         RedisServer::start_with_args(&["--replicaof", "127.0.0.1", &primary.port().to_string()]);
-    let checks = Coordinator::redis(replica.url()).doctor().await;
+    let checks = doctor(Coordinator::redis(replica.url())).await;
     assert_eq!(failed(&checks), ["connect", "role"], "{checks:?}");
     assert!(detail(&checks, "role").contains("replica"), "{checks:?}");
     let ran = run(&["--url", &replica.url(), "doctor"], &[]);
@@ -122,15 +131,11 @@ async fn an_acl_user_missing_a_command_is_named() {
         "no-zrem",
         &format!("{} -zrem", caracal::REDIS_ACL_RULES),
     );
-    let checks = Coordinator::redis(as_user(&server, "no-zrem"))
-        .doctor()
-        .await;
+    let checks = doctor(Coordinator::redis(as_user(&server, "no-zrem"))).await;
     assert_eq!(failed(&checks), ["connect", "acl"], "{checks:?}");
     assert!(detail(&checks, "acl").contains("ZREM"), "{checks:?}");
     acl_user(&server, "minimal", caracal::REDIS_ACL_RULES);
-    let checks = Coordinator::redis(as_user(&server, "minimal"))
-        .doctor()
-        .await;
+    let checks = doctor(Coordinator::redis(as_user(&server, "minimal"))).await;
     // The minimal grant is enough for everything caracal does; the doctor's own `CONFIG GET`
     // is refused, which it reports without failing.
     assert_eq!(failed(&checks), Vec::<&str>::new(), "{checks:?}");
@@ -143,7 +148,7 @@ async fn an_acl_user_missing_a_command_is_named() {
 #[tokio::test]
 async fn an_evicting_server_fails_the_eviction_check() {
     let server = RedisServer::start_with_args(&["--maxmemory-policy", "allkeys-lru"]);
-    let checks = Coordinator::redis(server.url()).doctor().await;
+    let checks = doctor(Coordinator::redis(server.url())).await;
     assert_eq!(failed(&checks), ["eviction"], "{checks:?}");
     assert!(
         detail(&checks, "eviction").contains("allkeys-lru"),
@@ -162,7 +167,7 @@ async fn admin_commands_renamed_away_fail_nothing() {
         "DEBUG",
         "",
     ]);
-    let checks = Coordinator::redis(server.url()).doctor().await;
+    let checks = doctor(Coordinator::redis(server.url())).await;
     assert_eq!(failed(&checks), Vec::<&str>::new(), "{checks:?}");
     assert!(
         detail(&checks, "admin_commands").contains("refused"),
@@ -173,9 +178,7 @@ async fn admin_commands_renamed_away_fail_nothing() {
 #[tokio::test]
 async fn a_cluster_is_checked_slot_by_slot_and_primary_by_primary() {
     let cluster = RedisCluster::start(3);
-    let checks = Coordinator::redis_cluster(cluster.seed_urls())
-        .doctor()
-        .await;
+    let checks = doctor(Coordinator::redis_cluster(cluster.seed_urls())).await;
     assert_eq!(failed(&checks), Vec::<&str>::new(), "{checks:?}");
     assert!(
         detail(&checks, "cluster_slots").contains("16384 of 16384 slots served by 3 primaries"),
@@ -190,7 +193,7 @@ async fn a_cluster_is_checked_slot_by_slot_and_primary_by_primary() {
 #[tokio::test]
 async fn a_sentinel_url_is_checked_on_the_master_the_sentinels_name() {
     let sentinel = RedisSentinel::start(1);
-    let checks = Coordinator::redis(sentinel.url()).doctor().await;
+    let checks = doctor(Coordinator::redis(sentinel.url())).await;
     assert_eq!(names(&checks), STANDALONE, "{checks:?}");
     assert_eq!(failed(&checks), Vec::<&str>::new(), "{checks:?}");
     let master = format!("127.0.0.1:{}", sentinel.master().port());
