@@ -7,6 +7,7 @@
 //! cargo run --release -p caracal-examples --example adaptive -- --seconds 40    # the default
 //! cargo run --release -p caracal-examples --example adaptive -- --seconds 9     # a smoke check
 //! cargo run --release -p caracal-examples --example adaptive -- --only local    # or fleet, static
+//! cargo run --release -p caracal-examples --example adaptive -- --shape busy     # see Shape
 //! CARACAL_REDIS_URL=redis://host:port cargo run --release -p caracal-examples --example adaptive
 //! ```
 //!
@@ -109,7 +110,8 @@ const STATIC_NAME: &str = "adaptive-static";
 const DEFAULT_SECONDS: u64 = 40;
 /// The fewest seconds with a halving, a doubling back and a joiner each a second apart or more.
 const MIN_SECONDS: u64 = 6;
-const USAGE: &str = "usage: adaptive [--seconds N] [--only fleet|local|static]";
+const USAGE: &str = "usage: adaptive [--seconds N] [--only fleet|local|static] \
+                     [--shape clean|busy|slow-process|bimodal|fail-fast]";
 
 /// What a worker's calls go through.
 #[derive(Clone, Copy, PartialEq)]
@@ -153,6 +155,8 @@ enum CallError {
     Refused,
     Caracal(#[allow(dead_code)] caracal::Error),
     Downstream(#[allow(dead_code)] std::io::Error),
+    /// The downstream refused it (`--shape fail-fast`).
+    Overloaded,
 }
 
 impl From<caracal::Error> for CallError {
@@ -170,13 +174,19 @@ impl From<std::io::Error> for CallError {
 // ---------------------------------------------------------------------------------------------
 // The worker process.
 
-/// One call under the fleet's adaptive limit.
+/// One call under the fleet's adaptive limit. A `slow` process's bodies keep their thread
+/// 8 ms after the reply (a starved or pausing replica).
 #[bulkhead(name = "adaptive-bench", limit = adaptive(min = 2, initial = 20, max = 400))]
 async fn fleet_call(
     connection: &mut Option<TcpStream>,
     downstream: SocketAddr,
+    slow: bool,
 ) -> Result<(), CallError> {
-    request(connection, downstream).await
+    request(connection, downstream).await?;
+    if slow {
+        std::thread::sleep(Duration::from_millis(8));
+    }
+    Ok(())
 }
 
 /// One call under a static limit for the fleet: each run's workers override this one with
@@ -217,9 +227,13 @@ async fn request(
         }
     };
     stream.write_all(b"?").await?;
-    stream.read_exact(&mut [0]).await?;
+    let mut reply = [0];
+    stream.read_exact(&mut reply).await?;
     *connection = Some(stream);
-    Ok(())
+    match &reply {
+        b"!" => Err(CallError::Overloaded),
+        _ => Ok(()),
+    }
 }
 
 /// A worker's counts, over its whole run.
@@ -229,13 +243,15 @@ struct Counts {
     errors: AtomicU64,
 }
 
-/// `adaptive worker <fleet|local|static limit> <namespace> <downstream port>`: connects, says
+/// `adaptive worker <fleet|local|static limit> <namespace> <downstream port> <slow|normal>`:
+/// connects, says
 /// `ready`, starts calling on `go`, answers each `report` with `<rejected> <errors>` (and, for
 /// `local`, ` <limit>`), and stops when its stdin closes.
 async fn worker(args: &[String]) -> Result<()> {
-    let [limiter, namespace, port] = args else {
+    let [limiter, namespace, port, pace] = args else {
         return Err(format!("worker arguments: {args:?}").into());
     };
+    let slow = pace == "slow";
     let limiter = Limiter::parse(limiter)?;
     let downstream = SocketAddr::from(([127, 0, 0, 1], port.parse()?));
     let coordinator = match limiter {
@@ -263,7 +279,9 @@ async fn worker(args: &[String]) -> Result<()> {
     let tasks: Vec<_> = (0..TASKS)
         .map(|task| {
             let (counts, local) = (Arc::clone(&counts), Arc::clone(&local));
-            tokio::spawn(async move { calls(limiter, task, downstream, &counts, &local).await })
+            tokio::spawn(
+                async move { calls(limiter, slow, task, downstream, &counts, &local).await },
+            )
         })
         .collect();
     while let Some(command) = commands.next_line().await? {
@@ -293,6 +311,7 @@ async fn worker(args: &[String]) -> Result<()> {
 /// One task's closed loop of calls, until it is aborted.
 async fn calls(
     limiter: Limiter,
+    slow: bool,
     task: usize,
     downstream: SocketAddr,
     counts: &Counts,
@@ -302,7 +321,7 @@ async fn calls(
     let mut failures = 0;
     loop {
         let result = match limiter {
-            Limiter::Fleet => fleet_call(&mut connection, downstream).await,
+            Limiter::Fleet => fleet_call(&mut connection, downstream, slow).await,
             Limiter::Local => local_call(local, &mut connection, downstream).await,
             Limiter::Static(_) => static_call(&mut connection, downstream).await,
         };
@@ -312,6 +331,9 @@ async fn calls(
         match error {
             CallError::Refused | CallError::Caracal(caracal::Error::BulkheadFull { .. }) => {
                 counts.rejected.fetch_add(1, Ordering::Relaxed);
+            }
+            CallError::Overloaded => {
+                counts.errors.fetch_add(1, Ordering::Relaxed);
             }
             error => {
                 if counts.errors.fetch_add(1, Ordering::Relaxed) == 0 {
@@ -428,10 +450,12 @@ async fn redis_usec(conn: &mut redis::aio::MultiplexedConnection) -> Result<f64>
 }
 
 /// Runs `limiter` for the schedule: the downstream, the workers, a line per second.
-async fn run(limiter: Limiter, schedule: &Schedule, namespace: &str) -> Result<Run> {
-    let downstream = Downstream::start(CAPACITY, SERVICE).await?;
+async fn run(limiter: Limiter, shape: Shape, schedule: &Schedule, namespace: &str) -> Result<Run> {
+    let downstream = Downstream::start(CAPACITY, SERVICE, shape.behaviour()).await?;
     let port = downstream.address().port().to_string();
-    let args = ["worker", &limiter.arg(), namespace, &port];
+    let args = ["worker", &limiter.arg(), namespace, &port, "normal"];
+    let slow_args = ["worker", &limiter.arg(), namespace, &port, "slow"];
+    let _hog = (shape == Shape::Busy).then(CpuHog::start);
     // The parent reads the fleet's limit as the `caracal` command would.
     let observer = match limiter {
         Limiter::Fleet => Some(
@@ -448,8 +472,9 @@ async fn run(limiter: Limiter, schedule: &Schedule, namespace: &str) -> Result<R
         .await?;
     let usec_before = redis_usec(&mut stats).await?;
     let mut workers = Vec::with_capacity(PROCESSES + 1);
-    for _ in 0..PROCESSES {
-        workers.push(ready(args).await?);
+    for process in 0..PROCESSES {
+        let slow = shape == Shape::SlowProcess && process == 0;
+        workers.push(ready(if slow { slow_args } else { args }).await?);
     }
     // Told only once all are ready, so that they start together.
     for worker in &mut workers {
@@ -518,7 +543,7 @@ async fn run(limiter: Limiter, schedule: &Schedule, namespace: &str) -> Result<R
 }
 
 /// A worker started with `args`, once it says it is ready.
-async fn ready(args: [&str; 4]) -> Result<Worker> {
+async fn ready(args: [&str; 5]) -> Result<Worker> {
     let mut worker = Worker::start(args)?;
     match worker.line().await? {
         line if line == "ready" => Ok(worker),
@@ -752,16 +777,79 @@ const TABLE_IF_ANY: [&str; 4] = [
     "joiner_within",
 ];
 
-/// What to run: `--seconds N`, `--only REGIME`.
+/// What the downstream and the processes are like (`--shape`): the issue's shapes that are not
+/// congestion, beside the clean one.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    Clean,
+    /// A thread spinning beside the processes for the whole run.
+    Busy,
+    /// One process's bodies keep their thread 8 ms after the reply.
+    SlowProcess,
+    /// One request in ten takes 200 ms, the others 5 ms.
+    Bimodal,
+    /// Past its capacity, the downstream fails in a millisecond instead of queueing.
+    FailFast,
+}
+
+impl Shape {
+    const ALL: [(&'static str, Shape); 5] = [
+        ("clean", Shape::Clean),
+        ("busy", Shape::Busy),
+        ("slow-process", Shape::SlowProcess),
+        ("bimodal", Shape::Bimodal),
+        ("fail-fast", Shape::FailFast),
+    ];
+
+    fn name(self) -> &'static str {
+        Shape::ALL
+            .iter()
+            .find(|(_, shape)| *shape == self)
+            .map_or("clean", |(name, _)| name)
+    }
+
+    fn behaviour(self) -> downstream::Behaviour {
+        downstream::Behaviour {
+            bimodal: self == Shape::Bimodal,
+            fail_fast: self == Shape::FailFast,
+        }
+    }
+}
+
+/// A thread spinning on a core until dropped: a busy host.
+struct CpuHog(Arc<std::sync::atomic::AtomicBool>);
+
+impl CpuHog {
+    fn start() -> CpuHog {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let spinning = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            while !spinning.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        });
+        CpuHog(stop)
+    }
+}
+
+impl Drop for CpuHog {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// What to run: `--seconds N`, `--only REGIME`, `--shape SHAPE`.
 struct Options {
     seconds: u64,
     only: Option<String>,
+    shape: Shape,
 }
 
 fn parse_options(args: &[String]) -> Result<Options> {
     let mut options = Options {
         seconds: DEFAULT_SECONDS,
         only: None,
+        shape: Shape::Clean,
     };
     let mut args = args.iter();
     while let Some(flag) = args.next() {
@@ -776,6 +864,10 @@ fn parse_options(args: &[String]) -> Result<Options> {
             "--only" if ["fleet", "local", "static"].contains(&value.as_str()) => {
                 options.only = Some(value.clone());
             }
+            "--shape" => match Shape::ALL.iter().find(|(name, _)| name == value) {
+                Some(&(_, shape)) => options.shape = shape,
+                None => return Err(format!("--shape {value}: unknown").into()),
+            },
             _ => return Err(format!("unknown arguments {flag} {value}").into()),
         }
     }
@@ -816,9 +908,16 @@ async fn main() -> Result<()> {
     let mut table = Vec::new();
     for limiter in [Limiter::Fleet, Limiter::Local] {
         if wanted(limiter.regime()) {
-            let run = run(limiter, &schedule, &namespace).await?;
+            let run = run(limiter, options.shape, &schedule, &namespace).await?;
             let fields = summary(&run, &schedule);
-            emit_fields("adaptive_summary", &[("regime", limiter.regime())], &fields);
+            emit_fields(
+                "adaptive_summary",
+                &[
+                    ("regime", limiter.regime()),
+                    ("shape", options.shape.name()),
+                ],
+                &fields,
+            );
             table.push((limiter.regime(), fields));
         }
     }
@@ -827,12 +926,17 @@ async fn main() -> Result<()> {
         for limit in STATIC_LIMITS {
             let run = run(
                 Limiter::Static(limit),
+                options.shape,
                 &schedule,
                 &format!("{namespace}:static-{limit}"),
             )
             .await?;
             let fields = summary(&run, &schedule);
-            emit_fields("adaptive_summary", &[("regime", "static")], &fields);
+            emit_fields(
+                "adaptive_summary",
+                &[("regime", "static"), ("shape", options.shape.name())],
+                &fields,
+            );
             runs.push(fields);
         }
         table.extend(best_static(runs).map(|fields| ("static", fields)));
@@ -845,6 +949,10 @@ async fn main() -> Result<()> {
             }
         }
     }
-    emit_fields("adaptive_table", &[], &columns);
+    emit_fields(
+        "adaptive_table",
+        &[("shape", options.shape.name())],
+        &columns,
+    );
     Ok(())
 }

@@ -209,7 +209,7 @@ pub(crate) fn bulkhead_limit_changed(at: &At<'_>, from: u32, learnt: &Learnt) {
         "bulkhead.limit_changed",
         at,
         from,
-        to = learnt.limit,
+        to = learnt.full,
         latency_us = learnt.latency_us,
         base_latency_us = learnt.base_us,
         suppressed

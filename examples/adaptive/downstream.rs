@@ -4,6 +4,9 @@
 //! are not the bottleneck), and queues the rest first come, first served, so a request's latency
 //! grows with the queue in front of it. A request is one byte from the client; the reply, the
 //! same byte back, once the request has been served. A connection carries one request at a time.
+//! Its [`Behaviour`] can make one request in ten take 200 ms and the others 5 ms (a slow class
+//! of requests), or refuse a request finding every slot busy after a millisecond, replying `!`
+//! (a downstream that fails fast past its capacity).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -22,8 +25,20 @@ pub(crate) struct Downstream {
     accepting: JoinHandle<()>,
 }
 
+/// How the server departs from a plain queue.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Behaviour {
+    /// One request in ten takes 200 ms, the others 5 ms.
+    pub(crate) bimodal: bool,
+    /// A request that finds every slot busy fails after a millisecond instead of queueing.
+    pub(crate) fail_fast: bool,
+}
+
 struct Shared {
     service: Duration,
+    behaviour: Behaviour,
+    /// Requests served, for the bimodal one in ten.
+    count: std::sync::atomic::AtomicU64,
     /// One permit per request served at once; tokio's semaphore is fair, so waiting requests
     /// are served in the order they arrived.
     slots: Semaphore,
@@ -68,12 +83,18 @@ pub(crate) struct Interval {
 
 impl Downstream {
     /// Starts a server serving `capacity` requests at once in `service` each.
-    pub(crate) async fn start(capacity: usize, service: Duration) -> std::io::Result<Downstream> {
+    pub(crate) async fn start(
+        capacity: usize,
+        service: Duration,
+        behaviour: Behaviour,
+    ) -> std::io::Result<Downstream> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let address = listener.local_addr()?;
         let now = Instant::now();
         let shared = Arc::new(Shared {
             service,
+            behaviour,
+            count: std::sync::atomic::AtomicU64::new(0),
             slots: Semaphore::new(capacity),
             capacity: Mutex::new(Capacity {
                 now: capacity,
@@ -160,17 +181,37 @@ impl Shared {
         while stream.read_exact(&mut request).await.is_ok() {
             let arrived = Instant::now();
             lock(&self.tally).arrive(arrived);
-            let slot = self
-                .slots
-                .acquire()
-                .await
-                .expect("the semaphore is never closed");
+            let slot = match self.slots.try_acquire() {
+                Ok(slot) => slot,
+                Err(_) if self.behaviour.fail_fast => {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    let answered = stream.write_all(b"!").await;
+                    lock(&self.tally).leave(arrived, None);
+                    if answered.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                Err(_) => self
+                    .slots
+                    .acquire()
+                    .await
+                    .expect("the semaphore is never closed"),
+            };
             let served = Instant::now();
-            tokio::time::sleep(self.service).await;
+            let n = self
+                .count
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let service = match self.behaviour.bimodal {
+                true if n % 10 == 9 => Duration::from_millis(200),
+                true => Duration::from_millis(5),
+                false => self.service,
+            };
+            tokio::time::sleep(service).await;
             let served = served.elapsed();
             self.free(slot);
             let answered = stream.write_all(&request).await;
-            lock(&self.tally).leave(arrived, served);
+            lock(&self.tally).leave(arrived, Some(served));
             if answered.is_err() {
                 return;
             }
@@ -199,12 +240,16 @@ impl Tally {
         self.max = self.max.max(self.inside);
     }
 
-    fn leave(&mut self, arrived: Instant, served: Duration) {
+    /// A request leaves: answered after being served for `served`, or refused (`None`: not an
+    /// answer, not goodput).
+    fn leave(&mut self, arrived: Instant, served: Option<Duration>) {
         let now = Instant::now();
         self.integrate(now);
         self.inside -= 1;
-        self.latencies.push(now.duration_since(arrived));
-        self.served += served;
+        if let Some(served) = served {
+            self.latencies.push(now.duration_since(arrived));
+            self.served += served;
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! `#[bulkhead(limit = adaptive(…))]`: the fleet's limit finds a downstream's capacity, follows
-//! it when it halves and when it comes back, stays within its bounds, backs off when calls
-//! fail, and a process that joins a running fleet admits within the fleet's limit from its
+//! it when it halves and when it comes back, stays within its bounds, backs off from a
+//! downstream that fails fast past its capacity, and a process that joins a running fleet admits within the fleet's limit from its
 //! first call, not from `initial`.
 //!
 //! The downstream serves `capacity` calls at once in 20 ms each and queues the rest. The
@@ -26,7 +26,8 @@ struct Downstream {
     capacity: Semaphore,
     inside: AtomicU32,
     peak: AtomicU32,
-    failing: AtomicBool,
+    /// Past its capacity, a call fails in a millisecond instead of queueing.
+    fail_fast: AtomicBool,
 }
 
 impl Downstream {
@@ -35,22 +36,26 @@ impl Downstream {
             capacity: Semaphore::new(capacity),
             inside: AtomicU32::new(0),
             peak: AtomicU32::new(0),
-            failing: AtomicBool::new(false),
+            fail_fast: AtomicBool::new(false),
         })
     }
 
     async fn serve(&self) -> Result<(), TestError> {
         let inside = self.inside.fetch_add(1, Ordering::SeqCst) + 1;
         self.peak.fetch_max(inside, Ordering::SeqCst);
-        let permit = self.capacity.acquire().await.expect("never closed");
+        let permit = match self.capacity.try_acquire() {
+            Ok(permit) => permit,
+            Err(_) if self.fail_fast.load(Ordering::SeqCst) => {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                self.inside.fetch_sub(1, Ordering::SeqCst);
+                return Err(TestError::Body("overloaded"));
+            }
+            Err(_) => self.capacity.acquire().await.expect("never closed"),
+        };
         tokio::time::sleep(SERVICE).await;
         drop(permit);
         self.inside.fetch_sub(1, Ordering::SeqCst);
-        if self.failing.load(Ordering::SeqCst) {
-            Err(TestError::Body("failing"))
-        } else {
-            Ok(())
-        }
+        Ok(())
     }
 
     /// The highest concurrency since the last look.
@@ -238,14 +243,17 @@ async fn the_limit_stays_within_its_bounds_and_backs_off_from_failures() {
     let unpinned = seconds(&coordinator, "adaptive-bounded", &down, 10).await;
     assert!(within(&unpinned[2..], 12, 12), "{unpinned:?}");
 
-    // Every call fails: congestion, down to `min` and no further.
-    down.failing.store(true, Ordering::SeqCst);
+    // The downstream now serves 6 at once and fails fast past that: congestion told by the
+    // drops (a slot held by a failure is one it did not serve in), down to about 6 and not
+    // to `min`, though no call's latency ever grows.
+    down.halve(34).await;
+    down.fail_fast.store(true, Ordering::SeqCst);
     let failing = seconds(&coordinator, "adaptive-bounded", &down, 30).await;
     assert!(within(&failing, 3, 12), "{failing:?}");
-    assert_eq!(
-        failing.last().map(|&(limit, _)| limit),
-        Some(3),
-        "{failing:?}"
+    let settled = seconds(&coordinator, "adaptive-bounded", &down, 20).await;
+    assert!(
+        settled.iter().all(|&(limit, _)| (5..=8).contains(&limit)),
+        "failing {failing:?}, settled {settled:?}"
     );
     for task in tasks {
         task.abort();

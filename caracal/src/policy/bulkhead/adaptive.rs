@@ -17,7 +17,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::kernel::adaptive::{Adapt, Bounds, Learnt, Observed, Report};
+use super::kernel::adaptive::vote::Sampling;
+use super::kernel::adaptive::{Adapt, Bounds, Learnt, Report};
 use crate::Error;
 use crate::coordinator::{Coordinator, WeakCoordinator};
 use crate::events;
@@ -61,8 +62,8 @@ pub(crate) struct View {
 
 #[derive(Debug, Default)]
 struct Known {
-    /// Observed and not yet sent.
-    observed: Observed,
+    /// What its calls showed: since the last report, and its base.
+    sampling: Sampling,
     /// The bounds of the calls that observed (the latest site's: sites of one identity agree
     /// but under drift).
     bounds: Option<Bounds>,
@@ -123,6 +124,7 @@ impl View {
         match known.learnt {
             Some((learnt, at)) if at.elapsed() < FRESH_FOR => Some(Learnt {
                 limit: learnt.limit.clamp(bounds.min, bounds.max),
+                full: learnt.full.clamp(bounds.min, bounds.max),
                 ..learnt
             }),
             _ => None,
@@ -133,13 +135,13 @@ impl View {
     pub(crate) fn observe(
         self: &Arc<Self>,
         coordinator: &Coordinator,
-        record: impl FnOnce(&mut Observed),
+        record: impl FnOnce(&mut Sampling),
     ) {
         // Without a runtime nothing could report: left for a call that has one.
         let runtime = tokio::runtime::Handle::try_current().ok();
         let start = {
             let mut known = lock(&self.known);
-            record(&mut known.observed);
+            record(&mut known.sampling);
             runtime.is_some() && !std::mem::replace(&mut known.reporting, true)
         };
         if let (true, Some(runtime)) = (start, runtime) {
@@ -168,8 +170,11 @@ impl View {
         let (report, number) = {
             let mut known = lock(&self.known);
             known.sent += 1;
+            let cut = known
+                .learnt
+                .is_some_and(|(learnt, _)| learnt.limit < learnt.full);
             let report = Report {
-                observed: std::mem::take(&mut known.observed),
+                observed: known.sampling.report(cut),
                 bounds,
                 window_ms: UPDATE_EVERY_MS,
             };
@@ -184,10 +189,11 @@ impl View {
             known.answered = number;
             known.learnt = Some((learnt, Instant::now()));
             // The first limit learnt is where this process starts, not a change.
-            let was = *known.announced.get_or_insert(learnt.limit);
-            let changed = learnt.limit.abs_diff(was) * 10 > was;
+            // A cut window's limit is a measurement, not a change.
+            let was = *known.announced.get_or_insert(learnt.full);
+            let changed = learnt.full.abs_diff(was) * 10 > was;
             changed
-                .then(|| known.announced.replace(learnt.limit))
+                .then(|| known.announced.replace(learnt.full))
                 .flatten()
         };
         if let Some(from) = announce {
@@ -222,7 +228,7 @@ impl Reporter {
             };
             let bounds = {
                 let known = lock(&view.known);
-                let quiet = known.observed.is_empty();
+                let quiet = known.sampling.is_empty();
                 empty = if quiet { empty + 1 } else { 0 };
                 if quiet && empty >= IDLE_ROUNDS {
                     None
@@ -246,7 +252,7 @@ impl Reporter {
                     // another reporter; the view is forgotten once nothing else holds it.
                     let stopped = {
                         let mut known = lock(&view.known);
-                        let stopped = known.observed.is_empty();
+                        let stopped = known.sampling.is_empty();
                         if stopped {
                             known.reporting = false;
                         }

@@ -123,8 +123,8 @@ where
             match view.limit(&coordinator, bounds).await {
                 Ok(learnt) => {
                     values.limit = learnt.limit;
-                    site.report_limit(learnt.limit);
-                    Some(view)
+                    site.report_limit(learnt.full);
+                    Some((view, learnt))
                 }
                 Err(error) => {
                     unavailable(&identity, &values, &error);
@@ -144,7 +144,7 @@ where
         &coordinator,
         &identity,
         token,
-        adaptive.as_ref(),
+        adaptive.as_ref().map(|(view, _)| view),
     )
     .await
     {
@@ -185,20 +185,21 @@ where
         body.as_mut().poll(cx).map(Ok)
     });
     // A body cut short from outside (an outer timeout, a caller gone) is congestion too.
-    let mut timing = adaptive.as_ref().map(|view| Timing {
+    let mut timing = adaptive.as_ref().map(|(view, learnt)| Timing {
         view,
         coordinator: &lease.coordinator,
+        low: learnt.low(grant.occupancy),
         started: Instant::now(),
-        outcome: Some(None),
+        succeeded: Some(false),
     });
     match held.await {
         Ok(result) => {
             if let Some(timing) = &mut timing {
                 // A failure or a timeout is congestion, not a latency; an inner policy's
                 // refusal says nothing about the downstream.
-                timing.outcome = match (&result, ctx.rejection()) {
-                    (Ok(_), _) => Some(Some(micros(timing.started.elapsed()))),
-                    (Err(_), None | Some(Rejection::Cut)) => Some(None),
+                timing.succeeded = match (&result, ctx.rejection()) {
+                    (Ok(_), _) => Some(true),
+                    (Err(_), None | Some(Rejection::Cut)) => Some(false),
                     (Err(_), Some(_)) => None,
                 };
             }
@@ -211,21 +212,25 @@ where
     }
 }
 
-/// What an adaptive limit's view learns of one body, however it ends: `outcome` is its latency
-/// (`Some(Some(µs))`), a drop (`Some(None)`, also what a body dropped unfinished leaves), or
-/// nothing to learn (`None`).
+/// What an adaptive limit's view learns of one body, however it ends: how long it took, and
+/// whether it succeeded (`Some(true)`), was a drop (`Some(false)`, also what a body dropped
+/// unfinished leaves) or has nothing to teach (`None`); `low`, whether it was admitted at low
+/// occupancy.
 struct Timing<'a> {
     view: &'a Arc<adaptive::View>,
     coordinator: &'a Coordinator,
+    low: bool,
     started: Instant,
-    outcome: Option<Option<u64>>,
+    succeeded: Option<bool>,
 }
 
 impl Drop for Timing<'_> {
     fn drop(&mut self) {
-        if let Some(latency) = self.outcome {
-            self.view
-                .observe(self.coordinator, |observed| observed.body(latency));
+        if let Some(succeeded) = self.succeeded {
+            let elapsed = micros(self.started.elapsed());
+            self.view.observe(self.coordinator, |sampling| {
+                sampling.body(self.low, elapsed, succeeded);
+            });
         }
     }
 }
@@ -296,7 +301,7 @@ async fn admit(
         unclaimed.armed = reply.is_err();
         if let (Some(view), Ok(answer)) = (view, &reply) {
             let occupancy = answer.reply.occupancy;
-            view.observe(coordinator, |observed| observed.occupancy(occupancy));
+            view.observe(coordinator, |sampling| sampling.occupancy(occupancy));
         }
         match reply {
             // Trusted from when its batch was sent, not from when it joined its lane: a fleet

@@ -1,7 +1,8 @@
-//! `adaptive.lua` against the [`Adapt`] kernel: generated reports (latencies from a
-//! microsecond to minutes, drops, occupancies) under generated bounds and windows, with clock
-//! moves to just before, at and after the open window's end, and past the estimate's idle
-//! expiry (where the key is deleted, as its TTL would on real time).
+//! `adaptive.lua` against the [`Adapt`] kernel: generated reports (bodies at low and high
+//! occupancy with latencies from a microsecond to minutes, drops, occupancies, each judged by
+//! a process's [`Sampling`] as a process would) under generated bounds and windows, with clock
+//! moves to just before, at and after the open window's end, past a cut's period, and past the
+//! estimate's idle expiry (where the key is deleted, as its TTL would on real time).
 
 use std::collections::HashMap;
 
@@ -10,15 +11,18 @@ use proptest::test_runner::TestCaseError;
 
 use super::{Env, differential};
 use crate::kernel::{Seen, State, Wire};
+use crate::policy::bulkhead::kernel::adaptive::vote::Sampling;
 use crate::policy::bulkhead::kernel::adaptive::{
-    Adapt, Bounds, Branch, Estimate, IDLE_MS, Observed, Report,
+    Adapt, Bounds, Branch, CUT_EVERY_MS, Estimate, IDLE_MS, Report,
 };
 
 #[derive(Debug, Clone)]
 enum Command {
-    /// Reports these bodies' outcomes (`None`: a drop) and this occupancy.
+    /// One of three processes reports these bodies' outcomes (at low occupancy or not;
+    /// `None`: a drop) and this occupancy.
     Report {
-        bodies: Vec<Option<u64>>,
+        process: usize,
+        bodies: Vec<(bool, Option<u64>)>,
         occupancy: u32,
     },
     /// Moves the clock on by this many microseconds.
@@ -27,6 +31,8 @@ enum Command {
     ToWindowEnd { offset: i8 },
     /// Past the estimate's idle expiry.
     Idle,
+    /// Past a cut's period.
+    Cut,
 }
 
 fn latency() -> impl Strategy<Value = Option<u64>> {
@@ -39,11 +45,16 @@ fn latency() -> impl Strategy<Value = Option<u64>> {
 
 fn command() -> impl Strategy<Value = Command> {
     prop_oneof![
-        6 => (prop::collection::vec(latency(), 0..12), 0u32..600)
-            .prop_map(|(bodies, occupancy)| Command::Report { bodies, occupancy }),
+        6 => (0usize..3, prop::collection::vec((any::<bool>(), latency()), 0..24), 0u32..600)
+            .prop_map(|(process, bodies, occupancy)| Command::Report {
+                process,
+                bodies,
+                occupancy,
+            }),
         2 => prop_oneof![0u64..2_000, 0u64..3_000_000].prop_map(|us| Command::Advance { us }),
         3 => (-1i8..=1).prop_map(|offset| Command::ToWindowEnd { offset }),
         1 => Just(Command::Idle),
+        1 => Just(Command::Cut),
     ]
 }
 
@@ -66,18 +77,23 @@ pub(super) fn run(conn: impl redis::ConnectionLike, cases: u32) {
         &Branch::ALL,
         |env, (bounds, window_ms, commands)| {
             let mut estimate = Estimate::default();
+            let mut processes: [Sampling; 3] = Default::default();
             let mut seen = Seen::default();
             let mut now_us = env.start_us;
             for command in commands {
                 match command {
-                    Command::Report { bodies, occupancy } => {
-                        let mut observed = Observed::default();
-                        for body in bodies {
-                            observed.body(body);
+                    Command::Report {
+                        process,
+                        bodies,
+                        occupancy,
+                    } => {
+                        let sampling = &mut processes[process];
+                        for (low, body) in bodies {
+                            sampling.body(low, body.unwrap_or(1_000), body.is_some());
                         }
-                        observed.occupancy(occupancy);
+                        sampling.occupancy(occupancy);
                         let report = Report {
-                            observed,
+                            observed: sampling.report(false),
                             bounds,
                             window_ms,
                         };
@@ -100,6 +116,7 @@ pub(super) fn run(conn: impl redis::ConnectionLike, cases: u32) {
                         now_us = now_us.max(ends * 1000);
                     }
                     Command::Idle => now_us += (IDLE_MS + 1) * 1000,
+                    Command::Cut => now_us += CUT_EVERY_MS * 1000,
                 }
             }
             compare_final_state(env, &estimate)?;
@@ -119,16 +136,25 @@ fn compare_final_state<C: redis::ConnectionLike>(
         HashMap::new()
     } else {
         let window = estimate.window;
+        let votes = window.votes;
         [
             ("limit", estimate.limit_pm),
             ("latency", estimate.latency_us),
             ("base", estimate.base_us),
             ("since", estimate.since_ms),
+            ("lowat", estimate.low_ms),
+            ("cut", estimate.cut.into()),
+            ("level", estimate.level),
             ("n", window.samples),
             ("sum", window.sum_us),
-            ("low", window.low_us),
-            ("drops", window.drops),
+            ("calls", window.calls),
+            ("low", window.low),
             ("peak", window.peak),
+            ("queued", votes.queued),
+            ("clear", votes.clear),
+            ("unsure", votes.unsure),
+            ("ratios", votes.ratio_sum),
+            ("bases", votes.base_sum),
         ]
         .into_iter()
         .map(|(field, n)| (field.to_owned(), n))

@@ -1,84 +1,121 @@
--- An adaptive limit: a process's observations join the identity's open window, and once the
--- window has passed the limit is updated from it. Same step as `Adapt` in the Rust kernel
--- beside this file (adaptive.rs), whose module docs give the algorithm.
+-- An adaptive limit: a process's report (its calls and its vote) joins the identity's open
+-- window, and once the window has passed the limit is updated from the votes. Same step as
+-- `Adapt` in the Rust kernel beside this file (adaptive.rs), whose module docs give the
+-- algorithm.
 --
 -- KEYS[1]  `caracal:v1:{<identity>}:adaptive`: a hash. `limit` (thousandths), `latency` and
---          `base` (µs), `since` (ms of server time), and the open window's `n`, `sum`, `low`,
---          `drops` and `peak`.
--- ARGV     samples, sum (µs), low (µs), drops, peak, min, initial, max, window (ms): integers.
--- Reply    {limit, latency, base}: the whole limit in force within [min, max], the mean latency
---          it was last updated from and the base (0: none yet).
+--          `base` (µs), `since` and `lowat` (ms of server time), `cut` (0 or 1), `level` (the last
+--          window's highest occupancy), and the open
+--          window's `n`, `sum`, `calls`, `low`, `peak`, `queued`, `clear`, `unsure`, `ratios`
+--          and `bases`.
+-- ARGV     samples, sum (µs), calls, low, peak, queued, clear, unsure, ratios, bases, min,
+--          initial, max, window (ms): integers.
+-- Reply    {limit, full, low, latency, base}: the whole limit in force (`low` in a cut window)
+--          and the limit, within [min, max]; the occupancy up to which a call counts as low (¾
+--          of the limit, or of the last window's highest occupancy if lower); the mean latency
+--          and the voters' mean base of the last window (0: none yet).
 -- TTL      PEXPIREAT now + 600 s (`IDLE_MS`) at every step.
 -- Cost     O(1): one HMGET, one HSET, one PEXPIREAT.
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local MAX_SUM = 9007199254740991
 local IDLE_MS = 600000
-local samples, sum, low = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local drops, peak = tonumber(ARGV[4]), tonumber(ARGV[5])
-local min, initial, max = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local window = tonumber(ARGV[9])
+local LOW_PM, CLEAR_PM, QUEUED_PM, GROWTH_PM = 750, 1100, 1250, 1200
+local CUT_EVERY_MS, LOW_SHARE_PM, VERIFY_MS = 10000, 100, 3000
+local a = {}
+for i = 1, 14 do
+  a[i] = tonumber(ARGV[i])
+end
+local min, initial, max, window = a[11], a[12], a[13], a[14]
 
-local stored = redis.call('HMGET', KEYS[1],
-  'limit', 'latency', 'base', 'since', 'n', 'sum', 'low', 'drops', 'peak')
+local fields = {'limit', 'latency', 'base', 'since', 'lowat', 'cut', 'level', 'n', 'sum', 'calls',
+  'low', 'peak', 'queued', 'clear', 'unsure', 'ratios', 'bases'}
+local stored = redis.call('HMGET', KEYS[1], unpack(fields))
 local e = {}
-for i = 1, 9 do
+for i = 1, #fields do
   e[i] = tonumber(stored[i]) or 0
 end
-local limit, latency, base, since = e[1], e[2], e[3], e[4]
-local wn, wsum, wlow, wdrops, wpeak = e[5], e[6], e[7], e[8], e[9]
+local limit, latency, base, since, lowat, cut, level = e[1], e[2], e[3], e[4], e[5], e[6], e[7]
+-- The open window: samples, sum, calls, low, peak, queued, clear, unsure, ratios, bases.
+local w = {e[8], e[9], e[10], e[11], e[12], e[13], e[14], e[15], e[16], e[17]}
 if limit == 0 then
-  limit, latency, base, since = initial * 1000, 0, 0, now
-  wn, wsum, wlow, wdrops, wpeak = 0, 0, 0, 0, 0
+  limit, latency, base, since, lowat, cut, level = initial * 1000, 0, 0, now, 0, 0, 0
+  lowat = math.max(now - CUT_EVERY_MS, 0)
+  w = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 end
 limit = math.min(math.max(limit, min * 1000), max * 1000)
 
-if samples > 0 then
-  if wn == 0 then wlow = low else wlow = math.min(wlow, low) end
+for i = 1, 10 do
+  if i == 5 then
+    w[i] = math.max(w[i], a[i])
+  else
+    w[i] = math.min(w[i] + a[i], MAX_SUM)
+  end
 end
-wn = math.min(wn + samples, MAX_SUM)
-wsum = math.min(wsum + sum, MAX_SUM)
-wdrops = math.min(wdrops + drops, MAX_SUM)
-wpeak = math.max(wpeak, peak)
 
 if now >= since + window then
-  if wn > 0 or wdrops > 0 then
+  local samples, sum, calls, low, peak = w[1], w[2], w[3], w[4], w[5]
+  local queued, clear, unsure, ratios, bases = w[6], w[7], w[8], w[9], w[10]
+  if calls > 0 then
+    if samples > 0 then
+      latency = math.floor(sum / samples)
+    end
+    if low > 0 and low * 1000 >= calls * LOW_SHARE_PM then
+      lowat = now
+    end
+    local weight = queued + clear + unsure
     local target = limit
-    if wn > 0 then
-      local mean = math.max(math.floor(wsum / wn), 1)
-      local least = math.max(wlow, 1)
-      if base == 0 or least < base then
-        base = least
-      else
-        base = base + math.floor((least - base) / 16)
-      end
-      latency = mean
-      local gradient = math.min(math.floor(base * 1100 / mean), 1000)
-      if gradient == 1000 then
-        target = math.floor(limit * 1200 / 1000)
-      else
-        target = math.floor(limit * gradient / 1000)
+    local verify = false
+    if weight > 0 then
+      base = math.floor(bases / weight)
+      if queued * 2 > weight then
+        if now < lowat + VERIFY_MS then
+          local ratio = math.max(math.floor(ratios / queued), QUEUED_PM)
+          target = math.floor(limit * CLEAR_PM / ratio)
+        else
+          verify = true
+        end
+      elseif clear * 2 > weight and cut == 0 then
+        target = math.floor(limit * GROWTH_PM / 1000)
       end
     end
-    if wdrops * 1000 > (wn + wdrops) * 100 then
-      target = math.min(target, math.floor(limit * 3 / 4))
-    end
-    if wpeak * 2 * 1000 < limit then
+    if peak * 2 * 1000 < limit then
       target = math.min(target, limit)
     end
     target = math.max(target, math.floor(limit / 2))
     limit = math.min(math.max(math.floor((limit + target) / 2), min * 1000), max * 1000)
+    level = peak
+    if verify or now >= lowat + CUT_EVERY_MS then
+      cut, lowat = 1, now
+    else
+      cut = 0
+    end
   end
   since = now
-  wn, wsum, wlow, wdrops, wpeak = 0, 0, 0, 0, 0
+  w = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 end
 
 local function int(n)
   return string.format('%d', n)
 end
-redis.call('HSET', KEYS[1], 'limit', int(limit), 'latency', int(latency), 'base', int(base),
-  'since', int(since), 'n', int(wn), 'sum', int(wsum), 'low', int(wlow), 'drops', int(wdrops),
-  'peak', int(wpeak))
+local set = {'limit', int(limit), 'latency', int(latency), 'base', int(base), 'since', int(since),
+  'lowat', int(lowat), 'cut', int(cut), 'level', int(level)}
+for i = 1, 10 do
+  set[#set + 1] = fields[7 + i]
+  set[#set + 1] = int(w[i])
+end
+redis.call('HSET', KEYS[1], unpack(set))
 redis.call('PEXPIREAT', KEYS[1], now + IDLE_MS)
-local whole = math.min(math.max(math.floor(limit / 1000), min), max)
-return {whole, latency, base}
+local function whole(pm)
+  return math.min(math.max(math.floor(pm / 1000), min), max)
+end
+local low = limit
+if level > 0 then
+  low = math.min(limit, level * 1000)
+end
+low = math.floor(low * LOW_PM / 1000)
+local in_force = limit
+if cut == 1 then
+  in_force = low
+end
+return {whole(in_force), whole(limit), math.floor(low / 1000), latency, base}

@@ -1,33 +1,35 @@
-//! An adaptive limit's arithmetic: the fleet's latency observations in, one limit per identity
-//! out. Pure and integer-only (milliseconds, microseconds, limits in thousandths), so that the
-//! in-memory coordinator's step and `adaptive.lua`'s agree to the last unit.
+//! An adaptive limit's arithmetic: each process's judgement of its own calls in, one limit per
+//! identity out. Pure and integer-only (milliseconds, microseconds, limits and ratios in
+//! thousandths), so that the in-memory coordinator's step and `adaptive.lua`'s agree to the
+//! last unit.
 //!
-//! # The algorithm: a gradient on the fleet's recent minimum latency
+//! # The algorithm: queueing judged by each process against its own base, decided by the fleet
 //!
-//! Every process reports, about every [`REPORT_EVERY`](crate::policy::bulkhead) of its calls'
-//! bodies, what it saw: how many succeeded and their summed and smallest latency, how many
-//! failed or timed out (drops), and the highest fleet occupancy a lease reply showed it. The
-//! identity gathers them; once a window (a second) has passed since the last update, the next
-//! report updates the limit from the window's figures:
+//! A latency is evidence of congestion only if it grows with the calls in flight: a downstream
+//! queueing past its capacity `C` answers an unqueued call in `S` and, at a limit `L ≥ C`, in
+//! `S × L / C` (Little's law). A busy host, a starved process or a slow class of requests makes
+//! calls slow at every concurrency. So the limit compares like with like:
 //!
-//! - `latency` is the window's mean latency, and `base` the fleet's recent minimum: the
-//!   window's smallest latency when it is lower, else the old base moved up a sixteenth of the
-//!   way towards it (so a downstream that got slower for good is followed within about 30
-//!   windows, while a moment without an unqueued call does not move it far).
-//! - A downstream serving `C` at once takes `S` for an unqueued call; at a limit `L ≥ C` its
-//!   mean latency is `S × L / C` (Little's law with the downstream saturated). The gradient is
-//!   `min(1, 1.1 × base / latency)` ([`TOLERANCE_PM`]): 1 while the mean stays within a tenth
-//!   of the base (an unqueued call's latency varies: a mean a few percent above the fastest
-//!   call is not queueing), else `1.1 × C / L`. A gradient of 1 probes: the target is 1.2 × the
-//!   limit ([`GROWTH_PM`]). Below 1 the target is `L × gradient = 1.1 × C` whatever the limit
-//!   was. So the limit heads for 1.1 × the capacity (less the unqueued latency's own spread)
-//!   and stays there. This is Netflix's Gradient limit (`gradient = min_rtt × tolerance /
-//!   rtt`) with the fleet's figures, a probing step in place of its `sqrt(limit)` queue
-//!   allowance (which at small limits overshoots by a third), and its minimum latency decaying
-//!   upwards as Gradient2's long-term average does, without Gradient2's averaging drift (it
-//!   learns a congested latency as normal).
-//! - Drops above a tenth of the window's calls ([`DROP_SHARE_PERMILLE`]) are congestion: the
-//!   target is at most three quarters of the limit (AIMD's back-off).
+//! - **Each process judges its own calls** ([`vote`]): those admitted while the fleet's
+//!   occupancy was at most three quarters of the limit ([`LOW_PM`]) ran below the capacity the
+//!   limit has found; their mean latency is the process's **base** (its own, so a slow process
+//!   or host is measured against itself). Its other calls' mean latency over that base is its
+//!   **ratio**; its drops (failures, timeouts) beyond the share it sees at low occupancy raise
+//!   the ratio by that excess (a downstream failing fast past its capacity). Latencies count up
+//!   to twice the base, so a slow class of requests (bimodal latency) cannot swamp the mean.
+//!   Its vote: *queued* above 1.25 ([`QUEUED_PM`]), *clear* below 1.1 ([`CLEAR_PM`]), else
+//!   *unsure*; weighted by the calls it judged, so a process weighs by its share of calls.
+//! - **The fleet decides by majority of weight**, once a window (a second): queued → the target
+//!   is `L × 1.1 / ratio` (the ratio the queued voters saw, on average), which is `1.1 × C`
+//!   whatever `L` was; clear → the target is `1.2 × L` (a probe); no majority, or no vote → the
+//!   limit holds. One process cannot drag the fleet: it is one vote of its weight.
+//! - **Bases need calls at low occupancy.** A fleet offered more than its limit admits every
+//!   call near the limit, so when no window in the last [`CUT_EVERY_MS`] had a tenth of its
+//!   calls at low occupancy ([`LOW_SHARE_PM`]), the next window is a **cut**: the limit in force
+//!   is three quarters of the limit, and every process measures its base. This is Envoy's
+//!   adaptive concurrency (its minimum latency measured at a reduced concurrency), taken once
+//!   per fleet rather than per process, and only while the fleet has no such calls of its own;
+//!   it costs a quarter of the limit for a second in eleven.
 //! - A fleet that never came near its limit (its highest occupancy under half of it) gives no
 //!   evidence the limit could be higher: the target is at most the limit (Gradient2's
 //!   application-limited check), so a quiet hour does not leave the limit at `max`.
@@ -36,33 +38,49 @@
 //!
 //! | condition | branch | effect |
 //! |-----------|--------|--------|
-//! | no estimate is stored | [`Started`](Branch::Started) | the limit starts at `initial` and a window opens |
+//! | no estimate is stored | [`Started`](Branch::Started) | the limit starts at `initial`; a cut follows the first window |
 //! | the window has not passed | [`Gathered`](Branch::Gathered) | the report joins the window |
-//! | it has, with nothing observed | [`Idle`](Branch::Idle) | a window opens now; the limit is kept |
-//! | it has; the window's smallest latency is below the base | [`BaseLowered`](Branch::BaseLowered) | the base is that latency |
-//! | it is not | [`BaseRaised`](Branch::BaseRaised) | the base moves a sixteenth towards it |
-//! | the mean latency within a tenth of the base | [`Probed`](Branch::Probed) | target 1.2 × the limit |
-//! | drops above a tenth | [`Congested`](Branch::Congested) | target at most ¾ of the limit |
+//! | it has, with no call in it | [`Idle`](Branch::Idle) | a window opens now; the limit is kept |
+//! | the queued votes weigh more than half | [`Queued`](Branch::Queued) | target `L × 1.1 / ratio` |
+//! | the clear votes do, outside a cut | [`Probed`](Branch::Probed) | target 1.2 × the limit |
+//! | neither does | [`Unsure`](Branch::Unsure) | target the limit |
+//! | nobody voted | [`Unjudged`](Branch::Unjudged) | target the limit |
 //! | the highest occupancy under half the limit | [`AppLimited`](Branch::AppLimited) | target at most the limit |
 //! | the new limit is above the old | [`Grew`](Branch::Grew) | |
 //! | below | [`Shrank`](Branch::Shrank) | |
 //! | the same | [`Held`](Branch::Held) | |
+//! | no window with calls at low occupancy for [`CUT_EVERY_MS`] | [`Cut`](Branch::Cut) | the next window is a cut |
 //!
-//! Every step answers the limit in force (whole, within `[min, max]`), the mean latency it was
-//! computed from and the base. The estimate expires [`IDLE_MS`] after the last report: a fleet
-//! that comes back after that starts again at `initial`.
+//! Every step answers the limit in force (¾ of the limit in a cut window; whole, within
+//! `[min, max]`), the limit itself, the mean latency of the last window and the voters' mean
+//! base. The estimate expires [`IDLE_MS`] after the last report: a fleet that comes back after
+//! that starts again at `initial`.
+
+#[cfg(test)]
+mod tests;
+pub(crate) mod vote;
 
 use crate::kernel::{Kernel, Malformed, Now, Script, Scripted, Seen, Sink, State, Wire};
 
-/// How much above the base the mean latency may be before it counts as queueing, in
-/// thousandths: 1.1 × the base.
-pub(crate) const TOLERANCE_PM: u64 = 1_100;
-/// The target while latency is within the tolerance, in thousandths of the limit: 1.2 ×.
+/// A call admitted at an occupancy up to this share of the limit (thousandths) ran unqueued;
+/// a cut window's limit in force is this share of the limit.
+pub(crate) const LOW_PM: u64 = 750;
+/// A ratio (thousandths) below which a process sees no queueing.
+pub(crate) const CLEAR_PM: u64 = 1_100;
+/// A ratio above which it sees queueing.
+pub(crate) const QUEUED_PM: u64 = 1_250;
+/// The highest ratio a vote carries: latencies count up to twice the base.
+pub(crate) const MAX_RATIO_PM: u64 = 2_000;
+/// The target of a clear majority, in thousandths of the limit: 1.2 ×.
 pub(crate) const GROWTH_PM: u64 = 1_200;
-/// Drops above this share of a window's calls (thousandths) are congestion.
-pub(crate) const DROP_SHARE_PERMILLE: u64 = 100;
-/// How far the base rises towards a higher window minimum at each update: a sixteenth.
-pub(crate) const BASE_RISE: u64 = 16;
+/// How recent calls at low occupancy (a cut's, or a quiet fleet's) must be for queued votes to
+/// lower the limit; older, a cut comes first.
+pub(crate) const VERIFY_MS: u64 = 3_000;
+/// How long a fleet goes without calls at low occupancy before a cut window.
+pub(crate) const CUT_EVERY_MS: u64 = 10_000;
+/// The share of a window's calls (thousandths) at low occupancy that lets every process
+/// measure its base without a cut.
+pub(crate) const LOW_SHARE_PM: u64 = 100;
 /// How long an estimate nobody reports to is kept.
 pub(crate) const IDLE_MS: u64 = 600_000;
 /// The longest latency one observation counts (10 minutes), so that sums stay exact.
@@ -76,31 +94,35 @@ pub(crate) enum Branch {
     Started,
     Gathered,
     Idle,
-    BaseLowered,
-    BaseRaised,
+    Queued,
     Probed,
-    Congested,
+    Verify,
+    Unsure,
+    Unjudged,
     AppLimited,
     Grew,
     Shrank,
     Held,
+    Cut,
 }
 
 impl Branch {
     /// Every branch, indexed as [`Seen`] records them.
     #[cfg(test)]
-    pub(crate) const ALL: [Branch; 11] = [
+    pub(crate) const ALL: [Branch; 13] = [
         Branch::Started,
         Branch::Gathered,
         Branch::Idle,
-        Branch::BaseLowered,
-        Branch::BaseRaised,
+        Branch::Queued,
         Branch::Probed,
-        Branch::Congested,
+        Branch::Verify,
+        Branch::Unsure,
+        Branch::Unjudged,
         Branch::AppLimited,
         Branch::Grew,
         Branch::Shrank,
         Branch::Held,
+        Branch::Cut,
     ];
 
     fn reach(self, seen: &mut Seen) {
@@ -128,62 +150,75 @@ impl Bounds {
     }
 }
 
-/// What calls' bodies showed, over a report or a window.
+/// Adds `n` to a sum, which stops at [`MAX_SUM`].
+fn add(sum: &mut u64, n: u64) {
+    *sum = sum.saturating_add(n).min(MAX_SUM);
+}
+
+/// The processes' votes over a report or a window, each weighted by the calls it judged.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Votes {
+    pub(crate) queued: u64,
+    pub(crate) clear: u64,
+    pub(crate) unsure: u64,
+    /// The queued votes' ratios (thousandths), each times its weight.
+    pub(crate) ratio_sum: u64,
+    /// Every voter's base (µs), times its weight.
+    pub(crate) base_sum: u64,
+}
+
+impl Votes {
+    /// One vote: `weight` calls judged at `ratio_pm` against a base of `base_us`.
+    pub(crate) fn add(&mut self, weight: u64, ratio_pm: u64, base_us: u64) {
+        if ratio_pm > QUEUED_PM {
+            add(&mut self.queued, weight);
+            add(&mut self.ratio_sum, weight.saturating_mul(ratio_pm));
+        } else if ratio_pm < CLEAR_PM {
+            add(&mut self.clear, weight);
+        } else {
+            add(&mut self.unsure, weight);
+        }
+        add(&mut self.base_sum, weight.saturating_mul(base_us));
+    }
+
+    fn weight(&self) -> u64 {
+        self.queued + self.clear + self.unsure
+    }
+
+    fn join(&mut self, other: &Votes) {
+        add(&mut self.queued, other.queued);
+        add(&mut self.clear, other.clear);
+        add(&mut self.unsure, other.unsure);
+        add(&mut self.ratio_sum, other.ratio_sum);
+        add(&mut self.base_sum, other.base_sum);
+    }
+}
+
+/// What one process's report, or a window, carries.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Observed {
     /// Bodies that succeeded.
     pub(crate) samples: u64,
-    /// Their latencies' sum, in microseconds.
+    /// Their latencies' sum (each counted up to twice its process's base), in microseconds.
     pub(crate) sum_us: u64,
-    /// The smallest of them (0 when there are none).
-    pub(crate) low_us: u64,
-    /// Bodies that failed or timed out.
-    pub(crate) drops: u64,
+    /// Bodies that ended, succeeded or not.
+    pub(crate) calls: u64,
+    /// Of those, the ones admitted at low occupancy.
+    pub(crate) low: u64,
     /// The highest fleet occupancy a lease reply showed.
     pub(crate) peak: u64,
+    pub(crate) votes: Votes,
 }
 
 impl Observed {
-    /// Adds one body's outcome: its latency if it succeeded, else a drop.
-    pub(crate) fn body(&mut self, latency_us: Option<u64>) {
-        match latency_us {
-            Some(us) => {
-                let us = us.min(MAX_LATENCY_US);
-                self.low_us = if self.samples == 0 {
-                    us
-                } else {
-                    self.low_us.min(us)
-                };
-                self.samples += 1;
-                self.sum_us = self.sum_us.saturating_add(us).min(MAX_SUM);
-            }
-            None => self.drops += 1,
-        }
-    }
-
-    /// Notes a fleet occupancy a lease reply showed.
-    pub(crate) fn occupancy(&mut self, occupancy: u32) {
-        self.peak = self.peak.max(occupancy.into());
-    }
-
-    /// Whether nothing was observed.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.samples == 0 && self.drops == 0 && self.peak == 0
-    }
-
     /// These figures with `other`'s added.
     fn join(&mut self, other: &Observed) {
-        if other.samples > 0 {
-            self.low_us = if self.samples == 0 {
-                other.low_us
-            } else {
-                self.low_us.min(other.low_us)
-            };
-        }
-        self.samples = self.samples.saturating_add(other.samples).min(MAX_SUM);
-        self.sum_us = self.sum_us.saturating_add(other.sum_us).min(MAX_SUM);
-        self.drops = self.drops.saturating_add(other.drops).min(MAX_SUM);
+        add(&mut self.samples, other.samples);
+        add(&mut self.sum_us, other.sum_us);
+        add(&mut self.calls, other.calls);
+        add(&mut self.low, other.low);
         self.peak = self.peak.max(other.peak);
+        self.votes.join(&other.votes);
     }
 }
 
@@ -196,14 +231,28 @@ pub(crate) struct Report {
     pub(crate) window_ms: u64,
 }
 
-/// The answer to a report: the limit in force, and the latencies it came from.
+/// The answer to a report: the limit in force, and what it came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Learnt {
+    /// The limit admissions use now: [`full`](Self::full), or [`low_at`](Self::low_at) in a
+    /// cut window.
     pub(crate) limit: u32,
+    /// The limit the fleet learnt.
+    pub(crate) full: u32,
+    /// The occupancy at or below which a call counts as admitted at low occupancy: ¾ of the
+    /// limit, or of the highest occupancy of the last window if that was lower.
+    pub(crate) low_at: u32,
     /// The mean latency of the window the limit was last updated from (0: not updated yet).
     pub(crate) latency_us: u64,
-    /// The fleet's recent minimum latency (0: none yet).
+    /// The voters' mean base latency in that window (0: nobody voted).
     pub(crate) base_us: u64,
+}
+
+impl Learnt {
+    /// Whether a call admitted at `occupancy` ran at low occupancy.
+    pub(crate) fn low(&self, occupancy: u32) -> bool {
+        occupancy <= self.low_at
+    }
 }
 
 /// One identity's estimate, as the `adaptive` hash stores it.
@@ -215,6 +264,12 @@ pub(crate) struct Estimate {
     pub(crate) base_us: u64,
     /// When the open window started (ms).
     pub(crate) since_ms: u64,
+    /// When a window last had calls at low occupancy, or a cut was last decided (ms).
+    pub(crate) low_ms: u64,
+    /// Whether the open window is a cut.
+    pub(crate) cut: bool,
+    /// The highest occupancy of the last window that closed with calls (0: none yet).
+    pub(crate) level: u64,
     /// What the open window gathered.
     pub(crate) window: Observed,
     /// The key's expiry (ms).
@@ -241,9 +296,12 @@ impl Kernel for Adapt {
         let bounds = report.bounds;
         if estimate.forgettable(now) {
             Branch::Started.reach(seen);
+            // A cut after the first window, unless it had calls at low occupancy: every
+            // process measures its base at once, at the occupancy the fleet has.
             *estimate = Estimate {
                 limit_pm: u64::from(bounds.initial) * 1000,
                 since_ms: now.ms,
+                low_ms: now.ms.saturating_sub(CUT_EVERY_MS),
                 ..Estimate::default()
             };
         }
@@ -251,54 +309,78 @@ impl Kernel for Adapt {
         estimate.window.join(&report.observed);
         if now.ms < estimate.since_ms.saturating_add(report.window_ms) {
             Branch::Gathered.reach(seen);
-        } else if estimate.window.samples == 0 && estimate.window.drops == 0 {
-            Branch::Idle.reach(seen);
-            estimate.since_ms = now.ms;
-            estimate.window = Observed::default();
         } else {
-            update(estimate, bounds, seen);
+            if estimate.window.calls == 0 {
+                Branch::Idle.reach(seen);
+            } else {
+                update(estimate, bounds, now, seen);
+            }
             estimate.since_ms = now.ms;
             estimate.window = Observed::default();
         }
         estimate.expires_ms = now.ms.saturating_add(IDLE_MS);
+        // Below the occupancy the fleet runs at, whatever its limit: a fleet offered less than
+        // its limit queues at what it offers.
+        let level = match estimate.level {
+            0 => estimate.limit_pm,
+            level => estimate.limit_pm.min(level * 1000),
+        };
+        let low_pm = level * LOW_PM / 1000;
+        let in_force = if estimate.cut {
+            low_pm
+        } else {
+            estimate.limit_pm
+        };
         Learnt {
-            limit: bounds.whole(estimate.limit_pm),
+            limit: bounds.whole(in_force),
+            full: bounds.whole(estimate.limit_pm),
+            low_at: u32::try_from(low_pm / 1000).unwrap_or(u32::MAX),
             latency_us: estimate.latency_us,
             base_us: estimate.base_us,
         }
     }
 }
 
-/// The window closes: the new limit from its figures (see the module docs).
-fn update(estimate: &mut Estimate, bounds: Bounds, seen: &mut Seen) {
+/// The window closes: the new limit from its figures, and whether a cut follows (see the
+/// module docs).
+fn update(estimate: &mut Estimate, bounds: Bounds, now: Now, seen: &mut Seen) {
     let window = estimate.window;
+    let votes = window.votes;
     let limit = estimate.limit_pm;
-    let mut target = limit;
     if let Some(latency) = window.sum_us.checked_div(window.samples) {
-        let latency = latency.max(1);
-        let low = window.low_us.max(1);
-        estimate.base_us = if estimate.base_us == 0 || low < estimate.base_us {
-            Branch::BaseLowered.reach(seen);
-            low
-        } else {
-            Branch::BaseRaised.reach(seen);
-            estimate.base_us + (low - estimate.base_us) / BASE_RISE
-        };
         estimate.latency_us = latency;
-        // The base is at most 6 × 10^8 µs and the gradient at most 1000, so every product
-        // stays below 2^53: exact in the script's numbers too.
-        let gradient_pm = (estimate.base_us * TOLERANCE_PM / latency).min(1000);
-        target = if gradient_pm == 1000 {
-            Branch::Probed.reach(seen);
-            limit * GROWTH_PM / 1000
-        } else {
-            limit * gradient_pm / 1000
-        };
     }
-    let calls = window.samples + window.drops;
-    if window.drops * 1000 > calls * DROP_SHARE_PERMILLE {
-        Branch::Congested.reach(seen);
-        target = target.min(limit * 3 / 4);
+    let weight = votes.weight();
+    if let Some(base) = votes.base_sum.checked_div(weight) {
+        estimate.base_us = base;
+    }
+    if window.low > 0 && window.low * 1000 >= window.calls * LOW_SHARE_PM {
+        estimate.low_ms = now.ms;
+    }
+    // Every product stays below 2^53 (a limit below 2^32 × 1000, a ratio at most 2000, a
+    // growth of 1200): exact in the script's numbers too.
+    let mut target = limit;
+    let mut verify = false;
+    if weight == 0 {
+        Branch::Unjudged.reach(seen);
+    } else if votes.queued * 2 > weight {
+        if now.ms < estimate.low_ms.saturating_add(VERIFY_MS) {
+            Branch::Queued.reach(seen);
+            let ratio = (votes.ratio_sum / votes.queued).max(QUEUED_PM);
+            target = limit * CLEAR_PM / ratio;
+        } else {
+            // Bases learnt long ago may be from another downstream (or host): measured
+            // again before the limit falls on them.
+            Branch::Verify.reach(seen);
+            verify = true;
+        }
+    } else if votes.clear * 2 > weight && !estimate.cut {
+        // A cut's calls ran below the limit: they tell whether it queues even there, not
+        // whether it could be higher.
+        Branch::Probed.reach(seen);
+        target = limit * GROWTH_PM / 1000;
+    } else {
+        Branch::Unsure.reach(seen);
     }
     if window.peak * 2 * 1000 < limit {
         Branch::AppLimited.reach(seen);
@@ -312,6 +394,12 @@ fn update(estimate: &mut Estimate, bounds: Bounds, seen: &mut Seen) {
         std::cmp::Ordering::Equal => Branch::Held.reach(seen),
     }
     estimate.limit_pm = next;
+    estimate.level = window.peak;
+    estimate.cut = verify || now.ms >= estimate.low_ms.saturating_add(CUT_EVERY_MS);
+    if estimate.cut {
+        Branch::Cut.reach(seen);
+        estimate.low_ms = now.ms;
+    }
 }
 
 static SCRIPT: Script = Script::new("adaptive limit", &[include_str!("adaptive.lua")]);
@@ -319,17 +407,23 @@ static SCRIPT: Script = Script::new("adaptive limit", &[include_str!("adaptive.l
 impl Scripted for Adapt {
     const SCRIPT: &'static Script = &SCRIPT;
     const KEYS: &'static [&'static str] = &["adaptive"];
-    const WIDTH: usize = 3;
+    const WIDTH: usize = 5;
 
     fn encode(batch: &[&Report], _: &Wire<'_>, sink: &mut dyn Sink) {
         let report = batch[0];
         let observed = report.observed;
+        let votes = observed.votes;
         for n in [
             observed.samples,
             observed.sum_us,
-            observed.low_us,
-            observed.drops,
+            observed.calls,
+            observed.low,
             observed.peak,
+            votes.queued,
+            votes.clear,
+            votes.unsure,
+            votes.ratio_sum,
+            votes.base_sum,
             report.bounds.min.into(),
             report.bounds.initial.into(),
             report.bounds.max.into(),
@@ -342,156 +436,10 @@ impl Scripted for Adapt {
     fn decode(reply: &[i64]) -> Result<Learnt, Malformed> {
         Ok(Learnt {
             limit: Malformed::count(reply[0])?,
-            latency_us: Malformed::natural("latency", reply[1])?,
-            base_us: Malformed::natural("base latency", reply[2])?,
+            full: Malformed::count(reply[1])?,
+            low_at: Malformed::count(reply[2])?,
+            latency_us: Malformed::natural("latency", reply[3])?,
+            base_us: Malformed::natural("base latency", reply[4])?,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const BOUNDS: Bounds = Bounds {
-        min: 2,
-        initial: 20,
-        max: 400,
-    };
-
-    fn at(ms: u64) -> Now {
-        Now {
-            ms,
-            ns: ms * 1_000_000,
-            order: ms,
-        }
-    }
-
-    /// A downstream serving `capacity` at once in `service_us` each, offered more than the
-    /// limit: one window's figures at `limit` (Little's law), as every process's reports add up.
-    fn saturated(limit: u32, capacity: u32, service_us: u64) -> Observed {
-        let mut observed = Observed::default();
-        let latency = service_us * u64::from(limit.max(capacity)) / u64::from(capacity);
-        for _ in 0..50 {
-            observed.body(Some(latency));
-        }
-        observed.body(Some(service_us));
-        observed.occupancy(limit);
-        observed
-    }
-
-    fn report(observed: Observed) -> Report {
-        Report {
-            observed,
-            bounds: BOUNDS,
-            window_ms: 1000,
-        }
-    }
-
-    /// Runs `seconds` windows against a downstream of `capacity`; the limit after each.
-    fn run(estimate: &mut Estimate, from_s: u64, seconds: u64, capacity: u32) -> Vec<u32> {
-        let mut seen = Seen::default();
-        let mut limits = Vec::new();
-        let mut limit = BOUNDS.whole(estimate.limit_pm.max(20_000));
-        for second in from_s..from_s + seconds {
-            let observed = saturated(limit, capacity, 20_000);
-            limit = Adapt::step(estimate, &report(observed), at(second * 1000), &mut seen).limit;
-            limits.push(limit);
-        }
-        limits
-    }
-
-    #[test]
-    fn the_limit_heads_for_a_tenth_over_the_capacity_and_follows_it() {
-        let mut estimate = Estimate::default();
-        let limits = run(&mut estimate, 1, 10, 40);
-        assert!(limits.windows(2).all(|w| w[0] <= w[1]), "{limits:?}");
-        // Around 1.1 × 40, one probing step (1.1 × on the limit) above it at most.
-        let limits = run(&mut estimate, 11, 20, 40);
-        assert!(
-            limits[5..].iter().all(|&l| (40..=49).contains(&l)),
-            "{limits:?}"
-        );
-        // The capacity halves: within [0.8, 1.3] × 20 in a few windows.
-        let limits = run(&mut estimate, 31, 10, 20);
-        assert!(
-            limits[4..].iter().all(|&l| (16..=26).contains(&l)),
-            "{limits:?}"
-        );
-        assert_eq!(estimate.base_us, 20_000);
-    }
-
-    #[test]
-    fn drops_back_the_limit_off_and_a_quiet_fleet_does_not_raise_it() {
-        let mut seen = Seen::default();
-        let mut estimate = Estimate::default();
-        Adapt::step(
-            &mut estimate,
-            &report(Observed::default()),
-            at(0),
-            &mut seen,
-        );
-        let mut failing = Observed::default();
-        for _ in 0..10 {
-            failing.body(None);
-        }
-        let learnt = Adapt::step(&mut estimate, &report(failing), at(1000), &mut seen);
-        // Half-way from 20 to ¾ of 20.
-        assert_eq!(learnt.limit, 17);
-        let mut quiet = Observed::default();
-        quiet.body(Some(1_000));
-        quiet.occupancy(3);
-        let learnt = Adapt::step(&mut estimate, &report(quiet), at(2000), &mut seen);
-        assert_eq!(learnt.limit, 17);
-        // Nothing observed for a window: kept, and the window starts again.
-        let learnt = Adapt::step(
-            &mut estimate,
-            &report(Observed::default()),
-            at(3500),
-            &mut seen,
-        );
-        assert_eq!((learnt.limit, estimate.since_ms), (17, 3500));
-        // Forgotten after the idle time: back to `initial`.
-        let learnt = Adapt::step(
-            &mut estimate,
-            &report(Observed::default()),
-            at(3501 + IDLE_MS),
-            &mut seen,
-        );
-        assert_eq!(learnt.limit, 20);
-    }
-
-    #[test]
-    fn the_limit_stays_within_its_bounds() {
-        let bounds = Bounds {
-            min: 5,
-            initial: 8,
-            max: 10,
-        };
-        let mut seen = Seen::default();
-        let mut estimate = Estimate::default();
-        for second in 0..30 {
-            let mut observed = Observed::default();
-            observed.body(Some(100));
-            observed.occupancy(100);
-            let report = Report {
-                observed,
-                bounds,
-                window_ms: 1000,
-            };
-            let learnt = Adapt::step(&mut estimate, &report, at(second * 1000), &mut seen);
-            assert!((5..=10).contains(&learnt.limit));
-        }
-        assert_eq!(bounds.whole(estimate.limit_pm), 10);
-        for second in 30..60 {
-            let mut observed = Observed::default();
-            observed.body(None);
-            let report = Report {
-                observed,
-                bounds,
-                window_ms: 1000,
-            };
-            Adapt::step(&mut estimate, &report, at(second * 1000), &mut seen);
-        }
-        assert_eq!(bounds.whole(estimate.limit_pm), 5);
     }
 }

@@ -1,0 +1,161 @@
+//! One process's judgement of its own calls, sent with each report: the [`Sampling`] a view
+//! keeps. Pure, like the fleet's step, and on the process's side of the wire: what goes out is
+//! a vote, never a raw latency that another process's would be compared with.
+
+use super::{MAX_LATENCY_US, MAX_RATIO_PM, Observed, add};
+
+/// The fewest calls a vote judges: fewer say more about chance than about the downstream.
+pub(crate) const MIN_VOTE: u64 = 3;
+/// The fewest successes at low occupancy that move the base.
+pub(crate) const MIN_BASE: u64 = 3;
+/// Calls at low occupancy within this share (thousandths) of the latency near the limit, either
+/// way, were not made faster by the lower occupancy: latency that does not fall with the
+/// occupancy is not queueing (a busy host, a downstream slower for good), and the base follows
+/// them half-way. Otherwise it only falls: faster calls at low occupancy are the queueing the
+/// base must not learn, and slower ones mean the downstream changed since the latency near the
+/// limit was measured (a cut that still queued because the capacity fell below it).
+pub(crate) const UNMOVED_PM: u64 = 100;
+
+/// Calls of one kind of admission since the last report.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Bucket {
+    samples: u64,
+    /// The successes' latencies (each up to twice the base), in microseconds.
+    sum_us: u64,
+    drops: u64,
+    /// The drops' durations, likewise.
+    drops_us: u64,
+}
+
+impl Bucket {
+    fn calls(&self) -> u64 {
+        self.samples + self.drops
+    }
+
+    /// The share of the time these calls held their slots that went to drops (thousandths).
+    fn drop_share_pm(&self) -> Option<u64> {
+        (self.drops_us * 1000).checked_div(self.sum_us + self.drops_us)
+    }
+}
+
+/// What a process learnt of its calls: since its last report, split by the fleet's occupancy
+/// at their admission; and over its life, its base.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Sampling {
+    low: Bucket,
+    high: Bucket,
+    peak: u64,
+    /// The mean latency of its successes at low occupancy, averaged over reports (0: none yet).
+    base_us: u64,
+    /// The mean latency of its successes near the limit, averaged half-way per report (0: none
+    /// yet).
+    near_us: u64,
+    /// The share of slot time its drops took at low occupancy (thousandths), likewise.
+    drop_share_pm: u64,
+}
+
+impl Sampling {
+    /// Adds one body's outcome: how long it held its slot, and whether it succeeded; `low` if
+    /// it was admitted at low occupancy.
+    pub(crate) fn body(&mut self, low: bool, elapsed_us: u64, succeeded: bool) {
+        // Up to twice the base: a slow class of requests, or a drop that waited for a timeout,
+        // weighs as much as a call queued twice as long, at every occupancy alike.
+        let cap = match self.base_us {
+            0 => MAX_LATENCY_US,
+            base => (base * 2).min(MAX_LATENCY_US),
+        };
+        let us = elapsed_us.min(cap);
+        let bucket = if low { &mut self.low } else { &mut self.high };
+        if succeeded {
+            bucket.samples += 1;
+            add(&mut bucket.sum_us, us);
+        } else {
+            bucket.drops += 1;
+            add(&mut bucket.drops_us, us);
+        }
+    }
+
+    /// Notes a fleet occupancy a lease reply showed.
+    pub(crate) fn occupancy(&mut self, occupancy: u32) {
+        self.peak = self.peak.max(occupancy.into());
+    }
+
+    /// Whether nothing was observed since the last report.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.low.calls() + self.high.calls() == 0 && self.peak == 0
+    }
+
+    /// The report of what was observed since the last, with this process's vote. First the base
+    /// moves towards what the calls at low occupancy showed; then the vote judges, against it,
+    /// the calls admitted near the limit or, with too few of those (a cut, a quiet fleet), the
+    /// others.
+    ///
+    /// `cut`: whether the limit in force was a cut's (the calls near the limit it had before
+    /// are what the cut's are compared with).
+    pub(crate) fn report(&mut self, cut: bool) -> Observed {
+        let (low, high) = (self.low, self.high);
+        let mut observed = Observed {
+            samples: low.samples + high.samples,
+            calls: low.calls() + high.calls(),
+            low: low.calls(),
+            peak: self.peak,
+            ..Observed::default()
+        };
+        add(&mut observed.sum_us, low.sum_us);
+        add(&mut observed.sum_us, high.sum_us);
+        if low.samples >= MIN_BASE {
+            let mean = (low.sum_us / low.samples).max(1);
+            // With no call near the limit to compare with, the fleet runs below it: its calls
+            // at low occupancy are its calls.
+            let unmoved = mean.abs_diff(self.near_us) * 1000 <= self.near_us * UNMOVED_PM;
+            self.base_us = match self.base_us {
+                0 => mean,
+                _ if unmoved => mean,
+                base if mean < base => (base + mean) / 2,
+                base => base,
+            };
+        }
+        let judged = if high.calls() >= MIN_VOTE { high } else { low };
+        if self.base_us > 0 && judged.calls() >= MIN_VOTE {
+            observed
+                .votes
+                .add(judged.calls(), self.ratio_pm(&judged), self.base_us);
+        }
+        if high.samples >= MIN_VOTE {
+            let mean = high.sum_us / high.samples;
+            self.near_us = match self.near_us {
+                0 => mean,
+                near => (near + mean) / 2,
+            };
+        } else if !cut {
+            self.near_us = 0;
+        }
+        if let Some(share) = low.drop_share_pm()
+            && low.calls() >= MIN_BASE
+        {
+            self.drop_share_pm = (self.drop_share_pm + share) / 2;
+        }
+        self.low = Bucket::default();
+        self.high = Bucket::default();
+        self.peak = 0;
+        observed
+    }
+
+    /// How much longer than this process's base its calls took (thousandths), or how much
+    /// more of their slots' time went to drops than at low occupancy — a slot held by a drop
+    /// is a slot the downstream did not serve in: past its capacity, `D` slots of which `C`
+    /// succeed read `D / C`, as a queue of `D` would.
+    fn ratio_pm(&self, calls: &Bucket) -> u64 {
+        let latency_pm = calls
+            .sum_us
+            .checked_div(calls.samples)
+            .map_or(1000, |mean| mean * 1000 / self.base_us);
+        let dropping_pm = calls
+            .drop_share_pm()
+            .map_or(0, |share| share.saturating_sub(self.drop_share_pm));
+        let drops_pm = 1_000_000u64
+            .checked_div(1000 - dropping_pm)
+            .unwrap_or(MAX_RATIO_PM);
+        latency_pm.max(drops_pm).min(MAX_RATIO_PM)
+    }
+}
