@@ -110,7 +110,34 @@ impl fmt::Debug for Coordinator {
     }
 }
 
+/// How long this process remembers an identity nobody calls: past it, what the process kept
+/// of it (breaker views, retry-budget views, the registry's note of its use, the decisions
+/// counted for `caracal top`, repeated events' summaries) is forgotten, so a scope per user
+/// costs memory only while the user is active. An identity in use is never idle: a held lease,
+/// a call in flight, observations or counts not yet sent keep it. An open breaker's view is
+/// kept longer (see `docs/operations.md`): forgetting it would let a coordinator outage fail
+/// that scope open. A forgotten identity costs its next call what a first call costs.
+///
+/// Give a Prometheus exporter an idle timeout a little longer than this for gauges, so their
+/// per-scope series go too (see the `metrics` module).
+///
+/// ```
+/// // A user's breaker, bulkhead and registry entries are gone a minute after their last call.
+/// assert_eq!(caracal::FORGET_IDLE_AFTER, std::time::Duration::from_secs(60));
+/// ```
+pub const FORGET_IDLE_AFTER: Duration = Duration::from_secs(60);
+
 impl Coordinator {
+    /// Forgets what this coordinator and the process keep of identities idle for
+    /// [`FORGET_IDLE_AFTER`]; run with each round of the registry's reports (every few
+    /// seconds while the coordinator lives).
+    pub(crate) fn forget_idle(&self) {
+        self.breakers().forget_idle();
+        crate::policy::retry_budget::forget_idle(self);
+        crate::tally::forget_idle(FORGET_IDLE_AFTER);
+        crate::summary::forget_quiet(FORGET_IDLE_AFTER);
+    }
+
     /// The embedded coordinator: policy state lives in this process, on tokio's clock.
     ///
     /// Distributed policies behave exactly as they do against Redis (leases, renewals,
