@@ -99,6 +99,14 @@ struct Inner {
     shut_down: AtomicBool,
     /// What kinds keep per coordinator (views of fleet-wide state), one value per type.
     kept: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
+    /// Those of `kept` that remember identities, swept by [`Coordinator::forget_idle`].
+    forgetting: Mutex<Vec<Arc<dyn ForgetsIdle>>>,
+}
+
+/// What a kind keeps per coordinator about identities, which forgets the idle ones (see
+/// [`FORGET_IDLE_AFTER`]) when the coordinator sweeps.
+pub(crate) trait ForgetsIdle: Send + Sync + 'static {
+    fn forget_idle(&self);
 }
 
 impl fmt::Debug for Coordinator {
@@ -133,7 +141,10 @@ impl Coordinator {
     /// seconds while the coordinator lives).
     pub(crate) fn forget_idle(&self) {
         self.breakers().forget_idle();
-        crate::policy::retry_budget::forget_idle(self);
+        let forgetting = crate::sync::lock(&self.inner.forgetting).clone();
+        for kept in forgetting {
+            kept.forget_idle();
+        }
         crate::tally::forget_idle(FORGET_IDLE_AFTER);
         crate::summary::forget_quiet(FORGET_IDLE_AFTER);
     }
@@ -234,6 +245,7 @@ impl Coordinator {
                 changes: tokio::sync::broadcast::Sender::new(16),
                 shut_down: AtomicBool::new(false),
                 kept: Mutex::default(),
+                forgetting: Mutex::default(),
             }),
         }
     }
@@ -378,6 +390,19 @@ impl Coordinator {
         let entry = kept
             .entry(TypeId::of::<T>())
             .or_insert_with(|| Arc::new(T::default()));
+        Arc::clone(entry)
+            .downcast()
+            .unwrap_or_else(|_| unreachable!("filed under its own type"))
+    }
+
+    /// [`kept`](Self::kept), for a `T` that remembers identities: swept with the others.
+    pub(crate) fn kept_forgetting<T: Default + ForgetsIdle>(&self) -> Arc<T> {
+        let mut kept = crate::sync::lock(&self.inner.kept);
+        let entry = kept.entry(TypeId::of::<T>()).or_insert_with(|| {
+            let made = Arc::new(T::default());
+            crate::sync::lock(&self.inner.forgetting).push(Arc::clone(&made) as _);
+            made
+        });
         Arc::clone(entry)
             .downcast()
             .unwrap_or_else(|_| unreachable!("filed under its own type"))

@@ -66,12 +66,6 @@ use crate::sync::lock;
 pub(crate) mod kernel;
 mod view;
 
-/// Forgets `coordinator`'s views of retry budgets nobody used for a while (see
-/// [`coordinator::FORGET_IDLE_AFTER`]).
-pub(crate) fn forget_idle(coordinator: &Coordinator) {
-    view::Views::forget_idle(coordinator);
-}
-
 /// The settings of one `#[retry_budget]` call site.
 #[doc(hidden)]
 #[derive(Debug, Clone)]
