@@ -46,8 +46,10 @@ impl From<caracal::Error> for BenchError {
     }
 }
 
+// Limits far above what the bench calls: the reused scope of the first-call ratio must never
+// wait for the rate limit.
 #[circuit_breaker(name = "bench-scopes", scope = user)]
-#[rate_limit(name = "bench-scopes", rate = 1000, burst = 100, scope = user)]
+#[rate_limit(name = "bench-scopes", rate = 1000000, burst = 10000, scope = user)]
 #[bulkhead(name = "bench-scopes", limit = 100, scope = user)]
 async fn per_user(user: &str) -> Result<(), BenchError> {
     Ok(())
@@ -142,10 +144,14 @@ async fn main() -> Result<(), caracal::Error> {
     let mut next_report = Duration::from_secs(1);
     while made < scopes {
         tick.tick().await;
-        for _ in 0..RATE / TICKS_PER_SECOND {
-            per_user(&format!("user-{made}")).await.expect("admitted");
-            made += 1;
+        // A tick's scopes called at once, as many users' requests arrive together.
+        let calls: Vec<_> = (made..made + RATE / TICKS_PER_SECOND)
+            .map(|n| tokio::spawn(async move { per_user(&format!("user-{n}")).await }))
+            .collect();
+        for call in calls {
+            call.await.expect("a call").expect("admitted");
         }
+        made += RATE / TICKS_PER_SECOND;
         if started.elapsed() >= next_report {
             next_report += Duration::from_secs(1);
             emit(
