@@ -104,7 +104,9 @@ pub mod __private;
 
 pub use caracal_macros::*;
 pub use config::Config;
-pub use coordinator::{Coordinator, DataLoss, REDIS_ACL_RULES, RedisBuilder, install};
+pub use coordinator::{
+    Coordinator, DataLoss, FORGET_IDLE_AFTER, REDIS_ACL_RULES, RedisBuilder, install,
+};
 pub use error::{CoordinatorFailure, Error, FailureKind};
 pub use fencing::fencing_token;
 pub use identity::PolicyKind;

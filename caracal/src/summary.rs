@@ -6,7 +6,8 @@
 //! the metrics.
 //!
 //! The summary is due at the first occurrence after the period: a condition that ends
-//! leaves its last count unsaid until it starts again (no timer runs for it).
+//! leaves its last count unsaid until it starts again (no timer runs for it), or until its
+//! identity has been idle for [`crate::FORGET_IDLE_AFTER`], when the count is dropped.
 //!
 //! What the coordinator's loss causes (degraded decisions, failed commands, releases that find
 //! their leases gone after it) is one condition of the process, whatever the scope:
@@ -79,6 +80,11 @@ pub(crate) fn repeat_across(
     SUMMARIES.across(event, at, coordinator, condition, Instant::now())
 }
 
+/// Forgets the summaries of conditions quiet for `quiet` (an idle identity's).
+pub(crate) fn forget_quiet(quiet: Duration) {
+    Summaries::forget_quiet(&mut lock(&SUMMARIES.repeats), Instant::now(), quiet);
+}
+
 fn identity<'a>(at: &At<'a>) -> (&'a str, &'a str, &'a str, &'a str) {
     (at.policy, at.name, at.operation, at.scope)
 }
@@ -109,10 +115,17 @@ impl Summaries {
         self.repeat(key, Some(self.hasher.hash_one(identity(at))), now)
     }
 
+    /// Forgets the repeats whose period started `quiet` ago or more: their next occurrence
+    /// starts the condition afresh, and a count they left unsaid is dropped.
+    fn forget_quiet(repeats: &mut HashMap<u64, Repeats>, now: Instant, quiet: Duration) {
+        repeats.retain(|_, seen| now.duration_since(seen.since) < quiet);
+        crate::sync::shrink(repeats);
+    }
+
     fn repeat(&self, key: u64, identity: Option<u64>, now: Instant) -> Option<Across> {
         let mut repeats = lock(&self.repeats);
         if repeats.len() >= SWEEP_AT {
-            repeats.retain(|_, seen| now.duration_since(seen.since) < PERIOD);
+            Self::forget_quiet(&mut repeats, now, PERIOD);
         }
         let fresh = Repeats {
             since: now,

@@ -95,6 +95,33 @@ pub(crate) fn count(at: &At<'_>, decision: Decision, reason: &'static str) {
     }
 }
 
+/// Forgets the identities that decided nothing since their counts were last taken, at least
+/// `idle` ago.
+pub(crate) fn forget_idle(idle: std::time::Duration) {
+    let now = Instant::now();
+    let mut buckets = TALLY.1.write().unwrap_or_else(|e| e.into_inner());
+    buckets.retain(|_, bucket| {
+        bucket.retain(|counts| {
+            counts.admitted.load(Ordering::Relaxed) > 0
+                || !lock(&counts.other).is_empty()
+                || now.duration_since(*lock(&counts.since)) < idle
+        });
+        !bucket.is_empty()
+    });
+    crate::sync::shrink(&mut buckets);
+}
+
+/// How many identities of the policy `name` are counted.
+#[cfg(test)]
+pub(crate) fn counted(name: &str) -> usize {
+    let buckets = TALLY.1.read().unwrap_or_else(|e| e.into_inner());
+    buckets
+        .values()
+        .flatten()
+        .filter(|c| c.parts[1] == name)
+        .count()
+}
+
 /// An identity's decisions per second since they were last taken.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Rates {

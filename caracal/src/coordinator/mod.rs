@@ -99,6 +99,14 @@ struct Inner {
     shut_down: AtomicBool,
     /// What kinds keep per coordinator (views of fleet-wide state), one value per type.
     kept: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
+    /// Those of `kept` that remember identities, swept by [`Coordinator::forget_idle`].
+    forgetting: Mutex<Vec<Arc<dyn ForgetsIdle>>>,
+}
+
+/// What a kind keeps per coordinator about identities, which forgets the idle ones (see
+/// [`FORGET_IDLE_AFTER`]) when the coordinator sweeps.
+pub(crate) trait ForgetsIdle: Send + Sync + 'static {
+    fn forget_idle(&self);
 }
 
 impl fmt::Debug for Coordinator {
@@ -110,7 +118,37 @@ impl fmt::Debug for Coordinator {
     }
 }
 
+/// How long this process remembers an identity nobody calls: past it, what the process kept
+/// of it (breaker views, retry-budget views, the registry's note of its use, the decisions
+/// counted for `caracal top`, repeated events' summaries) is forgotten, so a scope per user
+/// costs memory only while the user is active. An identity in use is never idle: a held lease,
+/// a call in flight, observations or counts not yet sent keep it. An open breaker's view is
+/// kept longer (see `docs/operations.md`): forgetting it would let a coordinator outage fail
+/// that scope open. A forgotten identity costs its next call what a first call costs.
+///
+/// Give a Prometheus exporter an idle timeout a little longer than this for gauges, so their
+/// per-scope series go too (see the `metrics` module).
+///
+/// ```
+/// // A user's breaker, bulkhead and registry entries are gone a minute after their last call.
+/// assert_eq!(caracal::FORGET_IDLE_AFTER, std::time::Duration::from_secs(60));
+/// ```
+pub const FORGET_IDLE_AFTER: Duration = Duration::from_secs(60);
+
 impl Coordinator {
+    /// Forgets what this coordinator and the process keep of identities idle for
+    /// [`FORGET_IDLE_AFTER`]; run with each round of the registry's reports (every few
+    /// seconds while the coordinator lives).
+    pub(crate) fn forget_idle(&self) {
+        self.breakers().forget_idle();
+        let forgetting = crate::sync::lock(&self.inner.forgetting).clone();
+        for kept in forgetting {
+            kept.forget_idle();
+        }
+        crate::tally::forget_idle(FORGET_IDLE_AFTER);
+        crate::summary::forget_quiet(FORGET_IDLE_AFTER);
+    }
+
     /// The embedded coordinator: policy state lives in this process, on tokio's clock.
     ///
     /// Distributed policies behave exactly as they do against Redis (leases, renewals,
@@ -207,6 +245,7 @@ impl Coordinator {
                 changes: tokio::sync::broadcast::Sender::new(16),
                 shut_down: AtomicBool::new(false),
                 kept: Mutex::default(),
+                forgetting: Mutex::default(),
             }),
         }
     }
@@ -351,6 +390,19 @@ impl Coordinator {
         let entry = kept
             .entry(TypeId::of::<T>())
             .or_insert_with(|| Arc::new(T::default()));
+        Arc::clone(entry)
+            .downcast()
+            .unwrap_or_else(|_| unreachable!("filed under its own type"))
+    }
+
+    /// [`kept`](Self::kept), for a `T` that remembers identities: swept with the others.
+    pub(crate) fn kept_forgetting<T: Default + ForgetsIdle>(&self) -> Arc<T> {
+        let mut kept = crate::sync::lock(&self.inner.kept);
+        let entry = kept.entry(TypeId::of::<T>()).or_insert_with(|| {
+            let made = Arc::new(T::default());
+            crate::sync::lock(&self.inner.forgetting).push(Arc::clone(&made) as _);
+            made
+        });
         Arc::clone(entry)
             .downcast()
             .unwrap_or_else(|_| unreachable!("filed under its own type"))

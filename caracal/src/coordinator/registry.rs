@@ -38,9 +38,12 @@ pub(crate) const MAX_IDENTITIES: u32 = 10_000;
 /// The most processes whose values and rates the registry keeps per identity (past it, the
 /// longest silent is forgotten): what bounds a report's cost in a large fleet.
 pub(crate) const MOST_PROCESSES_PER_IDENTITY: usize = 100;
-/// The most call sites a process remembers, and how long one unused is remembered.
+/// The most call sites a process remembers.
 const MAX_USES: usize = 10_000;
-const FORGET_AFTER_REPORTS: u32 = 120;
+/// Reports a use sits out before it is forgotten: [`super::FORGET_IDLE_AFTER`].
+const FORGET_AFTER_REPORTS: u32 = super::FORGET_IDLE_AFTER
+    .as_secs()
+    .div_ceil(REPORT_EVERY.as_secs()) as u32;
 
 /// One identity as a process reports it.
 #[derive(Debug, Clone)]
@@ -565,6 +568,12 @@ impl Uses<'_> {
         reports << 32 ^ generation
     }
 
+    /// How many identities this process notes uses of.
+    #[cfg(test)]
+    pub(crate) fn count(&self) -> usize {
+        lock(&self.coordinator.inner.usage.uses).len()
+    }
+
     /// Records the use; whether it is the site's first of `identity`.
     fn noted<S, V: Values>(&self, identity: &Identity, site: &S, resolved: &Resolved<V>) -> bool {
         let usage = &self.coordinator.inner.usage;
@@ -638,7 +647,10 @@ impl Uses<'_> {
                         tokio::time::sleep(REPORT_SOON).await;
                     }
                     match super::upgrade(&weak) {
-                        Some(coordinator) => coordinator.uses().report_uses().await,
+                        Some(coordinator) => {
+                            coordinator.uses().report_uses().await;
+                            coordinator.forget_idle();
+                        }
                         None => return,
                     }
                 }
@@ -661,6 +673,7 @@ impl Uses<'_> {
                 uses.retain(|u| u.idle < FORGET_AFTER_REPORTS);
                 !uses.is_empty()
             });
+            crate::sync::shrink(&mut uses);
             identities = uses.len();
             let mut due: Vec<&mut Use> = uses
                 .values_mut()

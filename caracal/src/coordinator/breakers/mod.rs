@@ -101,6 +101,17 @@ impl Views<'_> {
     fn state(&self) -> &Breakers {
         &self.coordinator.inner.breakers
     }
+
+    /// How many breakers this process keeps a view of.
+    #[cfg(test)]
+    pub(crate) fn count(&self) -> usize {
+        lock(&self.state().views).len()
+    }
+
+    /// Forgets the views of idle breakers (see [`view::forget_idle`]).
+    pub(crate) fn forget_idle(&self) {
+        view::forget_idle(&mut lock(&self.state().views), Instant::now());
+    }
 }
 
 /// What this process knows of each breaker, owned by its coordinator.

@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{LAST_KNOWN_AGE, MAX_VIEWS, VIEW_MAX_AGE};
+use crate::coordinator::FORGET_IDLE_AFTER;
 use crate::events;
 use crate::identity::{Identity, KeyBase};
 use crate::policy::breaker::kernel::{
@@ -133,16 +134,28 @@ impl Applied {
     }
 }
 
-/// Makes room in a full map of views: forgets those unconfirmed for [`LAST_KNOWN_AGE`], then,
-/// if that is not enough, the oldest tenth — closed ones first (forgetting them only costs a
-/// round trip; forgetting an open one would let a coordinator outage fail open). A view with
-/// observations waiting to be sent is never forgotten, nor one with observations in flight
-/// among the oldest (an answer that never comes, its task dropped with a runtime, holds it no
-/// longer than the age bound).
-pub(super) fn evict(views: &mut HashMap<KeyBase, View>, now: Instant) {
+/// Forgets the views of idle breakers: a closed one unconfirmed for [`FORGET_IDLE_AFTER`]
+/// (forgetting it costs its next call a round trip), any other unconfirmed for
+/// [`LAST_KNOWN_AGE`] (forgetting an open one would let a coordinator outage fail its scope
+/// open). A view with observations waiting to be sent is never forgotten (an answer that
+/// never comes, its task dropped with a runtime, holds one in flight no longer than the age
+/// bound).
+pub(super) fn forget_idle(views: &mut HashMap<KeyBase, View>, now: Instant) {
     views.retain(|_, view| {
-        view.batch.is_some() || now.duration_since(view.confirmed) < LAST_KNOWN_AGE
+        let kept_for = match view.phase {
+            Phase::Closed | Phase::ForcedClosed => FORGET_IDLE_AFTER,
+            _ => LAST_KNOWN_AGE,
+        };
+        view.batch.is_some() || now.duration_since(view.confirmed) < kept_for
     });
+    crate::sync::shrink(views);
+}
+
+/// Makes room in a full map of views: forgets the idle ones, then, if that is not enough,
+/// the oldest tenth — closed ones first, for the reason [`forget_idle`] keeps open ones — but
+/// never one with observations in flight among the oldest.
+pub(super) fn evict(views: &mut HashMap<KeyBase, View>, now: Instant) {
+    forget_idle(views, now);
     if views.len() < MAX_VIEWS {
         return;
     }
@@ -207,6 +220,9 @@ pub(super) fn learn_in(
         view.probe_due = learned.probe_due;
         view.stamp = learned.stamp;
         view.received = view.received.max(learned.received);
+        // Touched on every answer taken, not only on a change: an exporter that drops gauges
+        // left untouched for a while (see `FORGET_IDLE_AFTER`) keeps a breaker in use.
+        events::breaker_phase(&view.identity.at(), phase);
         return Applied::Taken(change.filter(|change| change.from != change.to));
     }
     let Some(identity) = identity else {

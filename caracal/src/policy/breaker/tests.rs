@@ -376,3 +376,52 @@ fn thresholds_resolve_to_thousandths() {
         1
     );
 }
+
+static PER_USER: BreakerSite = BreakerSite::new(config("unit-per-user", false));
+
+/// A scope per user: once the users stop calling, the process forgets them everywhere it
+/// noted them (the breaker's views, the registry's uses, the decisions counted for `top`),
+/// and remembers those still calling.
+#[tokio::test(start_paused = true)]
+async fn identities_idle_past_the_forget_time_are_forgotten() {
+    const USERS: usize = 200;
+    let coordinator = Coordinator::in_memory();
+    let user = |n: usize| Scope::new(format!("user-{n}"));
+    let call_as = |scope: Result<Scope, Error>| {
+        coordinator.scoped(async move {
+            circuit_breaker(
+                &PER_USER,
+                &CallCtx::new(),
+                &scope,
+                ClassifyByResult,
+                async { Ok::<(), Error>(()) },
+            )
+            .await
+        })
+    };
+    for n in 0..USERS {
+        call_as(user(n)).await.expect("closed");
+    }
+    settle_background().await;
+    let remembered = || {
+        (
+            coordinator.breakers().count(),
+            coordinator.uses().count(),
+            crate::tally::counted("unit-per-user"),
+        )
+    };
+    assert_eq!(remembered(), (USERS, USERS, USERS), "every user noted");
+    // One user goes on calling through the others' idle time.
+    let started = tokio::time::Instant::now();
+    while started.elapsed()
+        < crate::FORGET_IDLE_AFTER + 3 * crate::coordinator::registry::REPORT_EVERY
+    {
+        call_as(user(0)).await.expect("closed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        remembered(),
+        (1, 1, 1),
+        "only the user still calling is remembered"
+    );
+}

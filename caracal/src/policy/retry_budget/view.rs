@@ -38,7 +38,7 @@ use tokio::time::Instant;
 
 use super::kernel::{Allowance, Record, Share, Slide, Totals, Window, allows, allows_locally};
 use crate::Error;
-use crate::coordinator::{Coordinator, timer};
+use crate::coordinator::{Coordinator, FORGET_IDLE_AFTER, ForgetsIdle, timer};
 use crate::identity::{Identity, KeyBase};
 use crate::kernel::{Kernel, Now, Seen};
 use crate::metrics;
@@ -54,12 +54,24 @@ pub(crate) struct Views(Mutex<HashMap<KeyBase, Arc<View>>>);
 impl Views {
     /// `identity`'s view in `coordinator`, made on first use.
     pub(crate) fn of(coordinator: &Coordinator, identity: &Identity) -> Arc<View> {
-        let views = coordinator.kept::<Views>();
+        let views = coordinator.kept_forgetting::<Views>();
         let mut views = lock(&views.0);
         let view = views
             .entry(identity.key.clone())
             .or_insert_with(|| Arc::new(View::new(identity.clone())));
         Arc::clone(view)
+    }
+}
+
+impl ForgetsIdle for Views {
+    /// Forgets the views of idle identities: held by nothing but the map (no call, no timer,
+    /// no batch in flight), with nothing left to send, and that learnt nothing for
+    /// [`FORGET_IDLE_AFTER`] nor the budget's window (so no count of its own window is lost).
+    fn forget_idle(&self) {
+        let mut views = lock(&self.0);
+        let now = Instant::now();
+        views.retain(|_, view| Arc::strong_count(view) > 1 || !view.idle(now));
+        crate::sync::shrink(&mut views);
     }
 }
 
@@ -114,6 +126,18 @@ pub(crate) struct Decided {
 pub(crate) type OnFailure = fn(&Identity, &Error);
 
 impl View {
+    fn idle(&self, now: Instant) -> bool {
+        let window = Duration::from_millis(self.window_ms.load(Ordering::Relaxed));
+        let known = lock(&self.known);
+        let last = known.learnt_at.unwrap_or(self.born);
+        self.deposits.load(Ordering::Relaxed) == 0
+            && !self.due.load(Ordering::Relaxed)
+            && known.in_flight.is_none()
+            && known.withdrawals == 0
+            && known.carried == 0
+            && now.duration_since(last) >= FORGET_IDLE_AFTER.max(window)
+    }
+
     fn new(identity: Identity) -> Self {
         View {
             identity,
