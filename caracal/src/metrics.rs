@@ -209,6 +209,46 @@ pub(crate) fn admitted(at: &At<'_>, reason: &'static str, arrival: Stopwatch) {
     let _ = arrival;
 }
 
+/// The `scope` label of a bulkhead's occupancy: the bodies of a call site's first
+/// [`LABELLED_SCOPES`] scopes count under their own scope; once the site uses more in this
+/// process, every body of it counts under this one (`scope="other"`).
+pub const OTHER_SCOPES: &str = "other";
+
+/// How many scopes of one bulkhead call site get an occupancy series each, per process.
+pub const LABELLED_SCOPES: usize = 16;
+
+/// Per call site (name, operation), the scopes labelled so far; `None` once past
+/// [`LABELLED_SCOPES`]. Keyed by names, never addresses: a site's names outlive it.
+#[cfg(feature = "metrics")]
+type LabelledScopes =
+    std::collections::BTreeMap<(String, String), Option<std::collections::BTreeSet<String>>>;
+
+#[cfg(feature = "metrics")]
+static SCOPES: std::sync::Mutex<LabelledScopes> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// The `scope` label `at`'s body counts under: its scope while its site's scopes are few (a
+/// region, a partner), [`OTHER_SCOPES`] once they are many (a user, a tenant) — for every
+/// scope of the site from then on, so that no process reports part of a scope apart.
+#[cfg(feature = "metrics")]
+fn scope_label(at: &At<'_>) -> String {
+    let mut sites = crate::sync::lock(&SCOPES);
+    let site = sites
+        .entry((at.name.to_owned(), at.operation.to_owned()))
+        .or_insert_with(|| Some(std::collections::BTreeSet::new()));
+    if let Some(scopes) = site {
+        if scopes.contains(at.scope) {
+            return at.scope.to_owned();
+        }
+        if scopes.len() < LABELLED_SCOPES {
+            scopes.insert(at.scope.to_owned());
+            return at.scope.to_owned();
+        }
+    }
+    *site = None;
+    OTHER_SCOPES.to_owned()
+}
+
 /// A body running inside a bulkhead: counted in `caracal_bulkhead_in_flight` from
 /// [`in_flight`] until dropped — however the call ends (returned, cancelled, panicked).
 #[must_use = "the body counts as running only while this is held"]
@@ -229,6 +269,7 @@ pub(crate) fn in_flight(at: &At<'_>) -> InFlight {
             BULKHEAD_IN_FLIGHT,
             "name" => at.name.to_owned(),
             "operation" => at.operation.to_owned(),
+            "scope" => scope_label(at),
         );
         gauge.increment(1.0);
         InFlight { gauge }

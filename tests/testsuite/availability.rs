@@ -404,6 +404,126 @@ async fn a_flush_is_noticed_by_a_process_holding_no_lease_through_its_fleet_chec
     coordinator.shutdown().await;
 }
 
+/// The causes of the `coordinator.data_lost` events among a worker's lines.
+fn loss_causes(lines: &[String]) -> Vec<String> {
+    lines
+        .iter()
+        .filter(|line| line.starts_with("event coordinator.data_lost "))
+        .map(|line| {
+            let cause = line
+                .split_whitespace()
+                .find_map(|kv| kv.strip_prefix("cause="));
+            cause.unwrap_or_default().to_owned()
+        })
+        .collect()
+}
+
+/// The overlap the marker bounds (leases.md, "A flush between two commands"): a `FLUSHALL`
+/// while one process holds a lease and another, quiet, holds none. The quiet process's callers
+/// are admitted into the emptied set at once, over the holder, whose body runs on without a
+/// Redis command (a 30 s lease: its first renewal is 10 s away), so its process learns of the
+/// flush only from a fleet check: its own read of the marker, or the other's, announced on the
+/// feed. On the ledger's clock, every caller admitted over the limit entered within a check
+/// period and a round trip of the flush, and the holder was out by then; each process noticed
+/// the flush exactly once, one of them by the marker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_flush_a_quiet_process_overlaps_a_holder_elsewhere_for_at_most_a_check_period() {
+    let server = RedisServer::start();
+    let ledger_server = RedisServer::start();
+    let namespace = unique("flush-overlap");
+    let (scope, name) = (unique("flush-overlap"), unique("flush-overlap-ledger"));
+    let args = |scenario_args: &[&str]| {
+        let mut args = vec![
+            format!("scope={scope}"),
+            format!("ledger={}", ledger_server.url()),
+            format!("ledger_name={name}"),
+            "lease=long".to_owned(),
+            "events=coordinator.data_lost".to_owned(),
+        ];
+        args.extend(scenario_args.iter().map(|&arg| arg.to_owned()));
+        args
+    };
+    // Connected, each process has read the marker (a coordinator reads the fleet's overrides,
+    // and the marker with them, before it serves).
+    let holder = Worker::spawn(
+        &server.url(),
+        &namespace,
+        "ledger-hold",
+        // Connected for a while after its holder is cancelled: a second notice would show.
+        &args(&["hold_ms=600000", "linger_ms=3000"]),
+    );
+    holder.expect_line("entered", PATIENCE);
+    // Turned away (the limit is 1) until the flush, then admitted at once; on for a while
+    // after the grace.
+    let mut quiet = Worker::spawn(
+        &server.url(),
+        &namespace,
+        "ledger-take",
+        &args(&["millis=6000", "start=on-go"]),
+    );
+    quiet.expect_line("ready", PATIENCE);
+    quiet.go();
+    quiet.expect_line("turned away", PATIENCE);
+    let mut ledger = Ledger::new(&ledger_server.url(), &name);
+    let holder_pid = holder.child.id();
+    let flushed_us = ledger.now_us();
+    let () = redis::cmd("FLUSHALL")
+        .query(&mut server.connection())
+        .expect("FLUSHALL");
+    // Polled every 10 ms: the time to see the holder go is part of the round trip allowed.
+    eventually("the holder out of the ledger", || {
+        !ledger.open_pids().contains(&holder_pid)
+    })
+    .await;
+    let out_ms = (ledger.now_us() - flushed_us) / 1000;
+    let bound_ms = 1_000 + ROUND_TRIP_MS;
+    let held = holder.lines_through("result", PATIENCE);
+    let took = quiet.lines_through("result", PATIENCE * 2);
+    let violations = ledger.violations();
+    let last_ms = violations
+        .iter()
+        .map(|violation| violation.at_us.saturating_sub(flushed_us) / 1000)
+        .max();
+    let causes = [loss_causes(&held), loss_causes(&took)];
+    println!(
+        "after the flush: the holder out {out_ms} ms after it, {} callers admitted over it, \
+         the last {last_ms:?} ms after it; noticed (holder, quiet process): {causes:?}",
+        violations.len()
+    );
+    assert_eq!(
+        code_field(held.last().expect("result")),
+        "lease_lost",
+        "{held:?}"
+    );
+    let quiet_pid = quiet.child.id();
+    assert!(
+        violations.iter().all(|violation| {
+            let pids: std::collections::BTreeSet<u32> = violation.pids().collect();
+            pids == [holder_pid, quiet_pid].into()
+        }),
+        "an overlap other than the quiet process's callers over the holder: {violations:?}"
+    );
+    // What the bound is about happened: the quiet process was admitted over the holder.
+    assert!(
+        last_ms.is_some(),
+        "the quiet process was not admitted blind after the flush (leases.md says it is)"
+    );
+    assert!(
+        last_ms <= Some(bound_ms) && out_ms <= bound_ms,
+        "an overlap ended {last_ms:?} ms (last admission over the limit) / {out_ms} ms (the \
+         holder out) after the flush: more than the check period and a round trip"
+    );
+    assert!(
+        causes.iter().all(|causes| causes.len() == 1)
+            && causes.iter().flatten().any(|cause| cause == "flushed"),
+        "(holder, quiet process): {causes:?}, where each notices once, one by the marker"
+    );
+    assert!(
+        Worker::field(took.last().expect("result"), "admitted") > 0,
+        "{took:?}"
+    );
+}
+
 /// One identity's keys deleted (its lease set and its fencing counter; the marker stays, so
 /// no fleet check can see it) under a process holding a lease there: its renewal carries its
 /// token, finds the counter below it, and the process notices: exactly one

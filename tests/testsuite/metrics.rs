@@ -15,7 +15,7 @@ use caracal::admin::{BreakerCommand, BreakerId};
 use caracal::metrics::{
     ADMISSION_SECONDS, BULKHEAD_IN_FLIGHT, BULKHEAD_LIMIT, CIRCUIT_BREAKER_FAILURE_RATE,
     CIRCUIT_BREAKER_SLOW_CALL_RATE, CIRCUIT_BREAKER_STATE, COORDINATOR_SECONDS, DECISIONS_TOTAL,
-    FALLBACKS_TOTAL, RETRIES_TOTAL, TIMEOUTS_TOTAL,
+    FALLBACKS_TOTAL, LABELLED_SCOPES, OTHER_SCOPES, RETRIES_TOTAL, TIMEOUTS_TOTAL,
 };
 use caracal::{Coordinator, bulkhead, circuit_breaker, fallback, rate_limit, retry, timeout};
 use caracal_tests::{FaultProxy, MetricsLog, RedisServer};
@@ -288,6 +288,59 @@ async fn occupancy_returns_to_zero_however_calls_end() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_occupancy_returns_to_zero_however_calls_end() {
     occupancy_returns_to_zero("metrics-in-flight-local", occupy_locally).await;
+}
+
+#[bulkhead(name = "metrics-in-flight-scoped", limit = 10, scope = scope)]
+async fn occupy_scope(scope: &str, gate: watch::Receiver<bool>) -> Result<(), TestError> {
+    wait_then(gate, false).await
+}
+
+/// Occupancy per scope while a bulkhead's scopes are few: each of its first
+/// [`LABELLED_SCOPES`] scopes has a series of its own; a scope past them (scopes per user)
+/// counts under [`OTHER_SCOPES`], and so does every body of the site after it, a scope that had
+/// a series included: a process never reports part of a scope apart from the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn occupancy_carries_the_scope_while_a_bulkheads_scopes_are_few() {
+    MetricsLog::global();
+    let name = "metrics-in-flight-scoped";
+    let in_flight = |scope: &str| {
+        MetricsLog::global().gauge(
+            BULKHEAD_IN_FLIGHT,
+            &[("name", name), ("operation", name), ("scope", scope)],
+        )
+    };
+    let coordinator = Coordinator::in_memory();
+    let (open, gate) = watch::channel(false);
+    let call = |scope: String| {
+        let (coordinator, gate) = (coordinator.clone(), gate.clone());
+        tokio::spawn(async move { coordinator.scoped(occupy_scope(&scope, gate)).await })
+    };
+    let mut calls: Vec<_> = (0..LABELLED_SCOPES)
+        .map(|n| call(format!("region-{n}")))
+        .collect();
+    for n in 0..LABELLED_SCOPES {
+        let scope = format!("region-{n}");
+        eventually("a series per scope", || in_flight(&scope) == Some(1.0)).await;
+    }
+    assert_eq!(in_flight(OTHER_SCOPES), None, "{:?}", MetricsLog::global());
+    calls.push(call("user-1".to_owned()));
+    eventually("the scope past the bound under `other`", || {
+        in_flight(OTHER_SCOPES) == Some(1.0)
+    })
+    .await;
+    calls.push(call("region-0".to_owned()));
+    eventually("every body of the site under `other` from then on", || {
+        in_flight(OTHER_SCOPES) == Some(2.0)
+    })
+    .await;
+    assert_eq!(in_flight("user-1"), None);
+    assert_eq!(in_flight("region-0"), Some(1.0));
+    open.send(true).expect("the calls listen");
+    for call in calls {
+        assert_eq!(code(&call.await.expect("no panic")), "ok");
+    }
+    assert_eq!(in_flight(OTHER_SCOPES), Some(0.0));
+    assert_eq!(in_flight("region-0"), Some(0.0));
 }
 
 /// The next `gauge value=` a worker prints (see its `*-gauge` scenarios).

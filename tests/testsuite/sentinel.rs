@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use caracal::{Coordinator, bulkhead};
+use caracal_tests::ledger::{AsyncLedger, Ledger};
 use caracal_tests::sentinel::connections_received;
 use caracal_tests::{RedisSentinel, RedisServer};
 
@@ -21,6 +22,17 @@ const RECOVERY: Duration = Duration::from_secs(30);
 /// A short lease: after the failover (a data loss), admissions pause for one lease.
 #[bulkhead(name = "sentinel-load", limit = 50, lease = "1s", scope = scope)]
 async fn call(scope: &str) -> Result<(), TestError> {
+    Ok(())
+}
+
+/// The load's bulkhead: fewer slots than load tasks, so that callers admitted over holders
+/// the switch did not end would show in the ledger; the default 30 s lease, which outlives the
+/// switch (a holder's trust does not end before the process notices the new master).
+#[bulkhead(name = "sentinel-ledgered", limit = 2, scope = scope)]
+async fn ledgered(scope: &str, ledger: &AsyncLedger, id: &str) -> Result<(), TestError> {
+    let entered = ledger.enter(id).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    entered.leave().await;
     Ok(())
 }
 
@@ -121,7 +133,8 @@ const SERVING_AGAIN: Duration = Duration::from_secs(1 + 1 + 3);
 /// A Sentinel switch under load: calls during the switch fail fast with
 /// `CoordinatorUnavailable`, none hangs, calls succeed again on the new master within
 /// [`SERVING_AGAIN`] of the sentinels agreeing on it (on this process's clock: it is the
-/// worker), and a demoted master is not hammered with reconnections (counted at it). Before,
+/// worker), no more bodies than the limit ran at once (in a ledger on a server of its own), and
+/// a demoted master is not hammered with reconnections (counted at it). Before,
 /// a process pointed at the master never followed it: `READONLY` to the end of the run, and
 /// thousands of connections to the demoted master.
 async fn a_switch_under_load_is_followed(how: Switch) {
@@ -131,15 +144,24 @@ async fn a_switch_under_load_is_followed(how: Switch) {
     let scope = unique("failover");
     assert_eq!(code(&coordinator.scoped(call(&scope)).await), "ok");
 
+    let ledger_server = RedisServer::start();
+    let name = unique("sentinel-ledger");
+    let ledger = AsyncLedger::connect(&ledger_server.url(), &name, 2).await;
     let stop = Arc::new(AtomicBool::new(false));
     let seen = Arc::new(Seen::default());
     let tasks: Vec<_> = (0..4)
-        .map(|_| {
-            let (coordinator, scope) = (coordinator.clone(), scope.clone());
+        .map(|task| {
+            let (coordinator, scope, ledger) = (coordinator.clone(), scope.clone(), ledger.clone());
             let (stop, seen) = (Arc::clone(&stop), Arc::clone(&seen));
             tokio::spawn(async move {
-                while !stop.load(Ordering::Acquire) {
-                    match tokio::time::timeout(HUNG, coordinator.scoped(call(&scope))).await {
+                for n in 0.. {
+                    if stop.load(Ordering::Acquire) {
+                        break;
+                    }
+                    // Ids are `<pid>-…` in a ledger: one process here, its tasks apart.
+                    let id = format!("{}-{task}-{n}", std::process::id());
+                    let body = coordinator.scoped(ledgered(&scope, &ledger, &id));
+                    match tokio::time::timeout(HUNG, body).await {
                         Ok(result) => {
                             seen.codes.lock().expect("codes").push(code(&result));
                             seen.kinds
@@ -203,17 +225,31 @@ async fn a_switch_under_load_is_followed(how: Switch) {
     assert_eq!(seen.hung.load(Ordering::Relaxed), 0, "calls that hung");
     let codes = seen.codes.lock().expect("codes").clone();
     let kinds = seen.kinds.lock().expect("kinds").clone();
-    let failed = codes.iter().filter(|&&code| code != "ok").count();
+    let failed = codes
+        .iter()
+        .filter(|&&code| code != "ok" && code != "bulkhead_full")
+        .count();
     // A call admitted before the switch and still running when its process notices the new
     // master's lost state is cancelled (`lease_lost`), as after any data loss; the others end
-    // fast with `coordinator_unavailable`.
+    // fast with `coordinator_unavailable`, or find the bulkhead full as at any time.
+    let expected = [
+        "ok",
+        "coordinator_unavailable",
+        "lease_lost",
+        "bulkhead_full",
+    ];
     assert!(
-        codes
-            .iter()
-            .all(|&code| ["ok", "coordinator_unavailable", "lease_lost"].contains(&code)),
+        codes.iter().all(|code| expected.contains(code)),
         "codes during the failover: {codes:?}"
     );
     assert!(failed > 0, "the switch cost no call: {codes:?}");
+    let mut ledger = Ledger::new(&ledger_server.url(), &name);
+    assert!(ledger.max_open() == 2, "the load never filled the bulkhead");
+    assert_eq!(
+        ledger.violations(),
+        [],
+        "more bodies at once than the limit of 2 through the switch"
+    );
     let per_second = received as f64 / seconds;
     eprintln!(
         "failover ({}): {switched:?} for the sentinels to switch, serving again {recovered:?} \

@@ -695,16 +695,18 @@ async fn main() {
         }
         "ledger-hold" | "ledger-take" => {
             let ledger = AsyncLedger::connect(&get("ledger"), &get("ledger_name"), 1).await;
+            // A taker stops at `admissions=`, or at the end of `millis=`, whichever comes first.
             let (hold, wanted) = if scenario == "ledger-hold" {
                 (Duration::from_millis(number("hold_ms")), 1)
             } else {
-                (Duration::from_millis(5), number("admissions"))
+                (Duration::from_millis(5), count("admissions"))
             };
+            let until = until();
             let long = options.get("lease").is_some_and(|lease| lease == "long");
             let pid = std::process::id();
-            let (mut admitted, mut last) = (0, "none");
+            let (mut admitted, mut last, mut turned_away) = (0, "none", false);
             for attempt in 0.. {
-                if admitted >= wanted {
+                if admitted >= wanted || Instant::now() >= until {
                     break;
                 }
                 let id = format!("{pid}-{attempt}");
@@ -719,8 +721,17 @@ async fn main() {
                 } else if scenario == "ledger-hold" {
                     break;
                 } else {
+                    // Said once: the test knows the taker is at the door, not still starting.
+                    if !turned_away {
+                        turned_away = true;
+                        say("turned away");
+                    }
                     tokio::time::sleep(Duration::from_millis(1)).await;
                 }
+            }
+            // `linger_ms=`: connected a while longer, to show the events that come after.
+            if options.contains_key("linger_ms") {
+                tokio::time::sleep(Duration::from_millis(number("linger_ms"))).await;
             }
             coordinator.shutdown().await;
             say(&format!("result code={last} admitted={admitted}"));

@@ -67,12 +67,25 @@ impl Worker {
 
     /// The next line starting with `prefix`, within `timeout`.
     pub(crate) fn expect_line(&self, prefix: &str, timeout: Duration) -> String {
+        let mut lines = self.lines_through(prefix, timeout);
+        lines.pop().expect("the line looked for ends the lines")
+    }
+
+    /// Every line printed up to and including the next one starting with `prefix`, within
+    /// `timeout`.
+    pub(crate) fn lines_through(&self, prefix: &str, timeout: Duration) -> Vec<String> {
         let deadline = Instant::now() + timeout;
+        let mut lines = Vec::new();
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
-                Ok(line) if line.starts_with(prefix) => return line,
-                Ok(_) => {}
+                Ok(line) => {
+                    let found = line.starts_with(prefix);
+                    lines.push(line);
+                    if found {
+                        return lines;
+                    }
+                }
                 Err(_) => panic!("worker printed no `{prefix}` line within {timeout:?}"),
             }
         }
