@@ -158,6 +158,7 @@ mod tests {
             operation: "o",
             scope,
             coordination: "distributed",
+            shadow: false,
         }
     }
 
