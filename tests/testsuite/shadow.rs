@@ -4,8 +4,10 @@
 //! the in-memory coordinator and a real `redis-server`, and a fleet override that turns a shadow
 //! policy into an enforcing one.
 
+use std::sync::atomic::{AtomicU32, Ordering};
+
 use caracal::metrics::DECISIONS_TOTAL;
-use caracal::{Coordinator, bulkhead, circuit_breaker};
+use caracal::{Coordinator, bulkhead, circuit_breaker, rate_limit, retry, retry_budget};
 use caracal_tests::{EventLog, MetricsLog, RedisServer};
 
 use crate::common::{self, Gate, PATIENCE, TestError, code, unique};
@@ -248,4 +250,101 @@ async fn a_fleet_override_turns_a_shadow_bulkhead_into_an_enforcing_one() {
     shadow_shown(false).await;
     gate.open(1);
     assert_eq!(code(&holder.await.expect("holder")), "ok");
+}
+
+#[rate_limit(name = "shadow-rate", rate = 0.001, scope = scope, shadow = true)]
+async fn shadow_rate(scope: &str) -> Result<(), TestError> {
+    Ok(())
+}
+
+/// One admission per 1000 s: the first call is admitted, the next four would be refused and
+/// run, each counted as `would_reject` (reason `rate_exceeded`).
+async fn a_shadow_rate_limit_runs_what_it_would_refuse(coordinator: &Coordinator) {
+    let name = "shadow-rate";
+    let scope = unique("rate");
+    let counts = || {
+        (
+            decisions(name, "admitted", "admitted"),
+            decisions(name, "would_reject", "rate_exceeded"),
+            decisions(name, "rejected", "rate_exceeded"),
+        )
+    };
+    let before = counts();
+    for _ in 0..5 {
+        assert_eq!(code(&coordinator.scoped(shadow_rate(&scope)).await), "ok");
+    }
+    let after = counts();
+    assert_eq!(
+        (after.0 - before.0, after.1 - before.1, after.2 - before.2),
+        (1, 4, 0),
+        "{before:?} → {after:?}"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_shadow_rate_limit_in_memory() {
+    MetricsLog::global();
+    a_shadow_rate_limit_runs_what_it_would_refuse(&Coordinator::in_memory()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_rate_limit_on_redis() {
+    MetricsLog::global();
+    let server = RedisServer::start();
+    let coordinator = common::redis(&server.url()).await;
+    a_shadow_rate_limit_runs_what_it_would_refuse(&coordinator).await;
+}
+
+/// A budget of no retry at all, in shadow mode: every retry is made, and counted.
+#[retry_budget(name = "shadow-budget", percent = 0, min_per_second = 0, scope = scope,
+               shadow = true)]
+#[retry(max_attempts = 3)]
+async fn shadow_budget(scope: &str, attempts: &AtomicU32) -> Result<(), TestError> {
+    attempts.fetch_add(1, Ordering::SeqCst);
+    Err(TestError::Body("downstream failed"))
+}
+
+/// The same budget enforcing: the first attempt only.
+#[retry_budget(name = "enforcing-budget", percent = 0, min_per_second = 0, scope = scope)]
+#[retry(max_attempts = 3)]
+async fn enforcing_budget(scope: &str, attempts: &AtomicU32) -> Result<(), TestError> {
+    attempts.fetch_add(1, Ordering::SeqCst);
+    Err(TestError::Body("downstream failed"))
+}
+
+async fn a_shadow_retry_budget_makes_the_retries_it_would_refuse(coordinator: &Coordinator) {
+    let scope = unique("budget");
+    let (shadowed, enforced) = (AtomicU32::new(0), AtomicU32::new(0));
+    let before = decisions("shadow-budget", "would_reject", "budget_exhausted");
+    let shadow = coordinator.scoped(shadow_budget(&scope, &shadowed)).await;
+    let enforcing = coordinator
+        .scoped(enforcing_budget(&scope, &enforced))
+        .await;
+    assert_eq!((code(&shadow), code(&enforcing)), ("body", "body"));
+    assert_eq!(
+        (
+            shadowed.load(Ordering::SeqCst),
+            enforced.load(Ordering::SeqCst)
+        ),
+        (3, 1),
+        "shadowed, both retries made; enforcing, none"
+    );
+    assert_eq!(
+        decisions("shadow-budget", "would_reject", "budget_exhausted") - before,
+        2
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_shadow_retry_budget_in_memory() {
+    MetricsLog::global();
+    a_shadow_retry_budget_makes_the_retries_it_would_refuse(&Coordinator::in_memory()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_retry_budget_on_redis() {
+    MetricsLog::global();
+    let server = RedisServer::start();
+    let coordinator = common::redis(&server.url()).await;
+    a_shadow_retry_budget_makes_the_retries_it_would_refuse(&coordinator).await;
 }
