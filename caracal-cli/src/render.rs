@@ -168,7 +168,11 @@ pub(crate) fn processes(processes: &[Process], namespace: &str, json: bool) -> S
 }
 
 fn row(identity: &IdentityStatus) -> [String; 7] {
-    let [state, mut detail] = identity.state.summary();
+    let [mut state, mut detail] = identity.state.summary();
+    if identity.shadow {
+        // What it shows is what it would do: it lets every call run.
+        state.push_str(" (shadow)");
+    }
     if let Some(operator) = &identity.operator {
         detail.push_str(&format!(", forced{}", by(operator)));
     }
@@ -207,7 +211,7 @@ pub(crate) fn top_json_lines(identities: &[IdentityStatus]) -> String {
         .collect()
 }
 
-const TOP_HEADER: [&str; 9] = [
+const TOP_HEADER: [&str; 10] = [
     "KIND",
     "NAME",
     "SCOPE",
@@ -217,6 +221,7 @@ const TOP_HEADER: [&str; 9] = [
     "IN FLIGHT",
     "STATE",
     "FAILURES",
+    "WOULD_REJECT/s",
 ];
 
 /// A breaker's window for `top`: its failure and slow-call rates, or, while it is open with
@@ -263,7 +268,7 @@ pub(crate) fn top(identities: &[IdentityStatus], namespace: &str) -> String {
     aligned(TOP_HEADER, rows)
 }
 
-fn top_row(identity: &IdentityStatus) -> [String; 9] {
+fn top_row(identity: &IdentityStatus) -> [String; 10] {
     let rates = &identity.rates;
     // Folded from 0: a sum of no floats is -0. A call refused for want of the coordinator
     // (failing closed) is refused too: counted here, and told apart in WHY; one let through
@@ -288,6 +293,17 @@ fn top_row(identity: &IdentityStatus) -> [String; 9] {
                 .map(|(reason, rate)| format!("{reason} {rate:.1} (degraded)")),
         )
         .collect();
+    // A shadow policy's refusals, which ran: apart from REJECTED/s, which were refused.
+    let would_reject = if rates.would_reject.is_empty() {
+        "-".to_owned()
+    } else {
+        let shown: Vec<String> = rates
+            .would_reject
+            .iter()
+            .map(|(reason, rate)| format!("{reason} {rate:.1}"))
+            .collect();
+        shown.join(", ")
+    };
     let [summary, _] = identity.state.summary();
     let count = |field: &str| match identity.state.get(field) {
         Some(StatusValue::Count(n)) => Some(*n),
@@ -342,6 +358,7 @@ fn top_row(identity: &IdentityStatus) -> [String; 9] {
         in_flight,
         state,
         failures,
+        would_reject,
     ]
 }
 

@@ -12,7 +12,7 @@ use crate::args::{self, Args};
 use crate::durations::{self, duration};
 use crate::identity::Identity;
 use crate::layer::{Frame, Kind, Layer, Place, Written, pinned, typed_fn};
-use crate::values::{self, Value, integer, number};
+use crate::values::{self, Value, boolean, integer, number};
 
 /// The attribute.
 pub(crate) const KIND: Kind = Kind {
@@ -38,6 +38,7 @@ struct Breaker {
     /// A call slower than this counts as slow, and the slow-call threshold.
     slow_call: Option<(Duration, Value<f64>)>,
     fail_closed: bool,
+    shadow: bool,
     classify: Option<Path>,
     /// The compile-time check that `minimum_throughput` fits in `window_size`, when one of
     /// them is a constant.
@@ -79,6 +80,9 @@ impl Breaker {
             .setting(&spec::ON_COORDINATOR_ERROR, choice)
             .unwrap_or(spec::ON_COORDINATOR_ERROR.default.choice())
             == "fail_closed";
+        let shadow = args
+            .setting(&spec::SHADOW, boolean)
+            .unwrap_or(spec::SHADOW.default.flag());
         let classify = args.function(&spec::CLASSIFY);
         if identity.local && args.has("on_coordinator_error") {
             args.conflict(
@@ -108,6 +112,7 @@ impl Breaker {
                     (slow_call, threshold)
                 }),
                 fail_closed,
+                shadow,
                 classify,
                 window_fits,
             })
@@ -147,6 +152,7 @@ impl Layer for Breaker {
         } else {
             quote!(::caracal::__private::OnCoordinatorError::FailOpen)
         };
+        let shadow = self.shadow;
         (
             quote!(::caracal::__private::BreakerSite),
             quote!({ #window_fits ::caracal::__private::BreakerSite::new(::caracal::__private::BreakerConfig {
@@ -161,6 +167,7 @@ impl Layer for Breaker {
                 probe_lease: #probe_lease,
                 slow_call: #slow_call,
                 on_coordinator_error: #on_coordinator_error,
+                shadow: #shadow,
             }) }),
         )
     }

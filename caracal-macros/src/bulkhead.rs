@@ -12,7 +12,7 @@ use crate::args::{Args, Convert};
 use crate::durations::{self, duration};
 use crate::identity::Identity;
 use crate::layer::{Frame, Kind, Layer, Place, Written, pinned};
-use crate::values::{Value, integer};
+use crate::values::{Value, boolean, integer};
 
 /// `limit = N`, or `limit = adaptive(min = …, initial = …, max = …)`.
 enum Limit {
@@ -113,6 +113,7 @@ struct Bulkhead {
     limit: Limit,
     lease: Duration,
     max_wait: Option<Duration>,
+    shadow: bool,
 }
 
 impl Bulkhead {
@@ -121,6 +122,9 @@ impl Bulkhead {
         let limit = args.required(&spec::LIMIT, limit);
         let lease = args.setting(&spec::LEASE, duration);
         let max_wait = args.setting(&spec::MAX_WAIT, duration);
+        let shadow = args
+            .setting(&spec::SHADOW, boolean)
+            .unwrap_or(spec::SHADOW.default.flag());
         if identity.local && matches!(limit, Some(Limit::Adaptive(..))) {
             args.conflict(
                 "limit",
@@ -140,6 +144,7 @@ impl Bulkhead {
                 limit: limit?,
                 lease: lease.unwrap_or(spec::LEASE.default.duration()),
                 max_wait,
+                shadow,
             })
         })
     }
@@ -170,6 +175,7 @@ impl Layer for Bulkhead {
         };
         let lease = durations::tokens(self.lease);
         let max_wait = durations::optional_tokens(self.max_wait);
+        let shadow = self.shadow;
         (
             quote!(::caracal::__private::BulkheadSite),
             quote!(::caracal::__private::BulkheadSite::new(::caracal::__private::BulkheadConfig {
@@ -178,6 +184,7 @@ impl Layer for Bulkhead {
                 adaptive: #adaptive,
                 lease: #lease,
                 max_wait: #max_wait,
+                shadow: #shadow,
             })),
         )
     }

@@ -7,7 +7,7 @@ use quote::quote;
 use crate::args::Args;
 use crate::identity::Identity;
 use crate::layer::{Frame, Kind, Layer, Place, Written, pinned};
-use crate::values::{Value, integer, number};
+use crate::values::{Value, boolean, integer, number};
 
 /// The attribute.
 pub(crate) const KIND: Kind = Kind {
@@ -21,11 +21,15 @@ fn parse(written: Written, function: &str) -> syn::Result<Box<dyn Layer>> {
     // The message about a constant out of range says no more than the bounds, as it always has.
     let rate = args.required(&spec::RATE, |key| number(key, ""));
     let burst = args.setting(&spec::BURST, integer);
+    let shadow = args
+        .setting(&spec::SHADOW, boolean)
+        .unwrap_or(spec::SHADOW.default.flag());
     args.finish(|| {
         Some(Box::new(RateLimit {
             identity,
             rate: rate?,
             burst: burst.unwrap_or(Value::Literal(spec::BURST.default.integer())),
+            shadow,
         }) as Box<dyn Layer>)
     })
 }
@@ -34,6 +38,7 @@ struct RateLimit {
     identity: Identity,
     rate: Value<f64>,
     burst: Value<u32>,
+    shadow: bool,
 }
 
 impl Layer for RateLimit {
@@ -49,12 +54,14 @@ impl Layer for RateLimit {
         let identity = self.identity.fields();
         let rate = self.rate.tokens();
         let burst = self.burst.tokens();
+        let shadow = self.shadow;
         (
             quote!(::caracal::__private::RateLimitSite),
             quote!(::caracal::__private::RateLimitSite::new(::caracal::__private::RateLimitConfig {
                 #identity
                 rate: #rate,
                 burst: #burst,
+                shadow: #shadow,
             })),
         )
     }

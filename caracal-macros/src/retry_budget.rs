@@ -9,7 +9,7 @@ use crate::args::Args;
 use crate::durations::{self, duration};
 use crate::identity::Identity;
 use crate::layer::{Frame, Kind, Layer, Place, Written, pinned};
-use crate::values::{Value, integer};
+use crate::values::{Value, boolean, integer};
 
 /// The attribute.
 pub(crate) const KIND: Kind = Kind {
@@ -25,6 +25,9 @@ fn parse(written: Written, function: &str) -> syn::Result<Box<dyn Layer>> {
     let window = args
         .setting(&spec::WINDOW, duration)
         .unwrap_or(spec::WINDOW.default.duration());
+    let shadow = args
+        .setting(&spec::SHADOW, boolean)
+        .unwrap_or(spec::SHADOW.default.flag());
     let span = written.span;
     args.finish(|| {
         Some(Box::new(Budget {
@@ -33,6 +36,7 @@ fn parse(written: Written, function: &str) -> syn::Result<Box<dyn Layer>> {
             min_per_second: min_per_second
                 .unwrap_or(Value::Literal(spec::MIN_PER_SECOND.default.integer())),
             window,
+            shadow,
             span,
         }) as Box<dyn Layer>)
     })
@@ -43,6 +47,7 @@ struct Budget {
     percent: Value<u32>,
     min_per_second: Value<u32>,
     window: std::time::Duration,
+    shadow: bool,
     span: Span,
 }
 
@@ -56,6 +61,7 @@ impl Layer for Budget {
         let percent = self.percent.tokens();
         let min_per_second = self.min_per_second.tokens();
         let window = durations::tokens(self.window);
+        let shadow = self.shadow;
         (
             quote!(::caracal::__private::RetryBudgetSite),
             quote!(::caracal::__private::RetryBudgetSite::new(
@@ -64,6 +70,7 @@ impl Layer for Budget {
                     percent: #percent,
                     min_per_second: #min_per_second,
                     window: #window,
+                    shadow: #shadow,
                 }
             )),
         )

@@ -199,6 +199,18 @@ pub(crate) fn integer(spec: &'static Key) -> impl Convert<Value<u32>> {
     }
 }
 
+/// A flag's value (`shadow = true`): a boolean literal. A constant is refused: whether a
+/// policy enforces is read where it is written, and changed at run time by configuration.
+pub(crate) fn boolean(_: &'static Key) -> impl Convert<bool> {
+    |key, value| match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Bool(flag),
+            ..
+        }) => Ok(flag.value),
+        _ => Err(wrong_type(key, "`true` or `false`", value)),
+    }
+}
+
 /// A number (`f64`) within the bounds of `spec`, a number key: an integer or float literal,
 /// or a constant expression in which integer literals count as floats (`rate = 10 * 60` is
 /// `600.0`). `hint` adds to the message of a constant out of range.

@@ -76,6 +76,9 @@ pub struct IdentityStatus {
     pub scope: String,
     /// Whether processes use it with different values.
     pub drift: bool,
+    /// Whether it is in shadow mode (`shadow = true`) in a process that uses it: what it would
+    /// refuse runs, counted as `would_reject`.
+    pub shadow: bool,
     /// Whether a process uses it now (reported it within the last 15 s; a process reports
     /// every identity it uses every 5 s). One no process uses is listed while it holds a
     /// state an operator stored there (a forced breaker), or until the registry forgets a
@@ -358,6 +361,11 @@ impl Admin {
             };
             let rates = identity.rates();
             let in_use = identity.used();
+            let shadow = identity.value("shadow") == Some("true")
+                || identity
+                    .in_use("shadow")
+                    .iter()
+                    .any(|(value, _)| value == "true");
             listed.push(IdentityStatus {
                 rates,
                 kind: identity.kind,
@@ -366,6 +374,7 @@ impl Admin {
                 in_use,
                 scope: identity.scope,
                 drift: identity.drift,
+                shadow,
                 state,
                 operator,
             });

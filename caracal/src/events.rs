@@ -131,6 +131,9 @@ pub(crate) fn bulkhead_rejected(
         BulkheadRejection::AdmissionExpired => "admission_expired",
     };
     rejected_or_degraded(at, reason);
+    if at.shadow {
+        return would_reject(at, reason);
+    }
     let Some(suppressed) = summary::repeat("bulkhead.rejected", at, &[reason]) else {
         return;
     };
@@ -159,8 +162,43 @@ pub(crate) fn repeat_across(
 /// degraded decision of a policy that fails closed; anything else, its rule's rejection.
 pub(crate) fn rejected_or_degraded(at: &At<'_>, reason: &'static str) {
     match reason {
-        "coordinator_unavailable" => metrics::decided(at, Decision::Degraded, "fail_closed"),
-        _ => metrics::decided(at, Decision::Rejected, reason),
+        "coordinator_unavailable" => refused(at, Decision::Degraded, "fail_closed"),
+        _ => refused(at, Decision::Rejected, reason),
+    }
+}
+
+/// Counts a refusal as `decision`, or, by a policy in shadow mode, as `would_reject` with the
+/// same reason: the call it would have refused runs.
+fn refused(at: &At<'_>, decision: Decision, reason: &'static str) {
+    let decision = if at.shadow {
+        Decision::WouldReject
+    } else {
+        decision
+    };
+    metrics::decided(at, decision, reason);
+}
+
+/// A policy in shadow mode let run a call it would have refused for `reason` (counted by the
+/// caller): `<kind>.would_reject`, at DEBUG like the rejection it stands for, and summarised
+/// like one, so a shadow policy that would refuse everything keeps the log readable.
+pub(crate) fn would_reject(at: &At<'_>, reason: &'static str) {
+    let Some(suppressed) = summary::repeat("would_reject", at, &[reason]) else {
+        return;
+    };
+    // One literal per kind: an event's name is part of its kind's descriptor.
+    match at.policy {
+        "bulkhead" => policy_event!(DEBUG, "bulkhead.would_reject", at, reason, suppressed),
+        "circuit_breaker" => {
+            policy_event!(
+                DEBUG,
+                "circuit_breaker.would_reject",
+                at,
+                reason,
+                suppressed
+            )
+        }
+        "rate_limit" => policy_event!(DEBUG, "rate_limit.would_reject", at, reason, suppressed),
+        _ => policy_event!(DEBUG, "retry_budget.would_reject", at, reason, suppressed),
     }
 }
 
@@ -355,7 +393,10 @@ pub(crate) fn breaker_rejected(
     generation: Option<u64>,
     retry_after: Option<Duration>,
 ) {
-    metrics::decided(at, Decision::Rejected, state.as_str());
+    refused(at, Decision::Rejected, state.as_str());
+    if at.shadow {
+        return would_reject(at, state.as_str());
+    }
     let Some(suppressed) = summary::repeat("circuit_breaker.rejected", at, &[state.as_str()])
     else {
         return;
@@ -379,7 +420,10 @@ pub(crate) fn breaker_probe_started(at: &At<'_>, generation: u64, arrival: Stopw
 
 /// The coordinator could not answer: `behaviour` is `"fail_open"` or `"fail_closed"`.
 pub(crate) fn breaker_degraded(at: &At<'_>, behaviour: &'static str, last_known: Option<Phase>) {
-    metrics::decided(at, Decision::Degraded, behaviour);
+    match behaviour {
+        "fail_closed" => refused(at, Decision::Degraded, behaviour),
+        _ => metrics::decided(at, Decision::Degraded, behaviour),
+    }
     let condition = [behaviour, last_known.map_or("unknown", Phase::as_str)];
     let Some(said) = repeat_across("circuit_breaker.degraded", at, &condition) else {
         return;
@@ -459,6 +503,7 @@ pub(crate) fn retry_exhausted(call: &Call<'_>, attempts: u32) {
         operation: call.operation,
         scope: call.scope.unwrap_or_default(),
         coordination: "local",
+        shadow: false,
     };
     let Some(suppressed) = summary::repeat("retry.exhausted", &at, &[]) else {
         return;
@@ -490,6 +535,7 @@ const COORDINATOR: At<'static> = At {
     operation: "",
     scope: "",
     coordination: "distributed",
+    shadow: false,
 };
 
 /// A connection of the coordinator whose pool `pool` names was lost. Every connection of the

@@ -143,6 +143,7 @@ impl Identity {
             operation: &self.operation,
             scope: self.scope.as_str(),
             coordination: "distributed",
+            shadow: false,
         }
     }
 }

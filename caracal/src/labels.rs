@@ -15,4 +15,14 @@ pub(crate) struct At<'a> {
     pub(crate) scope: &'a str,
     /// `"local"` or `"distributed"`.
     pub(crate) coordination: &'static str,
+    /// Whether the policy is in shadow mode: what it refuses is counted as `would_reject`, and
+    /// said as `<kind>.would_reject`, rather than as a rejection.
+    pub(crate) shadow: bool,
+}
+
+impl At<'_> {
+    /// The same instance, in shadow mode if `shadow`.
+    pub(crate) fn shadowed(self, shadow: bool) -> Self {
+        At { shadow, ..self }
+    }
 }

@@ -115,6 +115,8 @@ pub(crate) enum Decision {
     Admitted,
     Rejected,
     Degraded,
+    /// A shadow policy would have refused the call (rejected, or degraded closed) and let it run.
+    WouldReject,
 }
 
 impl Decision {
@@ -124,6 +126,7 @@ impl Decision {
             Decision::Admitted => "admitted",
             Decision::Rejected => "rejected",
             Decision::Degraded => "degraded",
+            Decision::WouldReject => "would_reject",
         }
     }
 }

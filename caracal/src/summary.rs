@@ -171,6 +171,7 @@ mod tests {
             operation: "o",
             scope,
             coordination: "distributed",
+            shadow: false,
         }
     }
 

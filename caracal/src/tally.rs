@@ -130,6 +130,8 @@ pub(crate) struct Rates {
     pub(crate) rejected: Vec<(&'static str, f64)>,
     /// Per reason.
     pub(crate) degraded: Vec<(&'static str, f64)>,
+    /// Per reason: what a policy in shadow mode would have refused.
+    pub(crate) would_reject: Vec<(&'static str, f64)>,
 }
 
 /// Takes the decisions of the identity with these parts (kind, name, operation, scope) made
@@ -157,6 +159,7 @@ pub(crate) fn take(parts: [&str; 4]) -> Rates {
         let rate = (reason, per_second(n));
         match decision {
             Decision::Degraded => rates.degraded.push(rate),
+            Decision::WouldReject => rates.would_reject.push(rate),
             _ => rates.rejected.push(rate),
         }
     }
@@ -174,6 +177,7 @@ mod tests {
             operation: "tally",
             scope,
             coordination,
+            shadow: false,
         }
     }
 
@@ -188,11 +192,13 @@ mod tests {
             count(&at(scope, "distributed"), Decision::Rejected, "capacity");
         }
         count(&at(scope, "distributed"), Decision::Degraded, "fail_open");
+        count(&at(scope, "distributed"), Decision::WouldReject, "capacity");
         tokio::time::sleep(std::time::Duration::from_secs(2)).await;
         let rates = take(parts);
         assert_eq!(rates.admitted, 10.0);
         assert_eq!(rates.rejected, [("capacity", 2.0)]);
         assert_eq!(rates.degraded, [("fail_open", 0.5)]);
+        assert_eq!(rates.would_reject, [("capacity", 0.5)]);
         tokio::time::sleep(std::time::Duration::from_secs(1)).await;
         assert_eq!(take(parts), Rates::default(), "taken already");
     }

@@ -488,8 +488,17 @@ fn status_lists_every_identity_of_the_fleet_with_drift() {
     for line in &last {
         assert_eq!(line["scope"], scope.as_str(), "{line}");
         assert_eq!(line["operation"], line["name"], "{line}");
+        assert_eq!(line["shadow"], false, "every one enforces: {line}");
     }
-    let common = ["drift", "in_use", "kind", "name", "operation", "scope"];
+    let common = [
+        "drift",
+        "in_use",
+        "kind",
+        "name",
+        "operation",
+        "scope",
+        "shadow",
+    ];
     let with = |extra: &[&'static str]| {
         let mut keys: Vec<&str> = common.iter().chain(extra).copied().collect();
         keys.sort_unstable();

@@ -46,6 +46,7 @@ mod retry_budget;
 mod runtime_edges;
 mod secrets;
 mod sentinel;
+mod shadow;
 mod top;
 mod tower;
 mod ui;

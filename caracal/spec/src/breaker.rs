@@ -2,6 +2,7 @@
 
 use core::time::Duration;
 
+pub use crate::SHADOW;
 use crate::{Default, Derived, Function, Key, Kind, MILLISECOND, Type};
 
 /// The kind.
@@ -19,6 +20,7 @@ pub const KIND: Kind = Kind {
         SLOW_CALL,
         SLOW_CALL_THRESHOLD,
         ON_COORDINATOR_ERROR,
+        SHADOW,
     ],
     functions: &[CLASSIFY],
     identity: true,

@@ -2,12 +2,13 @@
 
 use core::time::Duration;
 
+pub use crate::SHADOW;
 use crate::{Default, Key, Kind, MILLISECOND, Type};
 
 /// The kind.
 pub const KIND: Kind = Kind {
     name: "bulkhead",
-    keys: &[LIMIT, LEASE, MAX_WAIT],
+    keys: &[LIMIT, LEASE, MAX_WAIT, SHADOW],
     functions: &[],
     identity: true,
     run_time: true,

@@ -140,6 +140,16 @@ pub const MILLISECOND: Duration = Duration::from_millis(1);
 /// The longest duration any key accepts: past it a value is a typo, not a setting.
 pub const DAY: Duration = Duration::from_secs(24 * 60 * 60);
 
+/// `shadow = true`: the policy decides every call as it would when enforcing, and its shared
+/// state evolves as if the calls it would refuse had been refused, but it lets them run and
+/// counts them (`would_reject`). Every kind that can refuse a call takes it.
+pub const SHADOW: Key = Key {
+    name: "shadow",
+    ty: Type::Flag,
+    default: Default::Flag(false),
+    doc: "decide every call as enforcing would, but let the calls it would refuse run, and count them",
+};
+
 /// The most keys a kind has: the size of a table with one entry per key of any kind.
 pub const MAX_KEYS: usize = {
     let mut most = 0;
@@ -231,6 +241,8 @@ pub enum Type {
     },
     /// One of a few strings.
     Choice(&'static [&'static str]),
+    /// `true` or `false`.
+    Flag,
 }
 
 impl Type {
@@ -258,6 +270,8 @@ pub enum Default {
     Duration(Duration),
     /// This choice.
     Choice(&'static str),
+    /// This boolean.
+    Flag(bool),
     /// Computed from another key's value (a duration).
     Derived(Derived),
 }
@@ -293,6 +307,14 @@ impl Default {
         match self {
             Default::Choice(choice) => choice,
             _ => panic!("the default is not a choice"),
+        }
+    }
+
+    /// The boolean default; panics like [`integer`](Self::integer).
+    pub const fn flag(self) -> bool {
+        match self {
+            Default::Flag(flag) => flag,
+            _ => panic!("the default is not a boolean"),
         }
     }
 
@@ -376,6 +398,7 @@ impl fmt::Display for Type {
                 }
                 Ok(())
             }
+            Type::Flag => f.write_str("`true` or `false`"),
         }
     }
 }
@@ -391,6 +414,7 @@ impl fmt::Display for Default {
             Default::Float(x) => write!(f, "`{x}`"),
             Default::Duration(d) => write!(f, "`\"{}\"`", Human(d)),
             Default::Choice(choice) => write!(f, "`\"{choice}\"`"),
+            Default::Flag(flag) => write!(f, "`{flag}`"),
             Default::Derived(Derived {
                 of,
                 times,
@@ -421,6 +445,7 @@ mod tests {
             (Type::Float { min, max, .. }, Default::Float(x)) => (min..=max).contains(&x),
             (Type::Duration { min, max }, Default::Duration(d)) => (min..=max).contains(&d),
             (Type::Choice(choices), Default::Choice(choice)) => choices.contains(&choice),
+            (Type::Flag, Default::Flag(_)) => true,
             _ => false,
         }
     }

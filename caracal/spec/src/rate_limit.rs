@@ -1,11 +1,12 @@
 //! `#[rate_limit]`: a shared GCRA rate.
 
+pub use crate::SHADOW;
 use crate::{Default, Key, Kind, Type};
 
 /// The kind.
 pub const KIND: Kind = Kind {
     name: "rate_limit",
-    keys: &[RATE, BURST],
+    keys: &[RATE, BURST, SHADOW],
     functions: &[],
     identity: true,
     run_time: true,

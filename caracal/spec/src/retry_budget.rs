@@ -2,12 +2,13 @@
 
 use core::time::Duration;
 
+pub use crate::SHADOW;
 use crate::{Default, Key, Kind, Type};
 
 /// The kind.
 pub const KIND: Kind = Kind {
     name: "retry_budget",
-    keys: &[PERCENT, MIN_PER_SECOND, WINDOW],
+    keys: &[PERCENT, MIN_PER_SECOND, WINDOW, SHADOW],
     functions: &[],
     identity: true,
     run_time: true,

@@ -55,7 +55,7 @@ impl Serialize for PolicyState {
     }
 }
 
-/// `kind`, `name`, `operation`, `scope`, `drift`, `in_use`, the state's fields, then `operator` while
+/// `kind`, `name`, `operation`, `scope`, `drift`, `shadow`, `in_use`, the state's fields, then `operator` while
 /// an operator's forced state lasts: a line of `caracal status --json`.
 impl Serialize for IdentityStatus {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -65,6 +65,7 @@ impl Serialize for IdentityStatus {
         map.serialize_entry("operation", &self.operation)?;
         map.serialize_entry("scope", &self.scope)?;
         map.serialize_entry("drift", &self.drift)?;
+        map.serialize_entry("shadow", &self.shadow)?;
         map.serialize_entry("in_use", &self.in_use)?;
         for (name, value) in self.state.fields() {
             map.serialize_entry(name, value)?;
@@ -148,10 +149,11 @@ impl Serialize for Rates {
                 serializer.collect_map(self.0.iter().map(|(reason, rate)| (reason, rate)))
             }
         }
-        let mut map = serializer.serialize_map(Some(3))?;
+        let mut map = serializer.serialize_map(Some(4))?;
         map.serialize_entry("admitted", &self.admitted)?;
         map.serialize_entry("rejected", &ByReason(&self.rejected))?;
         map.serialize_entry("degraded", &ByReason(&self.degraded))?;
+        map.serialize_entry("would_reject", &ByReason(&self.would_reject))?;
         map.end()
     }
 }

@@ -329,8 +329,11 @@ mod tests {
                 max_wait: Some(Duration::from_secs(1))
             }
         );
-        assert_eq!(resolved.values_text(), "limit=1 lease=none max_wait=1s");
-        assert_eq!(resolved.sources_text(), "fleet attribute config");
+        assert_eq!(
+            resolved.values_text(),
+            "limit=1 lease=none max_wait=1s shadow=none"
+        );
+        assert_eq!(resolved.sources_text(), "fleet attribute config attribute");
         assert_eq!(overrides.resolve("b", &attribute).values, attribute);
         overrides.set_fleet(Tables::new());
         assert_eq!(overrides.resolve("a", &attribute).values.limit, 5);
@@ -367,6 +370,9 @@ mod tests {
                 max_wait: Some(Duration::from_secs(2))
             }
         );
-        assert_eq!(resolved.sources_text(), "attribute attribute fleet");
+        assert_eq!(
+            resolved.sources_text(),
+            "attribute attribute fleet attribute"
+        );
     }
 }

@@ -242,7 +242,7 @@ fn accepts(ty: &caracal_spec::Type) -> String {
         Type::Integer { .. } => format!("an integer, {ty}"),
         Type::Float { .. } => format!("a number, {ty}"),
         Type::Duration { .. } => format!("a duration, {ty}"),
-        Type::Choice(_) => format!("{ty}"),
+        Type::Choice(_) | Type::Flag => format!("{ty}"),
     }
 }
 

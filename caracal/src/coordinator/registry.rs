@@ -180,6 +180,8 @@ pub struct Rates {
     pub rejected: Vec<(String, f64)>,
     /// Calls decided without the coordinator, by reason (`fail_open`, `fail_closed`…).
     pub degraded: Vec<(String, f64)>,
+    /// Calls a policy in shadow mode would have turned away (and let run), by reason.
+    pub would_reject: Vec<(String, f64)>,
 }
 
 impl Rates {
@@ -189,6 +191,7 @@ impl Rates {
         for (mine, theirs) in [
             (&mut self.rejected, &other.rejected),
             (&mut self.degraded, &other.degraded),
+            (&mut self.would_reject, &other.would_reject),
         ] {
             for (reason, rate) in theirs {
                 match mine.iter_mut().find(|(known, _)| known == reason) {
@@ -226,6 +229,7 @@ impl Reported {
             "admitted": rates.admitted,
             "rejected": by_reason(&rates.rejected),
             "degraded": by_reason(&rates.degraded),
+            "would_reject": by_reason(&rates.would_reject),
             "ignored": ignored,
         })
         .to_string()
@@ -249,6 +253,7 @@ impl Reported {
                 admitted: extra["admitted"].as_f64().unwrap_or(0.0),
                 rejected: by_reason("rejected"),
                 degraded: by_reason("degraded"),
+                would_reject: by_reason("would_reject"),
             },
             ignored: extra["ignored"].as_array().map_or_else(Vec::new, |keys| {
                 keys.iter()
@@ -1105,6 +1110,7 @@ mod tests {
             admitted: 10.0,
             rejected: vec![("capacity", 2.0)],
             degraded: vec![],
+            would_reject: vec![("open", 1.5)],
         };
         let extra = Reported::extra(&rates, &["minimum_throughput"]);
         let map = serde_json::json!({
@@ -1129,6 +1135,7 @@ mod tests {
                 admitted: 20.0,
                 rejected: vec![("capacity".to_owned(), 4.0)],
                 degraded: vec![],
+                would_reject: vec![("open".to_owned(), 3.0)],
             }
         );
         assert_eq!(

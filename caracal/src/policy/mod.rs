@@ -34,7 +34,11 @@ pub(crate) mod layers {
     pub use super::retry_budget::RetryBudget;
 }
 
+use std::future::Future;
+
 use self::descriptor::Descriptor;
+use crate::Error;
+use crate::ctx::CallCtx;
 use crate::identity::PolicyKind;
 
 /// Every kind with shared state, in [`PolicyKind`]'s order: what status, the metrics' docs and
@@ -50,4 +54,24 @@ pub(crate) const POLICIES: [&Descriptor; 4] = [
 pub(crate) fn descriptor(kind: PolicyKind) -> &'static Descriptor {
     // POLICIES is in the kinds' declaration order (a test of `descriptor` checks it).
     POLICIES[kind as usize]
+}
+
+/// Ends a call a policy refused with `error`: rejected, or, by a policy in shadow mode, run
+/// anyway as `body` (the refusal was counted as `would_reject` where it was decided, and the
+/// policy's shared state already evolved as if the call had been refused).
+pub(crate) async fn refuse<T, E, F>(
+    ctx: &CallCtx,
+    shadow: bool,
+    error: Error,
+    body: F,
+) -> Result<T, E>
+where
+    E: From<Error>,
+    F: Future<Output = Result<T, E>>,
+{
+    if shadow {
+        body.await
+    } else {
+        Err(ctx.reject(error))
+    }
 }

@@ -61,6 +61,7 @@ pub(crate) enum Setting {
     Number(f64),
     Duration(Duration),
     Choice(&'static str),
+    Flag(bool),
     /// A bulkhead's `limit = adaptive(min, initial, max)`: only an attribute (or a layer)
     /// sets it; configuration and overrides pin a number instead.
     Adaptive {
@@ -78,6 +79,7 @@ impl fmt::Display for Setting {
             Setting::Number(x) => write!(f, "{x}"),
             Setting::Duration(d) => write!(f, "{}", humantime::format_duration(*d)),
             Setting::Choice(choice) => f.write_str(choice),
+            Setting::Flag(flag) => write!(f, "{flag}"),
             Setting::Adaptive { min, initial, max } => {
                 // No spaces: processes report their values as one `key=value …` line.
                 write!(f, "adaptive(min={min},initial={initial},max={max})")
@@ -106,6 +108,7 @@ impl Read for Key {
             }
             (Type::Float { .. }, toml::Value::Integer(n)) => Setting::Number(*n as f64),
             (Type::Float { .. }, toml::Value::Float(x)) => Setting::Number(*x),
+            (Type::Flag, toml::Value::Boolean(flag)) => Setting::Flag(*flag),
             (Type::Duration { .. } | Type::Choice(_), toml::Value::String(text)) => {
                 return self.read_text(text);
             }
@@ -136,6 +139,7 @@ impl Read for Key {
                     .find(|choice| **choice == text)
                     .ok_or_else(|| malformed(self, text))?,
             ),
+            Type::Flag => Setting::Flag(text.parse().map_err(|_| malformed(self, text))?),
         };
         self.check(setting)
     }
@@ -147,7 +151,7 @@ impl Read for Key {
                 x.is_finite() && (min..=max).contains(&x)
             }
             (Type::Duration { min, max }, Setting::Duration(d)) => (min..=max).contains(&d),
-            (Type::Choice(_), Setting::Choice(_)) => true,
+            (Type::Choice(_), Setting::Choice(_)) | (Type::Flag, Setting::Flag(_)) => true,
             _ => false,
         };
         if within {
@@ -172,6 +176,7 @@ fn expected(key: &Key) -> String {
             let quoted: Vec<_> = choices.iter().map(|c| format!("\"{c}\"")).collect();
             quoted.join(" or ")
         }
+        Type::Flag => "`true` or `false`".to_owned(),
     }
 }
 

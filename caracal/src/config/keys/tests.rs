@@ -75,6 +75,7 @@ fn canonical_text_reads_back() {
                 Type::Float { max, .. } => Setting::Number(max),
                 Type::Duration { min, .. } => Setting::Duration(min * 3 / 2),
                 Type::Choice(choices) => Setting::Choice(choices[0]),
+                Type::Flag => Setting::Flag(true),
             };
             assert_eq!(
                 key.read_text(&sample.to_string()),

@@ -47,6 +47,7 @@ pub(crate) const DESCRIPTOR: Descriptor = Descriptor {
     events: &[
         "circuit_breaker.state_changed",
         "circuit_breaker.admitted",
+        "circuit_breaker.would_reject",
         "circuit_breaker.observation",
         "circuit_breaker.observation_stale",
         "circuit_breaker.rejected",

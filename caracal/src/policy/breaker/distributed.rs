@@ -16,6 +16,7 @@ use crate::ctx::CallCtx;
 use crate::identity::{PolicyKind, Scope};
 use crate::metrics::Stopwatch;
 use crate::policy::breaker::kernel::Phase;
+use crate::policy::refuse;
 use crate::{Error, events};
 
 pub(super) async fn run<T, E, C, F>(
@@ -49,7 +50,7 @@ where
         identity,
         settings: values.settings(false),
     };
-    let at = target.identity.at();
+    let at = target.identity.at().shadowed(values.shadow);
     let admission = match coordinator.breakers().admission(&target).await {
         Ok(admission) => admission,
         Err(error) => {
@@ -66,7 +67,7 @@ where
                 } else {
                     error
                 };
-                return Err(ctx.reject(error));
+                return refuse(ctx, values.shadow, error, body).await;
             }
             events::breaker_degraded(&at, "fail_open", last_known);
             // Run unrecorded: the coordinator that would count the outcome is unreachable.
@@ -108,11 +109,18 @@ where
             retry_after,
         } => {
             events::breaker_rejected(&at, phase, Some(generation), retry_after);
-            Err(ctx.reject(site.open_error(scope, retry_after)))
+            // Shadowed, unrecorded: the breaker evolves as if the call had been refused.
+            refuse(
+                ctx,
+                values.shadow,
+                site.open_error(scope, retry_after),
+                body,
+            )
+            .await
         }
         Admission::ProbeLimit { generation } => {
             events::breaker_rejected(&at, Phase::HalfOpen, Some(generation), None);
-            Err(ctx.reject(site.open_error(scope, None)))
+            refuse(ctx, values.shadow, site.open_error(scope, None), body).await
         }
     }
 }

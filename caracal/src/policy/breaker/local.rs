@@ -18,6 +18,7 @@ use crate::metrics::Stopwatch;
 use crate::policy::breaker::kernel::{
     AdmitReply, Counts, Observation, ObserveReply, Phase, ProbeOutcome, Settings, Store, Transition,
 };
+use crate::policy::refuse;
 use crate::policy::registry::{self, Registry};
 use crate::sync::lock;
 use crate::{Error, events};
@@ -217,11 +218,11 @@ fn announce(at: &At<'_>, change: Transition, window: Option<Counts>) {
 static BREAKERS: Registry<Breaker> = Registry::new(Breaker::idle);
 
 /// A call site's handle on its default-scope breaker, and on the settings its attribute gives.
-pub(super) type SiteCache = registry::SiteCache<Breaker, (Settings, Option<Duration>)>;
+pub(super) type SiteCache = registry::SiteCache<Breaker, (Settings, Option<Duration>, bool)>;
 
 /// What a local breaker runs on: the kernel's settings, and the slow-call duration.
-fn local_settings(values: &BreakerValues) -> (Settings, Option<Duration>) {
-    (values.settings(true), values.slow_after())
+fn local_settings(values: &BreakerValues) -> (Settings, Option<Duration>, bool) {
+    (values.settings(true), values.slow_after(), values.shadow)
 }
 
 /// Probe tokens only need to be unique within the process.
@@ -242,7 +243,7 @@ where
     let arrival = Stopwatch::start();
     let config = &site.config;
     let identity = (config.name, config.operation, scope);
-    let (settings, slow_after) = match coordinator::overriding() {
+    let (settings, slow_after, shadow) = match coordinator::overriding() {
         None => *site
             .local
             .attribute(|| local_settings(&site.resolve(None).values)),
@@ -261,6 +262,7 @@ where
         breaker: &breaker,
         settings,
         slow_after,
+        shadow,
         arrival,
     };
     let result = admit_and_run(site, ctx, scope, &classify, body, admitted).await;
@@ -274,6 +276,7 @@ struct Admitted<'a> {
     breaker: &'a Breaker,
     settings: Settings,
     slow_after: Option<std::time::Duration>,
+    shadow: bool,
     arrival: Stopwatch,
 }
 
@@ -290,13 +293,14 @@ where
     C: Classify<T, E>,
     F: Future<Output = Result<T, E>>,
 {
-    let at = site.at(scope);
     let Admitted {
         breaker,
         ref settings,
         slow_after,
+        shadow,
         arrival,
     } = admitted;
+    let at = site.at(scope).shadowed(shadow);
     // Only an admission that may start a probe needs a token.
     let mut token = 0;
     let reply = match breaker.closed_generation() {
@@ -380,7 +384,8 @@ where
         } => {
             let retry_after = std::time::Duration::from_millis(retry_after_ms);
             events::breaker_rejected(&at, Phase::Open, Some(generation), Some(retry_after));
-            Err(ctx.reject(site.open_error(scope, Some(retry_after))))
+            // Shadowed, unrecorded: the breaker evolves as if the call had been refused.
+            refuse(ctx, shadow, site.open_error(scope, Some(retry_after)), body).await
         }
         AdmitReply::ForcedOpen {
             generation,
@@ -388,11 +393,11 @@ where
         } => {
             let retry_after = retry_after_ms.map(std::time::Duration::from_millis);
             events::breaker_rejected(&at, Phase::ForcedOpen, Some(generation), retry_after);
-            Err(ctx.reject(site.open_error(scope, retry_after)))
+            refuse(ctx, shadow, site.open_error(scope, retry_after), body).await
         }
         AdmitReply::ProbeLimit { generation } => {
             events::breaker_rejected(&at, Phase::HalfOpen, Some(generation), None);
-            Err(ctx.reject(site.open_error(scope, None)))
+            refuse(ctx, shadow, site.open_error(scope, None), body).await
         }
     }
 }

@@ -87,6 +87,8 @@ pub struct BreakerConfig {
     pub on_coordinator_error: OnCoordinatorError,
     /// Per-process only.
     pub local: bool,
+    /// Shadow mode: a call it would refuse runs, unrecorded, and is counted.
+    pub shadow: bool,
 }
 
 /// `slow_call` and `slow_call_threshold`.
@@ -112,6 +114,7 @@ pub(crate) struct BreakerValues {
     probe_lease: Duration,
     slow_call: Option<SlowCall>,
     on_coordinator_error: OnCoordinatorError,
+    shadow: bool,
 }
 
 impl BreakerValues {
@@ -158,6 +161,7 @@ impl Values for BreakerValues {
             "slow_call" => Setting::Duration(self.slow_call?.after),
             "slow_call_threshold" => Setting::Number(self.slow_call?.threshold),
             "on_coordinator_error" => Setting::Choice(self.on_coordinator_error.name()),
+            "shadow" => Setting::Flag(self.shadow),
             _ => return None,
         })
     }
@@ -187,6 +191,7 @@ impl Values for BreakerValues {
             ("on_coordinator_error", Setting::Choice(choice)) => {
                 self.on_coordinator_error = OnCoordinatorError::named(choice);
             }
+            ("shadow", Setting::Flag(shadow)) => self.shadow = shadow,
             _ => {}
         }
     }
@@ -220,6 +225,7 @@ pub(crate) struct Defaults {
     pub(crate) probe_lease: Option<Duration>,
     pub(crate) slow_call: Option<SlowCall>,
     pub(crate) on_coordinator_error: OnCoordinatorError,
+    pub(crate) shadow: bool,
 }
 
 #[cfg(feature = "tower")]
@@ -238,6 +244,7 @@ impl Default for Defaults {
             on_coordinator_error: OnCoordinatorError::named(
                 spec::ON_COORDINATOR_ERROR.default.choice(),
             ),
+            shadow: spec::SHADOW.default.flag(),
         }
     }
 }
@@ -269,6 +276,7 @@ impl Defaults {
             slow_call: self.slow_call,
             on_coordinator_error: self.on_coordinator_error,
             local,
+            shadow: self.shadow,
         }
     }
 }
@@ -304,6 +312,7 @@ impl BreakerSite {
             probe_lease: config.probe_lease,
             slow_call: config.slow_call,
             on_coordinator_error: config.on_coordinator_error,
+            shadow: config.shadow,
         };
         Coordinator::resolve(coordinator, config.name, &attribute)
     }
@@ -319,6 +328,7 @@ impl BreakerSite {
             } else {
                 "distributed"
             },
+            shadow: false,
         }
     }
 

@@ -24,6 +24,7 @@ const fn config(name: &'static str, local: bool) -> BreakerConfig {
         slow_call: None,
         on_coordinator_error: OnCoordinatorError::FailOpen,
         local,
+        shadow: false,
     }
 }
 

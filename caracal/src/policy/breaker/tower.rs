@@ -144,6 +144,21 @@ impl<Req, Res: 'static> CircuitBreakerLayer<Req, Res> {
         self
     }
 
+    /// Shadow mode, as `#[circuit_breaker(shadow = true)]`: a request the breaker would refuse
+    /// runs anyway, unrecorded (the breaker evolves as if it had been refused), and is counted
+    /// as `would_reject`.
+    ///
+    /// ```
+    /// use caracal::tower::CircuitBreakerLayer;
+    ///
+    /// let layer = CircuitBreakerLayer::<(), ()>::new("partner-api").shadow(true);
+    /// # let _ = layer;
+    /// ```
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.config.shadow = shadow;
+        self
+    }
+
     /// How a result counts: for example, an HTTP 5xx response as a failure.
     pub fn classify(
         mut self,

@@ -42,6 +42,7 @@ pub(crate) const DESCRIPTOR: Descriptor = Descriptor {
     status,
     events: &[
         "bulkhead.admitted",
+        "bulkhead.would_reject",
         "bulkhead.rejected",
         "bulkhead.released",
         "bulkhead.lease_lost",

@@ -54,6 +54,7 @@ use crate::fencing;
 use crate::identity::{Identity, PolicyKind, Scope};
 use crate::metrics::Stopwatch;
 use crate::policy::bulkhead::kernel::LeaseAction;
+use crate::policy::refuse;
 
 const FIRST_WAIT_PAUSE: Duration = Duration::from_millis(2);
 const MAX_WAIT_PAUSE: Duration = Duration::from_millis(50);
@@ -128,7 +129,7 @@ where
                 }
                 Err(error) => {
                     unavailable(&identity, &values, &error);
-                    return Err(ctx.reject(error));
+                    return refuse(ctx, values.shadow, error, super::unfenced(body)).await;
                 }
             }
         }
@@ -149,7 +150,7 @@ where
     .await
     {
         Ok(grant) => grant,
-        Err(error) => return Err(ctx.reject(error)),
+        Err(error) => return refuse(ctx, values.shadow, error, super::unfenced(body)).await,
     };
     let lease = Lease::new(
         coordinator,
@@ -159,7 +160,7 @@ where
         grant.sent,
         epoch,
     );
-    let at = lease.identity.at();
+    let at = lease.identity.at().shadowed(values.shadow);
     if lease.check(Instant::now()).is_err() {
         events::bulkhead_rejected(
             &at,
@@ -167,6 +168,11 @@ where
             Some(grant.occupancy),
             values.limit,
         );
+        if values.shadow {
+            // Released now, as the refused call's would have been.
+            drop(lease);
+            return super::unfenced(body).await;
+        }
         // The body never started: for an outer breaker this is a refusal, not a failure.
         return Err(ctx.reject_as(lost(site, scope), Rejection::Admission));
     }
@@ -192,7 +198,9 @@ where
         started: Instant::now(),
         succeeded: Some(false),
     });
-    match held.await {
+    // Awaited apart from the match: a shadow bulkhead goes on polling the body after a loss.
+    let held = held.await;
+    match held {
         Ok(result) => {
             if let Some(timing) = &mut timing {
                 // A failure or a timeout is congestion, not a latency; an inner policy's
@@ -207,6 +215,11 @@ where
         }
         Err(cause) => {
             events::bulkhead_lease_lost(&at, cause);
+            if values.shadow {
+                // The enforcing bulkhead would cut the body short here; a shadow one lets it
+                // finish (the event above says the lease is gone).
+                return body.await;
+            }
             Err(ctx.reject(lost(site, scope)))
         }
     }
@@ -266,7 +279,7 @@ async fn admit(
             "the server lost its data; admissions resume once every holder of a lease granted \
              before has been cancelled",
         );
-        let at = identity.at();
+        let at = identity.at().shadowed(values.shadow);
         events::bulkhead_rejected(
             &at,
             BulkheadRejection::CoordinatorUnavailable,
@@ -327,7 +340,7 @@ async fn admit(
                             BulkheadRejection::Capacity
                         };
                         events::bulkhead_rejected(
-                            &identity.at(),
+                            &identity.at().shadowed(values.shadow),
                             reason,
                             Some(reply.occupancy),
                             values.limit,
@@ -346,7 +359,7 @@ async fn admit(
 
 /// Says that a call was refused because the coordinator did not answer.
 fn unavailable(identity: &Identity, values: &BulkheadValues, error: &Error) {
-    let at = identity.at();
+    let at = identity.at().shadowed(values.shadow);
     events::bulkhead_degraded(&at, Degraded::AdmissionUnknown, error);
     events::bulkhead_rejected(
         &at,

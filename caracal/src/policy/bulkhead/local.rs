@@ -22,7 +22,6 @@ use crate::Error;
 use crate::coordinator;
 use crate::ctx::CallCtx;
 use crate::events::{self, BulkheadRejection};
-use crate::fencing;
 use crate::identity::Scope;
 use crate::metrics::{InFlight, Stopwatch};
 use crate::policy::registry::{self, Held, Registry};
@@ -238,7 +237,8 @@ fn budget<'s>(site: &'s BulkheadSite, scope: &Scope) -> (Held<'s, Budget>, Bulkh
 }
 
 /// The slot of a caller that reached the bulkhead at `arrival`, if it was `admitted`; the
-/// rejection otherwise.
+/// rejection otherwise, or, in shadow mode, no slot (the call runs without one, taking no
+/// share of the budget, as if it had been refused).
 #[inline(always)]
 fn enter<'a, Site: Deref<Target = BulkheadSite>, Sc: Borrow<Scope>>(
     site: Site,
@@ -246,8 +246,8 @@ fn enter<'a, Site: Deref<Target = BulkheadSite>, Sc: Borrow<Scope>>(
     (budget, values): (Held<'a, Budget>, BulkheadValues),
     admitted: bool,
     arrival: Stopwatch,
-) -> Result<Slot<'a, Site, Sc>, Error> {
-    let at = site.at(scope.borrow());
+) -> Result<Option<Slot<'a, Site, Sc>>, Error> {
+    let at = site.at(scope.borrow()).shadowed(values.shadow);
     if !admitted {
         let reason = if values.max_wait.is_some() {
             BulkheadRejection::WaitTimeout
@@ -255,16 +255,19 @@ fn enter<'a, Site: Deref<Target = BulkheadSite>, Sc: Borrow<Scope>>(
             BulkheadRejection::Capacity
         };
         events::bulkhead_rejected(&at, reason, Some(budget.occupancy()), values.limit);
+        if values.shadow {
+            return Ok(None);
+        }
         return Err(site.full(scope.borrow(), values.limit));
     }
     let running = events::bulkhead_admitted(&at, budget.occupancy(), values.limit, arrival);
-    Ok(Slot {
+    Ok(Some(Slot {
         budget,
         site,
         scope,
         since: events::debug_enabled().then(Instant::now),
         _running: running,
-    })
+    }))
 }
 
 pub(super) async fn run<T, E, F>(
@@ -287,12 +290,7 @@ where
         };
     let _slot = enter(site, scope, (budget, values), admitted, arrival)
         .map_err(|error| ctx.reject(error))?;
-    // A local slot carries no fencing token, even inside a distributed bulkhead's body.
-    if fencing::inside_fenced_body() {
-        Box::pin(fencing::scope(None, body)).await
-    } else {
-        body.await
-    }
+    super::unfenced(body).await
 }
 
 /// A tower layer's admission at once: a slot, or a rejection; deferred (the scope handed back
@@ -302,9 +300,9 @@ where
 pub(super) fn try_enter(
     site: &std::sync::Arc<BulkheadSite>,
     scope: Scope,
-) -> crate::tower::Admission<OwnedSlot, Scope> {
+) -> crate::tower::Admission<Option<OwnedSlot>, Scope> {
     use crate::tower::Admission;
-    if fencing::inside_fenced_body() {
+    if crate::fencing::inside_fenced_body() {
         return Admission::Deferred(scope);
     }
     let arrival = Stopwatch::start();

@@ -21,6 +21,7 @@ use crate::config::Setting;
 use crate::config::overrides::{Resolved, Values};
 use crate::coordinator::Coordinator;
 use crate::ctx::CallCtx;
+use crate::fencing;
 use crate::identity::{PolicyKind, Scope};
 use crate::labels::At;
 use crate::metrics::LimitGauge;
@@ -44,6 +45,8 @@ pub struct BulkheadConfig {
     pub max_wait: Option<Duration>,
     /// Per-process only.
     pub local: bool,
+    /// Shadow mode: a call it would refuse runs, without a slot, and is counted.
+    pub shadow: bool,
 }
 
 /// The bounds of `limit = adaptive(min, initial, max)`, checked (`1 ≤ min ≤ initial ≤ max`)
@@ -86,6 +89,7 @@ pub(crate) struct BulkheadValues {
     pub(crate) adaptive: Option<Bounds>,
     pub(crate) lease: Duration,
     pub(crate) max_wait: Option<Duration>,
+    pub(crate) shadow: bool,
 }
 
 impl Values for BulkheadValues {
@@ -99,6 +103,7 @@ impl Values for BulkheadValues {
             }),
             "lease" => Some(Setting::Duration(self.lease)),
             "max_wait" => self.max_wait.map(Setting::Duration),
+            "shadow" => Some(Setting::Flag(self.shadow)),
             _ => None,
         }
     }
@@ -112,6 +117,7 @@ impl Values for BulkheadValues {
             }
             ("lease", Setting::Duration(d)) => self.lease = d,
             ("max_wait", Setting::Duration(d)) => self.max_wait = Some(d),
+            ("shadow", Setting::Flag(shadow)) => self.shadow = shadow,
             _ => {}
         }
     }
@@ -151,6 +157,7 @@ impl BulkheadSite {
             } else {
                 "distributed"
             },
+            shadow: false,
         }
     }
 
@@ -162,6 +169,7 @@ impl BulkheadSite {
             adaptive: config.adaptive.map(AdaptiveLimit::bounds),
             lease: config.lease,
             max_wait: config.max_wait,
+            shadow: config.shadow,
         };
         let resolved = Coordinator::resolve(coordinator, config.name, &attribute);
         if resolved.values.adaptive.is_none() {
@@ -204,6 +212,17 @@ where
         // Boxed: the distributed path's state is large, and keeping it inline would make every
         // local call's future that large too. One allocation is nothing next to a round trip.
         Box::pin(distributed::run(site, ctx, scope, body)).await
+    }
+}
+
+/// Runs `body` without a slot (a local slot, or a call a shadow bulkhead would have refused):
+/// it carries no fencing token, even inside a distributed bulkhead's body.
+async fn unfenced<F: Future>(body: F) -> F::Output {
+    if fencing::inside_fenced_body() {
+        // Boxed: rare, and the token's scope would make every call's future larger.
+        Box::pin(fencing::scope(None, body)).await
+    } else {
+        body.await
     }
 }
 

@@ -19,6 +19,7 @@ static DISTRIBUTED: BulkheadSite = BulkheadSite::new(BulkheadConfig {
     lease: LEASE,
     max_wait: None,
     local: false,
+    shadow: false,
 });
 
 static WAITING: BulkheadSite = BulkheadSite::new(BulkheadConfig {
@@ -29,6 +30,7 @@ static WAITING: BulkheadSite = BulkheadSite::new(BulkheadConfig {
     lease: LEASE,
     max_wait: Some(Duration::from_secs(10)),
     local: false,
+    shadow: false,
 });
 
 static LOCAL_FIFO: BulkheadSite = BulkheadSite::new(BulkheadConfig {
@@ -39,6 +41,7 @@ static LOCAL_FIFO: BulkheadSite = BulkheadSite::new(BulkheadConfig {
     lease: LEASE,
     max_wait: Some(Duration::from_secs(10)),
     local: true,
+    shadow: false,
 });
 
 async fn guarded<F, T>(site: &'static BulkheadSite, body: F) -> Result<T, Error>
@@ -253,6 +256,7 @@ const fn reloaded(name: &'static str, local: bool) -> BulkheadSite {
         lease: LEASE,
         max_wait: None,
         local,
+        shadow: false,
     })
 }
 
@@ -345,6 +349,7 @@ static CONTENDED: BulkheadSite = BulkheadSite::new(BulkheadConfig {
     lease: LEASE,
     max_wait: Some(Duration::from_millis(2)),
     local: true,
+    shadow: false,
 });
 
 /// Counts a body as running until it ends or is dropped.

@@ -24,6 +24,7 @@ pub struct BulkheadLayer<Req> {
     lease: Duration,
     max_wait: Option<Duration>,
     local: bool,
+    shadow: bool,
 }
 
 impl<Req> BulkheadLayer<Req> {
@@ -36,6 +37,7 @@ impl<Req> BulkheadLayer<Req> {
             lease: caracal_spec::bulkhead::LEASE.default.duration(),
             max_wait: None,
             local: false,
+            shadow: caracal_spec::SHADOW.default.flag(),
         }
     }
 
@@ -83,6 +85,20 @@ impl<Req> BulkheadLayer<Req> {
     /// Wait up to this long for a slot before rejecting (by default, reject at once).
     pub fn max_wait(mut self, max_wait: Duration) -> Self {
         self.max_wait = Some(duration(PolicyKind::Bulkhead, "max_wait", max_wait));
+        self
+    }
+
+    /// Shadow mode, as `#[bulkhead(shadow = true)]`: a request the bulkhead would refuse runs
+    /// anyway, without a slot, and is counted as `would_reject`.
+    ///
+    /// ```
+    /// use caracal::tower::BulkheadLayer;
+    ///
+    /// let layer = BulkheadLayer::<()>::new("partner-api").limit(20).shadow(true);
+    /// # let _ = layer;
+    /// ```
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.shadow = shadow;
         self
     }
 
@@ -134,6 +150,7 @@ impl<S, Req> Layer<S> for BulkheadLayer<Req> {
             lease: self.lease,
             max_wait: self.max_wait,
             local: self.local,
+            shadow: self.shadow,
         });
         let policy = BulkheadPolicy {
             site: Arc::new(site),
@@ -189,7 +206,8 @@ impl<Req: 'static, Res: Send + 'static> Admit<Req, Res> for BulkheadPolicy<Req> 
 
 /// A local bulkhead's slot, held by a response until it is ready.
 pub struct BulkheadPermit {
-    _slot: local::OwnedSlot,
+    // None: a shadow bulkhead let the request run without a slot.
+    _slot: Option<local::OwnedSlot>,
 }
 
 impl fmt::Debug for BulkheadPermit {

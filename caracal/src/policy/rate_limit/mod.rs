@@ -42,6 +42,8 @@ pub struct RateLimitConfig {
     pub burst: u32,
     /// Per-process only.
     pub local: bool,
+    /// Shadow mode: a call over the rate runs, uncharged, and is counted.
+    pub shadow: bool,
 }
 
 /// The values of a rate limit that configuration may change.
@@ -49,6 +51,14 @@ pub struct RateLimitConfig {
 pub(crate) struct RateValues {
     rate: f64,
     burst: u32,
+    shadow: bool,
+}
+
+/// The decision for one arrival — `Ok(Ok(()))` admitted, `Ok(Err(wait))` rejected — and
+/// whether the rate limit is in shadow mode.
+struct Decided {
+    decision: Result<Result<(), Duration>, Error>,
+    shadow: bool,
 }
 
 impl Values for RateValues {
@@ -58,6 +68,7 @@ impl Values for RateValues {
         match key {
             "rate" => Some(Setting::Number(self.rate)),
             "burst" => Some(Setting::Count(self.burst)),
+            "shadow" => Some(Setting::Flag(self.shadow)),
             _ => None,
         }
     }
@@ -66,6 +77,7 @@ impl Values for RateValues {
         match (key, setting) {
             ("rate", Setting::Number(rate)) => self.rate = rate,
             ("burst", Setting::Count(burst)) => self.burst = burst,
+            ("shadow", Setting::Flag(shadow)) => self.shadow = shadow,
             _ => {}
         }
     }
@@ -89,6 +101,7 @@ pub(crate) const DESCRIPTOR: Descriptor = Descriptor {
     status,
     events: &[
         "rate_limit.admitted",
+        "rate_limit.would_reject",
         "rate_limit.rejected",
         "rate_limit.degraded",
     ],
@@ -160,23 +173,36 @@ impl RateLimitSite {
             } else {
                 "distributed"
             },
+            shadow: false,
         }
     }
 
-    /// The decision for one arrival: `Ok(Ok(()))` admitted, `Ok(Err(wait))` rejected.
-    async fn decide(&self, scope: &Scope) -> Result<Result<(), Duration>, Error> {
-        if let Some(decision) = self.decide_locally(scope) {
-            return decision;
+    /// The decision for one arrival.
+    async fn decide(&self, scope: &Scope) -> Decided {
+        if let Some(decided) = self.decide_locally(scope) {
+            return decided;
         }
         let config = &self.config;
         let coordinator = coordinator::current();
         let resolved = Coordinator::resolve(coordinator.as_ref().ok(), config.name, &self.values());
-        let RateValues { rate, burst } = resolved.values;
-        let coordinator = coordinator?;
+        let RateValues {
+            rate,
+            burst,
+            shadow,
+        } = resolved.values;
+        let coordinator = match coordinator {
+            Ok(coordinator) => coordinator,
+            Err(error) => {
+                return Decided {
+                    decision: Err(error),
+                    shadow,
+                };
+            }
+        };
         let identity =
             coordinator.identity(PolicyKind::RateLimit, config.name, config.operation, scope);
         coordinator.uses().note_use(&identity, self, &resolved);
-        coordinator
+        let decision = coordinator
             .run::<gcra::Gcra>(
                 &identity,
                 gcra::Arrival {
@@ -188,7 +214,8 @@ impl RateLimitSite {
             .map(|decision| decision.map_err(Duration::from_nanos))
             .inspect_err(|error| {
                 events::degraded(&self.at(scope), error);
-            })
+            });
+        Decided { decision, shadow }
     }
 
     /// The attribute's values.
@@ -196,12 +223,13 @@ impl RateLimitSite {
         RateValues {
             rate: self.config.rate,
             burst: self.config.burst,
+            shadow: self.config.shadow,
         }
     }
 
     /// A local rate's decision, made at once (`None` for a distributed rate, which asks the
     /// coordinator).
-    fn decide_locally(&self, scope: &Scope) -> Option<Result<Result<(), Duration>, Error>> {
+    fn decide_locally(&self, scope: &Scope) -> Option<Decided> {
         let config = &self.config;
         if !config.local {
             return None;
@@ -209,7 +237,11 @@ impl RateLimitSite {
         // A local rate needs a coordinator only for its overrides.
         let coordinator = coordinator::overriding().ok_or(Error::NotInstalled);
         let resolved = Coordinator::resolve(coordinator.as_ref().ok(), config.name, &self.values());
-        let RateValues { rate, burst } = resolved.values;
+        let RateValues {
+            rate,
+            burst,
+            shadow,
+        } = resolved.values;
         let interval = gcra::interval_ns(rate);
         let identity = (config.name, config.operation, scope);
         let cell = CELLS.get(&self.local, identity, Cell::new);
@@ -221,34 +253,46 @@ impl RateLimitSite {
                 .map_err(Duration::from_nanos)
         };
         CELLS.release(identity, &cell);
-        Some(Ok(decision))
+        Some(Decided {
+            decision: Ok(decision),
+            shadow,
+        })
     }
 
-    /// Reports the decision for an arrival at `arrival`: `Ok` admits it.
+    /// Reports the decision for an arrival at `arrival`: `Ok` lets the call run — admitted,
+    /// or refused by a shadow rate limit (a refused arrival is never charged, so the cell is
+    /// as the enforcing one's would be). A call made before any coordinator was installed is
+    /// a mistake to fix, never shadowed.
     fn settle(
         &self,
         scope: &Scope,
-        decision: Result<Result<(), Duration>, Error>,
+        Decided { decision, shadow }: Decided,
         arrival: crate::metrics::Stopwatch,
     ) -> Result<(), Error> {
-        match decision {
+        let at = self.at(scope).shadowed(shadow);
+        let refused = match decision {
             Ok(Ok(())) => {
-                events::admitted(&self.at(scope), arrival);
-                Ok(())
+                events::admitted(&at, arrival);
+                return Ok(());
+            }
+            Err(Error::NotInstalled) => {
+                events::rejected(&at.shadowed(false), None);
+                return Err(Error::NotInstalled);
             }
             Ok(Err(retry_after)) => {
-                events::rejected(&self.at(scope), Some(retry_after));
-                Err(Error::RateLimited {
+                events::rejected(&at, Some(retry_after));
+                Error::RateLimited {
                     policy: self.config.name,
                     scope: scope.to_string(),
                     retry_after,
-                })
+                }
             }
             Err(error) => {
-                events::rejected(&self.at(scope), None);
-                Err(error)
+                events::rejected(&at, None);
+                error
             }
-        }
+        };
+        if shadow { Ok(()) } else { Err(refused) }
     }
 }
 
@@ -296,6 +340,9 @@ mod events {
             "coordinator_unavailable"
         };
         rejected_or_degraded(at, reason);
+        if at.shadow {
+            return crate::events::would_reject(at, reason);
+        }
         let Some(suppressed) = summary::repeat("rate_limit.rejected", at, &[reason]) else {
             return;
         };

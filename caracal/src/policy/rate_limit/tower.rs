@@ -21,6 +21,7 @@ pub struct RateLimitLayer<Req> {
     rate: Option<f64>,
     burst: u32,
     local: bool,
+    shadow: bool,
 }
 
 impl<Req> RateLimitLayer<Req> {
@@ -31,6 +32,7 @@ impl<Req> RateLimitLayer<Req> {
             rate: None,
             burst: caracal_spec::rate_limit::BURST.default.integer(),
             local: false,
+            shadow: caracal_spec::SHADOW.default.flag(),
         }
     }
 
@@ -43,6 +45,20 @@ impl<Req> RateLimitLayer<Req> {
     /// How many may be admitted at once after idle time (1).
     pub fn burst(mut self, burst: u32) -> Self {
         self.burst = count(PolicyKind::RateLimit, "burst", burst);
+        self
+    }
+
+    /// Shadow mode, as `#[rate_limit(shadow = true)]`: a request over the rate runs anyway,
+    /// uncharged, and is counted as `would_reject`.
+    ///
+    /// ```
+    /// use caracal::tower::RateLimitLayer;
+    ///
+    /// let layer = RateLimitLayer::<()>::new("search").rate(200.0).shadow(true);
+    /// # let _ = layer;
+    /// ```
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.shadow = shadow;
         self
     }
 
@@ -87,6 +103,7 @@ impl<S, Req> Layer<S> for RateLimitLayer<Req> {
             rate,
             burst: self.burst,
             local: self.local,
+            shadow: self.shadow,
         });
         let policy = RateLimitPolicy {
             site: Arc::new(site),

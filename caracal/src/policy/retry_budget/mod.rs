@@ -82,6 +82,8 @@ pub struct RetryBudgetConfig {
     pub window: Duration,
     /// Per-process only.
     pub local: bool,
+    /// Shadow mode: a retry over the budget is made, not withdrawn, and counted.
+    pub shadow: bool,
 }
 
 /// The values of a budget that configuration may change.
@@ -90,6 +92,7 @@ pub(crate) struct BudgetValues {
     percent: u32,
     min_per_second: u32,
     window: Duration,
+    shadow: bool,
 }
 
 impl BudgetValues {
@@ -110,6 +113,7 @@ impl Values for BudgetValues {
             "percent" => Some(Setting::Count(self.percent)),
             "min_per_second" => Some(Setting::Count(self.min_per_second)),
             "window" => Some(Setting::Duration(self.window)),
+            "shadow" => Some(Setting::Flag(self.shadow)),
             _ => None,
         }
     }
@@ -119,6 +123,7 @@ impl Values for BudgetValues {
             ("percent", Setting::Count(percent)) => self.percent = percent,
             ("min_per_second", Setting::Count(min)) => self.min_per_second = min,
             ("window", Setting::Duration(window)) => self.window = window,
+            ("shadow", Setting::Flag(shadow)) => self.shadow = shadow,
             _ => {}
         }
     }
@@ -152,7 +157,7 @@ pub(crate) const DESCRIPTOR: Descriptor = Descriptor {
         },
     }),
     status,
-    events: &["retry_budget.degraded"],
+    events: &["retry_budget.degraded", "retry_budget.would_reject"],
     decisions: Decisions {
         admitted: &["within_budget"],
         rejected: &["budget_exhausted"],
@@ -186,6 +191,8 @@ fn status(reported: &Registered, snapshot: &Snapshot) -> Result<Vec<StatusValue>
             percent,
             min_per_second,
             window,
+            // The allowance does not depend on it.
+            shadow: false,
         };
         values
             .allowance()
@@ -297,6 +304,7 @@ impl RetryBudgetSite {
             } else {
                 "distributed"
             },
+            shadow: false,
         }
     }
 
@@ -306,6 +314,7 @@ impl RetryBudgetSite {
             percent: self.config.percent,
             min_per_second: self.config.min_per_second,
             window: self.config.window,
+            shadow: self.config.shadow,
         }
     }
 
@@ -357,14 +366,15 @@ impl RetryBudgetSite {
         counted
     }
 
-    /// Reports a withdrawal's decision; whether it was allowed.
-    fn decided(&self, scope: &Scope, decided: view::Decided) -> bool {
-        let at = self.at(scope);
+    /// Reports a withdrawal's decision; whether the retry is made: allowed, or refused by a
+    /// budget in shadow mode (then nothing was withdrawn, as for a refused retry).
+    fn decided(&self, scope: &Scope, decided: view::Decided, shadow: bool) -> bool {
+        let at = self.at(scope).shadowed(shadow);
         events::decided(&at, decided.allowed, decided.stale);
         if !decided.allowed {
             events::exhausted(&at, decided.seen, decided.allowance);
         }
-        decided.allowed
+        decided.allowed || shadow
     }
 }
 
@@ -435,7 +445,8 @@ impl Fleet {
         let decided =
             self.view
                 .withdraw(&coordinator, values.window, &values.allowance(), degraded);
-        self.site.decided(&self.view.identity().scope, decided)
+        self.site
+            .decided(&self.view.identity().scope, decided, values.shadow)
     }
 
     /// Deposits one first attempt; none once the coordinator is gone.
@@ -498,7 +509,7 @@ impl Gate for Withdrawals {
                     allowance: values.allowance().of(seen.deposits),
                     stale: false,
                 };
-                site.decided(scope, decided)
+                site.decided(scope, decided, values.shadow)
             }
         }
     }
@@ -586,6 +597,7 @@ mod budget {
                     min_per_second: spec::MIN_PER_SECOND.default.integer(),
                     window: spec::WINDOW.default.duration(),
                     local: false,
+                    shadow: spec::SHADOW.default.flag(),
                 },
                 scope: Scope::GLOBAL,
                 site: OnceLock::new(),
@@ -644,6 +656,21 @@ mod budget {
             self
         }
 
+        /// Shadow mode, as `#[retry_budget(shadow = true)]`: a retry over the budget is
+        /// allowed anyway, without being withdrawn, and counted as `would_reject`.
+        ///
+        /// ```
+        /// use tower::retry::budget::Budget;
+        /// let budget = caracal::tower::RetryBudget::new("shadowed").percent(0).min_per_second(0)
+        ///     .local(true).shadow(true);
+        /// budget.deposit();
+        /// assert!(budget.withdraw(), "over the budget, allowed in shadow mode");
+        /// ```
+        pub fn shadow(mut self, shadow: bool) -> Self {
+            self.config.shadow = shadow;
+            self
+        }
+
         fn site(&self) -> &'static RetryBudgetSite {
             // One site per budget, for the program's life: budgets are made at start-up, as
             // an attribute's site is compiled in.
@@ -698,11 +725,17 @@ mod events {
             (false, false) => (Decision::Rejected, "budget_exhausted"),
             (_, true) => (Decision::Degraded, "stale_view"),
         };
-        metrics::decided(at, decision, reason);
+        match (at.shadow, allowed) {
+            (true, false) => metrics::decided(at, Decision::WouldReject, "budget_exhausted"),
+            _ => metrics::decided(at, decision, reason),
+        }
     }
 
     /// A retry the budget refused: said once, then summarised.
     pub(super) fn exhausted(at: &At<'_>, seen: Totals, allowance: u64) {
+        if at.shadow {
+            return crate::events::would_reject(at, "budget_exhausted");
+        }
         let Some(suppressed) = summary::repeat("retry.budget_exhausted", at, &[]) else {
             return;
         };
