@@ -12,7 +12,7 @@ use caracal_tests::stats::CommandLog;
 use caracal_tests::{EventLog, FaultProxy, RedisServer};
 use tokio::sync::oneshot;
 
-use crate::common::worker::Worker;
+use crate::common::worker::{Worker, ledger_args};
 use crate::common::{self, PATIENCE, TestError, code, eventually, failure_kind, unique};
 
 /// A round trip to the server and the 10 ms between two looks at the log, on a loaded
@@ -36,16 +36,8 @@ async fn a_restart_admits_again_after_the_grace_not_a_lease() {
     let ledger_server = RedisServer::start();
     let namespace = unique("grace");
     let (scope, name) = (unique("grace"), unique("grace-ledger"));
-    let args = |scenario_args: &[&str]| {
-        let mut args = vec![
-            format!("scope={scope}"),
-            format!("ledger={}", ledger_server.url()),
-            format!("ledger_name={name}"),
-            "lease=long".to_owned(),
-        ];
-        args.extend(scenario_args.iter().map(|&arg| arg.to_owned()));
-        args
-    };
+    let ledger_url = ledger_server.url();
+    let args = ledger_args(&scope, &ledger_url, &name, &["lease=long"]);
     let holder = Worker::spawn(
         &server.url(),
         &namespace,
@@ -432,17 +424,13 @@ async fn after_a_flush_a_quiet_process_overlaps_a_holder_elsewhere_for_at_most_a
     let ledger_server = RedisServer::start();
     let namespace = unique("flush-overlap");
     let (scope, name) = (unique("flush-overlap"), unique("flush-overlap-ledger"));
-    let args = |scenario_args: &[&str]| {
-        let mut args = vec![
-            format!("scope={scope}"),
-            format!("ledger={}", ledger_server.url()),
-            format!("ledger_name={name}"),
-            "lease=long".to_owned(),
-            "events=coordinator.data_lost".to_owned(),
-        ];
-        args.extend(scenario_args.iter().map(|&arg| arg.to_owned()));
-        args
-    };
+    let ledger_url = ledger_server.url();
+    let args = ledger_args(
+        &scope,
+        &ledger_url,
+        &name,
+        &["lease=long", "events=coordinator.data_lost"],
+    );
     // Connected, each process has read the marker (a coordinator reads the fleet's overrides,
     // and the marker with them, before it serves).
     let holder = Worker::spawn(

@@ -9,7 +9,7 @@ use caracal::{FailureKind, bulkhead, circuit_breaker};
 use caracal_tests::ledger::Ledger;
 use caracal_tests::{FaultProxy, RedisServer, fenced};
 
-use crate::common::worker::Worker;
+use crate::common::worker::{Worker, ledger_args};
 use crate::common::{
     self, Gate, Leases, PATIENCE, TestError, code, eventually, failure_kind, unique, until_ok,
 };
@@ -342,15 +342,8 @@ async fn a_restart_without_persistence_ends_the_old_holders_first() {
     let ledger_server = RedisServer::start();
     let namespace = unique("restart");
     let (scope, name) = (unique("restart"), unique("restart-ledger"));
-    let args = |scenario_args: &[&str]| {
-        let mut args = vec![
-            format!("scope={scope}"),
-            format!("ledger={}", ledger_server.url()),
-            format!("ledger_name={name}"),
-        ];
-        args.extend(scenario_args.iter().map(|&arg| arg.to_owned()));
-        args
-    };
+    let ledger_url = ledger_server.url();
+    let args = ledger_args(&scope, &ledger_url, &name, &[]);
     let holder = Worker::spawn(
         &server.url(),
         &namespace,

@@ -12,6 +12,26 @@ pub(crate) fn worker_binary() -> String {
     std::env::var("CARACAL_TEST_WORKER").unwrap_or_else(|_| WORKER.to_owned())
 }
 
+/// The arguments of a ledger scenario's worker (`ledger-hold`, `ledger-take`): its scope, the
+/// ledger it records in (`ledger_url`, under `name`) and `shared`, then each worker's own.
+pub(crate) fn ledger_args<'a>(
+    scope: &'a str,
+    ledger_url: &'a str,
+    name: &'a str,
+    shared: &'a [&'a str],
+) -> impl Fn(&[&str]) -> Vec<String> + 'a {
+    move |own| {
+        [
+            format!("scope={scope}"),
+            format!("ledger={ledger_url}"),
+            format!("ledger_name={name}"),
+        ]
+        .into_iter()
+        .chain(shared.iter().chain(own).map(|&arg| arg.to_owned()))
+        .collect()
+    }
+}
+
 /// A worker process and the lines it printed.
 pub(crate) struct Worker {
     pub(crate) child: Child,
