@@ -244,6 +244,26 @@ fn a_saturated_downstream_is_found_and_followed_down_and_back() {
 }
 
 #[test]
+fn a_downstream_failing_fast_past_its_capacity_is_followed_when_it_halves() {
+    let fail_fast = Shape {
+        fail_fast: true,
+        ..CLEAN
+    };
+    let mut fleet = Fleet::new();
+    fleet.run(fail_fast, 40);
+    let halved = Shape {
+        capacity: 10,
+        ..fail_fast
+    };
+    let following = fleet.run(halved, 15);
+    assert!(
+        following[10..].iter().all(|s| (8..=13).contains(&s.full)),
+        "halved: {}",
+        shown(&following)
+    );
+}
+
+#[test]
 fn latency_that_does_not_grow_with_concurrency_does_not_lower_the_limit() {
     let slow = Process {
         extra_us: 8_000,

@@ -50,8 +50,11 @@ pub(crate) struct Sampling {
     /// The mean latency of its successes near the limit, averaged half-way per report (0: none
     /// yet).
     near_us: u64,
-    /// The share of slot time its drops took at low occupancy (thousandths), likewise.
+    /// The share of slot time its drops took at low occupancy (thousandths), averaged likewise
+    /// and moved by the same rule as the base.
     drop_share_pm: u64,
+    /// The same share near the limit, averaged half-way per report (`None`: no call near it).
+    near_drop_pm: Option<u64>,
 }
 
 impl Sampling {
@@ -107,7 +110,8 @@ impl Sampling {
             let mean = (low.sum_us / low.samples).max(1);
             // With no call near the limit to compare with, the fleet runs below it: its calls
             // at low occupancy are its calls.
-            let unmoved = mean.abs_diff(self.near_us) * 1000 <= self.near_us * UNMOVED_PM;
+            let unmoved = self.near_us == 0
+                || mean.abs_diff(self.near_us) * 1000 <= self.near_us * UNMOVED_PM;
             self.base_us = match self.base_us {
                 0 => mean,
                 _ if unmoved => mean,
@@ -133,7 +137,20 @@ impl Sampling {
         if let Some(share) = low.drop_share_pm()
             && low.calls() >= MIN_BASE
         {
-            self.drop_share_pm = (self.drop_share_pm + share) / 2;
+            // Drops that did not become rarer at low occupancy are not the downstream's
+            // overload (it fails that share whatever the load); rarer ones are.
+            let unmoved = self
+                .near_drop_pm
+                .is_none_or(|near| share.abs_diff(near) <= UNMOVED_PM);
+            if share < self.drop_share_pm || unmoved {
+                self.drop_share_pm = (self.drop_share_pm + share) / 2;
+            }
+        }
+        if high.calls() >= MIN_VOTE {
+            let share = high.drop_share_pm().unwrap_or(0);
+            self.near_drop_pm = Some(self.near_drop_pm.map_or(share, |near| (near + share) / 2));
+        } else if !cut {
+            self.near_drop_pm = None;
         }
         self.low = Bucket::default();
         self.high = Bucket::default();
