@@ -22,6 +22,7 @@ local MAX_SUM = 9007199254740991
 local IDLE_MS = 600000
 local LOW_PM, CLEAR_PM, QUEUED_PM, GROWTH_PM = 750, 1100, 1250, 1200
 local CUT_EVERY_MS, LOW_SHARE_PM, VERIFY_MS = 10000, 100, 3000
+local DEEPER_PM = LOW_PM * CLEAR_PM / 1000
 local a = {}
 for i = 1, 14 do
   a[i] = tonumber(ARGV[i])
@@ -45,6 +46,16 @@ if limit == 0 then
 end
 limit = math.min(math.max(limit, min * 1000), max * 1000)
 
+-- ¾ of the limit or, lower, of the occupancy the fleet ran at: the occupancy up to which a
+-- call is at low occupancy, and a cut window's limit in force.
+local function low_pm()
+  local at = limit
+  if level > 0 then
+    at = math.min(limit, level * 1000)
+  end
+  return math.floor(at * LOW_PM / 1000)
+end
+
 for i = 1, 10 do
   if i == 5 then
     w[i] = math.max(w[i], a[i])
@@ -57,8 +68,11 @@ if now >= since + window then
   local samples, sum, calls, low, peak = w[1], w[2], w[3], w[4], w[5]
   local queued, clear, unsure, ratios, bases = w[6], w[7], w[8], w[9], w[10]
   if calls > 0 then
+    local before, cut_pm, deeper = latency, low_pm(), false
     if samples > 0 then
       latency = math.floor(sum / samples)
+      -- A cut whose latency fell with its occupancy still queued.
+      deeper = cut == 1 and before > 0 and latency * 1000 <= before * DEEPER_PM
     end
     if low > 0 and low * 1000 >= calls * LOW_SHARE_PM then
       lowat = now
@@ -79,13 +93,19 @@ if now >= since + window then
         target = math.floor(limit * GROWTH_PM / 1000)
       end
     end
+    if deeper then
+      target = math.min(target, math.floor(cut_pm * CLEAR_PM / 1000))
+    end
     if peak * 2 * 1000 < limit then
       target = math.min(target, limit)
     end
     target = math.max(target, math.floor(limit / 2))
     limit = math.min(math.max(math.floor((limit + target) / 2), min * 1000), max * 1000)
     level = peak
-    if verify or now >= lowat + CUT_EVERY_MS then
+    if deeper then
+      level = math.min(peak, math.floor(cut_pm / 1000))
+    end
+    if verify or deeper or now >= lowat + CUT_EVERY_MS then
       cut, lowat = 1, now
     else
       cut = 0
@@ -109,11 +129,7 @@ redis.call('PEXPIREAT', KEYS[1], now + IDLE_MS)
 local function whole(pm)
   return math.min(math.max(math.floor(pm / 1000), min), max)
 end
-local low = limit
-if level > 0 then
-  low = math.min(limit, level * 1000)
-end
-low = math.floor(low * LOW_PM / 1000)
+local low = low_pm()
 local in_force = limit
 if cut == 1 then
   in_force = low

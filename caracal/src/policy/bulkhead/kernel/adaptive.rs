@@ -30,6 +30,16 @@
 //!   adaptive concurrency (its minimum latency measured at a reduced concurrency), taken once
 //!   per fleet rather than per process, and only while the fleet has no such calls of its own;
 //!   it costs a quarter of the limit for a second in eleven.
+//! - **A cut that still queued goes deeper.** A limit far above the capacity (a high
+//!   `initial`, a capacity that collapsed) never saw an unqueued call: a cut to ¾ of it still
+//!   queues, and the ratio its calls give can never exceed 4/3. When a cut's mean latency fell
+//!   with the occupancy (to at most [`DEEPER_PM`] of the window before it: the downstream served
+//!   as many calls a second at ¾ of the calls inside, Little's law, so it was saturated at both),
+//!   the limit falls towards 1.1 × the cut's level and the next window is a cut again, at ¾ of
+//!   this one's. The fleet's mean latency of two adjacent windows is compared, the same
+//!   processes in both: a slow process or a busy host adds latency that does not fall with the
+//!   occupancy, so it stops the descent rather than driving it. Each cut costs no goodput while
+//!   it queues; the first that did not queue ends it.
 //! - A fleet that never came near its limit (its highest occupancy under half of it) gives no
 //!   evidence the limit could be higher: the target is at most the limit (Gradient2's
 //!   application-limited check), so a quiet hour does not leave the limit at `max`.
@@ -42,6 +52,8 @@
 //! | the window has not passed | [`Gathered`](Branch::Gathered) | the report joins the window |
 //! | it has, with no call in it | [`Idle`](Branch::Idle) | a window opens now; the limit is kept |
 //! | the queued votes weigh more than half | [`Queued`](Branch::Queued) | target `L × 1.1 / ratio` |
+//! | they do, on bases older than [`VERIFY_MS`] | [`Verify`](Branch::Verify) | the next window is a cut |
+//! | a cut's latency fell with its occupancy | [`Deeper`](Branch::Deeper) | target at most 1.1 × the cut; the next window is a cut |
 //! | the clear votes do, outside a cut | [`Probed`](Branch::Probed) | target 1.2 × the limit |
 //! | neither does | [`Unsure`](Branch::Unsure) | target the limit |
 //! | nobody voted | [`Unjudged`](Branch::Unjudged) | target the limit |
@@ -76,6 +88,9 @@ pub(crate) const GROWTH_PM: u64 = 1_200;
 /// How recent calls at low occupancy (a cut's, or a quiet fleet's) must be for queued votes to
 /// lower the limit; older, a cut comes first.
 pub(crate) const VERIFY_MS: u64 = 3_000;
+/// A cut window whose mean latency is at most this share (thousandths) of the window's before
+/// it still queued: ¾ of the occupancy ([`LOW_PM`]) with a tenth to spare ([`CLEAR_PM`]).
+pub(crate) const DEEPER_PM: u64 = LOW_PM * CLEAR_PM / 1000;
 /// How long a fleet goes without calls at low occupancy before a cut window.
 pub(crate) const CUT_EVERY_MS: u64 = 10_000;
 /// The share of a window's calls (thousandths) at low occupancy that lets every process
@@ -97,6 +112,7 @@ pub(crate) enum Branch {
     Queued,
     Probed,
     Verify,
+    Deeper,
     Unsure,
     Unjudged,
     AppLimited,
@@ -109,13 +125,14 @@ pub(crate) enum Branch {
 impl Branch {
     /// Every branch, indexed as [`Seen`] records them.
     #[cfg(test)]
-    pub(crate) const ALL: [Branch; 13] = [
+    pub(crate) const ALL: [Branch; 14] = [
         Branch::Started,
         Branch::Gathered,
         Branch::Idle,
         Branch::Queued,
         Branch::Probed,
         Branch::Verify,
+        Branch::Deeper,
         Branch::Unsure,
         Branch::Unjudged,
         Branch::AppLimited,
@@ -276,6 +293,19 @@ pub(crate) struct Estimate {
     pub(crate) expires_ms: u64,
 }
 
+impl Estimate {
+    /// The occupancy (thousandths) up to which a call runs at low occupancy, and a cut
+    /// window's limit in force: ¾ of the limit or, lower, of the occupancy the fleet ran at (a
+    /// fleet offered less than its limit queues at what it offers).
+    fn low_pm(&self) -> u64 {
+        let level = match self.level {
+            0 => self.limit_pm,
+            level => self.limit_pm.min(level * 1000),
+        };
+        level * LOW_PM / 1000
+    }
+}
+
 impl State for Estimate {
     fn forgettable(&self, now: Now) -> bool {
         // Redis expires a key strictly after its time.
@@ -319,13 +349,7 @@ impl Kernel for Adapt {
             estimate.window = Observed::default();
         }
         estimate.expires_ms = now.ms.saturating_add(IDLE_MS);
-        // Below the occupancy the fleet runs at, whatever its limit: a fleet offered less than
-        // its limit queues at what it offers.
-        let level = match estimate.level {
-            0 => estimate.limit_pm,
-            level => estimate.limit_pm.min(level * 1000),
-        };
-        let low_pm = level * LOW_PM / 1000;
+        let low_pm = estimate.low_pm();
         let in_force = if estimate.cut {
             low_pm
         } else {
@@ -347,7 +371,10 @@ fn update(estimate: &mut Estimate, bounds: Bounds, now: Now, seen: &mut Seen) {
     let window = estimate.window;
     let votes = window.votes;
     let limit = estimate.limit_pm;
+    let (before_us, cut_pm) = (estimate.latency_us, estimate.low_pm());
+    let mut deeper = false;
     if let Some(latency) = window.sum_us.checked_div(window.samples) {
+        deeper = estimate.cut && before_us > 0 && latency * 1000 <= before_us * DEEPER_PM;
         estimate.latency_us = latency;
     }
     let weight = votes.weight();
@@ -382,6 +409,10 @@ fn update(estimate: &mut Estimate, bounds: Bounds, now: Now, seen: &mut Seen) {
     } else {
         Branch::Unsure.reach(seen);
     }
+    if deeper {
+        Branch::Deeper.reach(seen);
+        target = target.min(cut_pm * CLEAR_PM / 1000);
+    }
     if window.peak * 2 * 1000 < limit {
         Branch::AppLimited.reach(seen);
         target = target.min(limit);
@@ -394,8 +425,14 @@ fn update(estimate: &mut Estimate, bounds: Bounds, now: Now, seen: &mut Seen) {
         std::cmp::Ordering::Equal => Branch::Held.reach(seen),
     }
     estimate.limit_pm = next;
-    estimate.level = window.peak;
-    estimate.cut = verify || now.ms >= estimate.low_ms.saturating_add(CUT_EVERY_MS);
+    // A deeper cut is ¾ of this one, whatever the occupancy the window's first calls, admitted
+    // before the cut, showed.
+    estimate.level = if deeper {
+        window.peak.min(cut_pm / 1000)
+    } else {
+        window.peak
+    };
+    estimate.cut = verify || deeper || now.ms >= estimate.low_ms.saturating_add(CUT_EVERY_MS);
     if estimate.cut {
         Branch::Cut.reach(seen);
         estimate.low_ms = now.ms;

@@ -96,6 +96,22 @@ impl Fleet {
         }
     }
 
+    /// A fleet as its first report leaves it, but with its limit at `start` rather than
+    /// `initial`, its first cut due.
+    fn started_at(start: u32) -> Self {
+        let mut fleet = Fleet::new();
+        fleet.ms = 20_000;
+        fleet.learnt.limit = start;
+        fleet.estimate = Estimate {
+            limit_pm: u64::from(start) * 1000,
+            since_ms: fleet.ms,
+            low_ms: fleet.ms - CUT_EVERY_MS,
+            expires_ms: fleet.ms + IDLE_MS,
+            ..Estimate::default()
+        };
+        fleet
+    }
+
     fn noise(&mut self, up_to: u64) -> u64 {
         self.seed = self
             .seed
@@ -241,6 +257,30 @@ fn a_saturated_downstream_is_found_and_followed_down_and_back() {
     let back = fleet.run(CLEAN, 30);
     assert!(back[29].full >= 16, "doubled back: {}", shown(&back));
     assert_steady(&fleet.run(CLEAN, 30), 20, "capacity 20 again");
+}
+
+/// A limit that starts far above the capacity never saw an unqueued call: its first base is
+/// queued, and a cut to ¾ of it still queues. Cuts follow one another while each is faster than
+/// the limit in proportion to its occupancy, so the limit comes down by a quarter a second, not
+/// a tenth every eleven.
+#[test]
+fn a_limit_far_above_the_capacity_comes_down_within_seconds() {
+    for (capacity, offered, start) in [(4, 24, 30), (4, 400, 100), (20, 400, 100)] {
+        let shape = Shape {
+            capacity,
+            offered: Some(offered),
+            ..CLEAN
+        };
+        let mut fleet = Fleet::started_at(start);
+        let coming = fleet.run(shape, 20);
+        let high = capacity + capacity * 3 / 10 + 1;
+        assert!(
+            coming[15..].iter().all(|s| s.full <= high),
+            "capacity {capacity}, offered {offered}, from {start}: {}",
+            shown(&coming)
+        );
+        assert_steady(&fleet.run(shape, 30), capacity, "after coming down");
+    }
 }
 
 #[test]
@@ -401,7 +441,16 @@ fn every_branch_is_reached() {
         },
         20,
     );
+    let mut far = Fleet::started_at(100);
+    far.run(
+        Shape {
+            capacity: 4,
+            ..CLEAN
+        },
+        10,
+    );
     let mut seen = fleet.seen;
+    seen.merge(far.seen);
     let mut estimate = fleet.estimate.clone();
     let idle = Report {
         observed: Observed::default(),
