@@ -62,6 +62,28 @@ async fn check_inventory() -> Result<(), AppError> {
     }
 }
 
+/// A dependency taken out of service now and then by an operator (see [`drill`]).
+#[circuit_breaker(name = "recommendations")]
+async fn recommend() -> Result<(), AppError> {
+    Ok(())
+}
+
+/// An operator's drill, as `caracal breaker open recommendations --for 10s` would run it every
+/// 30 s: the breaker's state shows `forced_open` and `caracal_circuit_breaker_forced_until_seconds`
+/// the end the operator gave, back to 0 once it lapsed.
+async fn drill(admin: caracal::admin::Admin) {
+    let breaker = caracal::admin::BreakerId::new("recommendations");
+    loop {
+        let command = caracal::admin::BreakerCommand::Open {
+            lasts: Some(Duration::from_secs(10)),
+        };
+        if let Err(error) = admin.breaker(&breaker, command).await {
+            eprintln!("drill: {error}");
+        }
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    }
+}
+
 /// 20 searches a second, bursts of 5.
 #[rate_limit(name = "search", rate = 20, burst = 5)]
 async fn search() -> Result<(), AppError> {
@@ -106,13 +128,14 @@ fn outcome(result: &Result<(), AppError>) -> &'static str {
 }
 
 /// One round of traffic: 12 concurrent partner calls (6 per region), 10 inventory checks, 10
-/// searches, 2 quotes; counts how each call ended into `tally`.
+/// recommendations, 10 searches, 2 quotes; counts how each call ended into `tally`.
 async fn round(tally: &mut BTreeMap<&'static str, u64>) {
     let partner: Vec<_> = (0..12)
         .map(|i| tokio::spawn(call_partner(if i % 2 == 0 { "eu" } else { "us" })))
         .collect();
     for _ in 0..10 {
         *tally.entry(outcome(&check_inventory().await)).or_default() += 1;
+        *tally.entry(outcome(&recommend().await)).or_default() += 1;
         *tally.entry(outcome(&search().await)).or_default() += 1;
     }
     for _ in 0..2 {
@@ -195,6 +218,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         listener.local_addr()?
     );
     tokio::spawn(serve(listener, handle));
+    tokio::spawn(drill(coordinator.admin()));
 
     let mut tally = BTreeMap::new();
     for rounds in 1u64.. {

@@ -10,6 +10,9 @@ pub const BULKHEAD_IN_FLIGHT: &str = "caracal_bulkhead_in_flight";
 pub const ADMISSION_SECONDS: &str = "caracal_admission_seconds";
 /// The name of the coordinator connectivity gauge.
 pub const COORDINATOR_UP: &str = "caracal_coordinator_up";
+/// The name of the gauge of the end of a breaker's forced state, in seconds since the Unix
+/// epoch.
+pub const CIRCUIT_BREAKER_FORCED_UNTIL: &str = "caracal_circuit_breaker_forced_until_seconds";
 /// The name of the gauge of the bulkhead limit in force.
 pub const BULKHEAD_LIMIT: &str = "caracal_bulkhead_limit";
 /// The name of the gauge of a breaker's failure rate, as its window was last learnt.
@@ -48,6 +51,12 @@ pub fn describe() {
         CIRCUIT_BREAKER_STATE,
         "Circuit breaker state as this process knows it: 0 closed, 1 open, 2 half_open, \
          3 forced_open, 4 forced_closed"
+    );
+    describe_gauge!(
+        CIRCUIT_BREAKER_FORCED_UNTIL,
+        Unit::Seconds,
+        "When the forced state of a caracal circuit breaker lapses, in seconds since the Unix \
+         epoch; 0 when it has no end (forced until a reset) or is no longer forced"
     );
     describe_gauge!(
         BULKHEAD_IN_FLIGHT,
@@ -304,6 +313,30 @@ pub(crate) fn breaker_phase(at: &At<'_>, phase: Phase) {
     .set(f64::from(phase.code()));
     #[cfg(not(feature = "metrics"))]
     let _ = (at, phase);
+}
+
+/// Sets the forced-until gauge of `at`'s breaker: when its forced state lapses, or 0 for none
+/// (forced until a reset, or no longer forced), as this process's clock reads it.
+pub(crate) fn breaker_forced_until(at: &At<'_>, end: Option<tokio::time::Instant>) {
+    #[cfg(feature = "metrics")]
+    {
+        use std::time::{SystemTime, UNIX_EPOCH};
+        let seconds = end.map_or(0.0, |end| {
+            let left = end.saturating_duration_since(tokio::time::Instant::now());
+            (SystemTime::now() + left)
+                .duration_since(UNIX_EPOCH)
+                .map_or(0.0, |since| since.as_secs_f64())
+        });
+        ::metrics::gauge!(
+            CIRCUIT_BREAKER_FORCED_UNTIL,
+            "name" => at.name.to_owned(),
+            "operation" => at.operation.to_owned(),
+            "scope" => at.scope.to_owned(),
+        )
+        .set(seconds);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (at, end);
 }
 
 /// The connections known to be down, across the process's coordinators. A lost connection is

@@ -9,13 +9,14 @@
 //! cross-process views are read in worker processes, each with a recorder of its own.
 
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use caracal::admin::{BreakerCommand, BreakerId};
 use caracal::metrics::{
     ADMISSION_SECONDS, BULKHEAD_IN_FLIGHT, BULKHEAD_LIMIT, CIRCUIT_BREAKER_FAILURE_RATE,
-    CIRCUIT_BREAKER_SLOW_CALL_RATE, CIRCUIT_BREAKER_STATE, COORDINATOR_SECONDS, DECISIONS_TOTAL,
-    FALLBACKS_TOTAL, LABELLED_SCOPES, OTHER_SCOPES, RETRIES_TOTAL, TIMEOUTS_TOTAL,
+    CIRCUIT_BREAKER_FORCED_UNTIL, CIRCUIT_BREAKER_SLOW_CALL_RATE, CIRCUIT_BREAKER_STATE,
+    COORDINATOR_SECONDS, DECISIONS_TOTAL, FALLBACKS_TOTAL, LABELLED_SCOPES, OTHER_SCOPES,
+    RETRIES_TOTAL, TIMEOUTS_TOTAL,
 };
 use caracal::{Coordinator, bulkhead, circuit_breaker, fallback, rate_limit, retry, timeout};
 use caracal_tests::{FaultProxy, MetricsLog, RedisServer};
@@ -414,6 +415,116 @@ fn the_breaker_state_follows_changes_made_by_other_processes() {
     assert_eq!(next_gauge(&listener), "3", "forced open");
     command(BreakerCommand::Reset);
     assert_eq!(next_gauge(&listener), "0", "reset: closed");
+}
+
+#[circuit_breaker(name = "metrics-forced-breaker", scope = scope)]
+async fn forced_breakered(scope: &str) -> Result<(), TestError> {
+    Ok(())
+}
+
+/// The forced-until gauge of `name`'s breaker in `scope`.
+fn forced_until(name: &str, scope: &str) -> Option<f64> {
+    MetricsLog::global().gauge(
+        CIRCUIT_BREAKER_FORCED_UNTIL,
+        &[("name", name), ("operation", name), ("scope", scope)],
+    )
+}
+
+/// Seconds since the Unix epoch.
+fn unix_seconds(at: SystemTime) -> f64 {
+    at.duration_since(UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs_f64()
+}
+
+/// Calls `name`'s breaker in `scope` until its forced-until gauge satisfies `condition` (the
+/// process learns a forced state's end from its admissions' replies), and returns the gauge.
+async fn calls_until_forced_until(
+    name: &str,
+    scope: &str,
+    condition: impl Fn(Option<f64>) -> bool,
+) -> Option<f64> {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let _ = forced_breakered(scope).await;
+        let value = forced_until(name, scope);
+        if condition(value) {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{name} in {scope}: forced until {value:?}\n{}",
+            MetricsLog::global().dump()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A service process learns from its admissions' replies when a state an operator forced
+/// (from another process) lapses: the forced-until gauge shows it in unix seconds, with
+/// `--for` open or closed; 0 for a force with no end, after a reset, and once the force lapsed.
+/// A breaker never forced has no series.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_forced_until_gauge_shows_a_forced_states_end_until_it_ends() {
+    let name = "metrics-forced-breaker";
+    MetricsLog::global();
+    let server = RedisServer::start();
+    let namespace = unique("metrics-forced");
+    let connect = || async {
+        Coordinator::redis(server.url())
+            .namespace(namespace.as_str())
+            .connect()
+            .await
+            .expect("connect")
+    };
+    let (service, operator) = (connect().await, connect().await);
+    let (scope, untouched) = (unique("forced"), unique("never-forced"));
+    let breaker = BreakerId::new(name).scope(scope.as_str());
+    let command = |command| {
+        let (admin, breaker) = (operator.admin(), &breaker);
+        async move { admin.breaker(breaker, command).await.expect("forced") }
+    };
+    // The end as the service reports it is the coordinator's, counted from when the service
+    // asked: a round trip early at most.
+    let lasts = Duration::from_secs(600);
+    let ends_as_given = |before: SystemTime| {
+        let from = unix_seconds(before + lasts) - PATIENCE.as_secs_f64();
+        move |value: Option<f64>| {
+            value.is_some_and(|value| {
+                from <= value && value <= unix_seconds(SystemTime::now() + lasts)
+            })
+        }
+    };
+    service
+        .scoped(async {
+            for scope in [&scope, &untouched] {
+                assert_eq!(code(&forced_breakered(scope).await), "ok");
+            }
+            assert_eq!(forced_until(name, &scope), None, "not forced yet");
+
+            let before = SystemTime::now();
+            command(BreakerCommand::Open { lasts: Some(lasts) }).await;
+            calls_until_forced_until(name, &scope, ends_as_given(before)).await;
+            command(BreakerCommand::Close { lasts: None }).await;
+            calls_until_forced_until(name, &scope, |value| value == Some(0.0)).await;
+            let before = SystemTime::now();
+            command(BreakerCommand::Close { lasts: Some(lasts) }).await;
+            calls_until_forced_until(name, &scope, ends_as_given(before)).await;
+            command(BreakerCommand::Reset).await;
+            calls_until_forced_until(name, &scope, |value| value == Some(0.0)).await;
+
+            // A force that lapses: a call after its end probes, and the gauge clears.
+            command(BreakerCommand::Open {
+                lasts: Some(Duration::from_secs(1)),
+            })
+            .await;
+            calls_until_forced_until(name, &scope, |value| value > Some(0.0)).await;
+            calls_until_forced_until(name, &scope, |value| value == Some(0.0)).await;
+        })
+        .await;
+    assert_eq!(forced_until(name, &untouched), None, "never forced");
+    service.shutdown().await;
+    operator.shutdown().await;
 }
 
 /// A worker connected through a proxy reports the coordinator up, down while the proxy cuts

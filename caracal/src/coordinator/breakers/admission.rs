@@ -67,7 +67,7 @@ impl Views<'_> {
         let told = reply.told(&target.settings);
         let admission = match reply {
             AdmitReply::Closed { generation, .. } => Admission::Closed { generation },
-            AdmitReply::ForcedClosed { generation } => Admission::Unrecorded { generation },
+            AdmitReply::ForcedClosed { generation, .. } => Admission::Unrecorded { generation },
             AdmitReply::Open { generation, .. } | AdmitReply::ForcedOpen { generation, .. } => {
                 Admission::Open {
                     phase: told.phase,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::Views;
-use super::view::{Applied, Learned, Maker, Tells, View, learn_in};
+use super::view::{Applied, Lapse, Learned, Maker, Tells, View, learn_in};
 use super::{Announcement, BATCH_DELAY, MAX_BATCH, VIEW_MAX_AGE, learned_origin};
 use crate::Error;
 use crate::coordinator::{BreakerTarget, Stamped, timer, upgrade};
@@ -32,6 +32,7 @@ impl Views<'_> {
                     phase: Phase::Closed,
                     generation,
                     probe_due: None,
+                    lapse: Lapse::Unknown,
                     asked: long_ago,
                     received: long_ago,
                     stamp: None,

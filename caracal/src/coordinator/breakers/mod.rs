@@ -49,7 +49,7 @@ use tokio::sync::futures::Notified;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use self::view::{Learned, Maker, View, learn_in};
+use self::view::{Lapse, Learned, Maker, View, learn_in};
 use super::feed::{Origin, Transition};
 use super::{BreakerTarget, Coordinator, Stamped};
 use crate::events::{self, ChangeOrigin};
@@ -184,8 +184,7 @@ impl Views<'_> {
 /// message naming its maker: only an operator forces a state or ends a forced one under a new
 /// generation (a reset); any other change was another process's call.
 fn learned_origin(change: BreakerTransition) -> ChangeOrigin {
-    let forced = |phase| matches!(phase, Phase::ForcedOpen | Phase::ForcedClosed);
-    if forced(change.to) || (forced(change.from) && change.to == Phase::Closed) {
+    if change.to.forced() || (change.from.forced() && change.to == Phase::Closed) {
         ChangeOrigin::Operator
     } else {
         ChangeOrigin::Remote
@@ -232,6 +231,7 @@ impl Breakers {
             phase: transition.phase,
             generation: transition.generation,
             probe_due: None,
+            lapse: Lapse::Unknown,
             asked: now,
             received: now,
             stamp: transition.stamp,
@@ -253,18 +253,21 @@ impl Breakers {
         forced: Stamped<ForceReply>,
         asked: Instant,
     ) -> Option<Announcement> {
-        let (phase, probe_due) = match force {
-            Force::Open { lasts_ms } => (
-                Phase::ForcedOpen,
-                (lasts_ms > 0).then(|| asked + Duration::from_millis(lasts_ms)),
-            ),
-            Force::Closed { .. } => (Phase::ForcedClosed, None),
-            Force::Reset { .. } => (Phase::Closed, None),
+        let lapse = |lasts_ms: u64| Lapse::after((lasts_ms > 0).then_some(lasts_ms));
+        let (phase, lapse) = match force {
+            Force::Open { lasts_ms } => (Phase::ForcedOpen, lapse(lasts_ms)),
+            Force::Closed { lasts_ms } => (Phase::ForcedClosed, lapse(lasts_ms)),
+            Force::Reset { .. } => (Phase::Closed, Lapse::Unknown),
         };
+        let lapse = lapse.counted_from(asked);
         let learned = Learned {
             phase,
             generation: forced.reply.generation,
-            probe_due,
+            probe_due: match (phase, lapse) {
+                (Phase::ForcedOpen, Lapse::At(end)) => Some(end),
+                _ => None,
+            },
+            lapse,
             asked,
             received: Instant::now(),
             stamp: Some(forced.stamp),

@@ -1,6 +1,6 @@
 //! The view's ordering rule and its bounds.
 
-use super::view::Applied;
+use super::view::{Applied, Lapse};
 use super::*;
 use crate::identity::{PolicyKind, Scope};
 use crate::policy::breaker::kernel::Observation;
@@ -28,6 +28,7 @@ impl Clock {
             phase,
             generation,
             probe_due: None,
+            lapse: Lapse::Unknown,
             asked: self.at(asked),
             received: self.at(received),
             stamp,

@@ -105,6 +105,8 @@ pub(super) struct Learned {
     pub(super) phase: Phase,
     pub(super) generation: u64,
     pub(super) probe_due: Option<Instant>,
+    /// When the forced state it tells of lapses, if it says.
+    pub(super) lapse: Lapse<Instant>,
     /// When the question was sent (for a message, which answers none: when it arrived).
     pub(super) asked: Instant,
     /// When the answer arrived.
@@ -114,6 +116,34 @@ pub(super) struct Learned {
     /// Whether it answers a question asked at `asked` (a message answers none: it was decided
     /// before it arrived, so its arrival orders nothing).
     pub(super) answers_question: bool,
+}
+
+/// When a forced state lapses, as an answer says it: what the forced-until gauge reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Lapse<T> {
+    /// The answer does not say: a transition message, a reply that is not an admission's, or
+    /// a state that is not forced.
+    Unknown,
+    /// Forced until a reset.
+    Never,
+    /// Forced until then.
+    At(T),
+}
+
+impl Lapse<Duration> {
+    /// A forced state's end in `ms`, or none: until a reset.
+    pub(super) fn after(ms: Option<u64>) -> Self {
+        ms.map_or(Lapse::Never, |ms| Lapse::At(Duration::from_millis(ms)))
+    }
+
+    /// The same end, for a question asked at `asked`.
+    pub(super) fn counted_from(self, asked: Instant) -> Lapse<Instant> {
+        match self {
+            Lapse::Unknown => Lapse::Unknown,
+            Lapse::Never => Lapse::Never,
+            Lapse::At(wait) => Lapse::At(asked + wait),
+        }
+    }
 }
 
 /// What an answer did to the view it was about.
@@ -214,6 +244,7 @@ pub(super) fn learn_in(
             view.window = Counts::default();
             view.unanswered = Counts::default();
         }
+        report_lapse(&view.identity, view.phase.forced(), phase, learned.lapse);
         view.phase = phase;
         view.generation = generation;
         view.confirmed = view.confirmed.max(learned.asked);
@@ -232,8 +263,23 @@ pub(super) fn learn_in(
         evict(views, learned.asked);
     }
     events::breaker_phase(&identity.at(), learned.phase);
+    report_lapse(identity, false, learned.phase, learned.lapse);
     views.insert(key.clone(), View::new(identity, &learned));
     Applied::Taken(None)
+}
+
+/// Sets the forced-until gauge of `identity`'s breaker, now in `phase` (forced before, if
+/// `was_forced`), from when an answer says its forced state lapses. A breaker never forced
+/// keeps no series (the gauge is for the few an operator steered), and an answer that does not
+/// say leaves the end last learnt in place: the next admission's reply tells it.
+fn report_lapse(identity: &Identity, was_forced: bool, phase: Phase, lapse: Lapse<Instant>) {
+    let end = match lapse {
+        Lapse::At(end) if phase.forced() => Some(end),
+        _ => None,
+    };
+    if (phase.forced() && lapse != Lapse::Unknown) || (was_forced && !phase.forced()) {
+        crate::metrics::breaker_forced_until(&identity.at(), end);
+    }
 }
 
 /// Who made the change a reply to this process's own command reports.
@@ -253,6 +299,8 @@ pub(super) struct Told {
     pub(super) phase: Phase,
     pub(super) generation: u64,
     pub(super) probe_due_in: Option<Duration>,
+    /// When a forced state lapses, counted from when the question was asked.
+    pub(super) lapse: Lapse<Duration>,
     pub(super) maker: Maker,
 }
 
@@ -268,6 +316,7 @@ impl Told {
             phase,
             generation,
             probe_due_in: None,
+            lapse: Lapse::Unknown,
             maker: Maker::Other,
         }
     }
@@ -288,6 +337,7 @@ impl Told {
             phase: self.phase,
             generation: self.generation,
             probe_due: self.probe_due_in.map(|wait| asked + wait),
+            lapse: self.lapse.counted_from(asked),
             asked,
             received: Instant::now(),
             stamp: Some(stamp),
@@ -303,7 +353,13 @@ impl Tells for AdmitReply {
                 generation,
                 transitioned,
             } => Told::of(Phase::Closed, generation).made_here(transitioned),
-            AdmitReply::ForcedClosed { generation } => Told::of(Phase::ForcedClosed, generation),
+            AdmitReply::ForcedClosed {
+                generation,
+                lapses_in_ms,
+            } => Told {
+                lapse: Lapse::after(lapses_in_ms),
+                ..Told::of(Phase::ForcedClosed, generation)
+            },
             AdmitReply::Open {
                 generation,
                 retry_after_ms,
@@ -316,6 +372,7 @@ impl Tells for AdmitReply {
                 retry_after_ms,
             } => Told {
                 probe_due_in: retry_after_ms.map(Duration::from_millis),
+                lapse: Lapse::after(retry_after_ms),
                 ..Told::of(Phase::ForcedOpen, generation)
             },
             AdmitReply::ProbeLimit { generation } => Told::of(Phase::HalfOpen, generation),

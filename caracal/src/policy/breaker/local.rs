@@ -340,7 +340,7 @@ where
             })
             .await
         }
-        AdmitReply::ForcedClosed { generation } => {
+        AdmitReply::ForcedClosed { generation, .. } => {
             events::breaker_admitted(&at, Phase::ForcedClosed, generation, arrival);
             body.await
         }

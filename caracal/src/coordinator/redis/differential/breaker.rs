@@ -235,7 +235,7 @@ impl<C: redis::ConnectionLike> Case<'_, '_, C> {
                     | AdmitReply::ProbeLimit { generation }
                     | AdmitReply::Probe { generation, .. }
                     | AdmitReply::ForcedOpen { generation, .. }
-                    | AdmitReply::ForcedClosed { generation } => generation,
+                    | AdmitReply::ForcedClosed { generation, .. } => generation,
                 };
             }
             Command::Force(force) => {

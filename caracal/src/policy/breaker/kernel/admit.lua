@@ -20,7 +20,8 @@
 --          retry_after_ms until a probe is possible), 2 probe limit (reject), 3 probe
 --          (admitted holding a slot; transitioned = 1 when this call turned the breaker
 --          half-open), 4 forced open (reject; retry_after_ms until it lapses, 0 for "until a
---          reset"), 5 forced closed (admit, record nothing)
+--          reset"), 5 forced closed (admit, record nothing; retry_after_ms until it lapses, 0 for
+--          "until a reset")
 -- TTL      reads only, except on a transition: half-open is persisted; a closed state after a
 --          forced-closed period expires at closed_until = now + max(window, 2 x open); the
 --          probe set expires 1 s after its latest deadline.
@@ -41,7 +42,7 @@ local forced_until = tonumber(fields[5]) or 0
 local lapsed = forced_until ~= 0 and forced_until <= now
 if phase == 4 then
   if not lapsed then
-    return {5, generation, 0, 0, stamp}
+    return {5, generation, forced_until == 0 and 0 or forced_until - now, 0, stamp}
   end
   local closed_until = now + config.closed_ttl
   redis.call('HSET', state_key, 'phase', 0, 'opened_at', 0, 'successes', 0, 'total', 0,

@@ -276,7 +276,10 @@ impl Scripted for Admit {
                 generation,
                 retry_after_ms: (retry_after > 0).then_some(retry_after),
             },
-            5 => AdmitReply::ForcedClosed { generation },
+            5 => AdmitReply::ForcedClosed {
+                generation,
+                lapses_in_ms: (retry_after > 0).then_some(retry_after),
+            },
             other => return Err(Malformed::new(format_args!("admission kind {other}"))),
         };
         stamped(admitted, stamp)

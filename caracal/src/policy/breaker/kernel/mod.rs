@@ -116,6 +116,11 @@ impl Phase {
         }
     }
 
+    /// Whether an operator forced it.
+    pub(crate) fn forced(self) -> bool {
+        matches!(self, ForcedOpen | ForcedClosed)
+    }
+
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             Closed => "closed",
@@ -396,7 +401,10 @@ impl Store {
             }
             ForcedClosed if !lapsed => {
                 step(ForcedClosed, T::AdmissionRequested, seen);
-                return AdmitReply::ForcedClosed { generation };
+                return AdmitReply::ForcedClosed {
+                    generation,
+                    lapses_in_ms: (forced_until != 0).then(|| forced_until - now),
+                };
             }
             ForcedClosed => {
                 step(ForcedClosed, T::ForcedTimeElapsed, seen);

@@ -24,8 +24,12 @@ pub(crate) enum AdmitReply {
         generation: u64,
         retry_after_ms: Option<u64>,
     },
-    /// Forced closed by an operator: run the call, and record nothing of it.
-    ForcedClosed { generation: u64 },
+    /// Forced closed by an operator: run the call, and record nothing of it; it lapses in
+    /// `lapses_in_ms`, when it does.
+    ForcedClosed {
+        generation: u64,
+        lapses_in_ms: Option<u64>,
+    },
 }
 
 /// The answer to recording a batch of observations.

@@ -355,7 +355,10 @@ fn forced_states_hold_until_a_reset_without_an_end() {
     );
     assert_eq!(
         admit(&mut store, 6, 2),
-        AdmitReply::ForcedClosed { generation: 2 }
+        AdmitReply::ForcedClosed {
+            generation: 2,
+            lapses_in_ms: None
+        }
     );
     assert_eq!(
         force(&mut store, 7, Force::Reset { closed_ttl_ms: 100 }),
@@ -377,7 +380,10 @@ fn forced_closed_admits_unrecorded_then_lapses_to_closed() {
     force(&mut store, 0, Force::Closed { lasts_ms: 50 });
     assert_eq!(
         admit(&mut store, 49, 1),
-        AdmitReply::ForcedClosed { generation: 2 }
+        AdmitReply::ForcedClosed {
+            generation: 2,
+            lapses_in_ms: Some(1)
+        }
     );
     assert_eq!(
         admit(&mut store, 50, 1),
