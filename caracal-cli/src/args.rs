@@ -129,7 +129,9 @@ pub(crate) struct Lasts {
 #[derive(Debug, Subcommand)]
 pub(crate) enum ConfigCommand {
     /// The values in force, `setting = value (source)`: of every identity in use, and every
-    /// fleet override. With KEY (`bulkhead.partner-api.limit`, or `bulkhead.partner-api`),
+    /// fleet override. When processes disagree on a setting (drift: a process's own Config
+    /// file gives another value), each value in force with the ids of the processes using it
+    /// (`--json`: whenever a process uses it). With KEY (`bulkhead.partner-api.limit`, or `bulkhead.partner-api`),
     /// only those.
     Get {
         /// `<kind>.<name>.<key>` or `<kind>.<name>`.

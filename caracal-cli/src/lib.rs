@@ -580,8 +580,13 @@ async fn config(admin: &Admin, command: ConfigCommand, json: bool) -> Result<(),
                         1 => ", ignored by 1 process".to_owned(),
                         n => format!(", ignored by {n} processes"),
                     };
+                    // Under drift, which processes use each value (all of them: `--json`).
+                    let drift = match value.drift {
+                        true => format!("; drift, used by {}", value.processes.join(", ")),
+                        false => String::new(),
+                    };
                     out.push_str(&format!(
-                        "{} = {} ({}{ignored}){by}\n",
+                        "{} = {} ({}{ignored}{drift}){by}\n",
                         value.setting, value.value, value.source
                     ));
                 }

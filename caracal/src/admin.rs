@@ -293,6 +293,14 @@ pub struct ConfigValue {
     /// For a fleet override: how many processes ignore it, because the values of a call site
     /// of theirs cannot take it (each says why with `config.ignored`).
     pub ignored_by: u64,
+    /// The processes that use this value from this source now (their ids, as
+    /// [`Admin::processes`] lists them), sorted: a process whose own [`Config`](crate::Config)
+    /// gives another value is listed under that one. Empty for a value no process reported
+    /// within the last 15 s (a fleet override no process uses, an identity's last report).
+    pub processes: Vec<String>,
+    /// Whether the processes using this setting disagree on it: another value of it is in
+    /// force elsewhere ([`IdentityStatus::drift`] of an identity it is a value of).
+    pub drift: bool,
 }
 
 /// How long a breaker forced until a reset stays listed when no process uses it: as long as
@@ -459,26 +467,58 @@ impl Admin {
         })
     }
 
-    /// The values in force: for each identity in use, every value and where it came from;
-    /// and every fleet override, used or not. With `setting`, only those of that
-    /// `<kind>.<name>.<key>` (or, without the key, `<kind>.<name>`).
+    /// The values in force: for each identity in use, every value, where it came from and
+    /// the processes using it (under drift, each value in force with its own); and every
+    /// fleet override, used or not. With `setting`, only those of that `<kind>.<name>.<key>`
+    /// (or, without the key, `<kind>.<name>`).
     pub async fn config(&self, setting: Option<&str>) -> Result<Vec<ConfigValue>, Error> {
         self.coordinator.fleet().sync().await?;
         let registered = self.coordinator.registry_read().await?;
         let mut values: Vec<ConfigValue> = Vec::new();
+        // One line per setting, value and source, with every process using it.
         let mut push = |value: ConfigValue| {
-            if !values.contains(&value) {
-                values.push(value);
+            let same = values.iter_mut().find(|known| {
+                (&known.setting, &known.value, &known.source)
+                    == (&value.setting, &value.value, &value.source)
+            });
+            match same {
+                Some(known) => {
+                    known.processes.extend(value.processes);
+                    known.processes.sort_unstable();
+                    known.processes.dedup();
+                    known.ignored_by = known.ignored_by.max(value.ignored_by);
+                    known.drift |= value.drift;
+                }
+                None => values.push(value),
             }
         };
         for identity in &registered {
+            let setting = |key: &str| format!("{}.{}.{key}", identity.kind, identity.name);
+            // Drift as `status` tells it, on the keys whose values differ.
+            let drift = |key: &str| identity.drift && identity.in_use(key).len() > 1;
+            if identity.used() {
+                for used in identity.in_force() {
+                    push(ConfigValue {
+                        setting: setting(used.key),
+                        value: used.value.to_owned(),
+                        source: used.source.to_owned(),
+                        operator: None,
+                        ignored_by: 0,
+                        processes: vec![used.process.to_owned()],
+                        drift: drift(used.key),
+                    });
+                }
+                continue;
+            }
             for (key, value, source) in identity.entries() {
                 push(ConfigValue {
-                    setting: format!("{}.{}.{key}", identity.kind, identity.name),
+                    setting: setting(key),
                     value: value.to_owned(),
                     source: source.to_owned(),
                     operator: None,
                     ignored_by: 0,
+                    processes: Vec::new(),
+                    drift: false,
                 });
             }
         }
@@ -498,6 +538,8 @@ impl Admin {
                         source: FLEET.to_owned(),
                         operator: None,
                         ignored_by: u64::try_from(ignoring.len()).unwrap_or(u64::MAX),
+                        processes: Vec::new(),
+                        drift: false,
                     });
                 }
             }

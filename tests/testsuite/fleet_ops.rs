@@ -60,8 +60,19 @@ impl Stream {
     }
 
     pub(crate) fn spawn(url: &str, namespace: &str, scenario: &str, args: &[String]) -> Self {
+        Stream::spawn_with_env(url, namespace, scenario, args, &[])
+    }
+
+    /// [`spawn`](Self::spawn), with `env` added to the worker's environment.
+    pub(crate) fn spawn_with_env(
+        url: &str,
+        namespace: &str,
+        scenario: &str,
+        args: &[String],
+        env: &[(&str, &str)],
+    ) -> Self {
         Stream {
-            worker: Worker::spawn(url, namespace, scenario, args),
+            worker: Worker::spawn_with_env(url, namespace, scenario, args, env),
             calls: Vec::new(),
             events: Vec::new(),
             lines: Vec::new(),
@@ -419,8 +430,12 @@ fn admissions(worker: &mut Stream, version: u64, count: u64) {
 
 /// `caracal status --json`, a JSON object per identity.
 pub(crate) fn status_json(url: &str, namespace: &str) -> Vec<Value> {
-    caracal(url, namespace, &["status", "--json"])
-        .ok()
+    json_lines(&caracal(url, namespace, &["status", "--json"]).ok())
+}
+
+/// The objects of a `--json` output, one a line.
+fn json_lines(output: &str) -> Vec<Value> {
+    output
         .lines()
         .map(|line| serde_json::from_str(line).expect("a JSON object per line"))
         .collect()
@@ -442,6 +457,89 @@ fn keys(value: &Value) -> Vec<&str> {
         .collect();
     keys.sort_unstable();
     keys
+}
+
+/// Two processes use the bulkhead `cli-status` with the same attribute (limit 2), one under a
+/// `Config` file that gives it 3: `config get` lists both values, each with where it came from
+/// and the process using it (by the id `caracal processes` lists), and says they drift, as
+/// `status` does; `--json` as well.
+#[test]
+fn config_get_lists_each_value_in_force_with_the_processes_using_it() {
+    let server = RedisServer::start();
+    let (url, namespace, scope) = (server.url(), unique("ops-config-drift"), unique("scope"));
+    let config = std::env::temp_dir().join(format!("{}.toml", unique("caracal-config")));
+    std::fs::write(&config, "[bulkhead.cli-status]\nlimit = 3\n").expect("write the Config");
+    let config = config.to_str().expect("a UTF-8 path").to_owned();
+    let args = [format!("scope={scope}"), "drift_limit=2".to_owned()];
+    let mut workers = [
+        Stream::spawn(&url, &namespace, "cli-status", &args),
+        Stream::spawn_with_env(
+            &url,
+            &namespace,
+            "cli-status",
+            &args,
+            &[("CARACAL_CONFIG", &config)],
+        ),
+    ];
+    for worker in &mut workers {
+        worker.until("its policies in use", |w| w.has_line("using"));
+    }
+    let caracal = |args: &[&str]| caracal(&url, &namespace, args);
+    // Each worker's id, as `caracal processes` lists it, by its pid.
+    let mut ids = Vec::new();
+    wait_until(PATIENCE, "both workers listed", || {
+        let listed = json_lines(&caracal(&["processes", "--json"]).ok());
+        ids = workers
+            .iter()
+            .filter_map(|worker| {
+                let listed = listed.iter().find(|p| p["pid"] == worker.pid())?;
+                Some(listed["id"].as_str()?.to_owned())
+            })
+            .collect();
+        ids.len() == 2
+    });
+    let (attribute, configured) = (&ids[0], &ids[1]);
+
+    let setting = "bulkhead.cli-status.limit";
+    let expected = format!(
+        "{setting} = 2 (attribute; drift, used by {attribute})\n\
+         {setting} = 3 (config; drift, used by {configured})\n"
+    );
+    let mut text = String::new();
+    wait_until(
+        PATIENCE,
+        "config get to show both values and the drift",
+        || {
+            text = caracal(&["config", "get", setting]).ok();
+            text == expected
+        },
+    );
+    let lines = json_lines(&caracal(&["--json", "config", "get", setting]).ok());
+    assert_eq!(
+        lines,
+        [
+            serde_json::json!({"setting": setting, "value": "2", "source": "attribute",
+                               "processes": [attribute], "drift": true}),
+            serde_json::json!({"setting": setting, "value": "3", "source": "config",
+                               "processes": [configured], "drift": true}),
+        ]
+    );
+    // The same drift as `status` tells it.
+    let status = status_json(&url, &namespace);
+    let bulkhead = identity(&status, "bulkhead", "cli-status").expect("cli-status");
+    assert_eq!(bulkhead["drift"], true, "{bulkhead}");
+    // The settings both agree on: one line each, with both processes, no drift.
+    let both = {
+        let mut both = vec![attribute.as_str(), configured.as_str()];
+        both.sort_unstable();
+        serde_json::json!(both)
+    };
+    let open = "circuit_breaker.cli-status-breaker.open";
+    let breaker = json_lines(&caracal(&["--json", "config", "get", open]).ok());
+    assert_eq!(breaker.len(), 1, "{breaker:?}");
+    assert_eq!(breaker[0]["processes"], both, "{breaker:?}");
+    assert_eq!(breaker[0].get("drift"), None, "{breaker:?}");
+    let _ = std::fs::remove_file(&config);
 }
 
 /// Two processes use a bulkhead (with different limits: drift), a bulkhead each holds a slot

@@ -95,7 +95,8 @@ impl Serialize for BreakerChanged {
     }
 }
 
-/// `setting`, `value`, `source`, `operator` for a fleet override set with one, and
+/// `setting`, `value`, `source`, `processes` (the ids of those using it, when any do), `drift` when
+/// processes disagree on the setting, `operator` for a fleet override set with one, and
 /// `ignored_by` for one that processes ignore: a line of `caracal config get --json`.
 impl Serialize for ConfigValue {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -103,6 +104,12 @@ impl Serialize for ConfigValue {
         map.serialize_entry("setting", &self.setting)?;
         map.serialize_entry("value", &self.value)?;
         map.serialize_entry("source", &self.source)?;
+        if !self.processes.is_empty() {
+            map.serialize_entry("processes", &self.processes)?;
+        }
+        if self.drift {
+            map.serialize_entry("drift", &true)?;
+        }
         if let Some(operator) = &self.operator {
             map.serialize_entry("operator", operator)?;
         }

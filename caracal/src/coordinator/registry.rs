@@ -159,14 +159,29 @@ pub(crate) struct Registered {
 
 /// What one process said of an identity in its last report: the values it uses, and what it
 /// adds of its own (JSON `{"admitted": r, "rejected": {reason: r}, "degraded": {reason: r},
-/// "ignored": [key]}`, rates per second since its report before).
+/// "ignored": [key], "sources": "…"}`, rates per second since its report before).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub(crate) struct Reported {
+    /// The reporter: the process's id and its call site's, `<process>/<site>`.
     pub(crate) process: String,
     pub(crate) values: String,
+    /// Where each of its values came from, in the order of `values` (empty from a version
+    /// that did not say).
+    pub(crate) sources: String,
     pub(crate) rates: Rates,
     /// The keys whose fleet override it ignores.
     pub(crate) ignored: Vec<String>,
+}
+
+/// One value in force in one process: what [`Registered::in_force`] lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct InForce<'a> {
+    /// The process's id (as `caracal processes` lists it).
+    pub(crate) process: &'a str,
+    pub(crate) key: &'a str,
+    pub(crate) value: &'a str,
+    /// Where it came from: `fleet`, `config` or `attribute`.
+    pub(crate) source: &'a str,
 }
 
 /// An identity's decisions per second across the fleet, as its processes last reported them
@@ -215,8 +230,8 @@ impl Reported {
         ])
     }
 
-    /// The JSON a report carries of `rates` and `ignored`.
-    fn extra(rates: &crate::tally::Rates, ignored: &[&'static str]) -> String {
+    /// The JSON a report carries of `rates`, `ignored` and the values' `sources`.
+    fn extra(rates: &crate::tally::Rates, ignored: &[&'static str], sources: &str) -> String {
         let by_reason = |rates: &[(&'static str, f64)]| {
             serde_json::Value::Object(
                 rates
@@ -231,6 +246,7 @@ impl Reported {
             "degraded": by_reason(&rates.degraded),
             "would_reject": by_reason(&rates.would_reject),
             "ignored": ignored,
+            "sources": sources,
         })
         .to_string()
     }
@@ -249,6 +265,7 @@ impl Reported {
         Reported {
             process: process.to_owned(),
             values: values.to_owned(),
+            sources: extra["sources"].as_str().unwrap_or_default().to_owned(),
             rates: Rates {
                 admitted: extra["admitted"].as_f64().unwrap_or(0.0),
                 rejected: by_reason("rejected"),
@@ -300,16 +317,38 @@ impl Registered {
         !self.uses.is_empty()
     }
 
+    /// Every value in force in a process that uses it now (reported it within
+    /// [`DRIFT_WINDOW`]): one per key and call site, in the order of the values.
+    pub(crate) fn in_force(&self) -> impl Iterator<Item = InForce<'_>> {
+        self.uses.iter().flat_map(|reported| {
+            let process = reported
+                .process
+                .split_once('/')
+                .map_or(reported.process.as_str(), |(process, _)| process);
+            // A reporter that did not say (an earlier version) is taken to use the sources
+            // the identity was last reported with.
+            let sources = match reported.sources.as_str() {
+                "" => self.sources.as_str(),
+                sources => sources,
+            };
+            pairs(&reported.values)
+                .zip(sources.split(' '))
+                .map(move |((key, value), source)| InForce {
+                    process,
+                    key,
+                    value,
+                    source,
+                })
+        })
+    }
+
     /// Each value of `key` in use, and how many processes use it, smallest first.
     pub(crate) fn in_use(&self, key: &str) -> Vec<(String, u64)> {
         let mut counts: Vec<(String, u64)> = Vec::new();
-        for reported in &self.uses {
-            let Some((_, value)) = pairs(&reported.values).find(|(name, _)| *name == key) else {
-                continue;
-            };
-            match counts.iter_mut().find(|(known, _)| known == value) {
+        for used in self.in_force().filter(|used| used.key == key) {
+            match counts.iter_mut().find(|(known, _)| known == used.value) {
                 Some((_, count)) => *count += 1,
-                None => counts.push((value.to_owned(), 1)),
+                None => counts.push((used.value.to_owned(), 1)),
             }
         }
         counts.sort_by(
@@ -703,7 +742,7 @@ impl Uses<'_> {
                     let taken = rates
                         .entry(u.identity.key.clone())
                         .or_insert_with(|| Reported::rates_of(&u.identity));
-                    let extra = Reported::extra(taken, &u.ignored);
+                    let extra = Reported::extra(taken, &u.ignored, &u.sources);
                     let report = Report {
                         key: u.identity.key.clone(),
                         description: describe(&u.identity),
@@ -1112,10 +1151,10 @@ mod tests {
             degraded: vec![],
             would_reject: vec![("open", 1.5)],
         };
-        let extra = Reported::extra(&rates, &["minimum_throughput"]);
+        let extra = Reported::extra(&rates, &["minimum_throughput"], "attribute");
         let map = serde_json::json!({
             "p1": ["limit=3", 100_000, extra],
-            "p2": ["limit=3", 100_000, Reported::extra(&rates, &[])],
+            "p2": ["limit=3", 100_000, Reported::extra(&rates, &[], "attribute")],
             // Past the drift window: forgotten.
             "p3": ["limit=9", 80_000, "{}"],
         });

@@ -41,11 +41,23 @@ pub(crate) struct Worker {
 
 impl Worker {
     pub(crate) fn spawn(redis_url: &str, namespace: &str, scenario: &str, args: &[String]) -> Self {
+        Worker::spawn_with_env(redis_url, namespace, scenario, args, &[])
+    }
+
+    /// [`spawn`](Self::spawn), with `env` added to its environment (`CARACAL_CONFIG`, …).
+    pub(crate) fn spawn_with_env(
+        redis_url: &str,
+        namespace: &str,
+        scenario: &str,
+        args: &[String],
+        env: &[(&str, &str)],
+    ) -> Self {
         let mut child = Command::new(worker_binary())
             .arg(scenario)
             .args(args)
             .env("CARACAL_REDIS_URL", redis_url)
             .env("CARACAL_NAMESPACE", namespace)
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
