@@ -6,8 +6,11 @@
 --
 -- KEYS[1]  a key in caracal's key space (`caracal:v1:{…}:…`)
 -- ARGV[1]  the namespace's pub/sub channel for breaker transitions
--- Reply    {denied, unknown}: the commands the user may not run and those the server does not
---          know, each as "COMMAND" (two empty arrays when everything is there and allowed)
+-- Reply    {denied, unknown, clock}: the commands the user may not run and those the server
+--          does not know, each as "COMMAND" (two empty arrays when everything is there and
+--          allowed); clock, "" when a script read TIME, else the server's error (every caracal
+--          script decides on the server's clock: a server whose scripts cannot read it can
+--          carry none of them)
 -- TTL      touches no key.
 -- Cost     O(1): one permission check per command.
 local key, channel = KEYS[1], ARGV[1]
@@ -53,4 +56,12 @@ for _, command in ipairs(needed) do
     denied[#denied + 1] = command[1]
   end
 end
-return {denied, unknown}
+local read, clock = pcall(redis.call, 'TIME')
+if read then
+  clock = ''
+elseif type(clock) == 'table' then
+  clock = tostring(clock.err)
+else
+  clock = tostring(clock)
+end
+return {denied, unknown, clock}

@@ -399,3 +399,77 @@ async fn a_server_without_time_is_invalid_config() {
         assert!(message.contains("rename-command"), "{renamed:?}: {message}");
     }
 }
+
+/// A server that speaks enough RESP for `connect` (HELLO, CLIENT, INFO, PING) and looks like a
+/// Redis 7.2 primary, but answers every script with `script_reply` (raw RESP). Serves until the
+/// test ends.
+async fn fake_server(script_reply: &'static [u8]) -> String {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a free port");
+    let url = format!("redis://{}", listener.local_addr().expect("its address"));
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let (read, mut write) = socket.into_split();
+                let mut lines = BufReader::new(read).lines();
+                // Each command: `*N`, then `$len` and the argument for each of its N parts.
+                while let Ok(Some(header)) = lines.next_line().await {
+                    let parts: usize = header.trim_start_matches('*').parse().unwrap_or(0);
+                    let mut command = Vec::with_capacity(parts);
+                    for _ in 0..parts {
+                        let _length = lines.next_line().await;
+                        command.push(lines.next_line().await.ok().flatten().unwrap_or_default());
+                    }
+                    let name = command.first().map(|c| c.to_ascii_uppercase());
+                    let info = "# Server\r\nredis_version:7.2.4\r\nrun_id:fake\r\n\
+                                # Memory\r\nmaxmemory_policy:noeviction\r\n\
+                                # Replication\r\nrole:master\r\n";
+                    let reply: Vec<u8> = match name.as_deref() {
+                        Some("HELLO") => b"%3\r\n+server\r\n+redis\r\n+version\r\n+7.2.4\r\n\
+                                           +proto\r\n:3\r\n"
+                            .to_vec(),
+                        Some("INFO") => format!("${}\r\n{info}\r\n", info.len()).into_bytes(),
+                        Some("PING") => b"+PONG\r\n".to_vec(),
+                        Some("EVAL" | "EVALSHA") => script_reply.to_vec(),
+                        _ => b"+OK\r\n".to_vec(),
+                    };
+                    if write.write_all(&reply).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    url
+}
+
+/// A server that cannot run caracal's scripts used to connect, then answer every call with an
+/// outage-like `server_error`. `connect` runs one small script (the grant check, no spinning
+/// probe) and refuses the server, naming why: scripting off (Garnet's default), or scripts
+/// that cannot read `TIME`. A real server still connects.
+#[tokio::test]
+async fn a_server_that_cannot_run_the_scripts_is_invalid_config() {
+    let no_scripts = fake_server(b"-ERR This instance has Lua scripting support disabled\r\n");
+    let message = invalid_config(Coordinator::redis(no_scripts.await).connect().await);
+    assert!(
+        message.contains("does not run caracal's scripts")
+            && message.contains("scripting support disabled"),
+        "{message}"
+    );
+    let no_clock =
+        fake_server(b"*3\r\n*0\r\n*0\r\n+ERR This command is not allowed from script\r\n");
+    let message = invalid_config(Coordinator::redis(no_clock.await).connect().await);
+    assert!(
+        message.contains("cannot read TIME") && message.contains("not allowed from script"),
+        "{message}"
+    );
+    let server = RedisServer::start();
+    Coordinator::redis(server.url())
+        .connect()
+        .await
+        .expect("a real server runs the scripts")
+        .shutdown()
+        .await;
+}

@@ -1,7 +1,8 @@
 //! `caracal top` as a person runs it: in a real terminal (a tmux session of its own), its
 //! screen captured and read, against two worker processes each putting a known load on: 50
-//! calls a second to a bulkhead that admits them all, and to a rate limit of 10 a second (for
-//! the fleet) that turns the rest away. The rates shown are the fleet's: the two processes'
+//! calls a second to a bulkhead that admits them all, to a rate limit of 10 a second (for
+//! the fleet) that turns the rest away, and to its twin in shadow mode, which lets them run and
+//! shows them as WOULD_REJECT/s. The rates shown are the fleet's: the two processes'
 //! reports summed, which one process alone could not reach.
 
 use std::process::Command;
@@ -88,30 +89,40 @@ fn top_shows_the_fleets_rates_against_the_load_in_a_terminal() {
     // Each process reports its rates every 5 s, over the time since its report before: the
     // first (a moment after its first call) covers a few calls only.
     let mut screen = String::new();
-    let mut seen = (Vec::new(), Vec::new());
+    let mut seen = (Vec::new(), Vec::new(), Vec::new());
     wait_until(
         Duration::from_secs(60),
         "top to show the load's rates",
         || {
             screen = terminal.screen();
-            let (Some(load), Some(limited)) =
-                (row(&screen, "top-load"), row(&screen, "top-limited"))
-            else {
+            let (Some(load), Some(limited), Some(shadow)) = (
+                row(&screen, "top-load"),
+                row(&screen, "top-limited"),
+                row(&screen, "top-shadow"),
+            ) else {
                 return false;
             };
-            seen = (load.clone(), limited.clone());
-            // KIND NAME SCOPE ADMITTED/s REJECTED/s WHY IN FLIGHT STATE FAILURES
+            seen = (load.clone(), limited.clone(), shadow.clone());
+            // KIND NAME SCOPE ADMITTED/s REJECTED/s WHY IN FLIGHT STATE FAILURES WOULD_REJECT/s
             // Two processes at 50 calls a second each: one process's report alone shows at
             // most 50 calls a second (admitted or rejected), so these ranges hold only for the sum.
             let all_admitted = (60.0..=130.0).contains(&rate(&load[3])) && rate(&load[4]) == 0.0;
             let capped = (5.0..=13.0).contains(&rate(&limited[3]))
                 && (60.0..=100.0).contains(&rate(&limited[4]))
                 && limited[5].starts_with("rate_exceeded ");
-            all_admitted && capped
+            // The shadow twin refuses nothing; what it would refuse has its own column.
+            let would_reject = shadow.last().and_then(|cell| {
+                let rate = cell.strip_prefix("rate_exceeded ")?;
+                rate.parse::<f64>().ok()
+            });
+            let shadowed = (5.0..=13.0).contains(&rate(&shadow[3]))
+                && rate(&shadow[4]) == 0.0
+                && would_reject.is_some_and(|r| (60.0..=100.0).contains(&r));
+            all_admitted && capped && shadowed
         },
     );
     println!("caracal top in tmux:\n{screen}");
-    let (load, limited) = seen;
+    let (load, limited, shadow) = seen;
     assert!(
         screen.starts_with(&format!("caracal top: namespace `{namespace}`")),
         "{screen}"
@@ -125,6 +136,8 @@ fn top_shows_the_fleets_rates_against_the_load_in_a_terminal() {
     assert_eq!(limited[0], "rate_limit", "{limited:?}");
     assert_eq!(limited[7], "10/s", "{limited:?}");
     assert_eq!(limited[8], "-", "{limited:?}");
+    assert_eq!(limited[9], "-", "nothing shadowed: {limited:?}");
+    assert_eq!(shadow[0], "rate_limit", "{shadow:?}");
     drop(terminal);
 
     // `--json`: a line of `status --json` per identity, with the rates, per redraw.

@@ -368,6 +368,12 @@ async fn top_limited(scope: &str) -> Result<(), WorkerError> {
     Ok(())
 }
 
+/// `top-limited` in shadow mode: what it would turn away runs, counted as `would_reject`.
+#[rate_limit(name = "top-shadow", rate = 10, burst = 1, scope = scope, shadow = true)]
+async fn top_shadow(scope: &str) -> Result<(), WorkerError> {
+    Ok(())
+}
+
 /// One bulkhead used with two limits (a worker argument picks which): drift.
 #[bulkhead(name = "cli-status", limit = 2, scope = scope)]
 async fn cli_status_2(scope: &str) -> Result<(), WorkerError> {
@@ -1079,8 +1085,9 @@ async fn main() {
             std::future::pending::<()>().await;
         }
         "top-load" => {
-            // 50 calls a second to each of `top-load` and `top-limited` (which admits 10 of
-            // them), for as long as it lives. Says `using` after the first.
+            // 50 calls a second to each of `top-load`, `top-limited` (which admits 10 of
+            // them) and `top-shadow` (which would), for as long as it lives. Says `using`
+            // after the first.
             let mut ticks = tokio::time::interval(Duration::from_millis(20));
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let mut first = true;
@@ -1088,6 +1095,7 @@ async fn main() {
                 ticks.tick().await;
                 let _ = top_load(&scope).await;
                 let _ = top_limited(&scope).await;
+                let _ = top_shadow(&scope).await;
                 if first {
                     say("using");
                     first = false;

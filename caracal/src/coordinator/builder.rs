@@ -169,11 +169,15 @@ impl RedisBuilder {
     /// Validates the settings, connects every pooled connection, and checks that the server
     /// can carry caracal: a primary (through Sentinel: the master the sentinels name), Redis
     /// 7.0 or later, every command caracal needs known to it (none renamed away) and allowed
-    /// to the user on its keys and channel.
+    /// to the user on its keys and channel, and scripts that run and read `TIME`: all in one
+    /// small script. Whether scripts run atomically is [`doctor`](Self::doctor)'s probe (it
+    /// stalls the server for tens of milliseconds, which no process start should cost a
+    /// production server; `docs/operations.md`, "What `connect` checks").
     ///
     /// Fails with [`Error::InvalidConfig`] for a malformed URL or setting, refused credentials,
     /// a replica, a server too old, a command renamed or missing permissions (naming them), a
-    /// master name no sentinel knows; with [`Error::CoordinatorUnavailable`] when the server
+    /// server that runs no scripts or whose scripts cannot read `TIME` (saying so), a master
+    /// name no sentinel knows; with [`Error::CoordinatorUnavailable`] when the server
     /// cannot be reached or refuses the connection (`server_error`, as at `maxclients`). A server whose
     /// `maxmemory-policy` may evict caracal's keys is reported by a `coordinator.eviction_risk`
     /// event.

@@ -93,7 +93,11 @@ impl RedisBackend {
 
     /// Fails with [`Error::InvalidConfig`] naming what is missing when the server does not know
     /// a command caracal needs (renamed away), or the Redis user may not run one on its keys
-    /// and channel.
+    /// and channel; and naming why when the server cannot run caracal's scripts: it answers a
+    /// script with an error (scripting disabled, as Garnet without `--lua`; `EVAL` unknown), or
+    /// its scripts cannot read `TIME`. One script, sent once: the doctor's atomicity probe
+    /// spins the server for tens of milliseconds, which no process start may cost a
+    /// production server (see `Admin::doctor`).
     async fn check_grants(&self) -> Result<(), Error> {
         let script = &scripts::ACL_CHECK;
         let denied = |what: String| {
@@ -107,21 +111,25 @@ impl RedisBackend {
         let value = match self.link.eval(script, &probe, &keys, self.channel()).await {
             Ok(value) => value,
             Err(error) => {
-                return Err(
-                    match redis_cause(&error).filter(|e| e.code() == Some("NOPERM")) {
-                        Some(refusal) => denied(format!(
-                            "running caracal's scripts on its keys `caracal:v1:*` ({refusal})"
-                        )),
-                        None => error,
-                    },
-                );
+                return Err(match redis_cause(&error).map(|e| (e.code(), e)) {
+                    Some((Some("NOPERM"), refusal)) => denied(format!(
+                        "running caracal's scripts on its keys `caracal:v1:*` ({refusal})"
+                    )),
+                    // A generic error to a script as small as this one: the server runs none.
+                    Some((Some("ERR"), refusal)) => Error::config(format!(
+                        "the Redis server does not run caracal's scripts ({refusal}); every \
+                         decision caracal takes is one atomic Lua script: enable scripting, or \
+                         use a server that runs Lua scripts atomically (Redis 7, Valkey)"
+                    )),
+                    _ => error,
+                });
             }
         };
         let Value::Array(lists) = value else {
             return Err(reply::malformed(script.name, "not an array"));
         };
-        let Ok([refused, unknown]) = <[Value; 2]>::try_from(lists) else {
-            return Err(reply::malformed(script.name, "not two lists"));
+        let Ok([refused, unknown, clock]) = <[Value; 3]>::try_from(lists) else {
+            return Err(reply::malformed(script.name, "not two lists and the clock"));
         };
         let unknown = reply::strings(script.name, unknown)?;
         if !unknown.is_empty() {
@@ -132,10 +140,16 @@ impl RedisBackend {
             )));
         }
         let commands = reply::strings(script.name, refused)?;
-        if commands.is_empty() {
-            Ok(())
-        } else {
-            Err(denied(format!("{} on `caracal:v1:*`", commands.join(", "))))
+        if !commands.is_empty() {
+            return Err(denied(format!("{} on `caracal:v1:*`", commands.join(", "))));
+        }
+        match reply::strings(script.name, Value::Array(vec![clock]))?.pop() {
+            Some(clock) if clock.is_empty() => Ok(()),
+            clock => Err(Error::config(format!(
+                "the Redis server's scripts cannot read TIME ({}): every caracal script decides \
+                 on the server's clock",
+                clock.unwrap_or_default()
+            ))),
         }
     }
 
