@@ -671,3 +671,67 @@ fn a_release_retry_lost_with_its_runtime_does_not_stop_later_retries() {
         common::eventually("the release sent again", || leases.live() == 0).await;
     });
 }
+
+#[bulkhead(name = "edges-two-runtimes", limit = 1000, scope = scope)]
+async fn wide(scope: &str) -> Result<(), TestError> {
+    Ok(())
+}
+
+/// The coordinator connected on one runtime, every call made on another, and the first dropped
+/// mid-stream (connected in `main`'s runtime, serving from a second): its connections' driver
+/// tasks died with it, and every call made until the connections were made again failed at once
+/// (`coordinator_unavailable`, 261 in this run). Now only a call whose command was in flight on
+/// a dead connection fails (its outcome is unknown, so it is not sent again): at most one per
+/// caller; the others wait for the connection to be made again on their runtime.
+#[test]
+fn calls_on_one_runtime_survive_the_runtime_that_connected_going_away() {
+    const CALLERS: u32 = 8;
+    let server = RedisServer::start();
+    let scope = unique("two-runtimes");
+    let first = runtime();
+    let coordinator: Coordinator = first.block_on(async {
+        Coordinator::redis(server.url())
+            .namespace(unique("two-runtimes"))
+            .connect()
+            .await
+            .expect("connect")
+    });
+    let second = runtime();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let callers: Vec<_> = (0..CALLERS)
+        .map(|_| {
+            let (coordinator, scope, stop) = (coordinator.clone(), scope.clone(), stop.clone());
+            second.spawn(async move {
+                let mut codes = std::collections::BTreeMap::<String, u32>::new();
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    let result = coordinator.scoped(wide(&scope)).await;
+                    *codes.entry(code(&result).to_owned()).or_default() += 1;
+                }
+                codes
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    drop(first);
+    std::thread::sleep(Duration::from_millis(1500));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut codes = std::collections::BTreeMap::<String, u32>::new();
+    for caller in callers {
+        for (code, n) in second.block_on(caller).expect("no panic") {
+            *codes.entry(code).or_default() += n;
+        }
+    }
+    let failed: u32 = codes
+        .iter()
+        .filter(|(code, _)| *code != "ok")
+        .map(|(_, n)| n)
+        .sum();
+    assert!(
+        failed <= CALLERS
+            && codes
+                .keys()
+                .all(|code| code == "ok" || code == "coordinator_unavailable"),
+        "{codes:?}"
+    );
+    assert!(codes.get("ok").is_some_and(|&ok| ok > CALLERS), "{codes:?}");
+}

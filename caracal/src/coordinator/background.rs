@@ -14,7 +14,7 @@ use std::future::{Future, poll_fn};
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::{Pin, pin};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
@@ -22,6 +22,7 @@ use std::time::Duration;
 use tokio::runtime::{self, Handle};
 use tokio_util::task::TaskTracker;
 
+use super::runtimes::Running;
 use crate::sync::lock;
 
 /// Background work, boxed.
@@ -163,7 +164,7 @@ struct Home {
     handle: Handle,
     /// Cleared when the runtime drops its tasks: as it drops its watcher, or one of its tasks
     /// unfinished (see [`Homes::stopping`]).
-    running: Arc<AtomicBool>,
+    running: Running,
 }
 
 impl Homes {
@@ -176,25 +177,17 @@ impl Homes {
             return;
         }
         let mut runtimes = lock(&self.0.runtimes);
-        runtimes.retain(|home| home.running.load(Ordering::Acquire));
+        runtimes.retain(|home| home.running.still());
         // Noted before, it is the newest again, still watched by its first watcher.
         let home = match runtimes
             .iter()
             .position(|home| home.handle.id() == current.id())
         {
             Some(at) => runtimes.remove(at),
-            None => {
-                let running = Arc::new(AtomicBool::new(true));
-                let watcher = Running(Arc::clone(&running));
-                current.spawn(async move {
-                    let _watcher = watcher;
-                    std::future::pending::<()>().await;
-                });
-                Home {
-                    handle: current.clone(),
-                    running,
-                }
-            }
+            None => Home {
+                handle: current.clone(),
+                running: Running::of(current),
+            },
         };
         runtimes.push(home);
         self.0.newest.store(digest, Ordering::Relaxed);
@@ -205,7 +198,7 @@ impl Homes {
         lock(&self.0.runtimes)
             .iter()
             .rev()
-            .find(|home| home.running.load(Ordering::Acquire))
+            .find(|home| home.running.still())
             .map(|home| home.handle.clone())
     }
 
@@ -215,7 +208,7 @@ impl Homes {
     fn stopping(&self, runtime: runtime::Id) {
         for home in lock(&self.0.runtimes).iter() {
             if home.handle.id() == runtime {
-                home.running.store(false, Ordering::Release);
+                home.running.stopped();
             }
         }
     }
@@ -280,15 +273,6 @@ impl Drop for Homed {
         {
             spawn_moved(&next, &self.homes, work, self.moves + 1);
         }
-    }
-}
-
-/// Marks its runtime stopped when that runtime drops it.
-struct Running(Arc<AtomicBool>);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
     }
 }
 

@@ -18,6 +18,7 @@ mod operators;
 mod protocol;
 mod redis;
 pub(crate) mod registry;
+mod runtimes;
 pub(crate) mod timer;
 pub(crate) mod url;
 mod wakeups;

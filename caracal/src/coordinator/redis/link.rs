@@ -297,7 +297,7 @@ impl Link {
     ) -> Result<Value, Error> {
         let _round_trip = crate::metrics::round_trip(script.name);
         let deadline = Instant::now() + self.pool.timeout();
-        let mut conn = self.pool.checkout(key)?;
+        let mut conn = self.pool.ready(key, deadline).await?;
         let call = |verb: &str, target: &str| {
             let mut cmd = redis::cmd(verb);
             cmd.arg(target).arg(keys.len()).arg(keys).arg(&args);
@@ -563,9 +563,10 @@ impl Link {
         for &token in tokens {
             cmd.arg(token_text(token));
         }
-        let mut conn = self.pool.checkout(key)?;
+        let deadline = Instant::now() + self.pool.timeout();
+        let mut conn = self.pool.ready(key, deadline).await?;
         let value = conn
-            .send(&cmd, Instant::now() + self.pool.timeout())
+            .send(&cmd, deadline)
             .await
             .map_err(failure::RedisFailure::into_error)?;
         let tokens = i64::try_from(tokens.len()).unwrap_or(i64::MAX);

@@ -164,8 +164,28 @@ impl Pool {
     /// The connection of `key`'s identity: every command about one identity takes the same
     /// slot while it is up (else the next one that is), so the connection keeps them in order.
     pub(crate) fn checkout(&self, key: &KeyBase) -> Result<Checkout, Error> {
-        let start = BuildHasherDefault::<DefaultHasher>::default().hash_one(key) as usize;
-        self.checkout_from(start, key)
+        self.checkout_from(start(key), key)
+    }
+
+    /// [`checkout`](Self::checkout), but a connection that went down with the runtime its
+    /// tasks ran on (the caller's runtime outlived the one that connected) is waited for,
+    /// until `deadline`, while it is made again on the caller's runtime: the server is not
+    /// known to be down, and failing at once would fail every call made meanwhile. Any other
+    /// connection that is down fails the call at once, as ever.
+    pub(crate) async fn ready(&self, key: &KeyBase, deadline: Instant) -> Result<Checkout, Error> {
+        let start = start(key);
+        let own = &self.slots[start % self.slots.len()];
+        loop {
+            let ends = own.reconnection_ends();
+            match self.checkout_from(start, key) {
+                Err(error) if own.being_replaced() && background::on_own_runtime() => {
+                    if timer::timeout_at(deadline, ends).await.is_none() {
+                        return Err(error);
+                    }
+                }
+                result => return result,
+            }
+        }
     }
 
     fn checkout_from(&self, start: usize, key: &KeyBase) -> Result<Checkout, Error> {
@@ -202,6 +222,11 @@ impl Pool {
             )
         }))
     }
+}
+
+/// Where `key`'s identity starts looking for a slot: its own, while up.
+fn start(key: &KeyBase) -> usize {
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(key) as usize
 }
 
 /// A connection taken from the pool for one command (or a NOSCRIPT fallback pair).

@@ -12,6 +12,7 @@ use super::connector::{Conn, Connected, Connector};
 use super::failure;
 use crate::Error;
 use crate::coordinator::incarnation::Incarnation;
+use crate::coordinator::runtimes::Running;
 use crate::error::FailureKind;
 use crate::events;
 use crate::sync::lock;
@@ -33,6 +34,9 @@ pub(crate) struct Slot {
     state: Mutex<SlotState>,
     /// Nudged by calls that found the connection down: the reconnect loop stops backing off.
     demand: tokio::sync::Notify,
+    /// Told when a reconnection ends, made or not: what calls waiting for an orphaned
+    /// connection's replacement wait on.
+    changed: tokio::sync::Notify,
     closed: Arc<AtomicBool>,
     connector: Arc<Connector>,
     incarnation: Arc<Incarnation>,
@@ -54,6 +58,11 @@ struct SlotState {
     /// While down: why the server would not have the connection (a replica now, `maxclients`
     /// reached, …), which calls finding it down are told. `None` when it could not be reached.
     refusal: Option<Error>,
+    /// The runtime the connection's driver task was spawned on: the connection dies with it.
+    home: Option<Running>,
+    /// Down because the runtime its connection lived on shut down, not because the server went
+    /// away, and not yet found unreachable by a reconnection attempt since.
+    orphaned: bool,
 }
 
 impl Slot {
@@ -76,8 +85,11 @@ impl Slot {
                 reconnecting: false,
                 master: None,
                 refusal: None,
+                home: None,
+                orphaned: false,
             }),
             demand: tokio::sync::Notify::new(),
+            changed: tokio::sync::Notify::new(),
             closed,
             connector,
             incarnation,
@@ -115,16 +127,39 @@ impl Slot {
 
     /// Connection `conn` serves now (reaching `master`, when the sentinels named it), unless
     /// the pool was closed meanwhile.
+    ///
+    /// Called on the runtime the connection was made on, which its driver task runs on.
     pub(super) fn up(&self, conn: Conn, master: Option<String>) {
-        let mut state = lock(&self.state);
-        state.reconnecting = false;
-        // A reconnection that finishes after `close` leaves the slot closed.
-        if !self.closed.load(Ordering::Acquire) {
-            state.conn = Some(conn);
-            state.master = master;
-            state.timeouts = 0;
-            state.refusal = None;
+        {
+            let mut state = lock(&self.state);
+            state.reconnecting = false;
+            state.orphaned = false;
+            // A reconnection that finishes after `close` leaves the slot closed.
+            if !self.closed.load(Ordering::Acquire) {
+                state.conn = Some(conn);
+                state.home = Running::here();
+                state.master = master;
+                state.timeouts = 0;
+                state.refusal = None;
+            }
         }
+        self.changed.notify_waiters();
+    }
+
+    /// Whether the slot is down because the runtime its connection lived on shut down, no
+    /// reconnection has found the server unreachable since, and one is under way (one that
+    /// could not start, its runtime shutting down too, is not worth waiting for).
+    pub(super) fn being_replaced(&self) -> bool {
+        let state = lock(&self.state);
+        state.reconnecting && (state.orphaned || state.home.as_ref().is_some_and(Running::closing))
+    }
+
+    /// Completes when a reconnection of this slot ends, made or not (enabled at once, so a
+    /// reconnection ending between this call and the first poll is not missed).
+    pub(super) fn reconnection_ends(&self) -> impl Future<Output = ()> + '_ {
+        let mut ends = Box::pin(self.changed.notified());
+        ends.as_mut().enable();
+        ends
     }
 
     /// Tells the connection's end to slot `weak`, if connection `generation` is still its.
@@ -192,6 +227,9 @@ impl Slot {
             state.reconnecting = true;
             state.generation += 1;
             state.refusal = refusal;
+            // Its runtime's watcher may not have been dropped yet: whether it is closing is
+            // asked again by calls that find the slot down.
+            state.orphaned = state.home.as_ref().is_some_and(|home| !home.still());
         }
         events::connection_lost(reason, &self.pool_name());
         self.reconnect();
@@ -236,7 +274,14 @@ impl Slot {
                     }
                     Err(error) => {
                         failures += 1;
-                        lock(&slot.state).refusal = refusal(error);
+                        {
+                            let mut state = lock(&slot.state);
+                            state.refusal = refusal(error);
+                            // The server is what is down now, whatever became of the runtime.
+                            state.orphaned = false;
+                            state.home = None;
+                        }
+                        slot.changed.notify_waiters();
                     }
                 }
                 let attempted = tokio::time::Instant::now();
@@ -285,6 +330,7 @@ impl Slot {
         }
         state.generation += 1;
         state.conn = Some(conn);
+        state.home = Running::here();
         state.timeouts = 0;
         Some(state.generation)
     }
@@ -313,6 +359,13 @@ impl Slot {
     /// (starting one if none runs).
     pub(super) fn checkout(self: &Arc<Self>) -> Option<(Conn, u64)> {
         let mut state = lock(&self.state);
+        if state.conn.is_some() && state.home.as_ref().is_some_and(|home| !home.still()) {
+            // Its driver task died with its runtime: every command sent through it would fail.
+            let generation = state.generation;
+            drop(state);
+            self.take_down(generation, "the runtime it ran on shut down", None);
+            state = lock(&self.state);
+        }
         match &state.conn {
             Some(conn) => Some((conn.clone(), state.generation)),
             None => {
@@ -354,6 +407,8 @@ impl Drop for ReconnectDone {
     fn drop(&mut self) {
         if let Some(slot) = self.0.upgrade() {
             lock(&slot.state).reconnecting = false;
+            // A call waiting for it starts another, on its own runtime.
+            slot.changed.notify_waiters();
         }
     }
 }
