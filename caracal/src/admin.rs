@@ -41,11 +41,12 @@ use futures_util::StreamExt;
 use crate::Error;
 use crate::config::OverrideKey;
 use crate::config::overrides::text;
+pub use crate::coordinator::Check;
 use crate::coordinator::Coordinator;
 use crate::coordinator::registry::Snapshot;
 pub use crate::coordinator::url::redacted as redacted_url;
-pub use crate::coordinator::{Check, Operator};
 use crate::identity::{Identity, PolicyKind, Scope, check_part};
+pub use crate::operator::Operator;
 use crate::policy::breaker::kernel::{Force, Phase};
 pub use crate::policy::descriptor::StatusValue;
 use crate::policy::{

@@ -20,25 +20,13 @@
 use std::time::Duration;
 
 use crate::Error;
-use crate::coordinator::Operator;
 use crate::labels::At;
-use crate::metrics::{self, Decision, InFlight, Stopwatch};
+use crate::labels::{Call, Decision};
+use crate::metrics::{self, InFlight, Stopwatch};
+use crate::operator::Operator;
 use crate::policy::breaker::kernel::{Counts, ObserveReply, Phase, SettleReply, Transition};
 use crate::policy::bulkhead::kernel::adaptive::Learnt;
 use crate::summary;
-
-/// What the events of the attributes that guard the whole call rather than an identity's
-/// budget (`#[retry]`, `#[timeout]`, `#[fallback]`) carry: the function, and the identity its
-/// coordinated attributes share (by default the function's name, operation = name, scope
-/// `"global"`). `scope` is `None` when the call's scope expression was not a valid scope.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Call<'a> {
-    pub(crate) policy: &'static str,
-    pub(crate) function: &'static str,
-    pub(crate) name: &'static str,
-    pub(crate) operation: &'static str,
-    pub(crate) scope: Option<&'a str>,
-}
 
 /// An event of a [`Call`]; such policies only ever run within this process.
 macro_rules! call_event {

@@ -16,8 +16,7 @@ use std::fmt::{self, Write as _};
 use sha2::{Digest, Sha256};
 
 use crate::Error;
-use crate::events::Call;
-use crate::labels::At;
+use crate::labels::{At, Call};
 
 /// The longest identity part, in UTF-8 bytes.
 pub(crate) const MAX_PART_BYTES: usize = 1024;

@@ -1,5 +1,6 @@
-//! What names a policy instance in its events and its metrics' labels: the one type both
-//! `events` and `metrics` read, so that neither has to import the other's.
+//! What names a policy instance, or a call, in its events and its metrics' labels, and what a
+//! policy decided: the types `events`, `metrics` and `tally` all read, so that none has to
+//! import another's.
 
 /// Which policy instance an event or a metric is about.
 #[derive(Debug, Clone, Copy)]
@@ -24,5 +25,40 @@ impl At<'_> {
     /// The same instance, in shadow mode if `shadow`.
     pub(crate) fn shadowed(self, shadow: bool) -> Self {
         At { shadow, ..self }
+    }
+}
+
+/// What the events of the attributes that guard the whole call rather than an identity's
+/// budget (`#[retry]`, `#[timeout]`, `#[fallback]`) carry: the function, and the identity its
+/// coordinated attributes share (by default the function's name, operation = name, scope
+/// `"global"`). `scope` is `None` when the call's scope expression was not a valid scope.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Call<'a> {
+    pub(crate) policy: &'static str,
+    pub(crate) function: &'static str,
+    pub(crate) name: &'static str,
+    pub(crate) operation: &'static str,
+    pub(crate) scope: Option<&'a str>,
+}
+
+/// What an admission policy decided about one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Decision {
+    Admitted,
+    Rejected,
+    Degraded,
+    /// A shadow policy would have refused the call (rejected, or degraded closed) and let it run.
+    WouldReject,
+}
+
+impl Decision {
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Decision::Admitted => "admitted",
+            Decision::Rejected => "rejected",
+            Decision::Degraded => "degraded",
+            Decision::WouldReject => "would_reject",
+        }
     }
 }

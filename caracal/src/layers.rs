@@ -7,9 +7,13 @@
 //!   (a kind's kernel is the bottom of its folder);
 //! - `coordinator` → no policy, but for the kinds' kernels;
 //! - `policy` → not the Redis backend (policies never know which backend answers);
-//! - the backends → not the macros, and not their owner (`coordinator/mod.rs`): what they share
-//!   with it lives below both (`coordinator/protocol.rs`, the kernels);
-//! - a kind's files (its policy folder, its kernel) → no other kind's.
+//! - the backends → not the macros, and not their owner (`coordinator/mod.rs`), neither its
+//!   types nor its functions: what they share with it lives below both
+//!   (`coordinator/protocol.rs`, the kernels, `token.rs`);
+//! - a kind's files (its policy folder, its kernel) → no other kind's;
+//! - the bottom floor (the labels, identities, tallies, operators, tokens, errors, clock and
+//!   summaries that every layer reads) → neither the events nor the metrics above it, nor the
+//!   coordinator or a policy.
 
 use std::path::{Path, PathBuf};
 
@@ -141,16 +145,21 @@ fn backends_never_reach_the_macros() {
     );
 }
 
-/// The lines of `file` (under `src/`) that import items of the module `owner` names directly
-/// (`owner::{…}` or `owner::Item`) rather than one of its submodules.
-fn owner_items(file: &Path, owner: &str) -> Vec<String> {
+/// The lines of `file` (under `src/`) that use items of the module `owner` names directly
+/// (`owner::{…}`, `owner::Item`, `owner::function()`) rather than one of its submodules, whose
+/// names `submodules` holds.
+fn owner_items(file: &Path, owner: &str, submodules: &[String]) -> Vec<String> {
     let text = std::fs::read_to_string(file).expect("read source");
     let mut found = Vec::new();
     for (number, line) in text.lines().enumerate() {
         let code = line.split("//").next().unwrap_or_default();
         let direct = code.match_indices(owner).any(|(at, _)| {
-            let next = code[at + owner.len()..].chars().next();
-            next == Some('{') || next.is_some_and(char::is_uppercase)
+            let rest = &code[at + owner.len()..];
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            rest.starts_with('{') || (!name.is_empty() && !submodules.contains(&name))
         });
         if direct {
             found.push(format!("{}:{}", file.display(), number + 1));
@@ -159,16 +168,64 @@ fn owner_items(file: &Path, owner: &str) -> Vec<String> {
     found
 }
 
+/// The modules of the folder `dir`: its files' and subfolders' names.
+fn submodules(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .expect("read dir")
+        .map(|entry| {
+            let path = entry.expect("dir entry").path();
+            let name = path.file_stem().expect("a name").to_string_lossy();
+            name.into_owned()
+        })
+        .collect()
+}
+
 #[test]
 fn backends_never_import_their_owner() {
-    let coordinator = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/coordinator");
-    let mut found = owner_items(&coordinator.join("memory.rs"), "super::");
-    found.extend(owner_items(&coordinator.join("redis/mod.rs"), "super::"));
+    let coordinator = src().join("coordinator");
+    let modules = submodules(&coordinator);
+    let mut found = owner_items(&coordinator.join("memory.rs"), "super::", &modules);
+    found.extend(owner_items(
+        &coordinator.join("redis/mod.rs"),
+        "super::",
+        &modules,
+    ));
     for file in sources(&coordinator.join("redis")) {
-        found.extend(owner_items(&file, "crate::coordinator::"));
-        found.extend(owner_items(&file, "super::super::"));
+        found.extend(owner_items(&file, "crate::coordinator::", &modules));
+        found.extend(owner_items(&file, "super::super::", &modules));
     }
     assert_eq!(found, Vec::<String>::new());
+}
+
+#[test]
+fn the_bottom_floor_imports_nothing_above_it() {
+    let files: Vec<PathBuf> = [
+        "labels.rs",
+        "identity.rs",
+        "tally.rs",
+        "operator.rs",
+        "token.rs",
+        "error.rs",
+        "clock.rs",
+        "summary.rs",
+        "sync.rs",
+        "script.rs",
+        "fencing.rs",
+    ]
+    .iter()
+    .map(|file| src().join(file))
+    .collect();
+    let above = [
+        "crate::events",
+        "crate::metrics",
+        "crate::coordinator",
+        "crate::policy",
+        "crate::config",
+    ];
+    assert_eq!(
+        violations_in(&files, &above, |_| false),
+        Vec::<String>::new()
+    );
 }
 
 #[test]

@@ -89,12 +89,14 @@ mod labels;
 #[cfg(test)]
 mod layers;
 pub mod metrics;
+mod operator;
 mod outcome;
 mod policy;
 mod script;
 mod summary;
 mod sync;
 mod tally;
+mod token;
 #[cfg(feature = "tower")]
 pub mod tower;
 

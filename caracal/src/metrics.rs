@@ -33,7 +33,7 @@ pub const COORDINATOR_SECONDS: &str = "caracal_coordinator_seconds";
 #[cfg(feature = "metrics")]
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use crate::labels::At;
+use crate::labels::{At, Decision};
 use crate::policy::breaker::kernel::{Counts, Phase};
 
 /// Gives every caracal metric its description and unit in the installed recorder (exporters
@@ -116,28 +116,6 @@ pub fn describe() {
         Unit::Seconds,
         "One round trip to caracal's Redis coordinator, by script"
     );
-}
-
-/// What an admission policy decided about one call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Decision {
-    Admitted,
-    Rejected,
-    Degraded,
-    /// A shadow policy would have refused the call (rejected, or degraded closed) and let it run.
-    WouldReject,
-}
-
-impl Decision {
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    fn as_str(self) -> &'static str {
-        match self {
-            Decision::Admitted => "admitted",
-            Decision::Rejected => "rejected",
-            Decision::Degraded => "degraded",
-            Decision::WouldReject => "would_reject",
-        }
-    }
 }
 
 /// What a retry loop did after a failed attempt it would retry: the `outcome` label of

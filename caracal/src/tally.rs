@@ -13,8 +13,7 @@ use std::sync::{LazyLock, Mutex, RwLock};
 
 use tokio::time::Instant;
 
-use crate::labels::At;
-use crate::metrics::Decision;
+use crate::labels::{At, Decision};
 use crate::sync::lock;
 
 /// The most identities counted at once: past it the counts start again (an identity's next

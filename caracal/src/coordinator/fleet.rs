@@ -11,10 +11,11 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use super::Coordinator;
-use super::operators::{self, Operator, Record};
+use super::operators::{self, Record};
 use crate::Error;
 use crate::config::{OverrideKey, Tables};
 use crate::events;
+use crate::operator::Operator;
 
 /// The longest a process goes without checking the fleet's overrides.
 pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(1);

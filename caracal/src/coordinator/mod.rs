@@ -42,7 +42,6 @@ pub use self::doctor::Check;
 use self::fleet::Fleet;
 pub use self::incarnation::DataLoss;
 pub(crate) use self::incarnation::{Incarnation, LossCause};
-pub use self::operators::Operator;
 pub(crate) use self::protocol::{BreakerTarget, LeaseAnswer, LeaseCommand};
 pub use self::redis::REDIS_ACL_RULES;
 use self::registry::{Registered, Snapshot, StatusRead, Usage};
@@ -519,19 +518,6 @@ impl Coordinator {
     }
 }
 
-/// A fresh lease or probe token: a version-4 UUID, as the TypeScript library's tokens are,
-/// drawn from the thread's generator (seeded from the OS once) rather than from a system call
-/// per token, which `Uuid::new_v4` makes.
-pub(crate) fn fresh_token() -> uuid::Uuid {
-    uuid::Builder::from_random_bytes(rand::random()).into_uuid()
-}
-
-/// A generation for an epoch started after its state was lost: random, non-zero, and below
-/// 2^44 so it survives Lua's double-precision numbers exactly.
-fn mint_generation() -> u64 {
-    (rand::random::<u64>() & ((1 << 44) - 1)).max(1)
-}
-
 static INSTALLED: OnceLock<Coordinator> = OnceLock::new();
 
 tokio::task_local! {
@@ -711,20 +697,5 @@ impl Coordinator {
     pub(crate) fn subscribe_changes(&self) -> tokio::sync::broadcast::Receiver<()> {
         self.ensure_transition_feed();
         self.inner.changes.subscribe()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    /// Tokens are what the TypeScript library writes (version-4 UUIDs), and never repeat.
-    #[test]
-    fn fresh_tokens_are_distinct_version_4_uuids() {
-        let tokens: std::collections::HashSet<uuid::Uuid> =
-            (0..10_000).map(|_| super::fresh_token()).collect();
-        assert_eq!(tokens.len(), 10_000);
-        for token in tokens {
-            assert_eq!(token.get_version(), Some(uuid::Version::Random));
-            assert_eq!(token.get_variant(), uuid::Variant::RFC4122);
-        }
     }
 }

@@ -131,7 +131,7 @@ impl<'a, W> Retry<'a, W> {
         ControlFlow::Continue(())
     }
 
-    fn call(&self) -> events::Call<'a> {
+    fn call(&self) -> crate::labels::Call<'a> {
         self.config.identity.call("retry", self.scope)
     }
 }

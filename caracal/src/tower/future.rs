@@ -1,4 +1,6 @@
-//! The response future of a [`Guarded`](super::Guarded) service.
+//! The response future of a [`Guarded`](super::Guarded) service, and what it holds: the permit
+//! of a request admitted at once, or the boxed call of one deferred (as tower's
+//! `limit/concurrency/future.rs` holds its permit; the service imports this, never the reverse).
 
 use std::fmt;
 use std::future::Future;
@@ -9,8 +11,29 @@ use futures_util::TryFuture;
 use pin_project_lite::pin_project;
 use tower::BoxError;
 
-use super::service::{BoxCall, Permit};
 use crate::Error;
+
+/// A call that goes through the policy's asynchronous path, boxed.
+pub type BoxCall<T> = Pin<Box<dyn Future<Output = Result<T, BoxError>> + Send>>;
+
+/// What a request admitted at once holds until its response is ready; dropping it unsettled
+/// (the response future dropped, or panicking) frees what it holds.
+pub trait Permit<Res>: Send {
+    /// Settles the permit with the inner service's result.
+    fn complete(self, result: &Result<Res, BoxError>);
+}
+
+/// Nothing to hold: the decision was all there was (a rate's charge).
+impl<Res> Permit<Res> for () {
+    fn complete(self, _: &Result<Res, BoxError>) {}
+}
+
+/// No permit: every decision of the policy is deferred.
+impl<Res> Permit<Res> for std::convert::Infallible {
+    fn complete(self, _: &Result<Res, BoxError>) {
+        match self {}
+    }
+}
 
 pin_project! {
     /// The response of a [`Guarded`](super::Guarded) service. A request the policy decided

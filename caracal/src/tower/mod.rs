@@ -49,8 +49,8 @@ mod future;
 pub(crate) mod layer;
 mod service;
 
-pub use future::ResponseFuture;
-pub use service::{Admission, Admit, BoxCall, Guarded, Permit};
+pub use future::{BoxCall, Permit, ResponseFuture};
+pub use service::{Admission, Admit, Guarded};
 
 // Each kind's layer, service, policy and permit, from the kind's own module.
 pub use crate::policy::layers::*;

@@ -2,17 +2,13 @@
 
 use std::fmt;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tower::{BoxError, Service};
 
-use super::future::ResponseFuture;
+use super::future::{BoxCall, Permit, ResponseFuture};
 use crate::Error;
-
-/// A call that goes through the policy's asynchronous path, boxed.
-pub type BoxCall<T> = Pin<Box<dyn Future<Output = Result<T, BoxError>> + Send>>;
 
 /// What a policy decided for a request when the service was called.
 #[derive(Debug)]
@@ -44,25 +40,6 @@ pub trait Admit<Req, Res>: Send + Sync + 'static {
     fn guard<F>(&self, deferred: Self::Deferred, call: F) -> BoxCall<Res>
     where
         F: Future<Output = Result<Res, BoxError>> + Send + 'static;
-}
-
-/// What a request admitted at once holds until its response is ready; dropping it unsettled
-/// (the response future dropped, or panicking) frees what it holds.
-pub trait Permit<Res>: Send {
-    /// Settles the permit with the inner service's result.
-    fn complete(self, result: &Result<Res, BoxError>);
-}
-
-/// Nothing to hold: the decision was all there was (a rate's charge).
-impl<Res> Permit<Res> for () {
-    fn complete(self, _: &Result<Res, BoxError>) {}
-}
-
-/// No permit: every decision of the policy is deferred.
-impl<Res> Permit<Res> for std::convert::Infallible {
-    fn complete(self, _: &Result<Res, BoxError>) {
-        match self {}
-    }
 }
 
 /// A service behind one of this module's layers: `inner`, guarded by the policy `P`.

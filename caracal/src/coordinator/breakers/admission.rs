@@ -46,7 +46,7 @@ impl Views<'_> {
                 }
             }
         }
-        let token = crate::coordinator::fresh_token();
+        let token = crate::token::fresh();
         // If this call is dropped (or the reply lost) after the script took a probe slot, the
         // slot is handed back rather than held until its lease ends.
         let mut unclaimed = UnclaimedProbe {

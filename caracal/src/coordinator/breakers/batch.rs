@@ -116,7 +116,7 @@ impl Views<'_> {
         let observe = ObserveCommand {
             generation,
             observations: outcomes,
-            mint: crate::coordinator::mint_generation(),
+            mint: crate::token::generation(),
             settings: target.settings,
         };
         let weak = self.coordinator.downgrade();

@@ -299,7 +299,7 @@ impl RedisBackend {
         let known = known.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX));
         let incarnation = self.link.incarnation();
         let (marker, epoch) = incarnation.marker();
-        let candidate = crate::coordinator::fresh_token().simple().to_string();
+        let candidate = crate::token::fresh().simple().to_string();
         let value = self
             .link
             .eval(script, base, &override_read_keys(base), (known, candidate))

@@ -135,7 +135,7 @@ where
         }
         None => None,
     };
-    let token = coordinator::fresh_token();
+    let token = crate::token::fresh();
     // Read before the acquire is sent: a loss of data noticed at any point after that may
     // have taken this lease with it.
     let epoch = coordinator.incarnation().epoch();

@@ -714,7 +714,8 @@ mod events {
     use crate::Error;
     use crate::events::policy_event;
     use crate::labels::At;
-    use crate::metrics::{self, Decision};
+    use crate::labels::Decision;
+    use crate::metrics;
     use crate::policy::retry_budget::kernel::Totals;
     use crate::summary;
 
