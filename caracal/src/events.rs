@@ -22,10 +22,9 @@ use std::time::Duration;
 use crate::Error;
 use crate::labels::At;
 use crate::labels::{Call, Decision};
-use crate::metrics::{self, InFlight, Stopwatch};
+use crate::metrics::{self, Stopwatch};
 use crate::operator::Operator;
 use crate::policy::breaker::kernel::{Counts, ObserveReply, Phase, SettleReply, Transition};
-use crate::policy::bulkhead::kernel::adaptive::Learnt;
 use crate::summary;
 
 /// An event of a [`Call`]; such policies only ever run within this process.
@@ -83,59 +82,6 @@ pub(crate) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// A bulkhead admitted a call that reached it at `arrival`: the body counts as running while
-/// the returned guard is held.
-#[inline]
-pub(crate) fn bulkhead_admitted(
-    at: &At<'_>,
-    occupancy: u32,
-    limit: u32,
-    arrival: Stopwatch,
-) -> InFlight {
-    policy_event!(DEBUG, "bulkhead.admitted", at, occupancy, limit);
-    metrics::admitted(at, "admitted", arrival);
-    metrics::in_flight(at)
-}
-
-/// Why a bulkhead turned a call away.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum BulkheadRejection {
-    Capacity,
-    WaitTimeout,
-    CoordinatorUnavailable,
-    AdmissionExpired,
-}
-
-pub(crate) fn bulkhead_rejected(
-    at: &At<'_>,
-    reason: BulkheadRejection,
-    occupancy: Option<u32>,
-    limit: u32,
-) {
-    let reason = match reason {
-        BulkheadRejection::Capacity => "capacity",
-        BulkheadRejection::WaitTimeout => "wait_timeout",
-        BulkheadRejection::CoordinatorUnavailable => "coordinator_unavailable",
-        BulkheadRejection::AdmissionExpired => "admission_expired",
-    };
-    rejected_or_degraded(at, reason);
-    if at.shadow {
-        return would_reject(at, reason);
-    }
-    let Some(suppressed) = summary::repeat("bulkhead.rejected", at, &[reason]) else {
-        return;
-    };
-    policy_event!(
-        DEBUG,
-        "bulkhead.rejected",
-        at,
-        reason,
-        occupancy,
-        limit,
-        suppressed
-    );
-}
-
 /// [`summary::repeat_across`] for the coordinator in force: what its loss causes is said once
 /// per policy, apart from what another coordinator's does.
 pub(crate) fn repeat_across(
@@ -188,92 +134,6 @@ pub(crate) fn would_reject(at: &At<'_>, reason: &'static str) {
         "rate_limit" => policy_event!(DEBUG, "rate_limit.would_reject", at, reason, suppressed),
         _ => policy_event!(DEBUG, "retry_budget.would_reject", at, reason, suppressed),
     }
-}
-
-pub(crate) fn bulkhead_released(at: &At<'_>, occupancy: Option<u32>, held: Duration) {
-    policy_event!(
-        DEBUG,
-        "bulkhead.released",
-        at,
-        occupancy,
-        held_ms = millis(held)
-    );
-}
-
-/// A distributed release found no live lease: it had expired (or was released) already.
-/// After an outage every holder's release may find that: said once, then summarised.
-pub(crate) fn bulkhead_release_found_nothing(at: &At<'_>) {
-    let reason = "already_expired_or_released";
-    let Some(said) = repeat_across("bulkhead.released", at, &[reason]) else {
-        return;
-    };
-    policy_event!(
-        WARN,
-        "bulkhead.released",
-        at,
-        reason,
-        suppressed = said.suppressed,
-        identities = said.identities
-    );
-}
-
-pub(crate) fn bulkhead_lease_lost(
-    at: &At<'_>,
-    cause: crate::policy::bulkhead::distributed::LeaseLoss,
-) {
-    policy_event!(WARN, "bulkhead.lease_lost", at, cause = cause.as_str());
-}
-
-/// An adaptive limit moved by more than a tenth since the last such event (`from`), as this
-/// process learnt it; a limit that keeps moving is summarised.
-pub(crate) fn bulkhead_limit_changed(at: &At<'_>, from: u32, learnt: &Learnt) {
-    let Some(suppressed) = summary::repeat("bulkhead.limit_changed", at, &[]) else {
-        return;
-    };
-    policy_event!(
-        INFO,
-        "bulkhead.limit_changed",
-        at,
-        from,
-        to = learnt.full,
-        latency_us = learnt.latency_us,
-        base_latency_us = learnt.base_us,
-        suppressed
-    );
-}
-
-/// Why a bulkhead decision was taken without full knowledge.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Degraded {
-    /// An acquire failed: whether it took a lease is unknown.
-    AdmissionUnknown,
-    /// A renewal failed: the lease may already belong to nobody.
-    LeaseUncertain,
-    /// A release failed: the lease stays until it expires.
-    ReleaseUnknown,
-}
-
-pub(crate) fn bulkhead_degraded(at: &At<'_>, reason: Degraded, error: &Error) {
-    let reason = match reason {
-        Degraded::AdmissionUnknown => "admission_unknown",
-        Degraded::LeaseUncertain => "lease_uncertain",
-        Degraded::ReleaseUnknown => "release_unknown",
-    };
-    let failure = error.failure_kind().map(|k| k.as_str());
-    let condition = [reason, failure.unwrap_or(error.code())];
-    let Some(said) = repeat_across("bulkhead.degraded", at, &condition) else {
-        return;
-    };
-    policy_event!(
-        WARN,
-        "bulkhead.degraded",
-        at,
-        reason,
-        error = error.code(),
-        failure,
-        suppressed = said.suppressed,
-        identities = said.identities
-    );
 }
 
 /// Who made a breaker's change that a process learned of: `local` (this process), `remote`

@@ -17,11 +17,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::events;
 use super::kernel::adaptive::vote::Sampling;
 use super::kernel::adaptive::{Adapt, Bounds, Learnt, Report};
 use crate::Error;
 use crate::coordinator::{Coordinator, WeakCoordinator};
-use crate::events;
 use crate::identity::{Identity, KeyBase};
 use crate::sync::lock;
 
@@ -197,7 +197,7 @@ impl View {
                 .flatten()
         };
         if let Some(from) = announce {
-            events::bulkhead_limit_changed(&self.identity.at(), from, &learnt);
+            events::limit_changed(&self.identity.at(), from, &learnt);
         }
         Ok(learnt)
     }

@@ -44,12 +44,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 use uuid::Uuid;
 
+use super::events::{self, Degraded, LeaseLoss, Refusal};
 use super::{BulkheadSite, BulkheadValues, adaptive};
 use crate::Error;
 use crate::coordinator::{self, Coordinator, LeaseAnswer, LeaseCommand};
 use crate::ctx::{CallCtx, Rejection};
 use crate::error::FailureKind;
-use crate::events::{self, BulkheadRejection, Degraded};
 use crate::fencing;
 use crate::identity::{Identity, PolicyKind, Scope};
 use crate::metrics::Stopwatch;
@@ -60,33 +60,6 @@ const FIRST_WAIT_PAUSE: Duration = Duration::from_millis(2);
 const MAX_WAIT_PAUSE: Duration = Duration::from_millis(50);
 /// The least time between a failed renewal and the next attempt.
 const MIN_RENEWAL_RETRY: Duration = Duration::from_millis(10);
-
-/// Why a lease was lost while its body ran (the `cause` of a `bulkhead.lease_lost` event).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum LeaseLoss {
-    /// The server lost its data since the lease was taken: it may hold the lease no more.
-    DataLost,
-    /// Its trust deadline passed before a renewal was confirmed.
-    TrustExpired,
-    /// A renewal was answered: the coordinator no longer holds it.
-    NotHeld,
-    /// Renewals failed until the trust deadline.
-    RenewalTimedOut,
-}
-
-impl LeaseLoss {
-    /// The cause, as events tell it.
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            LeaseLoss::DataLost => {
-                "the server lost its data (restarted without persistence, failed over, or flushed)"
-            }
-            LeaseLoss::TrustExpired => "the lease's trust deadline passed before it was renewed",
-            LeaseLoss::NotHeld => "the coordinator no longer holds the lease",
-            LeaseLoss::RenewalTimedOut => "no renewal succeeded before the lease's trust deadline",
-        }
-    }
-}
 
 /// How long before the earliest moment the server could expire a lease its holder stops
 /// trusting it: a tenth of the lease (10 ms at the 100 ms minimum, 3 s at the 30 s default).
@@ -162,9 +135,9 @@ where
     );
     let at = lease.identity.at().shadowed(values.shadow);
     if lease.check(Instant::now()).is_err() {
-        events::bulkhead_rejected(
+        events::rejected(
             &at,
-            BulkheadRejection::AdmissionExpired,
+            Refusal::AdmissionExpired,
             Some(grant.occupancy),
             values.limit,
         );
@@ -176,7 +149,7 @@ where
         // The body never started: for an outer breaker this is a refusal, not a failure.
         return Err(ctx.reject_as(lost(site, scope), Rejection::Admission));
     }
-    let _running = events::bulkhead_admitted(&at, grant.occupancy, values.limit, arrival);
+    let _running = events::admitted(&at, grant.occupancy, values.limit, arrival);
     let mut keep = pin!(lease.keep(grant.sent, values.limit));
     let mut body = pin!(fencing::scope(Some(grant.fence), body));
     // Before each step of the body: the lease must still be trusted, and its renewals must not
@@ -214,7 +187,7 @@ where
             result
         }
         Err(cause) => {
-            events::bulkhead_lease_lost(&at, cause);
+            events::lease_lost(&at, cause);
             if values.shadow {
                 // The enforcing bulkhead would cut the body short here; a shadow one lets it
                 // finish (the event above says the lease is gone).
@@ -280,12 +253,7 @@ async fn admit(
              before has been cancelled",
         );
         let at = identity.at().shadowed(values.shadow);
-        events::bulkhead_rejected(
-            &at,
-            BulkheadRejection::CoordinatorUnavailable,
-            None,
-            values.limit,
-        );
+        events::rejected(&at, Refusal::CoordinatorUnavailable, None, values.limit);
         return Err(error);
     }
     let give_up = values.max_wait.map(|wait| Instant::now() + wait);
@@ -335,11 +303,11 @@ async fn admit(
                     }
                     _ => {
                         let reason = if give_up.is_some() {
-                            BulkheadRejection::WaitTimeout
+                            Refusal::WaitTimeout
                         } else {
-                            BulkheadRejection::Capacity
+                            Refusal::Capacity
                         };
-                        events::bulkhead_rejected(
+                        events::rejected(
                             &identity.at().shadowed(values.shadow),
                             reason,
                             Some(reply.occupancy),
@@ -360,13 +328,8 @@ async fn admit(
 /// Says that a call was refused because the coordinator did not answer.
 fn unavailable(identity: &Identity, values: &BulkheadValues, error: &Error) {
     let at = identity.at().shadowed(values.shadow);
-    events::bulkhead_degraded(&at, Degraded::AdmissionUnknown, error);
-    events::bulkhead_rejected(
-        &at,
-        BulkheadRejection::CoordinatorUnavailable,
-        None,
-        values.limit,
-    );
+    events::degraded(&at, Degraded::AdmissionUnknown, error);
+    events::rejected(&at, Refusal::CoordinatorUnavailable, None, values.limit);
 }
 
 /// An acquire whose outcome the caller has not seen; see [`admit`].
@@ -487,11 +450,7 @@ impl Lease {
                 }
                 Ok(Ok(_)) => return LeaseLoss::NotHeld,
                 Ok(Err(error)) => {
-                    events::bulkhead_degraded(
-                        &self.identity.at(),
-                        Degraded::LeaseUncertain,
-                        &error,
-                    );
+                    events::degraded(&self.identity.at(), Degraded::LeaseUncertain, &error);
                     // Try again soon, while the lease is still trusted.
                     due = Instant::now() + (period / 4).max(MIN_RENEWAL_RETRY);
                 }
@@ -511,7 +470,7 @@ fn micros(duration: Duration) -> u64 {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        events::bulkhead_released(&self.identity.at(), None, self.since.elapsed());
+        events::released(&self.identity.at(), None, self.since.elapsed());
         let coordinator = self.coordinator.clone();
         let identity = self.identity.clone();
         let until = self.since + Duration::from_nanos(self.expired_by.load(Ordering::Acquire));
@@ -520,9 +479,9 @@ impl Drop for Lease {
                 let at = identity.at();
                 match result {
                     Ok(true) => {}
-                    Ok(false) => events::bulkhead_release_found_nothing(&at),
+                    Ok(false) => events::release_found_nothing(&at),
                     Err(error) => {
-                        events::bulkhead_degraded(&at, Degraded::ReleaseUnknown, &error);
+                        events::degraded(&at, Degraded::ReleaseUnknown, &error);
                     }
                 }
                 coordinator.wake(&identity.key);

@@ -17,11 +17,11 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use super::events::{self, Refusal};
 use super::{BulkheadSite, BulkheadValues};
 use crate::Error;
 use crate::coordinator;
 use crate::ctx::CallCtx;
-use crate::events::{self, BulkheadRejection};
 use crate::identity::Scope;
 use crate::metrics::{InFlight, Stopwatch};
 use crate::policy::registry::{self, Held, Registry};
@@ -204,7 +204,7 @@ impl<Site: Deref<Target = BulkheadSite>, Sc: Borrow<Scope>> Drop for Slot<'_, Si
         let scope = self.scope.borrow();
         self.budget.free();
         if let Some(since) = self.since {
-            events::bulkhead_released(
+            events::released(
                 &self.site.at(scope),
                 Some(self.budget.occupancy()),
                 since.elapsed(),
@@ -250,22 +250,22 @@ fn enter<'a, Site: Deref<Target = BulkheadSite>, Sc: Borrow<Scope>>(
     let at = site.at(scope.borrow()).shadowed(values.shadow);
     if !admitted {
         let reason = if values.max_wait.is_some() {
-            BulkheadRejection::WaitTimeout
+            Refusal::WaitTimeout
         } else {
-            BulkheadRejection::Capacity
+            Refusal::Capacity
         };
-        events::bulkhead_rejected(&at, reason, Some(budget.occupancy()), values.limit);
+        events::rejected(&at, reason, Some(budget.occupancy()), values.limit);
         if values.shadow {
             return Ok(None);
         }
         return Err(site.full(scope.borrow(), values.limit));
     }
-    let running = events::bulkhead_admitted(&at, budget.occupancy(), values.limit, arrival);
+    let running = events::admitted(&at, budget.occupancy(), values.limit, arrival);
     Ok(Some(Slot {
         budget,
         site,
         scope,
-        since: events::debug_enabled().then(Instant::now),
+        since: crate::events::debug_enabled().then(Instant::now),
         _running: running,
     }))
 }

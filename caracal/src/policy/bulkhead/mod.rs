@@ -8,6 +8,7 @@
 mod adaptive;
 pub(crate) mod descriptor;
 pub(crate) mod distributed;
+mod events;
 pub(crate) mod kernel;
 mod local;
 #[cfg(feature = "tower")]
