@@ -3,7 +3,9 @@
 //! under the load it makes itself, and its `/metrics` is scraped until every series a panel or
 //! a rule names is there (`promtool check rules`, in `scripts/test`, checks the rules' syntax).
 //! And the rules run on series recorded from caracal's own metrics through incidents, by
-//! Prometheus's engine (`promtool test rules`, which `scripts/test` installs).
+//! Prometheus's engine (`promtool test rules`, which `scripts/test` installs): a breaker's and
+//! a bulkhead's from this process, and the coordinator's from a fleet of worker processes,
+//! scraped one by one.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
@@ -14,9 +16,10 @@ use std::time::{Duration, Instant};
 
 use caracal::admin::{BreakerCommand, BreakerId};
 use caracal::{Coordinator, bulkhead, circuit_breaker};
-use caracal_tests::{MetricsLog, RedisServer};
+use caracal_tests::{FaultProxy, MetricsLog, RedisServer};
 use tokio::sync::watch;
 
+use crate::common::worker::Worker;
 use crate::common::{PATIENCE, TestError, code, eventually, unique};
 
 /// The repository's root.
@@ -200,22 +203,83 @@ async fn rules_db(scope: &str, gate: Option<watch::Receiver<bool>>) -> Result<()
     Ok(())
 }
 
-/// What this run's policies exported, read from the recorder as a scrape would read it:
-/// `series{labels}` → value, with the labels Prometheus adds to what it scrapes.
+/// One series of a recorder's dump (`name{labels} value`) as Prometheus stores it once
+/// scraped from `instance`: with the `job` and `instance` labels it adds.
+fn as_scraped(line: &str, instance: &str) -> Option<(String, String)> {
+    let (series, value) = line.rsplit_once(' ')?;
+    let series = series.strip_suffix('}')?;
+    let comma = if series.ends_with('{') { "" } else { "," };
+    Some((
+        format!("{series}{comma}job=\"rules\",instance=\"{instance}\"}}"),
+        value.to_owned(),
+    ))
+}
+
+/// What this run's policies exported, read from the recorder as a scrape would read it.
 fn scrape_recorded() -> BTreeMap<String, String> {
     MetricsLog::global()
         .dump()
         .lines()
         .filter(|line| line.contains("name=\"rules-") && !line.ends_with(" samples"))
-        .filter_map(|line| {
-            let (series, value) = line.rsplit_once(' ')?;
-            let series = series.strip_suffix('}')?;
-            Some((
-                format!("{series},job=\"rules\",instance=\"recorded:9000\"}}"),
-                value.to_owned(),
-            ))
-        })
+        .filter_map(|line| as_scraped(line, "recorded:9000"))
         .collect()
+}
+
+/// Runs the rules of `dashboards/alerts.yml` with `promtool test rules` on `scrapes` (one per
+/// 15 s step, from 0 s), and checks the alerts firing at each checkpoint: `(eval_time, label
+/// sets)`, each label set one group of `count by (<by>) (ALERTS{alertstate="firing"})` that
+/// counts 1, and no other group.
+fn promtool_checks(
+    scrapes: &[BTreeMap<String, String>],
+    by: &str,
+    checkpoints: &[(&str, &[&str])],
+) {
+    // Every series, as the scrapes saw it (`_`: not exported yet).
+    let names: BTreeSet<&String> = scrapes.iter().flat_map(BTreeMap::keys).collect();
+    let mut file = format!(
+        "rule_files: [{:?}]\nevaluation_interval: 15s\n\
+         group_eval_order: [caracal-records, caracal]\ntests:\n  - interval: 15s\n    input_series:\n",
+        root().join("dashboards/alerts.yml")
+    );
+    for name in names {
+        let values: Vec<&str> = scrapes
+            .iter()
+            .map(|scrape| scrape.get(name).map_or("_", String::as_str))
+            .collect();
+        file.push_str(&format!(
+            "      - series: '{name}'\n        values: '{}'\n",
+            values.join(" ")
+        ));
+    }
+    file.push_str("    promql_expr_test:\n");
+    for (at, firing) in checkpoints {
+        file.push_str(&format!(
+            "      - expr: 'count by ({by}) (ALERTS{{alertstate=\"firing\"}})'\n        eval_time: {at}\n        exp_samples:\n"
+        ));
+        for labels in *firing {
+            file.push_str(&format!(
+                "          - labels: '{{{labels}}}'\n            value: 1\n"
+            ));
+        }
+        if firing.is_empty() {
+            file.push_str("          []\n");
+        }
+    }
+    let path = std::env::temp_dir().join(format!("{}.yml", unique("alerts-recorded")));
+    std::fs::write(&path, &file).expect("write the rule test");
+    let output = Command::new("promtool")
+        .args(["test", "rules"])
+        .arg(&path)
+        .output()
+        .expect("run promtool (scripts/test installs it)");
+    assert!(
+        output.status.success(),
+        "promtool test rules {}:\n{}{}",
+        path.display(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let _ = std::fs::remove_file(&path);
 }
 
 /// The rules of `dashboards/alerts.yml` evaluated by Prometheus's own engine (`promtool test
@@ -294,72 +358,144 @@ async fn the_rules_fire_on_series_recorded_from_caracals_metrics() {
         .await;
     coordinator.shutdown().await;
 
-    // Every series, as the scrapes saw it (`_`: not exported yet).
-    let names: BTreeSet<&String> = scrapes.iter().flat_map(BTreeMap::keys).collect();
-    let mut file = format!(
-        "rule_files: [{:?}]\nevaluation_interval: 15s\n\
-         group_eval_order: [caracal-records, caracal]\ntests:\n  - interval: 15s\n    input_series:\n",
-        root().join("dashboards/alerts.yml")
-    );
-    for name in names {
-        let values: Vec<&str> = scrapes
-            .iter()
-            .map(|scrape| scrape.get(name).map_or("_", String::as_str))
-            .collect();
-        file.push_str(&format!(
-            "      - series: '{name}'\n        values: '{}'\n",
-            values.join(" ")
-        ));
-    }
-    file.push_str("    promql_expr_test:\n");
     // The alerts firing at each checkpoint, each a few evaluations away from a change: at
-    // rest, none; the breaker open in eu pages before the refusals it makes do (5 minutes of
-    // them, with no day of history to compare with); the full bulkhead turns half of the
-    // calls away, then saturates; the breaker forced open is shown at once and pages an hour
-    // after, its refusals paging all along.
-    let rejecting = ("CaracalRejectionRateHigh", 1);
-    let forced = ("CaracalCircuitBreakerForcedOpen", 1);
-    let checkpoints: &[(&str, &[(&str, u32)])] = &[
-        ("9m45s", &[]),
-        ("12m30s", &[("CaracalCircuitBreakerOpen", 1)]),
-        ("25m", &[rejecting]),
-        ("32m30s", &[("CaracalBulkheadSaturated", 1), rejecting]),
-        ("95m", &[forced, rejecting]),
-        (
-            "104m",
-            &[
-                forced,
-                ("CaracalCircuitBreakerForcedWithoutEnd", 1),
-                rejecting,
-            ],
-        ),
-    ];
-    for (at, firing) in checkpoints {
-        file.push_str(&format!(
-            "      - expr: 'count by (alertname) (ALERTS{{alertstate=\"firing\"}})'\n        eval_time: {at}\n        exp_samples:\n"
-        ));
-        for (alert, count) in *firing {
-            file.push_str(&format!(
-                "          - labels: '{{alertname=\"{alert}\"}}'\n            value: {count}\n"
-            ));
-        }
-        if firing.is_empty() {
-            file.push_str("          []\n");
+    // rest, none; the breaker open in eu pages, and its refusals do not (its own alert says
+    // so), nor once it is reset; the full bulkhead turns half of the calls away (5 minutes
+    // of them, with no day of history to compare with), then saturates; the breaker forced
+    // open is shown at once and pages an hour after.
+    let rejecting = "alertname=\"CaracalRejectionRateHigh\"";
+    let forced = "alertname=\"CaracalCircuitBreakerForcedOpen\"";
+    promtool_checks(
+        &scrapes,
+        "alertname",
+        &[
+            ("9m45s", &[]),
+            ("12m30s", &["alertname=\"CaracalCircuitBreakerOpen\""]),
+            ("16m", &[]),
+            ("25m", &[rejecting]),
+            (
+                "32m30s",
+                &["alertname=\"CaracalBulkheadSaturated\"", rejecting],
+            ),
+            ("95m", &[forced]),
+            (
+                "104m",
+                &[
+                    forced,
+                    "alertname=\"CaracalCircuitBreakerForcedWithoutEnd\"",
+                ],
+            ),
+        ],
+    );
+}
+
+/// One scrape of each worker of a `scrapes` fleet, after each has made `calls` calls: every
+/// series of the fleet, each with the `instance` it came from.
+fn scrape_fleet(fleet: &mut [(&str, Worker)], calls: u32) -> BTreeMap<String, String> {
+    let mut scrape = BTreeMap::new();
+    for (instance, worker) in fleet.iter_mut() {
+        worker.send(&format!("step {calls}"));
+        for line in worker.lines_through("scraped", PATIENCE) {
+            if let Some(series) = line.strip_prefix("series ") {
+                scrape.extend(as_scraped(series, instance));
+            }
         }
     }
-    let path = std::env::temp_dir().join(format!("{}.yml", unique("alerts-recorded")));
-    std::fs::write(&path, &file).expect("write the rule test");
-    let output = Command::new("promtool")
-        .args(["test", "rules"])
-        .arg(&path)
-        .output()
-        .expect("run promtool (scripts/test installs it)");
-    assert!(
-        output.status.success(),
-        "promtool test rules {}:\n{}{}",
-        path.display(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
+    scrape
+}
+
+/// Tells each worker of `fleet` to wait until its `caracal_coordinator_up` reads `up`.
+fn wait_up(fleet: &mut [(&str, Worker)], up: u8) {
+    for (_, worker) in fleet.iter_mut() {
+        worker.send(&format!("up {up}"));
+    }
+    for (_, worker) in fleet.iter() {
+        worker.expect_line(&format!("up {up}"), PATIENCE * 3);
+    }
+}
+
+/// The coordinator's alerts evaluated by `promtool test rules` on series scraped from two
+/// worker processes sharing a distributed bulkhead, each through a proxy of its own to one
+/// Redis: one process cut off from Redis (a partition), then Redis out of reach of both (the
+/// server down, as its clients see it), each 10 minutes, one scrape of both (15 s of rule
+/// time) per step. The coordinator pages per process, a minute after its `up` fell; the
+/// bulkhead's refusals (degraded, failing closed) page fleet-wide, summed over both processes,
+/// 5 minutes after; nothing fires at rest, before, between or after.
+#[test]
+fn the_coordinator_alerts_fire_on_series_scraped_from_a_fleet() {
+    let server = RedisServer::start();
+    let proxies = [
+        FaultProxy::start(server.addr()),
+        FaultProxy::start(server.addr()),
+    ];
+    let (namespace, scope) = (unique("rules-fleet"), format!("scope={}", unique("region")));
+    let mut fleet: Vec<(&str, Worker)> = ["orders-a:9000", "orders-b:9000"]
+        .into_iter()
+        .zip(&proxies)
+        .map(|(instance, proxy)| {
+            let worker = Worker::spawn(
+                &proxy.url(),
+                &namespace,
+                "scrapes",
+                std::slice::from_ref(&scope),
+            );
+            worker.expect_line("ready", PATIENCE);
+            (instance, worker)
+        })
+        .collect();
+    let mut scrapes = Vec::new();
+    for step in 0..240 {
+        // orders-a cut off from 10:00 to 20:00; both from 30:00 to 40:00. Each step that
+        // follows a change waits for every process to see it, so a step is a scrape taken
+        // after the change, whatever the machine's speed.
+        let cut = match step {
+            40 => 1,
+            120 => 2,
+            _ => 0,
+        };
+        if cut > 0 {
+            for proxy in &proxies[..cut] {
+                proxy.cut();
+            }
+            wait_up(&mut fleet[..cut], 0);
+        }
+        if step == 80 || step == 160 {
+            for proxy in &proxies {
+                proxy.restore();
+            }
+            wait_up(&mut fleet, 1);
+        }
+        scrapes.push(scrape_fleet(&mut fleet, 8));
+    }
+
+    let down =
+        |instance: &str| format!("alertname=\"CaracalCoordinatorDown\",instance=\"{instance}\"");
+    let (down_a, down_b) = (down("orders-a:9000"), down("orders-b:9000"));
+    let rejecting = "alertname=\"CaracalRejectionRateHigh\"";
+    promtool_checks(
+        &scrapes,
+        "alertname, instance",
+        &[
+            ("9m45s", &[]),
+            // A minute after orders-a's up fell, it alone. Its refusals, half of the fleet's
+            // decisions once the 5-minute rates hold only the outage, page 5 minutes after
+            // the fleet's share first exceeds 5% (10:30: at 10:15 it is exactly 5%), and
+            // until the outage has left the rates' window.
+            ("10m45s", &[]),
+            ("11m", &[&down_a]),
+            ("15m15s", &[&down_a]),
+            ("15m30s", &[&down_a, rejecting]),
+            ("20m", &[rejecting]),
+            ("24m", &[rejecting]),
+            ("24m15s", &[]),
+            // Both, each by itself; every decision is turned away.
+            ("30m45s", &[]),
+            ("31m", &[&down_a, &down_b]),
+            ("35m", &[&down_a, &down_b]),
+            ("35m15s", &[&down_a, &down_b, rejecting]),
+            ("40m", &[rejecting]),
+            ("44m30s", &[]),
+            ("59m45s", &[]),
+        ],
     );
-    let _ = std::fs::remove_file(&path);
 }

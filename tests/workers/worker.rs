@@ -17,7 +17,7 @@
 //! applied (`config.applied`).
 //! The `*-gauge` scenarios install a [`MetricsLog`] as the process's recorder and print a
 //! gauge's value each time it changes, as `gauge value=N`: what an exporter in this process
-//! would report.
+//! would report. The `scrapes` scenario installs one too, and prints its series on request.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -202,10 +202,16 @@ async fn frozen_step(scope: &str, pause: Duration, step: &Step) -> Result<(), Wo
 
 /// Waits for the parent's `go` line on stdin.
 fn wait_for_go() {
+    read_line();
+}
+
+/// The next line on stdin, its line break included; empty once stdin is closed.
+fn read_line() -> String {
     let mut line = String::new();
     std::io::stdin()
         .read_line(&mut line)
-        .expect("read go from stdin");
+        .expect("read a line from stdin");
+    line
 }
 
 /// The code of a caracal error, `ok`, or `downstream`.
@@ -325,6 +331,13 @@ async fn budget_storm(
     } else {
         Err(WorkerError::Downstream)
     }
+}
+
+/// The bulkhead whose series the `scrapes` scenario prints (the dashboards suite runs the alert
+/// rules on them).
+#[bulkhead(name = "rules-fleet-db", limit = 4, scope = scope)]
+async fn rules_fleet_db(scope: &str) -> Result<(), WorkerError> {
+    Ok(())
 }
 
 #[rate_limit(name = "mp-rate-50", rate = 50, burst = 5, scope = scope)]
@@ -647,7 +660,7 @@ async fn main() {
         PrintEvents::install(names);
     }
     // Before the coordinator is made: what it reports from its start is recorded.
-    let metrics = scenario.ends_with("-gauge").then(MetricsLog::global);
+    let metrics = (scenario.ends_with("-gauge") || scenario == "scrapes").then(MetricsLog::global);
 
     let coordinator = caracal::Coordinator::from_env().await.expect("coordinator");
     caracal::install(coordinator.clone()).expect("install");
@@ -1164,6 +1177,49 @@ async fn main() {
             })
             .await;
             calls.abort();
+        }
+        "scrapes" => {
+            // One command a line on stdin, for the parent to make each step of an incident
+            // one scrape. `step N`: N calls of `rules-fleet-db`, then this process's series of
+            // it and `caracal_coordinator_up` as a scrape would read them, one `series …` line
+            // each, and `scraped`. `up V`: calls of another policy (kept out of the series, so
+            // that waiting adds no decision to them; calls make a cut noticed, and the
+            // connections made again) until the up gauge reads V, then `up V`.
+            let metrics = metrics.expect("a recorder");
+            loop {
+                let command = tokio::task::spawn_blocking(read_line)
+                    .await
+                    .expect("read a command");
+                if command.is_empty() {
+                    break;
+                }
+                let (verb, value) = command.trim_end().split_once(' ').expect("`verb value`");
+                match verb {
+                    "step" => {
+                        for _ in 0..value.parse::<u64>().expect("a number of calls") {
+                            let _ = rules_fleet_db(&scope).await;
+                        }
+                        for line in metrics.dump().lines() {
+                            let up = line.starts_with(caracal::metrics::COORDINATOR_UP);
+                            if (up || line.contains("name=\"rules-fleet-db\""))
+                                && !line.ends_with(" samples")
+                            {
+                                say(&format!("series {line}"));
+                            }
+                        }
+                        say("scraped");
+                    }
+                    "up" => {
+                        let want: f64 = value.parse().expect("0 or 1");
+                        while metrics.gauge(caracal::metrics::COORDINATOR_UP, &[]) != Some(want) {
+                            let _ = rate_700(&scope).await;
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                        say(&format!("up {value}"));
+                    }
+                    other => panic!("unknown command {other}"),
+                }
+            }
         }
         other => panic!("unknown scenario {other}"),
     }

@@ -82,9 +82,14 @@ impl Worker {
 
     /// Starts the scenario of a worker spawned with `start=on-go`.
     pub(crate) fn go(&mut self) {
-        writeln!(self.stdin, "go")
+        self.send("go");
+    }
+
+    /// Writes `line` to the worker's stdin (the commands of the `scrapes` scenario).
+    pub(crate) fn send(&mut self, line: &str) {
+        writeln!(self.stdin, "{line}")
             .and_then(|()| self.stdin.flush())
-            .expect("tell the worker to go");
+            .expect("write to the worker");
     }
 
     /// Sends the worker a signal (`"STOP"`, `"CONT"`, `"KILL"`).
