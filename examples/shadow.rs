@@ -29,12 +29,13 @@
 use std::time::Duration;
 
 use caracal::{Coordinator, bulkhead, circuit_breaker, rate_limit};
+use caracal_examples_metrics::{Planned, seeded};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 
 const SEED: u64 = 31;
-const CALLS: usize = 3_000;
+const CALLS: u64 = 3_000;
 /// The switch's load: processes, tasks in each, and how long each call holds its slot.
 const PROCESSES: usize = 2;
 const TASKS: usize = 8;
@@ -58,60 +59,17 @@ impl BenchError {
     }
 }
 
-/// One call of the seeded schedule: when it arrives, how long its body runs, whether it fails.
-#[derive(Clone, Copy)]
-struct Planned {
-    at: Duration,
-    runs: Duration,
-    fails: bool,
-}
-
-impl Planned {
-    async fn run(self) -> Result<(), BenchError> {
-        tokio::time::sleep(self.runs).await;
-        if self.fails {
-            Err(BenchError(None))
-        } else {
-            Ok(())
-        }
-    }
-}
-
-/// [`CALLS`] calls from `seed` (splitmix64), as the module docs describe them.
-fn seeded(seed: u64) -> Vec<Planned> {
-    let mut state = seed;
-    let mut next = move |bound: u64| {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        (z ^ (z >> 31)) % bound
-    };
-    let mut at = 0;
-    (0..CALLS)
-        .map(|i| {
-            at += next(5);
-            let share = if (i / 100) % 2 == 1 { 80 } else { 5 };
-            Planned {
-                at: Duration::from_millis(at),
-                runs: Duration::from_micros((4 + next(13)) * 1_000 + 500),
-                fails: next(100) < share,
-            }
-        })
-        .collect()
-}
-
 /// An enforcing policy and its shadow twin, `$kind($($arg)*)` on both.
 macro_rules! twins {
     ($enforcing:ident = $e_name:tt, $shadow:ident = $s_name:tt, $kind:ident($($arg:tt)*)) => {
         #[$kind(name = $e_name, $($arg)*)]
         async fn $enforcing(planned: Planned) -> Result<(), BenchError> {
-            planned.run().await
+            planned.run(|| BenchError(None)).await
         }
 
         #[$kind(name = $s_name, shadow = true, $($arg)*)]
         async fn $shadow(planned: Planned) -> Result<(), BenchError> {
-            planned.run().await
+            planned.run(|| BenchError(None)).await
         }
     };
 }
@@ -195,7 +153,7 @@ async fn compare<FutE, FutS>(
     FutS: Future<Output = Result<(), BenchError>> + Send + 'static,
 {
     let before = decisions(&metrics.render(), shadow_name, "would_reject");
-    let (rejected, refused) = drive(coordinator, &seeded(SEED), (enforcing, shadow)).await;
+    let (rejected, refused) = drive(coordinator, &seeded(SEED, CALLS), (enforcing, shadow)).await;
     let would_reject = decisions(&metrics.render(), shadow_name, "would_reject") - before;
     println!(
         "{{\"figure\":\"shadow_vs_enforcing\",\"policy\":\"{kind}\",\"calls\":{CALLS},\

@@ -5,10 +5,10 @@
 //! policy into an enforcing one.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
 
 use caracal::metrics::DECISIONS_TOTAL;
 use caracal::{Coordinator, bulkhead, circuit_breaker, rate_limit, retry, retry_budget};
+use caracal_examples_metrics::{Planned, seeded};
 use caracal_tests::{EventLog, MetricsLog, RedisServer};
 
 use crate::common::{self, Gate, PATIENCE, TestError, code, unique};
@@ -350,53 +350,6 @@ async fn a_shadow_retry_budget_on_redis() {
     a_shadow_retry_budget_makes_the_retries_it_would_refuse(&coordinator).await;
 }
 
-/// One call of a seeded schedule: when it arrives (from the start of the run), how long its
-/// body runs, and whether the body fails.
-#[derive(Clone, Copy, Debug)]
-struct Planned {
-    at: Duration,
-    runs: Duration,
-    fails: bool,
-}
-
-impl Planned {
-    async fn run(self) -> Result<(), TestError> {
-        tokio::time::sleep(self.runs).await;
-        if self.fails {
-            Err(TestError::Body("downstream failed"))
-        } else {
-            Ok(())
-        }
-    }
-}
-
-/// 1 000 calls from `seed` (splitmix64): arrivals on whole milliseconds, 0 to 4 apart; bodies of
-/// 4 to 16 ms and a half, so that no body ends on an arrival's instant (where which comes first
-/// would be the scheduler's choice, and could differ between two runs); failing 80 % of the time
-/// in every other stretch of 100 calls, 5 % in the others.
-fn seeded(seed: u64) -> Vec<Planned> {
-    let mut state = seed;
-    let mut next = move |bound: u64| {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        (z ^ (z >> 31)) % bound
-    };
-    let mut at = 0;
-    (0..1_000)
-        .map(|i| {
-            at += next(5);
-            let share = if (i / 100) % 2 == 1 { 80 } else { 5 };
-            Planned {
-                at: Duration::from_millis(at),
-                runs: Duration::from_micros((4 + next(13)) * 1_000 + 500),
-                fails: next(100) < share,
-            }
-        })
-        .collect()
-}
-
 /// Runs `plan` through `call`, each call spawned at its arrival, and counts the calls a policy
 /// refused.
 async fn drive<Fut>(
@@ -438,7 +391,7 @@ async fn same_decisions<E, S, FutE, FutS>(
     FutE: Future<Output = Result<(), TestError>> + Send + 'static,
     FutS: Future<Output = Result<(), TestError>> + Send + 'static,
 {
-    let plan = seeded(31);
+    let plan = seeded(31, 1_000);
     let rejected = drive(coordinator, &plan, enforcing).await;
     let before = decisions_of(shadow_name, "would_reject");
     let refused = drive(coordinator, &plan, shadow).await;
@@ -467,12 +420,12 @@ macro_rules! twins {
      $kind:ident($($arg:tt)*)) => {
         #[$kind(name = $e_name, scope = scope, $($arg)*)]
         async fn $enforcing(scope: String, planned: Planned) -> Result<(), TestError> {
-            planned.run().await
+            planned.run(|| TestError::Body("downstream failed")).await
         }
 
         #[$kind(name = $s_name, scope = scope, shadow = true, $($arg)*)]
         async fn $shadow(scope: String, planned: Planned) -> Result<(), TestError> {
-            planned.run().await
+            planned.run(|| TestError::Body("downstream failed")).await
         }
     };
 }
