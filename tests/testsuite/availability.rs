@@ -261,6 +261,37 @@ async fn batched_callers_keep_their_leases_over_a_slow_link() {
     assert!(lost <= 1, "{lost} of 60 bodies lost their lease: {codes:?}");
 }
 
+/// A body that outlives its lease several times over: kept by renewals.
+#[bulkhead(name = "long-body", limit = 10, lease = "1s", scope = scope)]
+async fn long_body(scope: &str) -> Result<(), TestError> {
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    Ok(())
+}
+
+/// Issue 27, item 6: on a server without the lease script (fresh, or after `SCRIPT FLUSH`),
+/// an acquire costs two round trips (`EVALSHA` refused unrun, then `EVAL`), and its lease was
+/// trusted from the `EVALSHA`: through a 340 ms round trip the first renewal came back after
+/// the trust deadline, and every long body admitted so lost its lease. Now a lease is trusted
+/// from the send of the command that ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_body_admitted_by_a_script_fallback_keeps_its_lease_over_a_slow_link() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let coordinator = common::connect(&proxy.url(), Duration::from_secs(2)).await;
+    proxy.delay(Duration::from_millis(170));
+    let mut codes = Vec::new();
+    for _ in 0..3 {
+        redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .exec(&mut server.connection())
+            .expect("SCRIPT FLUSH");
+        let scope = unique("long-body");
+        codes.push(code(&coordinator.scoped(long_body(&scope)).await));
+    }
+    proxy.restore();
+    assert_eq!(codes, ["ok"; 3], "each body outlived its lease twice over");
+}
+
 /// Item 6: a `FLUSHALL` keeps the server and its `run_id`, so nobody noticed: new callers were
 /// admitted at once into the empty lease set while the old holders ran on (19 bodies at once
 /// on a limit of 10). Now the first command of a process that holds a lease finds the fencing

@@ -7,9 +7,11 @@
 //! - **Trust deadline.** The server sets a lease's deadline when it runs the acquire (or a
 //!   renewal), which is after this process *sent* it; so the lease is certainly held until
 //!   `send time + lease`. A batched acquire's send time is its batch's, not when it joined its
-//!   identity's lane: under load a holder tolerates the round trips a lone caller does. The holder trusts it only until a [safety margin](safety_margin)
-//!   before that, for clock-rate drift and a timer that fires late. If the deadline has
-//!   already passed when the acquire's reply arrives, the body never starts.
+//!   identity's lane: under load a holder tolerates the round trips a lone caller does; and on
+//!   a server that lacked the script, the `EVAL`'s, not the `EVALSHA`'s it refused unrun. The
+//!   holder trusts it only until a [safety margin](safety_margin) before that, for
+//!   clock-rate drift and a timer that fires late. If the deadline has already passed when
+//!   the acquire's reply arrives, the body never starts.
 //! - **Checked before every step.** Every poll of the body first checks the trust deadline and
 //!   the server's incarnation: a process resumed after a stall (SIGSTOP, a starved runtime)
 //!   or a server found to have lost its data ends the call with [`Error::LeaseLost`] without
