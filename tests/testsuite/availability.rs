@@ -13,7 +13,7 @@ use caracal_tests::{EventLog, FaultProxy, RedisServer};
 use tokio::sync::oneshot;
 
 use crate::common::worker::{Worker, ledger_args};
-use crate::common::{self, PATIENCE, TestError, code, eventually, failure_kind, unique};
+use crate::common::{self, Gate, PATIENCE, TestError, code, eventually, failure_kind, unique};
 
 /// A round trip to the server and the 10 ms between two looks at the log, on a loaded
 /// machine: what a bound on the server's clock allows beyond the period it is about.
@@ -259,6 +259,82 @@ async fn batched_callers_keep_their_leases_over_a_slow_link() {
     // A lone caller keeps every lease here; a stall of the machine past the safety margin may
     // still cost one, where the old code lost half.
     assert!(lost <= 1, "{lost} of 60 bodies lost their lease: {codes:?}");
+}
+
+/// A body that outlives its lease several times over: kept by renewals.
+#[bulkhead(name = "long-body", limit = 10, lease = "1s", scope = scope)]
+async fn long_body(scope: &str) -> Result<(), TestError> {
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    Ok(())
+}
+
+/// Issue 27, item 6: on a server without the lease script (fresh, or after `SCRIPT FLUSH`),
+/// an acquire costs two round trips (`EVALSHA` refused unrun, then `EVAL`), and its lease was
+/// trusted from the `EVALSHA`: through a 340 ms round trip the first renewal came back after
+/// the trust deadline, and every long body admitted so lost its lease. Now a lease is trusted
+/// from the send of the command that ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_body_admitted_by_a_script_fallback_keeps_its_lease_over_a_slow_link() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let coordinator = common::connect(&proxy.url(), Duration::from_secs(2)).await;
+    proxy.delay(Duration::from_millis(170));
+    let mut codes = Vec::new();
+    for _ in 0..3 {
+        redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .exec(&mut server.connection())
+            .expect("SCRIPT FLUSH");
+        let scope = unique("long-body");
+        codes.push(code(&coordinator.scoped(long_body(&scope)).await));
+    }
+    proxy.restore();
+    assert_eq!(codes, ["ok"; 3], "each body outlived its lease twice over");
+}
+
+/// A body admitted, then kept by renewals over a link that slowed down meanwhile.
+#[bulkhead(name = "slowing-link", limit = 10, lease = "1s", scope = scope)]
+async fn through_a_slowing_link(scope: &str, gate: Gate) -> Result<(), TestError> {
+    gate.pass().await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    Ok(())
+}
+
+/// Issue 27, item 6: a holder sent its next renewal only once the previous one was answered,
+/// so over a round trip longer than a third of the lease it renewed once a round trip, and
+/// each answer came two round trips after the send it was trusted from. At 460 ms on a 1 s
+/// lease (trusted 900 ms from a send) every long body lost its lease. Now renewals go out a
+/// third of the lease apart, answered or not: each answer comes a third of the lease plus a
+/// round trip after the send before, well inside the trust deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_bodies_keep_their_leases_when_the_round_trip_outgrows_a_third_of_the_lease() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let coordinator = common::connect(&proxy.url(), Duration::from_secs(2)).await;
+    let scope = unique("slowing-link");
+    let gate = Gate::closed();
+    let bodies = 6;
+    let tasks: Vec<_> = (0..bodies)
+        .map(|_| {
+            let (coordinator, scope, gate) = (coordinator.clone(), scope.clone(), gate.clone());
+            tokio::spawn(async move {
+                code(
+                    &coordinator
+                        .scoped(through_a_slowing_link(&scope, gate))
+                        .await,
+                )
+            })
+        })
+        .collect();
+    gate.entered(bodies).await;
+    proxy.delay(Duration::from_millis(230));
+    gate.open(bodies as usize);
+    let mut codes = Vec::new();
+    for task in tasks {
+        codes.push(task.await.expect("task"));
+    }
+    proxy.restore();
+    assert_eq!(codes, ["ok"; 6], "no body lost its lease");
 }
 
 /// Item 6: a `FLUSHALL` keeps the server and its `run_id`, so nobody noticed: new callers were

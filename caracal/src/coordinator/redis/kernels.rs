@@ -8,6 +8,7 @@ use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
 use redis::{RedisWrite, ToRedisArgs, Value};
+use tokio::time::Instant;
 
 use super::lanes::{Lanes, Queued, Request};
 use super::link::{Batched, Link};
@@ -72,6 +73,17 @@ impl Link {
         batch: &[&K::Command],
         known: u64,
     ) -> Result<Vec<K::Reply>, Error> {
+        Ok(self.script_sent::<K>(key, batch, known).await?.0)
+    }
+
+    /// [`script`](Self::script), with when the script that ran was sent (see
+    /// [`eval_sent`](Self::eval_sent)).
+    pub(super) async fn script_sent<K: Scripted>(
+        &self,
+        key: &KeyBase,
+        batch: &[&K::Command],
+        known: u64,
+    ) -> Result<(Vec<K::Reply>, Instant), Error> {
         let prefix = match K::PUBLISHES {
             Publish::Nothing => String::new(),
             Publish::Calls => feed::prefix(feed::Origin::Call, key),
@@ -87,10 +99,10 @@ impl Link {
             prefix: &prefix,
             known,
         };
-        let value = self
-            .eval(K::SCRIPT, key, &keys, Encoded::<K>::new(batch, wire))
+        let (value, sent) = self
+            .eval_sent(K::SCRIPT, key, &keys, Encoded::<K>::new(batch, wire))
             .await?;
-        decode::<K>(value, batch.len())
+        Ok((decode::<K>(value, batch.len())?, sent))
     }
 }
 

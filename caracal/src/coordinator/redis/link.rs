@@ -140,9 +140,8 @@ impl Batched for Acquire {
         // just released must see its own slot free.
         let releases = link.flush_releases(key);
         let steps: Vec<&LeaseStep> = batch.iter().map(|queued| &queued.request.0).collect();
-        let sent = Instant::now();
         // Their replies come before this one's: carried here, they wake no task of their own.
-        let replies = link
+        let (replies, sent) = link
             .background
             .alongside(link.lease(key, &steps), releases)
             .await?;
@@ -199,18 +198,20 @@ impl Link {
 
     /// Runs the lease script for `steps` of `key`'s lease set (one acquire or renewal each,
     /// of one action and one set of settings), telling it the live fencing token this process
-    /// knows of (so that a set lost without a restart is noticed): one reply per step. A set
-    /// found lost is a data loss, noticed here before the error is returned.
+    /// knows of (so that a set lost without a restart is noticed): one reply per step, and
+    /// when the script that ran was sent (see [`eval_sent`](Self::eval_sent)). A set found
+    /// lost is a data loss, noticed here before the error is returned.
     pub(super) async fn lease(
         &self,
         key: &KeyBase,
         steps: &[&LeaseStep],
-    ) -> Result<Vec<LeaseReply>, Error> {
-        match self.script::<Lease>(key, steps, self.known(key)).await {
-            Ok(replies) => replies
+    ) -> Result<(Vec<LeaseReply>, Instant), Error> {
+        match self.script_sent::<Lease>(key, steps, self.known(key)).await {
+            Ok((replies, sent)) => replies
                 .into_iter()
                 .map(|reply| reply.map_err(|_| unreachable!("a refusal is an error reply")))
-                .collect(),
+                .collect::<Result<_, _>>()
+                .map(|replies| (replies, sent)),
             Err(error) => Err(self.lease_failed(error)),
         }
     }
@@ -295,6 +296,20 @@ impl Link {
         keys: &[String],
         args: impl ToRedisArgs,
     ) -> Result<Value, Error> {
+        Ok(self.eval_sent(script, key, keys, args).await?.0)
+    }
+
+    /// [`eval`](Self::eval), with when the command that ran was sent: the `EVAL` of a
+    /// fallback, not the `EVALSHA` the server refused unrun. A lease is trusted from then, so
+    /// a first acquire on a server without the script (a round trip more) is trusted as long
+    /// as any other.
+    pub(super) async fn eval_sent(
+        &self,
+        script: &Script,
+        key: &KeyBase,
+        keys: &[String],
+        args: impl ToRedisArgs,
+    ) -> Result<(Value, Instant), Error> {
         let _round_trip = crate::metrics::round_trip(script.name);
         let deadline = Instant::now() + self.pool.timeout();
         let mut conn = self.pool.ready(key, deadline).await?;
@@ -303,12 +318,18 @@ impl Link {
             cmd.arg(target).arg(keys.len()).arg(keys).arg(&args);
             cmd
         };
+        let sent = Instant::now();
         match conn.send(&call("EVALSHA", script.sha()), deadline).await {
-            Err(failure) if failure.is_noscript() => conn
-                .send(&call("EVAL", script.body()), deadline)
-                .await
+            Err(failure) if failure.is_noscript() => {
+                let sent = Instant::now();
+                conn.send(&call("EVAL", script.body()), deadline)
+                    .await
+                    .map(|value| (value, sent))
+                    .map_err(failure::RedisFailure::into_error)
+            }
+            result => result
+                .map(|value| (value, sent))
                 .map_err(failure::RedisFailure::into_error),
-            result => result.map_err(failure::RedisFailure::into_error),
         }
     }
 

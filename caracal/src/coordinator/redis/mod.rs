@@ -263,8 +263,8 @@ impl RedisBackend {
         match command.action {
             LeaseAction::Acquire => self.link.acquire(key, Acquire(step)).await,
             LeaseAction::Renew => {
-                let sent = Instant::now();
-                let reply = self.link.lease(key, &[&step]).await?[0];
+                let (replies, sent) = self.link.lease(key, &[&step]).await?;
+                let reply = replies[0];
                 if reply.allowed {
                     self.link.renewed(key, sent, command.ttl);
                 }

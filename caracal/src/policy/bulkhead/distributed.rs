@@ -7,18 +7,22 @@
 //! - **Trust deadline.** The server sets a lease's deadline when it runs the acquire (or a
 //!   renewal), which is after this process *sent* it; so the lease is certainly held until
 //!   `send time + lease`. A batched acquire's send time is its batch's, not when it joined its
-//!   identity's lane: under load a holder tolerates the round trips a lone caller does. The holder trusts it only until a [safety margin](safety_margin)
-//!   before that, for clock-rate drift and a timer that fires late. If the deadline has
-//!   already passed when the acquire's reply arrives, the body never starts.
+//!   identity's lane: under load a holder tolerates the round trips a lone caller does; and on
+//!   a server that lacked the script, the `EVAL`'s, not the `EVALSHA`'s it refused unrun. The
+//!   holder trusts it only until a [safety margin](safety_margin) before that, for
+//!   clock-rate drift and a timer that fires late. If the deadline has already passed when
+//!   the acquire's reply arrives, the body never starts.
 //! - **Checked before every step.** Every poll of the body first checks the trust deadline and
 //!   the server's incarnation: a process resumed after a stall (SIGSTOP, a starved runtime)
 //!   or a server found to have lost its data ends the call with [`Error::LeaseLost`] without
 //!   letting the body take another step.
 //! - **Renewal** every `lease / 3` counted from when the previous acquire or renewal was
-//!   sent (so a slow acquire is renewed soon), and at once after any reconnection. Each success
-//!   moves the trust deadline to its own send time + lease − margin. A failed renewal is
-//!   retried until the trust deadline (a renewal only moves a deadline, so sending it twice is
-//!   harmless); a denied one, or a deadline that passes, loses the lease: the body is dropped.
+//!   sent, answered or not (so a slow acquire is renewed soon, and a round trip longer than
+//!   a third of the lease has several in flight), and at once after any reconnection. Each
+//!   success moves the trust deadline to its own send time + lease − margin, never earlier.
+//!   A failed renewal is retried until the trust deadline (a renewal only moves a deadline,
+//!   so sending it twice is harmless); a denied one, or a deadline that passes, loses the
+//!   lease: the body is dropped.
 //! - **Release** is a guard: however the call ends (returned, failed, panicked, dropped), its
 //!   `Drop` queues the release on the connection and lets it finish in the background. The
 //!   caller never waits for it, the task's next command cannot overtake it, and one whose
@@ -41,6 +45,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use tokio::time::Instant;
 use uuid::Uuid;
 
@@ -364,9 +370,9 @@ struct Lease {
     /// The origin of the two times below, which are kept as nanoseconds since it so that the
     /// renewal loop can move them while the guard reads them.
     since: Instant,
-    /// Until when the lease is trusted: last successful send + lease − margin.
+    /// Until when the lease is trusted: latest successful send + lease − margin.
     trusted_until: AtomicU64,
-    /// When the server has certainly expired the lease: last successful reply + lease.
+    /// When the server has certainly expired the lease: latest successful reply + lease.
     expired_by: AtomicU64,
     /// The server's incarnation when the acquire was sent.
     epoch: u64,
@@ -401,8 +407,10 @@ impl Lease {
         let lease = self.ttl;
         let trusted = (sent + lease - safety_margin(lease)).saturating_duration_since(self.since);
         let expired = (answered + lease).saturating_duration_since(self.since);
-        self.trusted_until.store(nanos(trusted), Ordering::Release);
-        self.expired_by.store(nanos(expired), Ordering::Release);
+        // Answers to renewals in flight together may come in any order: the latest send wins.
+        self.trusted_until
+            .fetch_max(nanos(trusted), Ordering::AcqRel);
+        self.expired_by.fetch_max(nanos(expired), Ordering::AcqRel);
     }
 
     fn trusted_until(&self) -> Instant {
@@ -423,39 +431,58 @@ impl Lease {
 
     /// Keeps the lease alive while the body runs; completes only when it is lost, with the
     /// cause. `sent` is when the acquire was sent.
+    ///
+    /// A renewal is due a third of the lease after the previous one was sent, answered or
+    /// not: on a link whose round trip is longer than that, waiting for each answer before
+    /// the next renewal renewed only once a round trip, each answer arriving two round trips
+    /// after the send of the one before, which a round trip near half the lease outran. A
+    /// renewal only moves a deadline, so several in flight are harmless, and the trust
+    /// deadline only ever moves later, whichever answer comes first.
     async fn keep(&self, sent: Instant, limit: u32) -> LeaseLoss {
         let period = self.ttl / 3;
         let mut due = sent + period;
+        let mut in_flight = FuturesUnordered::new();
         loop {
             let reconnected = self.coordinator.incarnation().changed();
             tokio::select! {
                 () = tokio::time::sleep_until(due.min(self.trusted_until())) => {}
                 () = reconnected => {}
+                Some(answer) = in_flight.next() => {
+                    match answer {
+                        Ok(LeaseAnswer { reply, sent }) if reply.allowed => {
+                            self.confirmed(sent, Instant::now());
+                        }
+                        Ok(_) => return LeaseLoss::NotHeld,
+                        Err(error) => {
+                            events::degraded(
+                                &self.identity.at(),
+                                Degraded::LeaseUncertain,
+                                &error,
+                            );
+                            // Try again soon, while the lease is still trusted.
+                            let retry = Instant::now() + (period / 4).max(MIN_RENEWAL_RETRY);
+                            due = due.min(retry);
+                        }
+                    }
+                    continue;
+                }
             }
             if let Err(cause) = self.check(Instant::now()) {
-                return cause;
+                return match cause {
+                    LeaseLoss::TrustExpired if !in_flight.is_empty() => LeaseLoss::RenewalTimedOut,
+                    cause => cause,
+                };
             }
-            let command = LeaseCommand {
+            // Counted from before the send: the next renewal is never later than a period
+            // after this one went out.
+            due = Instant::now() + period;
+            in_flight.push(self.coordinator.lease(LeaseCommand {
                 identity: &self.identity,
                 action: LeaseAction::Renew,
                 token: self.token,
                 ttl: self.ttl,
                 limit,
-            };
-            let renewal = self.coordinator.lease(command);
-            match tokio::time::timeout_at(self.trusted_until(), renewal).await {
-                Ok(Ok(LeaseAnswer { reply, sent })) if reply.allowed => {
-                    self.confirmed(sent, Instant::now());
-                    due = sent + period;
-                }
-                Ok(Ok(_)) => return LeaseLoss::NotHeld,
-                Ok(Err(error)) => {
-                    events::degraded(&self.identity.at(), Degraded::LeaseUncertain, &error);
-                    // Try again soon, while the lease is still trusted.
-                    due = Instant::now() + (period / 4).max(MIN_RENEWAL_RETRY);
-                }
-                Err(_) => return LeaseLoss::RenewalTimedOut,
-            }
+            }));
         }
     }
 }
