@@ -38,13 +38,13 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 
-use crate::Error;
 use crate::config::OverrideKey;
 use crate::config::overrides::text;
 pub use crate::coordinator::Check;
 use crate::coordinator::Coordinator;
 use crate::coordinator::registry::Snapshot;
 pub use crate::coordinator::url::redacted as redacted_url;
+use crate::error::Error;
 use crate::identity::{Identity, PolicyKind, Scope, check_part};
 pub use crate::operator::Operator;
 use crate::policy::breaker::kernel::{Force, Phase};

@@ -3,7 +3,7 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
-use crate::Error;
+use crate::error::Error;
 use crate::error::Refusal;
 use crate::identity::Scope;
 use crate::sync::lock;

@@ -19,7 +19,7 @@
 
 use std::time::Duration;
 
-use crate::Error;
+use crate::error::Error;
 use crate::labels::At;
 use crate::labels::{Call, Decision};
 use crate::metrics::{self, Stopwatch};

@@ -15,7 +15,7 @@ use std::fmt::{self, Write as _};
 
 use sha2::{Digest, Sha256};
 
-use crate::Error;
+use crate::error::Error;
 use crate::labels::{At, Call};
 
 /// The longest identity part, in UTF-8 bytes.

@@ -13,7 +13,10 @@
 //! - a kind's files (its policy folder, its kernel) → no other kind's;
 //! - the bottom floor (the labels, identities, tallies, operators, tokens, errors, clock and
 //!   summaries that every layer reads) → neither the events nor the metrics above it, nor the
-//!   coordinator or a policy.
+//!   coordinator or a policy;
+//! - nothing but tests → the crate root's re-exports (`crate::Error`): the root is the public
+//!   façade, on top, and a module that imports through it ties every module the root
+//!   re-exports from below it.
 
 use std::path::{Path, PathBuf};
 
@@ -240,6 +243,35 @@ fn a_kinds_files_import_no_other_kinds() {
             .collect();
         let others: Vec<&str> = others.iter().map(String::as_str).collect();
         found.extend(violations(&format!("policy/{kind}"), &others));
+    }
+    assert_eq!(found, Vec::<String>::new());
+}
+
+#[test]
+fn nothing_imports_through_the_crate_root() {
+    let mut found = Vec::new();
+    for file in sources(&src()) {
+        let name = file.file_name().expect("a name");
+        if name == "lib.rs"
+            || name == "tests.rs"
+            || file.components().any(|c| c.as_os_str() == "tests")
+        {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).expect("read source");
+        for (number, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or_default();
+            let through_root = code.match_indices("crate::").any(|(at, _)| {
+                let rest = &code[at + "crate::".len()..];
+                let before = code[..at].chars().next_back();
+                // `caracal::` in doc text is not code, and `$crate::` is a macro's own path.
+                before != Some('$')
+                    && (rest.starts_with('{') || rest.starts_with(|c: char| c.is_uppercase()))
+            });
+            if through_root && !code.trim_start().starts_with("#[doc") {
+                found.push(format!("{}:{}", file.display(), number + 1));
+            }
+        }
     }
     assert_eq!(found, Vec::<String>::new());
 }

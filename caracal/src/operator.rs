@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::Error;
+use crate::error::Error;
 use crate::identity::check_part;
 
 /// An operator, as a command that steers the fleet records it: who gave it, why, and (once

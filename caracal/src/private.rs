@@ -12,7 +12,7 @@ pub use crate::policy::expansion::*;
 pub use core::ops::ControlFlow;
 pub use core::time::Duration;
 
-use crate::Error;
+use crate::error::Error;
 use crate::identity::MAX_PART_BYTES;
 
 /// Evaluates a `scope = <expr>` value once per call.

@@ -4,10 +4,10 @@
 use std::fmt;
 
 use super::{Admin, BreakerCommand, BreakerId};
-use crate::Error;
 use crate::config::keys::{self, Read};
 use crate::config::{OverrideKey, Table, check_table};
 use crate::coordinator::registry::Registered;
+use crate::error::Error;
 use crate::identity::PolicyKind;
 
 /// Why a command was not carried out: as written, it would change nothing any process uses

@@ -26,7 +26,7 @@ use std::path::Path;
 
 use self::keys::Read as _;
 pub(crate) use self::keys::Setting;
-use crate::Error;
+use crate::error::Error;
 use crate::identity::{PolicyKind, check_part};
 
 /// One policy's overridden values, by key.

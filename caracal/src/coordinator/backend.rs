@@ -9,7 +9,7 @@ use super::memory::MemoryBackend;
 use super::protocol::{FleetOverrides, LeaseAnswer, LeaseCommand};
 use super::redis::RedisBackend;
 use super::registry::{Process, Registered, Report, Reporting, Snapshot, StatusRead};
-use crate::Error;
+use crate::error::Error;
 use crate::error::FailureKind;
 use crate::identity::KeyBase;
 use crate::kernel::Scripted;

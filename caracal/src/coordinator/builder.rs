@@ -9,8 +9,9 @@ use super::incarnation::{DataLoss, Incarnation};
 use super::redis::{RedisBackend, SentinelUrl, Topology, Trust, examine};
 use super::url::Url;
 use super::{Backend, Coordinator};
+use crate::config::Config;
+use crate::error::Error;
 use crate::identity::check_part;
-use crate::{Config, Error};
 
 pub(super) const DEFAULT_NAMESPACE: &str = "default";
 const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(1);

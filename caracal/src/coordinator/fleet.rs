@@ -12,8 +12,8 @@ use tokio::sync::Notify;
 
 use super::Coordinator;
 use super::operators::{self, Record};
-use crate::Error;
 use crate::config::{OverrideKey, Tables};
+use crate::error::Error;
 use crate::events;
 use crate::operator::Operator;
 

@@ -21,7 +21,7 @@
 use serde_json::{Map, Value};
 
 use super::Coordinator;
-use crate::Error;
+use crate::error::Error;
 use crate::error::FailureKind;
 use crate::identity::KeyBase;
 use crate::operator::Operator;

@@ -21,11 +21,12 @@ use tokio::sync::Notify;
 
 use super::{Coordinator, feed};
 use crate::config::overrides::{Resolved, Values};
+use crate::error::Error;
+use crate::error::FailureKind;
 use crate::events;
 use crate::identity::{Identity, KeyBase, PolicyKind};
 use crate::script::Script;
 use crate::sync::lock;
-use crate::{Error, FailureKind};
 
 /// How often a process reports the identities it uses.
 pub(crate) const REPORT_EVERY: Duration = Duration::from_secs(5);

@@ -8,8 +8,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::Error;
 use crate::coordinator::registry::{Registered, Snapshot, StatusRead};
+use crate::error::Error;
 use crate::identity::PolicyKind;
 
 /// One policy kind.

@@ -6,9 +6,10 @@
 use std::ops::ControlFlow;
 
 use crate::ctx::CallCtx;
+use crate::error::Error;
 use crate::error::Refusal;
+use crate::events;
 use crate::identity::{FunctionIdentity, Scope};
-use crate::{Error, events};
 
 /// The settings of one `#[fallback]` call site.
 #[doc(hidden)]

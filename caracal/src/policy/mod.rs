@@ -37,8 +37,8 @@ pub(crate) mod layers {
 use std::future::Future;
 
 use self::descriptor::Descriptor;
-use crate::Error;
 use crate::ctx::CallCtx;
+use crate::error::Error;
 use crate::identity::PolicyKind;
 
 /// Every kind with shared state, in [`PolicyKind`]'s order: what status, the metrics' docs and

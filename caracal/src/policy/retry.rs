@@ -4,9 +4,10 @@ use std::ops::ControlFlow;
 use std::time::Duration;
 
 use crate::ctx::CallCtx;
+use crate::error::Error;
+use crate::events;
 use crate::identity::{FunctionIdentity, Scope};
 use crate::metrics::{self, Retried};
-use crate::{Error, events};
 
 /// The settings of one `#[retry]` call site.
 #[doc(hidden)]

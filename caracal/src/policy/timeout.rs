@@ -4,8 +4,9 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::ctx::CallCtx;
+use crate::error::Error;
+use crate::events;
 use crate::identity::{FunctionIdentity, Scope};
-use crate::{Error, events};
 
 /// The settings of one `#[timeout]` call site.
 #[doc(hidden)]

@@ -11,7 +11,7 @@ use futures_util::TryFuture;
 use pin_project_lite::pin_project;
 use tower::BoxError;
 
-use crate::Error;
+use crate::error::Error;
 
 /// A call that goes through the policy's asynchronous path, boxed.
 pub type BoxCall<T> = Pin<Box<dyn Future<Output = Result<T, BoxError>> + Send>>;

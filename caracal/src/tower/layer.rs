@@ -5,9 +5,9 @@ use std::fmt::{self, Display};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::Error;
 use crate::config::Setting;
 use crate::config::keys::{self, Read as _};
+use crate::error::Error;
 use crate::identity::{PolicyKind, Scope, check_part, intern};
 
 /// The scope of a request: a function of it, or the default.

@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use tower::{BoxError, Service};
 
 use super::future::{BoxCall, Permit, ResponseFuture};
-use crate::Error;
+use crate::error::Error;
 
 /// What a policy decided for a request when the service was called.
 #[derive(Debug)]

@@ -10,7 +10,9 @@ use tokio::sync::Semaphore;
 use tower::{BoxError, Layer, Service, ServiceBuilder, ServiceExt, service_fn};
 
 use super::*;
-use crate::{Coordinator, Error, Outcome};
+use crate::coordinator::Coordinator;
+use crate::error::Error;
+use crate::outcome::Outcome;
 
 /// A request with a tenant (its scope, where a layer is scoped) and the status to answer.
 #[derive(Debug, Clone)]

@@ -9,8 +9,8 @@ use uuid::Uuid;
 use super::Views;
 use super::view::Tells;
 use super::{Admission, ViewDecision};
-use crate::Error;
 use crate::coordinator::{BreakerTarget, Stamped, upgrade};
+use crate::error::Error;
 use crate::events;
 use crate::identity::Identity;
 use crate::policy::breaker::kernel::{

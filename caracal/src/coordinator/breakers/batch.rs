@@ -8,8 +8,8 @@ use tokio::time::Instant;
 use super::Views;
 use super::view::{Applied, Lapse, Learned, Maker, Tells, View, learn_in};
 use super::{Announcement, BATCH_DELAY, MAX_BATCH, VIEW_MAX_AGE, learned_origin};
-use crate::Error;
 use crate::coordinator::{BreakerTarget, Stamped, timer, upgrade};
+use crate::error::Error;
 use crate::events::{self, ChangeOrigin};
 use crate::policy::breaker::kernel::{
     Counts, Observation, Observe, ObserveCommand, ObserveReply, Phase,

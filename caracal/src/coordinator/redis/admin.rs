@@ -4,12 +4,12 @@
 use redis::Value;
 
 use super::{RedisBackend, reply, scripts};
-use crate::Error;
 use crate::coordinator::protocol::FleetOverrides;
 use crate::coordinator::registry::{
     self, DRIFT_WINDOW, MAX_IDENTITIES, MOST_PROCESSES_PER_IDENTITY, Process, Registered, Report,
     Reporting, Snapshot, StatusRead,
 };
+use crate::error::Error;
 use crate::identity::KeyBase;
 
 fn registry_keys(base: &KeyBase) -> [String; 2] {

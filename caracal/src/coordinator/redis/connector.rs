@@ -10,8 +10,8 @@ use std::time::Duration;
 use super::failure::{self, failure};
 use super::sentinel::{SentinelUrl, Sentinels};
 use super::server::{self, ServerInfo};
-use crate::Error;
 use crate::coordinator::url::Url;
+use crate::error::Error;
 use crate::error::FailureKind;
 
 /// Where the coordinator's state lives.

@@ -4,7 +4,7 @@
 
 use redis::{RedisError, ServerErrorKind};
 
-use crate::Error;
+use crate::error::Error;
 use crate::error::FailureKind;
 
 /// How one command failed.

@@ -23,8 +23,8 @@ use std::task::{Context, Poll};
 
 use tokio::sync::oneshot;
 
-use crate::Error;
 use crate::coordinator::background::Background;
+use crate::error::Error;
 use crate::identity::KeyBase;
 use crate::sync::lock;
 

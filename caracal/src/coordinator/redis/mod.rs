@@ -37,7 +37,7 @@ use super::doctor::Check;
 use super::feed;
 use super::incarnation::Incarnation;
 use super::protocol::{LeaseAnswer, LeaseCommand};
-use crate::Error;
+use crate::error::Error;
 use crate::identity::KeyBase;
 use crate::kernel::Scripted;
 use crate::policy::bulkhead::kernel::LeaseAction;

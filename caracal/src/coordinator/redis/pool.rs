@@ -29,10 +29,10 @@ use super::connector::{Conn, Connected, Connector, Topology, Trust};
 use super::failure::{RedisFailure, node_in_doubt};
 use super::primary::PrimaryCheck;
 use super::slot::Slot;
-use crate::Error;
 use crate::coordinator::background;
 use crate::coordinator::incarnation::Incarnation;
 use crate::coordinator::timer;
+use crate::error::Error;
 use crate::error::FailureKind;
 use crate::identity::KeyBase;
 

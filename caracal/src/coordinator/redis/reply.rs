@@ -3,7 +3,7 @@
 
 use redis::Value;
 
-use crate::Error;
+use crate::error::Error;
 use crate::error::FailureKind;
 
 /// A reply that does not have the shape `script` promises.

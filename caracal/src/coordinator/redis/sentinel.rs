@@ -20,7 +20,7 @@ use redis::aio::MultiplexedConnection;
 
 use super::connector::{Trust, invalid_url, node_client};
 use super::failure::failure;
-use crate::Error;
+use crate::error::Error;
 use crate::error::FailureKind;
 use crate::sync::lock;
 

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use redis::Value;
 
-use crate::Error;
+use crate::error::Error;
 use crate::events;
 
 /// Facts from `INFO server memory replication`, over the primaries that answered (one for a standalone

@@ -43,7 +43,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 
 use super::server::{self, ServerInfo};
-use crate::Error;
+use crate::error::Error;
 use crate::error::FailureKind;
 use crate::sync::lock;
 

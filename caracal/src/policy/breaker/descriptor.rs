@@ -2,8 +2,8 @@
 
 use std::any::{Any, TypeId};
 
-use crate::Error;
 use crate::coordinator::registry::{MemoryRead, Registered, Snapshot, StatusRead, found};
+use crate::error::Error;
 use crate::identity::PolicyKind;
 use crate::policy::breaker::kernel::Phase;
 use crate::policy::breaker::kernel::Stored;

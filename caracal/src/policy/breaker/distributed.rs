@@ -13,11 +13,12 @@ use std::future::Future;
 use super::{BreakerSite, Classify, OnCoordinatorError, ProbeSlot, run_admitted};
 use crate::coordinator::{self, Admission, BreakerTarget};
 use crate::ctx::CallCtx;
+use crate::error::Error;
+use crate::events;
 use crate::identity::{PolicyKind, Scope};
 use crate::metrics::Stopwatch;
 use crate::policy::breaker::kernel::Phase;
 use crate::policy::refuse;
-use crate::{Error, events};
 
 pub(super) async fn run<T, E, C, F>(
     site: &BreakerSite,

@@ -10,6 +10,8 @@ use super::{BreakerSite, BreakerValues, Classify, ProbeSlot, run_admitted};
 use crate::clock::Clock;
 use crate::coordinator;
 use crate::ctx::CallCtx;
+use crate::error::Error;
+use crate::events;
 use crate::events::ChangeOrigin;
 use crate::identity::Scope;
 use crate::kernel::Seen;
@@ -21,7 +23,6 @@ use crate::policy::breaker::kernel::{
 use crate::policy::refuse;
 use crate::policy::registry::{self, Registry};
 use crate::sync::lock;
-use crate::{Error, events};
 
 /// One identity's breaker: its store, and the settings of its latest command (what decides
 /// when the store no longer matters).

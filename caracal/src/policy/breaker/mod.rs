@@ -23,10 +23,11 @@ use crate::config::Setting;
 use crate::config::overrides::{Resolved, Values};
 use crate::coordinator::Coordinator;
 use crate::ctx::{CallCtx, Rejection};
+use crate::error::Error;
 use crate::identity::{PolicyKind, Scope};
 use crate::labels::At;
+use crate::outcome::Outcome;
 use crate::policy::breaker::kernel::{Observation, ProbeOutcome, Settings};
-use crate::{Error, Outcome};
 
 /// What the breaker does when the coordinator cannot answer.
 #[doc(hidden)]

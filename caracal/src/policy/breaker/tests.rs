@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::__private::global_scope;
-use crate::Coordinator;
+use crate::coordinator::Coordinator;
 
 const OPEN: Duration = Duration::from_secs(10);
 

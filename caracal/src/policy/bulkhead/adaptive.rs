@@ -20,8 +20,8 @@ use tokio::time::Instant;
 use super::events;
 use super::kernel::adaptive::vote::Sampling;
 use super::kernel::adaptive::{Adapt, Bounds, Learnt, Report};
-use crate::Error;
 use crate::coordinator::{Coordinator, WeakCoordinator};
+use crate::error::Error;
 use crate::identity::{Identity, KeyBase};
 use crate::sync::lock;
 

@@ -52,9 +52,9 @@ use uuid::Uuid;
 
 use super::events::{self, Degraded, LeaseLoss, Refusal};
 use super::{BulkheadSite, BulkheadValues, adaptive};
-use crate::Error;
 use crate::coordinator::{self, Coordinator, LeaseAnswer, LeaseCommand};
 use crate::ctx::{CallCtx, Rejection};
+use crate::error::Error;
 use crate::error::FailureKind;
 use crate::fencing;
 use crate::identity::{Identity, PolicyKind, Scope};

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::kernel::adaptive::Learnt;
-use crate::Error;
+use crate::error::Error;
 use crate::events::{self, millis, policy_event};
 use crate::labels::At;
 use crate::metrics::{self, InFlight, Stopwatch};

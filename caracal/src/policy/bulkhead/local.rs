@@ -19,9 +19,9 @@ use tokio::time::Instant;
 
 use super::events::{self, Refusal};
 use super::{BulkheadSite, BulkheadValues};
-use crate::Error;
 use crate::coordinator;
 use crate::ctx::CallCtx;
+use crate::error::Error;
 use crate::identity::Scope;
 use crate::metrics::{InFlight, Stopwatch};
 use crate::policy::registry::{self, Held, Registry};

@@ -17,11 +17,11 @@ pub(crate) mod tower;
 use std::future::Future;
 use std::time::Duration;
 
-use crate::Error;
 use crate::config::Setting;
 use crate::config::overrides::{Resolved, Values};
 use crate::coordinator::Coordinator;
 use crate::ctx::CallCtx;
+use crate::error::Error;
 use crate::fencing;
 use crate::identity::{PolicyKind, Scope};
 use crate::labels::At;

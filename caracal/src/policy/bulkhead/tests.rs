@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::__private::{global_scope, static_scope};
-use crate::Coordinator;
+use crate::coordinator::Coordinator;
 
 const LEASE: Duration = Duration::from_secs(3);
 

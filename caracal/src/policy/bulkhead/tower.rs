@@ -9,8 +9,8 @@ use std::time::Duration;
 use tower::{BoxError, Layer};
 
 use super::{AdaptiveLimit, BulkheadConfig, BulkheadSite, local};
-use crate::Error;
 use crate::ctx::CallCtx;
+use crate::error::Error;
 use crate::identity::{PolicyKind, Scope};
 use crate::policy::bulkhead;
 use crate::tower::layer::{Identity, count, duration, identity_setters};

@@ -9,13 +9,13 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::Error;
 use crate::clock::Clock;
 use crate::config::Setting;
 use crate::config::overrides::Values;
 use crate::coordinator::registry::{Registered, Snapshot};
 use crate::coordinator::{self, Coordinator};
 use crate::ctx::CallCtx;
+use crate::error::Error;
 use crate::identity::{PolicyKind, Scope};
 use crate::kernel::Seen;
 use crate::labels::At;
@@ -320,7 +320,7 @@ where
 mod events {
     use std::time::Duration;
 
-    use crate::Error;
+    use crate::error::Error;
     use crate::events::{millis, policy_event, rejected_or_degraded};
     use crate::labels::At;
     use crate::metrics::{self, Stopwatch};

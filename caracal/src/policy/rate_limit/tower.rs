@@ -8,8 +8,8 @@ use std::sync::Arc;
 use tower::{BoxError, Layer};
 
 use super::{RateLimitConfig, RateLimitSite};
-use crate::Error;
 use crate::ctx::CallCtx;
+use crate::error::Error;
 use crate::identity::{PolicyKind, Scope};
 use crate::metrics::Stopwatch;
 use crate::tower::layer::{Identity, count, identity_setters, number};
@@ -166,7 +166,7 @@ mod tests {
     use tower::{Service, ServiceBuilder, ServiceExt};
 
     use super::*;
-    use crate::Coordinator;
+    use crate::coordinator::Coordinator;
     use crate::tower::CircuitBreakerLayer;
     use crate::tower::tests::{Request, caracal_error, downstream, request};
 

@@ -48,13 +48,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use crate::Error;
 use crate::clock::Clock;
 use crate::config::Setting;
 use crate::config::overrides::Values;
 use crate::coordinator::registry::{MemoryRead, Registered, Snapshot, StatusRead, found};
 use crate::coordinator::{self, Coordinator, WeakCoordinator};
 use crate::ctx::{CallCtx, Gate, Gated};
+use crate::error::Error;
 use crate::identity::{Identity, PolicyKind, Scope};
 use crate::kernel::{Kernel, Now, Seen};
 use crate::labels::At;
@@ -711,7 +711,7 @@ mod budget {
 
 /// The kind's events (see [`crate::events`]).
 mod events {
-    use crate::Error;
+    use crate::error::Error;
     use crate::events::policy_event;
     use crate::labels::At;
     use crate::labels::Decision;

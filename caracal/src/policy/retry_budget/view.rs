@@ -37,8 +37,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::kernel::{Allowance, Record, Share, Slide, Totals, Window, allows, allows_locally};
-use crate::Error;
 use crate::coordinator::{Coordinator, FORGET_IDLE_AFTER, ForgetsIdle, timer};
+use crate::error::Error;
 use crate::identity::{Identity, KeyBase};
 use crate::kernel::{Kernel, Now, Seen};
 use crate::metrics;

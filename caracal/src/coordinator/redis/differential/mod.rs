@@ -150,7 +150,7 @@ fn clock(now_us: u64) -> Now {
 }
 
 /// Fails the case with a decoding error.
-fn decode_failed(error: crate::Error) -> TestCaseError {
+fn decode_failed(error: crate::error::Error) -> TestCaseError {
     TestCaseError::fail(format!("reply not decoded: {error}"))
 }
 
