@@ -49,6 +49,24 @@ impl Backend {
         }
     }
 
+    /// Drops what the server would have expired by now: the in-memory backend's part of the
+    /// coordinator's sweep of idle identities (Redis expires its keys itself).
+    pub(super) fn forget_expired(&self) {
+        match self {
+            Backend::Memory(memory) => memory.forget_expired(),
+            Backend::Redis(_) => {}
+        }
+    }
+
+    /// How many identities the in-memory backend holds state or a registry entry for.
+    #[cfg(test)]
+    pub(super) fn held(&self) -> usize {
+        match self {
+            Backend::Memory(memory) => memory.held(),
+            Backend::Redis(_) => 0,
+        }
+    }
+
     /// How long one command may take (for the in-memory backend, the time it gives background
     /// work at shutdown).
     pub(super) fn command_timeout(&self) -> Duration {

@@ -49,11 +49,20 @@ trait Map: Any + Send + std::fmt::Debug {
     fn as_any(&mut self) -> &mut dyn Any;
     /// `key`'s state, if it has one.
     fn state(&self, key: &KeyBase) -> Option<&dyn Any>;
+    /// How many identities hold a state.
+    #[cfg(test)]
+    fn len(&self) -> usize;
 }
 
 impl<S: State + std::fmt::Debug> Map for HashMap<KeyBase, S> {
     fn sweep(&mut self, now: Now) {
         self.retain(|_, state| !state.forgettable(now));
+        crate::sync::shrink(self);
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        HashMap::len(self)
     }
 
     fn as_any(&mut self) -> &mut dyn Any {
@@ -79,9 +88,13 @@ impl States {
     /// Drops what can no longer matter at `now`, every [`SWEEP_EVERY`] commands.
     fn sweep(&mut self, now: Now) {
         self.commands = self.commands.wrapping_add(1);
-        if !self.commands.is_multiple_of(SWEEP_EVERY) {
-            return;
+        if self.commands.is_multiple_of(SWEEP_EVERY) {
+            self.sweep_all(now);
         }
+    }
+
+    /// Drops what can no longer matter at `now`: what Redis would have expired.
+    fn sweep_all(&mut self, now: Now) {
         for map in self.maps.values_mut() {
             map.sweep(now);
         }
@@ -150,6 +163,26 @@ impl MemoryBackend {
 /// The registry, fleet overrides, operator records and state reads, by the same rules as their
 /// scripts.
 impl MemoryBackend {
+    /// Drops every state and registry entry that Redis would have expired by now. Commands
+    /// sweep only every [`SWEEP_EVERY`] of them, so without this, once calls stop, the
+    /// identities of the last burst would stay in memory for good; the coordinator runs it
+    /// with its sweep of idle identities.
+    pub(super) fn forget_expired(&self) {
+        // A closed backend keeps nothing anyone reads again: nothing to sweep.
+        let _closed = self.with(|states, now| {
+            states.sweep_all(now);
+            lock(&self.registry).forget_expired(now.ms);
+        });
+    }
+
+    /// How many identities hold a state or a registry entry.
+    #[cfg(test)]
+    pub(super) fn held(&self) -> usize {
+        let states = lock(&self.states);
+        let held: usize = states.maps.values().map(|map| map.len()).sum();
+        held + lock(&self.registry).len()
+    }
+
     pub(super) fn registry_report(
         &self,
         process: &Reporting,

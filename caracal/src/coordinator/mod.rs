@@ -147,6 +147,13 @@ impl Coordinator {
         }
         crate::tally::forget_idle(FORGET_IDLE_AFTER);
         crate::summary::forget_quiet(FORGET_IDLE_AFTER);
+        self.inner.backend.forget_expired();
+    }
+
+    /// How many identities the in-memory backend holds state or a registry entry for.
+    #[cfg(test)]
+    pub(crate) fn held_in_memory(&self) -> usize {
+        self.inner.backend.held()
     }
 
     /// The embedded coordinator: policy state lives in this process, on tokio's clock.

@@ -839,7 +839,7 @@ impl Store {
         process: &Reporting,
         reports: &[Report],
     ) -> Vec<bool> {
-        self.processes.retain(|_, (_, _, expires)| *expires > now);
+        self.forget_expired(now);
         self.processes.insert(
             process.id.to_owned(),
             (
@@ -848,7 +848,6 @@ impl Store {
                 now.saturating_add(process.ttl_ms),
             ),
         );
-        self.entries.retain(|_, entry| entry.expires > now);
         let drift_ms = u64::try_from(DRIFT_WINDOW.as_millis()).unwrap_or(u64::MAX);
         let drifts = reports
             .iter()
@@ -913,6 +912,19 @@ impl Store {
             }
         }
         drifts
+    }
+
+    /// Drops the processes and identities whose time ran out, as their keys expire in Redis.
+    pub(super) fn forget_expired(&mut self, now: u64) {
+        self.processes.retain(|_, (_, _, expires)| *expires > now);
+        self.entries.retain(|_, entry| entry.expires > now);
+        crate::sync::shrink(&mut self.entries);
+    }
+
+    /// How many identities are listed.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.entries.len()
     }
 
     /// An identity an operator steered, listed by name until `lasts_ms` past `now`, as

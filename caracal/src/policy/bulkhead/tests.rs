@@ -446,3 +446,54 @@ async fn contended_local_slots_never_exceed_the_limit_and_none_are_lost() {
         assert!(holder.await.expect("holder"), "a holder was never admitted");
     }
 }
+
+static PER_USER: BulkheadSite = BulkheadSite::new(BulkheadConfig {
+    name: "unit-per-user",
+    operation: "unit-per-user",
+    limit: 1,
+    adaptive: None,
+    lease: LEASE,
+    max_wait: None,
+    local: false,
+    shadow: false,
+});
+
+/// A scope per user on the in-memory coordinator: once the users stop calling, their lease
+/// sets, fencing counters and registry entries go as their keys would expire in Redis, though
+/// no command comes to sweep them.
+#[tokio::test(start_paused = true)]
+async fn an_in_memory_coordinator_lets_idle_identities_expire() {
+    const USERS: usize = 200;
+    let coordinator = Coordinator::in_memory();
+    let call_as = |n: usize| {
+        coordinator.scoped(async move {
+            let scope = Scope::new(format!("user-{n}"));
+            bulkhead(&PER_USER, &CallCtx::new(), &scope, async {
+                Ok::<(), Error>(())
+            })
+            .await
+        })
+    };
+    for n in 0..USERS {
+        call_as(n).await.expect("admitted");
+    }
+    tokio::time::sleep(crate::coordinator::registry::REPORT_EVERY * 2).await;
+    assert!(
+        coordinator.held_in_memory() >= USERS,
+        "every user held: {}",
+        coordinator.held_in_memory()
+    );
+    // One user goes on calling, far fewer times than would sweep on their own.
+    let started = tokio::time::Instant::now();
+    while started.elapsed()
+        < crate::FORGET_IDLE_AFTER + 3 * crate::coordinator::registry::REPORT_EVERY
+    {
+        call_as(0).await.expect("admitted");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert!(
+        coordinator.held_in_memory() <= 3,
+        "only the user still calling is held: {}",
+        coordinator.held_in_memory()
+    );
+}
