@@ -2,8 +2,9 @@
 //! breaker, a rate limit and a bulkhead (the `metrics` feature on, a Prometheus recorder
 //! installed with an idle timeout), printing one JSON line per figure:
 //!
-//! - `scopes_rss` every second while scopes stream in, then while they are idle: RSS, scopes
-//!   made so far, and the per-scope series the exporter still renders;
+//! - `scopes_rss` every five seconds while scopes stream in, then while they are idle: RSS,
+//!   scopes made so far, and the per-scope series the exporter still renders (a render of
+//!   several hundred thousand series is itself heavy: every second, it slowed the stream);
 //! - `scopes_first_call`: a call on a scope never seen before against a call on a reused
 //!   scope, measured in turns in the same run, as a ratio.
 //!
@@ -14,6 +15,9 @@
 //! cargo run --release -p caracal-examples-metrics --example scopes -- short
 //! # through Redis rather than the in-memory coordinator
 //! CARACAL_REDIS_URL=redis://127.0.0.1:6379 cargo run --release -p caracal-examples-metrics --example scopes -- short
+//! # with an allocator that gives freed pages back to the system (glibc's keeps them)
+//! LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 MALLOC_CONF=background_thread:true \
+//!   cargo run --release -p caracal-examples-metrics --example scopes -- short
 //! ```
 //!
 //! The coordinator forgets an identity idle for [`caracal::FORGET_IDLE_AFTER`]; the exporter
@@ -36,6 +40,8 @@ const TICKS_PER_SECOND: u64 = 100;
 /// Calls of each kind timed for the first-call ratio, in turns of [`TURN`].
 const TIMED_CALLS: u32 = 4_000;
 const TURN: u32 = 100;
+/// How often RSS and the series exported are printed.
+const REPORT_EVERY: Duration = Duration::from_secs(5);
 
 #[derive(Debug)]
 struct BenchError(#[allow(dead_code)] caracal::Error);
@@ -141,7 +147,7 @@ async fn main() -> Result<(), caracal::Error> {
     let started = Instant::now();
     let mut tick = tokio::time::interval(Duration::from_secs(1) / TICKS_PER_SECOND as u32);
     let mut made = 0;
-    let mut next_report = Duration::from_secs(1);
+    let mut next_report = REPORT_EVERY;
     while made < scopes {
         tick.tick().await;
         // A tick's scopes called at once, as many users' requests arrive together.
@@ -153,7 +159,7 @@ async fn main() -> Result<(), caracal::Error> {
         }
         made += RATE / TICKS_PER_SECOND;
         if started.elapsed() >= next_report {
-            next_report += Duration::from_secs(1);
+            next_report += REPORT_EVERY;
             emit(
                 "scopes_rss",
                 &[
@@ -168,7 +174,7 @@ async fn main() -> Result<(), caracal::Error> {
     let stopped = Instant::now();
     // Idle: past the coordinator's idle time and the exporter's, twice over.
     while stopped.elapsed() < 2 * idle + Duration::from_secs(10) {
-        tokio::time::sleep(Duration::from_secs(5)).await;
+        tokio::time::sleep(REPORT_EVERY).await;
         emit(
             "scopes_idle",
             &[
