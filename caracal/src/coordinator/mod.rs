@@ -23,6 +23,10 @@ pub(crate) mod timer;
 pub(crate) mod url;
 mod wakeups;
 
+/// The differential tests' harness, kind-blind, for each kind's test in its own folder.
+#[cfg(test)]
+pub(crate) use self::redis::differential;
+
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::fmt;

@@ -63,6 +63,8 @@ use crate::policy::registry::{self, Registry};
 use crate::policy::retry_budget::kernel::{self as window, Allowance, Record, Slide, Totals};
 use crate::sync::lock;
 
+#[cfg(test)]
+pub(super) mod differential;
 pub(crate) mod kernel;
 mod view;
 
