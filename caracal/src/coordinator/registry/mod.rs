@@ -15,19 +15,15 @@ mod read;
 mod report;
 mod status;
 mod store;
-mod uses;
 
-pub(crate) use self::bounds::{DRIFT_WINDOW, MAX_IDENTITIES, MOST_PROCESSES_PER_IDENTITY};
+pub(crate) use self::bounds::{
+    DRIFT_WINDOW, MAX_IDENTITIES, MOST_PROCESSES_PER_IDENTITY, REPORT_EVERY,
+};
 pub use self::read::{Process, Rates};
-pub(crate) use self::read::{Registered, uses_of};
-pub(crate) use self::report::{Report, Reporting};
+pub(crate) use self::read::{Registered, Reported, uses_of};
+pub(crate) use self::report::{Report, Reporting, describe};
 pub(crate) use self::status::{MemoryRead, Snapshot, StatusRead, found};
 pub(in crate::coordinator) use self::store::Store;
-pub(in crate::coordinator) use self::uses::Usage;
-pub(crate) use self::uses::{Uses, describe};
-// What only tests read of the registry, where they read it.
-#[cfg(test)]
-pub(crate) use self::{bounds::REPORT_EVERY, read::Reported};
 
 #[cfg(test)]
 mod tests;

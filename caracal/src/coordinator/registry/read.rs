@@ -122,7 +122,7 @@ impl Rates {
 
 impl Reported {
     /// The identity's decisions in this process since they were last taken.
-    pub(super) fn rates_of(identity: &Identity) -> crate::tally::Rates {
+    pub(in crate::coordinator) fn rates_of(identity: &Identity) -> crate::tally::Rates {
         crate::tally::take([
             identity.kind.as_str(),
             &identity.name,
@@ -132,7 +132,7 @@ impl Reported {
     }
 
     /// The JSON a report carries of `rates`, `ignored` and the values' `sources`.
-    pub(super) fn extra(
+    pub(in crate::coordinator) fn extra(
         rates: &crate::tally::Rates,
         ignored: &[&'static str],
         sources: &str,

@@ -2,7 +2,7 @@
 
 use super::bounds::REPORT_EVERY;
 use crate::coordinator::feed;
-use crate::identity::KeyBase;
+use crate::identity::{Identity, KeyBase};
 
 #[derive(Debug, Clone)]
 pub(crate) struct Report {
@@ -33,7 +33,7 @@ pub(crate) struct Reporting {
 
 impl Reporting {
     /// This process, using `identities` identities.
-    pub(super) fn now(identities: usize) -> Self {
+    pub(in crate::coordinator) fn now(identities: usize) -> Self {
         let record = serde_json::json!({
             "host": host(),
             "pid": std::process::id(),
@@ -59,4 +59,15 @@ fn host() -> &'static str {
             .unwrap_or_else(|| "unknown".to_owned())
     });
     &HOST
+}
+
+/// JSON `[kind, name, operation, scope]`: how the registry names an identity.
+pub(crate) fn describe(identity: &Identity) -> String {
+    let parts = [
+        identity.kind.as_str(),
+        &identity.name,
+        &identity.operation,
+        identity.scope.as_str(),
+    ];
+    serde_json::to_string(&parts).unwrap_or_default()
 }

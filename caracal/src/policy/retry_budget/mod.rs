@@ -391,7 +391,7 @@ struct Fleet {
     coordinator: WeakCoordinator,
     view: Arc<view::View>,
     values: Mutex<BudgetValues>,
-    /// The [`round`](crate::coordinator::registry::Uses::round) the use was last noted in.
+    /// The [`round`](crate::coordinator::uses::Uses::round) the use was last noted in.
     noted: AtomicU64,
 }
 

@@ -1,30 +1,27 @@
-//! This process's uses of identities, noted by the call sites and reported in rounds.
+//! This process's uses of identities, noted by the call sites and reported to the registry
+//! in rounds.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::bounds::{FORGET_AFTER_REPORTS, MAX_IDENTITIES, MAX_USES, REPORT_EVERY, REPORT_SOON};
-use super::read::Reported;
-use super::report::{Report, Reporting};
+use super::registry::{MAX_IDENTITIES, REPORT_EVERY, Report, Reported, Reporting, describe};
+use super::{Coordinator, FORGET_IDLE_AFTER, feed};
 use crate::config::overrides::{Resolved, Values};
-use crate::coordinator::{Coordinator, feed};
 use crate::events;
 use crate::identity::{Identity, KeyBase};
 use crate::sync::lock;
 
-/// JSON `[kind, name, operation, scope]`: how the registry names an identity.
-pub(crate) fn describe(identity: &Identity) -> String {
-    let parts = [
-        identity.kind.as_str(),
-        &identity.name,
-        &identity.operation,
-        identity.scope.as_str(),
-    ];
-    serde_json::to_string(&parts).unwrap_or_default()
-}
+/// How long a new identity or a change of values waits to be reported with others.
+const REPORT_SOON: Duration = Duration::from_millis(20);
+/// The most call sites a process remembers.
+const MAX_USES: usize = 10_000;
+/// Reports a use sits out before it is forgotten: [`FORGET_IDLE_AFTER`].
+const FORGET_AFTER_REPORTS: u32 =
+    FORGET_IDLE_AFTER.as_secs().div_ceil(REPORT_EVERY.as_secs()) as u32;
 
 /// What this process remembers of one call site's use of an identity.
 #[derive(Debug)]
@@ -52,7 +49,7 @@ struct Use {
 
 /// The identities this process uses.
 #[derive(Debug, Default)]
-pub(in crate::coordinator) struct Usage {
+pub(super) struct Usage {
     uses: Mutex<HashMap<KeyBase, Vec<Use>>>,
     soon: Arc<Notify>,
     reporting: AtomicBool,
@@ -64,7 +61,7 @@ pub(in crate::coordinator) struct Usage {
 /// coordinator that [`Coordinator::uses`] hands out.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Uses<'a> {
-    pub(in crate::coordinator) coordinator: &'a Coordinator,
+    pub(super) coordinator: &'a Coordinator,
 }
 
 impl Uses<'_> {
@@ -162,7 +159,7 @@ impl Uses<'_> {
     fn start_reporting(&self) {
         self.coordinator
             .start_once(&self.coordinator.inner.usage.reporting, |weak| async move {
-                while let Some(coordinator) = crate::coordinator::live(&weak) {
+                while let Some(coordinator) = super::live(&weak) {
                     let soon = Arc::clone(&coordinator.inner.usage.soon);
                     drop(coordinator);
                     let woken = tokio::time::timeout(REPORT_EVERY, soon.notified())
@@ -171,7 +168,7 @@ impl Uses<'_> {
                     if woken {
                         tokio::time::sleep(REPORT_SOON).await;
                     }
-                    match crate::coordinator::upgrade(&weak) {
+                    match super::upgrade(&weak) {
                         Some(coordinator) => {
                             coordinator.uses().report_uses().await;
                             coordinator.forget_idle();
