@@ -21,7 +21,12 @@ pub(crate) mod registry;
 mod runtimes;
 pub(crate) mod timer;
 pub(crate) mod url;
+pub(crate) mod uses;
 mod wakeups;
+
+/// The differential tests' harness, kind-blind, for each kind's test in its own folder.
+#[cfg(test)]
+pub(crate) use self::redis::differential;
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
@@ -44,7 +49,8 @@ pub use self::incarnation::DataLoss;
 pub(crate) use self::incarnation::{Incarnation, LossCause};
 pub(crate) use self::protocol::{BreakerTarget, LeaseAnswer, LeaseCommand};
 pub use self::redis::REDIS_ACL_RULES;
-use self::registry::{Registered, Snapshot, StatusRead, Usage};
+use self::registry::{Registered, Snapshot, StatusRead};
+use self::uses::{Usage, Uses};
 use self::wakeups::Wakeups;
 use crate::config::Config;
 use crate::config::overrides::{Overrides, Resolved, Values};
@@ -456,8 +462,8 @@ impl Coordinator {
     }
 
     /// This coordinator's reports of which call sites use which identities.
-    pub(crate) fn uses(&self) -> registry::Uses<'_> {
-        registry::Uses { coordinator: self }
+    pub(crate) fn uses(&self) -> Uses<'_> {
+        Uses { coordinator: self }
     }
 
     /// This coordinator's copy of the fleet's overrides.

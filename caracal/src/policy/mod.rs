@@ -3,6 +3,8 @@
 pub(crate) mod breaker;
 pub(crate) mod bulkhead;
 pub(crate) mod descriptor;
+#[cfg(test)]
+mod differential;
 pub(crate) mod fallback;
 pub(crate) mod rate_limit;
 mod registry;

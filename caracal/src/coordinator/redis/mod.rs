@@ -4,7 +4,7 @@ mod admin;
 mod cluster_check;
 mod connector;
 #[cfg(test)]
-mod differential;
+pub(crate) mod differential;
 mod doctor;
 mod failure;
 mod kernels;
@@ -333,7 +333,7 @@ fn redis_cause(error: &Error) -> Option<&redis::RedisError> {
 }
 
 /// A token as @gkoos/caracal writes it: a hyphenated lowercase UUID.
-fn token_text(token: Uuid) -> String {
+pub(crate) fn token_text(token: Uuid) -> String {
     token.hyphenated().to_string()
 }
 

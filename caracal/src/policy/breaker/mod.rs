@@ -6,6 +6,8 @@
 //! mutex.
 
 pub(crate) mod descriptor;
+#[cfg(test)]
+pub(super) mod differential;
 mod distributed;
 pub(crate) mod kernel;
 mod local;

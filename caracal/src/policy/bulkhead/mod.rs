@@ -7,6 +7,8 @@
 
 mod adaptive;
 pub(crate) mod descriptor;
+#[cfg(test)]
+pub(super) mod differential;
 pub(crate) mod distributed;
 mod events;
 pub(crate) mod kernel;

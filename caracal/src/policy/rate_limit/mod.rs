@@ -24,6 +24,8 @@ use crate::policy::rate_limit::kernel as gcra;
 use crate::policy::registry::{self, Registry};
 use crate::sync::lock;
 
+#[cfg(test)]
+pub(super) mod differential;
 pub(crate) mod kernel;
 #[cfg(feature = "tower")]
 pub(crate) mod tower;

@@ -63,7 +63,12 @@ use crate::policy::registry::{self, Registry};
 use crate::policy::retry_budget::kernel::{self as window, Allowance, Record, Slide, Totals};
 use crate::sync::lock;
 
+#[cfg(test)]
+pub(super) mod differential;
+mod events;
 pub(crate) mod kernel;
+#[cfg(feature = "tower")]
+mod tower;
 mod view;
 
 /// The settings of one `#[retry_budget]` call site.
@@ -386,7 +391,7 @@ struct Fleet {
     coordinator: WeakCoordinator,
     view: Arc<view::View>,
     values: Mutex<BudgetValues>,
-    /// The [`round`](crate::coordinator::registry::Uses::round) the use was last noted in.
+    /// The [`round`](crate::coordinator::uses::Uses::round) the use was last noted in.
     noted: AtomicU64,
 }
 
@@ -542,233 +547,4 @@ where
 }
 
 #[cfg(feature = "tower")]
-pub use self::budget::RetryBudget;
-
-/// The budget as `tower::retry::Retry` takes one.
-#[cfg(feature = "tower")]
-mod budget {
-    use std::sync::{Mutex, OnceLock};
-    use std::time::Duration;
-
-    use caracal_spec::retry_budget as spec;
-
-    use super::{RetryBudgetConfig, RetryBudgetSite};
-    use crate::ctx::Gated;
-    use crate::identity::{Scope, intern};
-    use crate::sync::lock;
-
-    /// A retry budget for [`tower::retry::Retry`] policies, sharing its identity (name,
-    /// operation, scope) with `#[retry_budget]`: [`deposit`](tower::retry::budget::Budget::deposit)
-    /// on every request, [`withdraw`](tower::retry::budget::Budget::withdraw) before every
-    /// retry, both decided from this process's view of the fleet's window (no round trip).
-    ///
-    /// ```
-    /// use tower::retry::budget::Budget;
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
-    /// let budget = caracal::tower::RetryBudget::new("partner-api").percent(20).local(true);
-    /// budget.deposit();
-    /// assert!(budget.withdraw()); // the floor: 10 retries per second
-    /// # }
-    /// ```
-    #[derive(Debug)]
-    pub struct RetryBudget {
-        config: RetryBudgetConfig,
-        scope: Scope,
-        /// The site, made on first use (the settings are final then).
-        site: OnceLock<&'static RetryBudgetSite>,
-        /// The last deposit's budget, which withdrawals draw from.
-        current: Mutex<Option<Gated>>,
-    }
-
-    impl RetryBudget {
-        /// The budget of `name` (operation = name, scope global), with the attribute's
-        /// defaults.
-        ///
-        /// # Panics
-        /// On a `name` that is no valid identity part.
-        pub fn new(name: &str) -> Self {
-            let name = intern(name);
-            RetryBudget {
-                config: RetryBudgetConfig {
-                    name,
-                    operation: name,
-                    percent: spec::PERCENT.default.integer(),
-                    min_per_second: spec::MIN_PER_SECOND.default.integer(),
-                    window: spec::WINDOW.default.duration(),
-                    local: false,
-                    shadow: spec::SHADOW.default.flag(),
-                },
-                scope: Scope::GLOBAL,
-                site: OnceLock::new(),
-                current: Mutex::default(),
-            }
-        }
-
-        /// Retries allowed per 100 requests.
-        ///
-        /// # Panics
-        /// Out of the attribute's bounds, as every setter.
-        pub fn percent(mut self, percent: u32) -> Self {
-            self.config.percent = within(&spec::PERCENT, percent);
-            self
-        }
-
-        /// Retries allowed per second whatever the traffic.
-        pub fn min_per_second(mut self, min_per_second: u32) -> Self {
-            self.config.min_per_second = within(&spec::MIN_PER_SECOND, min_per_second);
-            self
-        }
-
-        /// How far back requests and retries count.
-        pub fn window(mut self, window: Duration) -> Self {
-            let caracal_spec::Type::Duration { min, max } = spec::WINDOW.ty else {
-                unreachable!("a duration key")
-            };
-            assert!(
-                (min..=max).contains(&window),
-                "`window` must be from {} to {}",
-                caracal_spec::Human(min),
-                caracal_spec::Human(max)
-            );
-            self.config.window = window;
-            self
-        }
-
-        /// The operation (default: the name).
-        pub fn operation(mut self, operation: &str) -> Self {
-            self.config.operation = intern(operation);
-            self
-        }
-
-        /// The scope (default global).
-        ///
-        /// # Panics
-        /// On a scope that is no valid identity part.
-        pub fn scope(mut self, scope: impl Into<String>) -> Self {
-            self.scope = Scope::new(scope.into()).expect("a valid scope");
-            self
-        }
-
-        /// Keeps the window in this process.
-        pub fn local(mut self, local: bool) -> Self {
-            self.config.local = local;
-            self
-        }
-
-        /// Shadow mode, as `#[retry_budget(shadow = true)]`: a retry over the budget is
-        /// allowed anyway, without being withdrawn, and counted as `would_reject`.
-        ///
-        /// ```
-        /// use tower::retry::budget::Budget;
-        /// let budget = caracal::tower::RetryBudget::new("shadowed").percent(0).min_per_second(0)
-        ///     .local(true).shadow(true);
-        /// budget.deposit();
-        /// assert!(budget.withdraw(), "over the budget, allowed in shadow mode");
-        /// ```
-        pub fn shadow(mut self, shadow: bool) -> Self {
-            self.config.shadow = shadow;
-            self
-        }
-
-        fn site(&self) -> &'static RetryBudgetSite {
-            // One site per budget, for the program's life: budgets are made at start-up, as
-            // an attribute's site is compiled in.
-            self.site
-                .get_or_init(|| Box::leak(Box::new(RetryBudgetSite::new(self.config.clone()))))
-        }
-    }
-
-    /// `value`, if `key` (an integer key) accepts it.
-    fn within(key: &caracal_spec::Key, value: u32) -> u32 {
-        let caracal_spec::Type::Integer { min, max } = key.ty else {
-            unreachable!("an integer key")
-        };
-        assert!(
-            (min..=max).contains(&value),
-            "`{}` must be an integer from {min} to {max}",
-            key.name
-        );
-        value
-    }
-
-    impl tower::retry::budget::Budget for RetryBudget {
-        fn deposit(&self) {
-            // A distributed budget without a coordinator counts nothing, and then allows no
-            // withdrawal: it never runs uncoordinated.
-            let budget = self.site().budget(&self.scope).ok();
-            if let Some(budget) = &budget {
-                budget.deposit();
-            }
-            *lock(&self.current) = budget;
-        }
-
-        fn withdraw(&self) -> bool {
-            lock(&self.current).as_ref().is_some_and(Gated::another)
-        }
-    }
-}
-
-/// The kind's events (see [`crate::events`]).
-mod events {
-    use crate::error::Error;
-    use crate::events::policy_event;
-    use crate::labels::At;
-    use crate::labels::Decision;
-    use crate::metrics;
-    use crate::policy::retry_budget::kernel::Totals;
-    use crate::summary;
-
-    /// Counts a withdrawal's decision.
-    pub(super) fn decided(at: &At<'_>, allowed: bool, stale: bool) {
-        let (decision, reason) = match (allowed, stale) {
-            (true, false) => (Decision::Admitted, "within_budget"),
-            (false, false) => (Decision::Rejected, "budget_exhausted"),
-            (_, true) => (Decision::Degraded, "stale_view"),
-        };
-        match (at.shadow, allowed) {
-            (true, false) => metrics::decided(at, Decision::WouldReject, "budget_exhausted"),
-            _ => metrics::decided(at, decision, reason),
-        }
-    }
-
-    /// A retry the budget refused: said once, then summarised.
-    pub(super) fn exhausted(at: &At<'_>, seen: Totals, allowance: u64) {
-        if at.shadow {
-            return crate::events::would_reject(at, "budget_exhausted");
-        }
-        let Some(suppressed) = summary::repeat("retry.budget_exhausted", at, &[]) else {
-            return;
-        };
-        policy_event!(
-            INFO,
-            "retry.budget_exhausted",
-            at,
-            deposits = seen.deposits,
-            withdrawals = seen.withdrawals,
-            allowance,
-            suppressed
-        );
-    }
-
-    /// A batch of counts the coordinator did not answer: said once per failure, then
-    /// summarised.
-    pub(super) fn degraded(at: &At<'_>, error: &Error) {
-        let failure = error.failure_kind().map(|k| k.as_str());
-        let condition = [failure.unwrap_or(error.code())];
-        let Some(said) = crate::events::repeat_across("retry_budget.degraded", at, &condition)
-        else {
-            return;
-        };
-        policy_event!(
-            WARN,
-            "retry_budget.degraded",
-            at,
-            reason = "view_not_refreshed",
-            error = error.code(),
-            failure,
-            suppressed = said.suppressed,
-            identities = said.identities
-        );
-    }
-}
+pub use self::tower::RetryBudget;

@@ -12,14 +12,14 @@
 //!
 //! Replay a failure with `CARACAL_TEST_SEED=<seed printed on failure>`; set
 //! `CARACAL_TEST_CASES` for a deeper run.
-
-mod adaptive;
-mod breaker;
-mod lease;
-mod rate_limit;
-mod window;
+//!
+//! This is the kind-blind harness: it spawns nothing and names no kind. Each kind's test lives
+//! in its own folder (`policy/<kind>/differential.rs`) and reaches Redis only through [`Env`],
+//! which speaks of keys and stored values, never of the client (re-exported as
+//! `coordinator::differential`).
 
 use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::fmt::Debug;
 
 use proptest::prop_assert_eq;
@@ -27,7 +27,11 @@ use proptest::strategy::Strategy;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
 
 use super::kernels::{self, Encoded};
+pub(crate) use super::token_text;
 use crate::kernel::{Now, Script, Scripted, Seen, Wire};
+
+/// A connection to a standalone server or to a cluster.
+pub(crate) type Connection = Box<dyn redis::ConnectionLike>;
 
 /// What a script reads the clock with; each script does it exactly once.
 const CLOCK_READ: &str = "redis.call('TIME')";
@@ -48,18 +52,23 @@ fn with_fixed_clock(script: &Script) -> redis::Script {
     redis::Script::new(&script.body().replace(CLOCK_READ, FIXED_CLOCK))
 }
 
-/// One case's connection, its keys' hash tag (unique per case) and the clock it starts at.
-struct Env<'a, C> {
-    conn: &'a mut C,
-    tag: String,
-    /// The case's starting time, in server microseconds.
-    start_us: u64,
+/// The key `suffix` of the identity tagged `tag`.
+fn key(tag: &str, suffix: &str) -> String {
+    format!("caracal:v1:{{{tag}}}:{suffix}")
 }
 
-impl<C: redis::ConnectionLike> Env<'_, C> {
+/// One case's connection, its keys' hash tag (unique per case) and the clock it starts at.
+pub(crate) struct Env<'a> {
+    conn: &'a mut dyn redis::ConnectionLike,
+    pub(crate) tag: String,
+    /// The case's starting time, in server microseconds.
+    pub(crate) start_us: u64,
+}
+
+impl Env<'_> {
     /// The key `suffix` of this case's identity.
-    fn key(&self, suffix: &str) -> String {
-        format!("caracal:v1:{{{}}}:{suffix}", self.tag)
+    pub(crate) fn key(&self, suffix: &str) -> String {
+        key(&self.tag, suffix)
     }
 
     /// Runs `script` (clock substituted) on `keys` with `args`, then `now_us` as the clock; the
@@ -82,7 +91,7 @@ impl<C: redis::ConnectionLike> Env<'_, C> {
 
     /// Runs `batch` through `K`'s script at `now_us`, encoded and decoded exactly as the Redis
     /// backend does: one reply per command, or the script's error reply.
-    fn script<K: Scripted>(
+    pub(crate) fn script<K: Scripted>(
         &mut self,
         batch: &[&K::Command],
         wire: Wire<'_>,
@@ -100,7 +109,7 @@ impl<C: redis::ConnectionLike> Env<'_, C> {
 
     /// Runs `command` through `K`'s kernel on `state` and through its script, both at `now_us`:
     /// the replies (stamps included) must be equal. Returns the reply.
-    fn step<K: Scripted>(
+    pub(crate) fn step<K: Scripted>(
         &mut self,
         state: &mut K::State,
         command: &K::Command,
@@ -127,9 +136,65 @@ impl<C: redis::ConnectionLike> Env<'_, C> {
             .map_err(|e| TestCaseError::fail(format!("{cmd:?} failed: {e}")))
     }
 
+    /// Deletes `key`, as its TTL would on real time.
+    pub(crate) fn delete(&mut self, key: &str) -> Result<(), TestCaseError> {
+        self.query(redis::cmd("DEL").arg(key))
+    }
+
+    /// The value stored at `key`, if any.
+    pub(crate) fn get<T: redis::FromRedisValue>(
+        &mut self,
+        key: &str,
+    ) -> Result<Option<T>, TestCaseError> {
+        self.query(redis::cmd("GET").arg(key))
+    }
+
+    /// Stores `value` at `key` until the server time `at_ms`.
+    pub(crate) fn set_until(
+        &mut self,
+        key: &str,
+        value: u64,
+        at_ms: u64,
+    ) -> Result<(), TestCaseError> {
+        self.query(redis::cmd("SET").arg(key).arg(value).arg("PXAT").arg(at_ms))
+    }
+
+    /// The fields of the hash at `key` (none for no key).
+    pub(crate) fn hash<T: redis::FromRedisValue>(
+        &mut self,
+        key: &str,
+    ) -> Result<HashMap<String, T>, TestCaseError> {
+        self.query(redis::cmd("HGETALL").arg(key))
+    }
+
+    /// The list at `key`, head first.
+    pub(crate) fn list(&mut self, key: &str) -> Result<Vec<String>, TestCaseError> {
+        self.query(redis::cmd("LRANGE").arg(key).arg(0).arg(-1))
+    }
+
+    /// The members of the sorted set at `key` with their scores, lowest score first.
+    pub(crate) fn members<S: redis::FromRedisValue>(
+        &mut self,
+        key: &str,
+    ) -> Result<Vec<(String, S)>, TestCaseError> {
+        self.query(
+            redis::cmd("ZRANGE")
+                .arg(key)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES"),
+        )
+    }
+
+    /// Removes `member` from the sorted set at `key`: whether it was there.
+    pub(crate) fn remove_member(&mut self, key: &str, member: &str) -> Result<bool, TestCaseError> {
+        let removed: i64 = self.query(redis::cmd("ZREM").arg(key).arg(member))?;
+        Ok(removed == 1)
+    }
+
     /// When `key` expires, in server milliseconds (`PEXPIRETIME`): `None` for no key, `Some(0)`
     /// for a key without a TTL.
-    fn expiry(&mut self, key: &str) -> Result<Option<u64>, TestCaseError> {
+    pub(crate) fn expiry(&mut self, key: &str) -> Result<Option<u64>, TestCaseError> {
         let at: i64 = self.query(redis::cmd("PEXPIRETIME").arg(key))?;
         Ok(match at {
             -2 => None,
@@ -141,7 +206,7 @@ impl<C: redis::ConnectionLike> Env<'_, C> {
 
 /// The kernel's reading of the script's clock at `now_us`: what a script stamps its replies
 /// with is its time in microseconds.
-fn clock(now_us: u64) -> Now {
+pub(crate) fn clock(now_us: u64) -> Now {
     Now {
         ms: now_us / 1000,
         ns: now_us * 1000,
@@ -161,14 +226,13 @@ const MAX_ROUNDS: u32 = 20;
 /// `conn`, each through `case`, which returns the kernel branches it reached, and more such
 /// rounds while a branch of `branches` is unreached. Panics, naming the seed, on a failed
 /// case or on a branch that no case of `MAX_ROUNDS` rounds reached.
-fn differential<C, V, B>(
-    conn: C,
+pub(crate) fn differential<V, B>(
+    conn: Connection,
     default_cases: u32,
     strategy: impl Strategy<Value = V>,
     branches: &[B],
-    case: impl Fn(&mut Env<'_, C>, V) -> Result<Seen, TestCaseError>,
+    case: impl Fn(&mut Env<'_>, V) -> Result<Seen, TestCaseError>,
 ) where
-    C: redis::ConnectionLike,
     V: Debug,
     B: Debug,
 {
@@ -191,7 +255,7 @@ fn differential<C, V, B>(
     };
     let conn = RefCell::new(conn);
     let (seconds, micros): (u64, u64) = redis::cmd("TIME")
-        .query(&mut *conn.borrow_mut())
+        .query(&mut **conn.borrow_mut())
         .expect("TIME");
     let start_us = seconds * 1_000_000 + micros + 3_600_000_000;
     let coverage = Cell::new(Seen::default());
@@ -205,7 +269,7 @@ fn differential<C, V, B>(
             number.set(number.get() + 1);
             let mut conn = conn.borrow_mut();
             let mut env = Env {
-                conn: &mut *conn,
+                conn: &mut **conn,
                 tag: format!("differential-{seed}-{}", number.get()),
                 start_us,
             };
@@ -229,20 +293,22 @@ fn differential<C, V, B>(
     );
 }
 
-/// A server per suite, and one cluster shared by every script's cluster run (it is the
-/// slowest thing to start).
-#[test]
-fn every_script_agrees_with_its_kernel_on_a_cluster() {
-    let cluster = caracal_tests::RedisCluster::start(3);
-    let connection = || {
-        cluster
-            .client()
-            .get_connection()
-            .expect("cluster connection")
-    };
-    lease::run(connection(), 100);
-    rate_limit::run(connection(), 100);
-    breaker::run(connection(), 150);
-    window::run(connection(), 100);
-    adaptive::run(connection(), 100);
+/// Runs `batch` through `K`'s script as production does, on the server's own clock, on the
+/// keys of the identity tagged `tag`; its replies decoded as the Redis backend decodes them.
+pub(crate) fn on_server_time<K: Scripted>(
+    conn: &mut Connection,
+    tag: &str,
+    batch: &[&K::Command],
+    wire: Wire<'_>,
+) -> Vec<K::Reply> {
+    let script = redis::Script::new(K::SCRIPT.body());
+    let mut invocation = script.prepare_invoke();
+    for suffix in K::KEYS {
+        invocation.key(key(tag, suffix));
+    }
+    let value = invocation
+        .arg(Encoded::<K>::new(batch, wire))
+        .invoke(&mut **conn)
+        .expect(K::SCRIPT.name);
+    kernels::decode::<K>(value, batch.len()).expect("the script's reply")
 }

@@ -6,7 +6,7 @@
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
-use super::{Env, clock, differential};
+use crate::coordinator::differential::{Connection, Env, clock, differential};
 use crate::kernel::{Kernel, Seen, Wire};
 use crate::policy::rate_limit::kernel::{Arrival, Branch, Cell, Gcra};
 
@@ -39,7 +39,7 @@ fn case() -> impl Strategy<Value = (u64, u32, Vec<Command>)> {
     (interval, 1u32..6, prop::collection::vec(command(), 1..40))
 }
 
-pub(super) fn run(conn: impl redis::ConnectionLike, cases: u32) {
+pub(crate) fn run(conn: Connection, cases: u32) {
     differential(
         conn,
         cases,
@@ -81,12 +81,12 @@ pub(super) fn run(conn: impl redis::ConnectionLike, cases: u32) {
 
 /// The stored TAT (`"<seconds>:<nanoseconds>"`) and the key's expiry (the TAT, rounded up to
 /// a millisecond) against the model's.
-fn compare_final_state<C: redis::ConnectionLike>(
-    env: &mut Env<'_, C>,
+fn compare_final_state(
+    env: &mut Env<'_>,
     key: &str,
     tat: Option<u64>,
 ) -> Result<(), TestCaseError> {
-    let stored: Option<String> = env.query(redis::cmd("GET").arg(key))?;
+    let stored: Option<String> = env.get(key)?;
     let stored = stored.map(|text| {
         let (seconds, nanos) = text.split_once(':').unwrap_or(("x", "x"));
         match (seconds.parse::<u64>(), nanos.parse::<u64>()) {
@@ -109,5 +109,5 @@ fn compare_final_state<C: redis::ConnectionLike>(
 #[test]
 fn rate_limit_agrees_with_the_kernel() {
     let server = caracal_tests::RedisServer::start();
-    run(server.connection(), 300);
+    run(Box::new(server.connection()), 300);
 }

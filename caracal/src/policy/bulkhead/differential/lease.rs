@@ -9,8 +9,7 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use uuid::Uuid;
 
-use super::{Env, differential};
-use crate::coordinator::redis::token_text;
+use crate::coordinator::differential::{Connection, Env, differential, token_text};
 use crate::kernel::{Seen, Wire};
 use crate::policy::bulkhead::kernel::{
     Branch, Lease, LeaseAction, LeaseReply, LeaseSet, LeaseStep, MAX_FENCE, Refusal, Terms, Token,
@@ -121,8 +120,8 @@ type Answer = Result<Vec<LeaseReply>, Refusal>;
 
 /// Runs the lease script for `tokens` at `now_ms`, encoded and decoded as the backend does:
 /// one reply per token, or its refusal.
-fn script<C: redis::ConnectionLike>(
-    env: &mut Env<'_, C>,
+fn script(
+    env: &mut Env<'_>,
     action: LeaseAction,
     tokens: &[Token],
     terms: Terms,
@@ -155,7 +154,7 @@ fn script<C: redis::ConnectionLike>(
     }
 }
 
-pub(super) fn run(conn: impl redis::ConnectionLike, cases: u32) {
+pub(crate) fn run(conn: Connection, cases: u32) {
     differential(
         conn,
         cases,
@@ -206,23 +205,16 @@ pub(super) fn run(conn: impl redis::ConnectionLike, cases: u32) {
                             model.fence_expires_at = now_ms + 1000;
                         }
                         model.fence = MAX_FENCE - below;
-                        env.query::<()>(
-                            redis::cmd("SET")
-                                .arg(&fences)
-                                .arg(model.fence)
-                                .arg("PXAT")
-                                .arg(model.fence_expires_at),
-                        )?;
+                        env.set_until(&fences, model.fence, model.fence_expires_at)?;
                     }
                     Command::Release { token } => {
                         let token = tokens.pick(token);
                         let expected = model.release(token, &mut seen);
-                        let removed: i64 = env.query(
-                            redis::cmd("ZREM")
-                                .arg(env.key("leases"))
-                                .arg(token_text(Uuid::from_u128(token))),
+                        let removed = env.remove_member(
+                            &env.key("leases"),
+                            &token_text(Uuid::from_u128(token)),
                         )?;
-                        prop_assert_eq!(expected, removed == 1, "release of {}", token);
+                        prop_assert_eq!(expected, removed, "release of {}", token);
                     }
                     Command::Advance { ms } => now_ms += ms,
                     Command::ToDeadline { lease, offset } => {
@@ -240,18 +232,9 @@ pub(super) fn run(conn: impl redis::ConnectionLike, cases: u32) {
 }
 
 /// The sorted set, the counter and their expiries in Redis against the model's.
-fn compare_final_state<C: redis::ConnectionLike>(
-    env: &mut Env<'_, C>,
-    model: &LeaseSet,
-) -> Result<(), TestCaseError> {
+fn compare_final_state(env: &mut Env<'_>, model: &LeaseSet) -> Result<(), TestCaseError> {
     let (leases, fences) = (env.key("leases"), env.key("fence"));
-    let members: Vec<(String, u64)> = env.query(
-        redis::cmd("ZRANGE")
-            .arg(&leases)
-            .arg(0)
-            .arg(-1)
-            .arg("WITHSCORES"),
-    )?;
+    let members: Vec<(String, u64)> = env.members(&leases)?;
     let mut stored: Vec<(Token, u64)> = members
         .iter()
         .map(|(token, deadline)| {
@@ -266,7 +249,7 @@ fn compare_final_state<C: redis::ConnectionLike>(
     let expiry = env.expiry(&leases)?;
     let expected_expiry = (!model.leases.is_empty()).then_some(model.expires_at);
     prop_assert_eq!(expected_expiry, expiry, "the lease set's expiry");
-    let fence: Option<u64> = env.query(redis::cmd("GET").arg(&fences))?;
+    let fence: Option<u64> = env.get(&fences)?;
     let granted = model.fence > 0;
     prop_assert_eq!(granted.then_some(model.fence), fence, "the fencing counter");
     let expiry = env.expiry(&fences)?;
@@ -281,5 +264,5 @@ fn compare_final_state<C: redis::ConnectionLike>(
 #[test]
 fn bulkhead_lease_agrees_with_the_kernel() {
     let server = caracal_tests::RedisServer::start();
-    run(server.connection(), 300);
+    run(Box::new(server.connection()), 300);
 }

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
-use super::{Env, differential};
+use crate::coordinator::differential::{Connection, Env, clock, differential};
 use crate::kernel::{Seen, State, Wire};
 use crate::policy::bulkhead::kernel::adaptive::vote::Sampling;
 use crate::policy::bulkhead::kernel::adaptive::{
@@ -80,7 +80,7 @@ fn case() -> impl Strategy<Value = (Bounds, u64, Vec<Command>)> {
     (bounds, window, prop::collection::vec(command(), 1..40))
 }
 
-pub(super) fn run(conn: impl redis::ConnectionLike, cases: u32) {
+pub(crate) fn run(conn: Connection, cases: u32) {
     differential(
         conn,
         cases,
@@ -108,9 +108,9 @@ pub(super) fn run(conn: impl redis::ConnectionLike, cases: u32) {
                             bounds,
                             window_ms,
                         };
-                        if estimate.limit_pm > 0 && estimate.forgettable(super::clock(now_us)) {
+                        if estimate.limit_pm > 0 && estimate.forgettable(clock(now_us)) {
                             let key = env.key("adaptive");
-                            env.query::<()>(redis::cmd("DEL").arg(key))?;
+                            env.delete(&key)?;
                         }
                         env.step::<Adapt>(
                             &mut estimate,
@@ -137,12 +137,9 @@ pub(super) fn run(conn: impl redis::ConnectionLike, cases: u32) {
 }
 
 /// The stored estimate and the key's expiry against the model's.
-fn compare_final_state<C: redis::ConnectionLike>(
-    env: &mut Env<'_, C>,
-    estimate: &Estimate,
-) -> Result<(), TestCaseError> {
+fn compare_final_state(env: &mut Env<'_>, estimate: &Estimate) -> Result<(), TestCaseError> {
     let key = env.key("adaptive");
-    let stored: HashMap<String, u64> = env.query(redis::cmd("HGETALL").arg(&key))?;
+    let stored: HashMap<String, u64> = env.hash(&key)?;
     let want: HashMap<String, u64> = if estimate.limit_pm == 0 {
         HashMap::new()
     } else {
@@ -184,5 +181,5 @@ fn compare_final_state<C: redis::ConnectionLike>(
 #[test]
 fn the_adaptive_limit_agrees_with_the_kernel() {
     let server = caracal_tests::RedisServer::start();
-    run(server.connection(), 300);
+    run(Box::new(server.connection()), 300);
 }

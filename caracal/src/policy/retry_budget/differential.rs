@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
-use super::{Env, differential};
+use crate::coordinator::differential::{Connection, Env, differential};
 use crate::kernel::{Seen, Wire};
 use crate::policy::retry_budget::kernel::{Branch, Record, Slide, Totals, Window};
 
@@ -36,7 +36,7 @@ fn case() -> impl Strategy<Value = (u64, u32, Vec<Command>)> {
     (width, 1u32..12, prop::collection::vec(command(), 1..40))
 }
 
-pub(super) fn run(conn: impl redis::ConnectionLike, cases: u32) {
+pub(crate) fn run(conn: Connection, cases: u32) {
     differential(
         conn,
         cases,
@@ -85,12 +85,9 @@ pub(super) fn run(conn: impl redis::ConnectionLike, cases: u32) {
 }
 
 /// The stored buckets and the key's expiry against the model's.
-fn compare_final_state<C: redis::ConnectionLike>(
-    env: &mut Env<'_, C>,
-    window: &Window,
-) -> Result<(), TestCaseError> {
+fn compare_final_state(env: &mut Env<'_>, window: &Window) -> Result<(), TestCaseError> {
     let key = env.key("window");
-    let stored: HashMap<String, String> = env.query(redis::cmd("HGETALL").arg(&key))?;
+    let stored: HashMap<String, String> = env.hash(&key)?;
     let want: HashMap<String, String> = window
         .buckets
         .iter()
@@ -114,5 +111,5 @@ fn compare_final_state<C: redis::ConnectionLike>(
 #[test]
 fn the_window_agrees_with_the_kernel() {
     let server = caracal_tests::RedisServer::start();
-    run(server.connection(), 300);
+    run(Box::new(server.connection()), 300);
 }

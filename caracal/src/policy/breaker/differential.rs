@@ -9,8 +9,7 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use uuid::Uuid;
 
-use super::{Env, differential};
-use crate::coordinator::redis::kernels::{self, Encoded};
+use crate::coordinator::differential::{Connection, Env, differential, on_server_time};
 use crate::kernel::{Scripted, Seen, Stamped, Wire};
 use crate::policy::breaker::kernel::{
     Admit, AdmitCommand, AdmitReply, Counts, Entry, Force, Forcing, Observation, Observe,
@@ -160,8 +159,8 @@ fn command() -> impl Strategy<Value = Command> {
 }
 
 /// One case: the stored state on both sides, the shared clock, and what the test knows.
-struct Case<'e, 'c, C> {
-    env: &'e mut Env<'c, C>,
+struct Case<'e, 'c> {
+    env: &'e mut Env<'c>,
     keys: [String; 3],
     settings: Settings,
     stored: Stored,
@@ -172,7 +171,7 @@ struct Case<'e, 'c, C> {
     forced_ms: u64,
 }
 
-impl<C: redis::ConnectionLike> Case<'_, '_, C> {
+impl Case<'_, '_> {
     fn pick(&self, generation: &Generation) -> u64 {
         match generation {
             Generation::Current => self.current,
@@ -278,7 +277,7 @@ impl<C: redis::ConnectionLike> Case<'_, '_, C> {
             }
             Command::DeleteState => {
                 self.stored.store.state = None;
-                self.env.query::<()>(redis::cmd("DEL").arg(&self.keys[0]))?;
+                self.env.delete(&self.keys[0])?;
             }
         }
         Ok(())
@@ -286,8 +285,7 @@ impl<C: redis::ConnectionLike> Case<'_, '_, C> {
 
     /// What Redis holds, in the kernel's terms.
     fn stored(&mut self) -> Result<Store, TestCaseError> {
-        let fields: std::collections::HashMap<String, u64> =
-            self.env.query(redis::cmd("HGETALL").arg(&self.keys[0]))?;
+        let fields = self.env.hash::<u64>(&self.keys[0])?;
         let field = |name: &str| fields.get(name).copied().unwrap_or(u64::MAX);
         let state = (!fields.is_empty()).then(|| State {
             phase: Phase::from_code(field("phase") as i64).unwrap_or(Phase::Closed),
@@ -302,9 +300,7 @@ impl<C: redis::ConnectionLike> Case<'_, '_, C> {
             closed_until: field("closed_until"),
             forced_until: field("forced_until"),
         });
-        let entries: Vec<String> = self
-            .env
-            .query(redis::cmd("LRANGE").arg(&self.keys[1]).arg(0).arg(-1))?;
+        let entries = self.env.list(&self.keys[1])?;
         let window: VecDeque<Entry> = entries
             .iter()
             .map(|entry| {
@@ -325,13 +321,7 @@ impl<C: redis::ConnectionLike> Case<'_, '_, C> {
                 }
             })
             .collect();
-        let members: Vec<(String, f64)> = self.env.query(
-            redis::cmd("ZRANGE")
-                .arg(&self.keys[2])
-                .arg(0)
-                .arg(-1)
-                .arg("WITHSCORES"),
-        )?;
+        let members = self.env.members::<f64>(&self.keys[2])?;
         let mut probes: Vec<(u128, u64)> = members
             .iter()
             .map(|(token, deadline)| {
@@ -356,7 +346,7 @@ impl<C: redis::ConnectionLike> Case<'_, '_, C> {
 #[test]
 fn key_expiry_never_leaves_totals_behind() {
     let server = caracal_tests::RedisServer::start();
-    let mut conn = server.connection();
+    let mut conn: Connection = Box::new(server.connection());
     let settings = Settings {
         minimum_throughput: 4,
         threshold_permille: 500,
@@ -369,7 +359,6 @@ fn key_expiry_never_leaves_totals_behind() {
         probe_lease_ms: 1_000,
         closed_expires: true,
     };
-    let keys = ["brk:state", "brk:window", "brk:probes"].map(|s| format!("caracal:v1:{{ttl}}:{s}"));
     let mut observe = |outcomes: &str| {
         let command = ObserveCommand {
             generation: 0,
@@ -384,15 +373,9 @@ fn key_expiry_never_leaves_totals_behind() {
             prefix: "ttl",
             ..Wire::default()
         };
-        let value = redis::Script::new(Observe::SCRIPT.body())
-            .key(&keys[0])
-            .key(&keys[1])
-            .key(&keys[2])
-            .arg(Encoded::<Observe>::new(&[&command], wire))
-            .invoke(&mut conn)
-            .expect("observe");
-        let mut replies = kernels::decode::<Observe>(value, 1).expect("observe reply");
-        replies.remove(0).reply
+        on_server_time::<Observe>(&mut conn, "ttl", &[&command], wire)
+            .remove(0)
+            .reply
     };
     observe("fff");
     std::thread::sleep(std::time::Duration::from_millis(400));
@@ -419,7 +402,7 @@ fn flatten(store: &Store) -> Vec<(u64, Observation)> {
         .collect()
 }
 
-pub(super) fn run(conn: impl redis::ConnectionLike, cases: u32) {
+pub(crate) fn run(conn: Connection, cases: u32) {
     let strategy = (settings(), prop::collection::vec(command(), 1..60));
     differential(
         conn,
@@ -462,5 +445,5 @@ pub(super) fn run(conn: impl redis::ConnectionLike, cases: u32) {
 #[test]
 fn breaker_scripts_agree_with_the_kernel() {
     let server = caracal_tests::RedisServer::start();
-    run(server.connection(), 300);
+    run(Box::new(server.connection()), 300);
 }

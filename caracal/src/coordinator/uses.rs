@@ -1,0 +1,287 @@
+//! This process's uses of identities, noted by the call sites and reported to the registry
+//! in rounds.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use super::registry::{MAX_IDENTITIES, REPORT_EVERY, Report, Reported, Reporting, describe};
+use super::{Coordinator, FORGET_IDLE_AFTER, feed};
+use crate::config::overrides::{Resolved, Values};
+use crate::events;
+use crate::identity::{Identity, KeyBase};
+use crate::sync::lock;
+
+/// How long a new identity or a change of values waits to be reported with others.
+const REPORT_SOON: Duration = Duration::from_millis(20);
+/// The most call sites a process remembers.
+const MAX_USES: usize = 10_000;
+/// Reports a use sits out before it is forgotten: [`FORGET_IDLE_AFTER`].
+const FORGET_AFTER_REPORTS: u32 =
+    FORGET_IDLE_AFTER.as_secs().div_ceil(REPORT_EVERY.as_secs()) as u32;
+
+/// What this process remembers of one call site's use of an identity.
+#[derive(Debug)]
+struct Use {
+    site: usize,
+    identity: Identity,
+    values: String,
+    sources: String,
+    ttl_ms: u64,
+    /// The overrides' generation the values were resolved under.
+    generation: u64,
+    /// The fleet overrides' version they were resolved under.
+    fleet: u64,
+    /// Used since the last report.
+    used: bool,
+    /// Not reported since it changed.
+    changed: bool,
+    /// Whether the registry last said processes disagree on it.
+    drift: bool,
+    /// Reports since it was last used.
+    idle: u32,
+    /// The keys whose fleet override the site's values cannot take.
+    ignored: Vec<&'static str>,
+}
+
+/// The identities this process uses.
+#[derive(Debug, Default)]
+pub(super) struct Usage {
+    uses: Mutex<HashMap<KeyBase, Vec<Use>>>,
+    soon: Arc<Notify>,
+    reporting: AtomicBool,
+    /// Reports sent: a site that caches its use notes it again after each.
+    reports: AtomicU64,
+}
+
+/// The call sites' uses of identities, reported to the namespace's registry: the part of a
+/// coordinator that [`Coordinator::uses`] hands out.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Uses<'a> {
+    pub(super) coordinator: &'a Coordinator,
+}
+
+impl Uses<'_> {
+    /// Notes that the call site `site` uses `identity` with `resolved` values. Costs a lookup
+    /// when nothing changed; the report goes out in the background, a moment after a site's
+    /// first call of an identity (so an operator who acts on it right after a deploy finds it
+    /// in use) and with the next round otherwise. The call never waits for it.
+    pub(crate) fn note_use<S, V: Values>(
+        &self,
+        identity: &Identity,
+        site: &S,
+        resolved: &Resolved<V>,
+    ) {
+        if self.noted(identity, site, resolved) {
+            self.coordinator.inner.usage.soon.notify_one();
+        }
+    }
+
+    /// Changes whenever a use must be noted again to stay true: the overrides changed (a
+    /// site's values may have) or a report went out (the next tells the registry of the sites
+    /// used since). A site that caches what it noted compares this, and notes again when it
+    /// differs.
+    pub(crate) fn round(&self) -> u64 {
+        let reports = self.coordinator.inner.usage.reports.load(Ordering::SeqCst);
+        let generation = self.coordinator.inner.overrides.generation();
+        reports << 32 ^ generation
+    }
+
+    /// How many identities this process notes uses of.
+    #[cfg(test)]
+    pub(crate) fn count(&self) -> usize {
+        lock(&self.coordinator.inner.usage.uses).len()
+    }
+
+    /// Records the use; whether it is the site's first of `identity`.
+    fn noted<S, V: Values>(&self, identity: &Identity, site: &S, resolved: &Resolved<V>) -> bool {
+        let usage = &self.coordinator.inner.usage;
+        let site = std::ptr::from_ref(site) as usize;
+        let generation = self.coordinator.inner.overrides.generation();
+        let fleet = self.coordinator.inner.fleet.version();
+        let first;
+        {
+            let mut uses = lock(&usage.uses);
+            let found = uses
+                .get_mut(&identity.key)
+                .and_then(|uses| uses.iter_mut().find(|u| u.site == site));
+            if let Some(found) = found {
+                found.used = true;
+                found.idle = 0;
+                if found.generation == generation {
+                    return false;
+                }
+                found.generation = generation;
+                found.fleet = fleet;
+                let values = resolved.values_text();
+                if values == found.values && found.ignored == resolved.ignored {
+                    return false;
+                }
+                found.ignored.clone_from(&resolved.ignored);
+                found.values = values;
+                found.sources = resolved.sources_text();
+                found.changed = true;
+                first = false;
+            } else {
+                if uses.len() >= MAX_USES {
+                    uses.retain(|_, uses| uses.iter().any(|u| u.used));
+                }
+                let lifetime =
+                    u64::try_from(resolved.values.lifetime().as_millis()).unwrap_or(u64::MAX);
+                let floor = u64::try_from((REPORT_EVERY * 3).as_millis()).unwrap_or(u64::MAX);
+                uses.entry(identity.key.clone()).or_default().push(Use {
+                    site,
+                    identity: identity.clone(),
+                    values: resolved.values_text(),
+                    sources: resolved.sources_text(),
+                    ttl_ms: lifetime.max(floor),
+                    generation,
+                    fleet,
+                    used: true,
+                    changed: true,
+                    drift: false,
+                    idle: 0,
+                    ignored: resolved.ignored.clone(),
+                });
+                first = true;
+            }
+        }
+        self.start_reporting();
+        if !first {
+            usage.soon.notify_one();
+        }
+        first
+    }
+
+    fn start_reporting(&self) {
+        self.coordinator
+            .start_once(&self.coordinator.inner.usage.reporting, |weak| async move {
+                while let Some(coordinator) = super::live(&weak) {
+                    let soon = Arc::clone(&coordinator.inner.usage.soon);
+                    drop(coordinator);
+                    let woken = tokio::time::timeout(REPORT_EVERY, soon.notified())
+                        .await
+                        .is_ok();
+                    if woken {
+                        tokio::time::sleep(REPORT_SOON).await;
+                    }
+                    match super::upgrade(&weak) {
+                        Some(coordinator) => {
+                            coordinator.uses().report_uses().await;
+                            coordinator.forget_idle();
+                        }
+                        None => return,
+                    }
+                }
+            });
+    }
+
+    /// Sends one report of every use since the last, and announces changes of drift.
+    async fn report_uses(&self) {
+        let identities;
+        let reports: Vec<(Report, usize)> = {
+            let mut uses = lock(&self.coordinator.inner.usage.uses);
+            // Under the lock, so a site that notes a use after this report's uses are read
+            // sees the new round.
+            self.coordinator
+                .inner
+                .usage
+                .reports
+                .fetch_add(1, Ordering::SeqCst);
+            uses.retain(|_, uses| {
+                uses.retain(|u| u.idle < FORGET_AFTER_REPORTS);
+                !uses.is_empty()
+            });
+            crate::sync::shrink(&mut uses);
+            identities = uses.len();
+            let mut due: Vec<&mut Use> = uses
+                .values_mut()
+                .flatten()
+                .filter_map(|u| {
+                    if !u.used {
+                        u.idle += 1;
+                    }
+                    (u.used || u.changed).then_some(u)
+                })
+                .collect();
+            // The registry keeps no more than this: a process using more identities reports
+            // the changed ones first, and the rest in later rounds.
+            due.sort_by_key(|u| !u.changed);
+            due.truncate(MAX_IDENTITIES as usize);
+            // Taken once per identity, whichever of its sites reports it.
+            let mut rates: HashMap<KeyBase, crate::tally::Rates> = HashMap::new();
+            due.into_iter()
+                .map(|u| {
+                    u.used = false;
+                    u.changed = false;
+                    let taken = rates
+                        .entry(u.identity.key.clone())
+                        .or_insert_with(|| Reported::rates_of(&u.identity));
+                    let extra = Reported::extra(taken, &u.ignored, &u.sources);
+                    let report = Report {
+                        key: u.identity.key.clone(),
+                        description: describe(&u.identity),
+                        values: u.values.clone(),
+                        sources: u.sources.clone(),
+                        reporter: format!("{}/{:x}", feed::process_id(), u.site),
+                        ttl_ms: u.ttl_ms,
+                        fleet: u.fleet,
+                        extra,
+                    };
+                    (report, u.site)
+                })
+                .collect()
+        };
+        if reports.is_empty() {
+            return;
+        }
+        let sent: Vec<Report> = reports.iter().map(|(report, _)| report.clone()).collect();
+        let process = Reporting::now(identities);
+        let namespace = self.coordinator.namespace_base();
+        let drifts = match self
+            .coordinator
+            .inner
+            .backend
+            .registry_report(&namespace, &process, &sent)
+            .await
+        {
+            Ok(drifts) => drifts,
+            Err(_) => {
+                // Reported again with the next round.
+                let mut uses = lock(&self.coordinator.inner.usage.uses);
+                for (report, site) in &reports {
+                    if let Some(u) = find(&mut uses, &report.key, *site) {
+                        u.changed = true;
+                    }
+                }
+                return;
+            }
+        };
+        let mut announced = Vec::new();
+        {
+            let mut uses = lock(&self.coordinator.inner.usage.uses);
+            for ((report, site), drift) in reports.iter().zip(drifts) {
+                if let Some(u) = find(&mut uses, &report.key, *site)
+                    && u.drift != drift
+                {
+                    u.drift = drift;
+                    announced.push((u.identity.clone(), u.values.clone(), drift));
+                }
+            }
+        }
+        for (identity, values, drift) in announced {
+            events::config_drift(&identity.at(), &values, drift);
+        }
+    }
+}
+
+fn find<'a>(
+    uses: &'a mut HashMap<KeyBase, Vec<Use>>,
+    key: &KeyBase,
+    site: usize,
+) -> Option<&'a mut Use> {
+    uses.get_mut(key)?.iter_mut().find(|u| u.site == site)
+}
