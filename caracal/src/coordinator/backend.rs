@@ -3,8 +3,6 @@
 
 use std::time::Duration;
 
-use uuid::Uuid;
-
 use super::memory::MemoryBackend;
 use super::protocol::{FleetOverrides, LeaseAnswer, LeaseCommand};
 use super::redis::RedisBackend;
@@ -12,8 +10,8 @@ use super::registry::{Process, Registered, Report, Reporting, Snapshot, StatusRe
 use crate::error::Error;
 use crate::error::FailureKind;
 use crate::identity::KeyBase;
-use crate::kernel::Scripted;
-use crate::policy::bulkhead::kernel::{Lease, Refusal, Release};
+use crate::kernel::{Resent, Scripted};
+use crate::policy::bulkhead::kernel::{Lease, Refusal};
 
 // Few coordinators exist (one per process, usually): boxing either variant would only add an
 // indirection to every command.
@@ -88,19 +86,21 @@ impl Backend {
         }
     }
 
-    /// Releases `token`'s lease at `key` without waiting (see [`Coordinator::release`]).
+    /// Sends `command` of `K` at `key` without waiting (see [`Coordinator::send_until`]).
     ///
-    /// [`Coordinator::release`]: super::Coordinator::release
-    pub(super) fn release(
+    /// [`Coordinator::send_until`]: super::Coordinator::send_until
+    pub(super) fn send_until<K: Resent>(
         &self,
         key: &KeyBase,
-        token: Uuid,
+        command: &K::Command,
         until: tokio::time::Instant,
         on_done: impl FnOnce(Result<bool, Error>) + Send + 'static,
-    ) {
+    ) where
+        K::State: std::fmt::Debug,
+    {
         match self {
-            Backend::Memory(memory) => on_done(memory.run::<Release>(key, &token.as_u128())),
-            Backend::Redis(redis) => redis.release(key, token, until, on_done),
+            Backend::Memory(memory) => on_done(memory.run::<K>(key, command)),
+            Backend::Redis(redis) => redis.send_until::<K>(key, command, until, on_done),
         }
     }
 

@@ -31,8 +31,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use uuid::Uuid;
-
 use self::backend::Backend;
 use self::background::Background;
 pub(crate) use self::breakers::Admission;
@@ -51,7 +49,7 @@ use crate::config::overrides::{Overrides, Resolved, Values};
 use crate::error::Error;
 use crate::identity::{Identity, KeyBase, PolicyKind, Scope};
 pub(crate) use crate::kernel::Stamped;
-use crate::kernel::{Kernel, Scripted};
+use crate::kernel::{Kernel, Resent, Scripted};
 
 /// Where distributed policies keep their shared state.
 ///
@@ -425,20 +423,23 @@ impl Coordinator {
         self.inner.backend.lease(command).await
     }
 
-    /// Releases `token`'s lease without waiting for the answer. The release is queued on the
-    /// connection before this returns, so a later command from the same task cannot overtake it;
-    /// one whose outcome stays unknown is sent again until `until`, when the lease would have
-    /// expired anyway. `on_done` receives whether the lease was there to remove, or the failure.
-    pub(crate) fn release(
+    /// Sends `command` of `K` on `identity`'s state without waiting for the answer (a lease's
+    /// release). It is queued on the connection before this returns, so a later command from
+    /// the same task cannot overtake it; one whose outcome stays unknown is sent again until
+    /// `until` (when the lease would have expired anyway). `on_done` receives whether it took
+    /// effect (the lease was there to remove), or the failure.
+    pub(crate) fn send_until<K: Resent>(
         &self,
         identity: &Identity,
-        token: Uuid,
+        command: &K::Command,
         until: tokio::time::Instant,
         on_done: impl FnOnce(Result<bool, Error>) + Send + 'static,
-    ) {
+    ) where
+        <K as Kernel>::State: fmt::Debug,
+    {
         self.inner
             .backend
-            .release(&identity.key, token, until, on_done);
+            .send_until::<K>(&identity.key, command, until, on_done);
     }
 }
 

@@ -77,6 +77,21 @@ pub(crate) trait Scripted: Kernel {
     }
 }
 
+/// A kernel whose command goes out as one plain Redis command on one of its identity's keys
+/// (no script), and may be sent again: the Redis backend sends one whose outcome is unknown
+/// until a deadline (see the coordinator's `send_until`). Commands of one identity that queue
+/// meanwhile go out together as one command, whose integer reply counts the commands that took
+/// effect: so many of them hear `true`, in order, the rest `false`.
+pub(crate) trait Resent: Kernel<Reply = bool> {
+    /// The Redis command, e.g. `ZREM`.
+    const VERB: &'static str;
+    /// The suffix of the identity's key it takes, its first argument.
+    const KEY: &'static str;
+
+    /// Writes one command's arguments, after the key (a batch writes each in turn).
+    fn encode(command: &Self::Command, sink: &mut dyn Sink);
+}
+
 /// Which branches of a kernel a run reached, one bit per branch: the coverage a differential
 /// test asserts. Recording is a single OR; callers that do not measure coverage pass a
 /// throwaway value.

@@ -38,7 +38,7 @@ impl<K: Scripted> ToRedisArgs for Encoded<'_, K> {
 }
 
 /// A [`Sink`] writing each argument into a Redis command.
-struct Writer<'a, W: ?Sized>(&'a mut W);
+pub(super) struct Writer<'a, W: ?Sized>(pub(super) &'a mut W);
 
 impl<W: ?Sized + RedisWrite> Sink for Writer<'_, W> {
     fn int(&mut self, n: u64) {

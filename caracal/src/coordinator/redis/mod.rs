@@ -18,6 +18,7 @@ mod sentinel;
 mod server;
 mod shards;
 mod slot;
+mod until;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,11 +26,10 @@ use std::time::Duration;
 
 use redis::Value;
 use tokio::time::Instant;
-use uuid::Uuid;
 
 pub(crate) use self::connector::{Topology, Trust};
 pub(crate) use self::doctor::examine;
-use self::link::{Acquire, Link, Release};
+use self::link::{Acquire, Link};
 use self::pool::Pool;
 pub(crate) use self::sentinel::SentinelUrl;
 use super::background::Background;
@@ -39,7 +39,7 @@ use super::incarnation::Incarnation;
 use super::protocol::{LeaseAnswer, LeaseCommand};
 use crate::error::Error;
 use crate::identity::KeyBase;
-use crate::kernel::Scripted;
+use crate::kernel::{Resent, Scripted};
 use crate::policy::bulkhead::kernel::LeaseAction;
 
 pub(super) struct RedisBackend {
@@ -273,24 +273,18 @@ impl RedisBackend {
         }
     }
 
-    /// Releases `token`'s lease without the caller waiting (see [`Link::release`]); `done`
-    /// hears whether the lease was there to remove, or the failure. Until `until`, when the
-    /// lease would have expired anyway, a release whose outcome is unknown is sent again.
-    pub(super) fn release(
+    /// Sends `command` of `K` without the caller waiting (see [`Link::send_until`]); `done`
+    /// hears whether it took effect, or the failure. Until `until` a command whose outcome is
+    /// unknown is sent again.
+    pub(super) fn send_until<K: Resent>(
         &self,
         key: &KeyBase,
-        token: Uuid,
+        command: &K::Command,
         until: Instant,
         done: impl FnOnce(Result<bool, Error>) + Send + 'static,
     ) {
-        self.link.release(
-            key,
-            Release {
-                token,
-                until,
-                done: Box::new(done),
-            },
-        );
+        self.link
+            .send_until::<K>(key, command, until, Box::new(done));
     }
 }
 
@@ -332,8 +326,10 @@ fn redis_cause(error: &Error) -> Option<&redis::RedisError> {
     cause.source()?.downcast_ref::<redis::RedisError>()
 }
 
-/// A token as @gkoos/caracal writes it: a hyphenated lowercase UUID.
-fn token_text(token: Uuid) -> String {
+/// A token as @gkoos/caracal writes it: a hyphenated lowercase UUID (for the differential
+/// tests' own `ZREM`s; a release writes its token through its kernel).
+#[cfg(test)]
+fn token_text(token: uuid::Uuid) -> String {
     token.hyphenated().to_string()
 }
 

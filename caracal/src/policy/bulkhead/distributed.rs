@@ -59,7 +59,7 @@ use crate::error::FailureKind;
 use crate::fencing;
 use crate::identity::{Identity, PolicyKind, Scope};
 use crate::metrics::Stopwatch;
-use crate::policy::bulkhead::kernel::LeaseAction;
+use crate::policy::bulkhead::kernel::{LeaseAction, Release};
 use crate::policy::refuse;
 
 const FIRST_WAIT_PAUSE: Duration = Duration::from_millis(2);
@@ -354,8 +354,12 @@ impl Drop for UnclaimedLease<'_> {
             // identity's lane before it was sent. Sent by now, it ran within a command timeout
             // (one still waiting is withdrawn, or released when its reply comes).
             let until = Instant::now() + self.lease + self.coordinator.command_timeout();
-            self.coordinator
-                .release(self.identity, self.token, until, |_| ());
+            self.coordinator.send_until::<Release>(
+                self.identity,
+                &self.token.as_u128(),
+                until,
+                |_| (),
+            );
         }
     }
 }
@@ -501,8 +505,9 @@ impl Drop for Lease {
         let coordinator = self.coordinator.clone();
         let identity = self.identity.clone();
         let until = self.since + Duration::from_nanos(self.expired_by.load(Ordering::Acquire));
+        let token = self.token.as_u128();
         self.coordinator
-            .release(&self.identity, self.token, until, move |result| {
+            .send_until::<Release>(&self.identity, &token, until, move |result| {
                 let at = identity.at();
                 match result {
                     Ok(true) => {}

@@ -54,7 +54,7 @@
 //! Several tokens acquired in one command are decided one after the other at the same `now`,
 //! exactly as the same single acquires would be.
 
-use crate::kernel::{Kernel, Malformed, Now, Script, Scripted, Seen, Sink, State, Wire};
+use crate::kernel::{Kernel, Malformed, Now, Resent, Script, Scripted, Seen, Sink, State, Wire};
 
 pub(crate) mod adaptive;
 
@@ -414,13 +414,8 @@ impl Scripted for Lease {
         sink.int(first.ttl);
         sink.int(first.limit.into());
         sink.int(wire.known);
-        let mut text = uuid::Uuid::encode_buffer();
         for step in batch {
-            sink.text(
-                uuid::Uuid::from_u128(step.token)
-                    .hyphenated()
-                    .encode_lower(&mut text),
-            );
+            write_token(step.token, sink);
         }
     }
 
@@ -458,6 +453,27 @@ impl Kernel for Release {
         set.expire(now.ms);
         set.release(token, seen)
     }
+}
+
+/// A release goes out as a bare `ZREM` of the token, as @gkoos/caracal sends it: removing a
+/// unique token twice removes it once.
+impl Resent for Release {
+    const VERB: &'static str = "ZREM";
+    const KEY: &'static str = "leases";
+
+    fn encode(&token: &Token, sink: &mut dyn Sink) {
+        write_token(token, sink);
+    }
+}
+
+/// Writes `token` as @gkoos/caracal writes it: a hyphenated lowercase UUID.
+fn write_token(token: Token, sink: &mut dyn Sink) {
+    let mut text = uuid::Uuid::encode_buffer();
+    sink.text(
+        uuid::Uuid::from_u128(token)
+            .hyphenated()
+            .encode_lower(&mut text),
+    );
 }
 
 #[cfg(test)]
@@ -608,6 +624,26 @@ mod tests {
             Err(Refusal::Exhausted),
             "even a token already held is not granted past the bound"
         );
+    }
+
+    /// A release's arguments, after the key: the token as @gkoos/caracal writes it.
+    #[test]
+    fn a_release_is_sent_as_its_token_text() {
+        #[derive(Default)]
+        struct Texts(Vec<String>);
+        impl Sink for Texts {
+            fn int(&mut self, n: u64) {
+                self.0.push(n.to_string());
+            }
+            fn text(&mut self, text: &str) {
+                self.0.push(text.to_owned());
+            }
+        }
+        let token = uuid::Uuid::new_v4();
+        let mut texts = Texts::default();
+        <Release as Resent>::encode(&token.as_u128(), &mut texts);
+        assert_eq!(texts.0, [token.hyphenated().to_string()]);
+        assert_eq!((Release::VERB, Release::KEY), ("ZREM", "leases"));
     }
 
     #[test]
