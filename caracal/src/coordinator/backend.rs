@@ -4,14 +4,12 @@
 use std::time::Duration;
 
 use super::memory::MemoryBackend;
-use super::protocol::{FleetOverrides, LeaseAnswer, LeaseCommand};
+use super::protocol::FleetOverrides;
 use super::redis::RedisBackend;
 use super::registry::{Process, Registered, Report, Reporting, Snapshot, StatusRead};
 use crate::error::Error;
-use crate::error::FailureKind;
 use crate::identity::KeyBase;
 use crate::kernel::{Resent, Scripted};
-use crate::policy::bulkhead::kernel::{Lease, Refusal};
 
 // Few coordinators exist (one per process, usually): boxing either variant would only add an
 // indirection to every command.
@@ -65,24 +63,25 @@ impl Backend {
     where
         K::State: std::fmt::Debug,
     {
-        match self {
-            Backend::Memory(memory) => memory.run::<K>(key, &command),
-            Backend::Redis(redis) => redis.run::<K>(key, command).await,
-        }
+        Ok(self.run_sent::<K>(key, command).await?.0)
     }
 
-    /// Runs one lease command.
-    pub(super) async fn lease(&self, command: LeaseCommand<'_>) -> Result<LeaseAnswer, Error> {
+    /// [`run`](Self::run), with when the command was sent: whatever the command's answer set
+    /// on the server, it set it after that.
+    pub(super) async fn run_sent<K: Scripted>(
+        &self,
+        key: &KeyBase,
+        command: K::Command,
+    ) -> Result<(K::Reply, tokio::time::Instant), Error>
+    where
+        K::State: std::fmt::Debug,
+    {
         match self {
             Backend::Memory(memory) => {
                 let sent = tokio::time::Instant::now();
-                let reply = memory.run::<Lease>(&command.identity.key, &command.step())?;
-                Ok(LeaseAnswer {
-                    reply: reply.map_err(lease_refused)?,
-                    sent,
-                })
+                memory.run::<K>(key, &command).map(|reply| (reply, sent))
             }
-            Backend::Redis(redis) => redis.lease(command).await,
+            Backend::Redis(redis) => redis.run_sent::<K>(key, command).await,
         }
     }
 
@@ -222,21 +221,5 @@ impl Backend {
             Backend::Memory(memory) => memory.identity_read(read, key),
             Backend::Redis(redis) => redis.identity_read(read, key).await,
         }
-    }
-}
-
-/// The error a lease command refused whole ends in.
-fn lease_refused(refusal: Refusal) -> Error {
-    match refusal {
-        Refusal::Lost => Error::unavailable(
-            FailureKind::DataLost,
-            "the identity's lease set was lost (flushed, evicted or deleted) while a lease in it \
-             was live",
-        ),
-        Refusal::Exhausted => Error::unavailable(
-            FailureKind::Server,
-            "the identity's fencing counter reached 2^53 - 1: no further lease can carry an exact \
-             token",
-        ),
     }
 }

@@ -40,7 +40,7 @@ pub use self::doctor::Check;
 use self::fleet::Fleet;
 pub use self::incarnation::DataLoss;
 pub(crate) use self::incarnation::{Incarnation, LossCause};
-pub(crate) use self::protocol::{BreakerTarget, LeaseAnswer, LeaseCommand};
+pub(crate) use self::protocol::BreakerTarget;
 pub use self::redis::REDIS_ACL_RULES;
 use self::registry::{Registered, Snapshot, StatusRead, Usage};
 use self::wakeups::Wakeups;
@@ -418,9 +418,21 @@ impl Coordinator {
         self.inner.backend.run::<K>(&identity.key, command).await
     }
 
-    /// Runs one lease command.
-    pub(crate) async fn lease(&self, command: LeaseCommand<'_>) -> Result<LeaseAnswer, Error> {
-        self.inner.backend.lease(command).await
+    /// [`run`](Self::run), with when the command was sent: whatever its answer set on the
+    /// server (a lease's deadline), it set it after that. A batched command may wait in its
+    /// identity's lane before its batch is sent, so this is later than when its caller asked.
+    pub(crate) async fn run_sent<K: Scripted>(
+        &self,
+        identity: &Identity,
+        command: K::Command,
+    ) -> Result<(K::Reply, tokio::time::Instant), Error>
+    where
+        <K as Kernel>::State: fmt::Debug,
+    {
+        self.inner
+            .backend
+            .run_sent::<K>(&identity.key, command)
+            .await
     }
 
     /// Sends `command` of `K` on `identity`'s state without waiting for the answer (a lease's

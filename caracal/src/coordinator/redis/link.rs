@@ -1,7 +1,7 @@
 //! The link to Redis that every command takes: the pool, the per-identity lanes that order and
-//! batch lease acquires, releases and the commands of batching kernels (see
-//! [`lanes`](super::lanes)), and the background tracker that finishes what callers do not wait
-//! for.
+//! batch the commands of batching kernels (see [`lanes`](super::lanes)), the commands sent
+//! until a deadline (see [`until`](super::until)), the live fencing tokens of fenced kernels,
+//! and the background tracker that finishes what callers do not wait for.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -22,18 +22,15 @@ use super::redis_cause;
 use super::until::{Queue, Route};
 use crate::coordinator::background::Background;
 use crate::coordinator::incarnation::{Incarnation, LossCause};
-use crate::coordinator::protocol::LeaseAnswer;
 use crate::coordinator::timer;
 use crate::error::Error;
 use crate::error::FailureKind;
 use crate::identity::KeyBase;
 use crate::kernel::{Script, Scripted};
-use crate::policy::bulkhead::kernel::{Lease, LeaseReply, LeaseStep, Release};
 use crate::sync::lock;
 
 pub(super) struct Link {
     pub(super) pool: Pool,
-    acquires: Arc<Lanes<Acquire>>,
     pub(super) kernel_lanes: KernelLanes,
     /// Where publishing scripts publish, one channel per namespace.
     channel: String,
@@ -59,17 +56,6 @@ struct Live {
 /// How many identities' live tokens are kept before the stale ones are swept.
 const LIVE_SWEEP_AT: usize = 4096;
 
-/// One lease acquire: its token and the settings of its call site.
-pub(super) struct Acquire(pub(super) LeaseStep);
-
-impl Request for Acquire {
-    type Reply = LeaseAnswer;
-
-    fn batches_with(&self, other: &Self) -> bool {
-        Lease::batches_with(&self.0, &other.0)
-    }
-}
-
 /// A request kind with a lane of its own, and how a batch of it is sent.
 pub(super) trait Batched: Request + Sized {
     /// The lanes requests of this kind wait in.
@@ -86,50 +72,6 @@ pub(super) trait Batched: Request + Sized {
     fn unheard(link: &Arc<Link>, key: &KeyBase, request: Self, reply: Self::Reply);
 }
 
-impl Batched for Acquire {
-    fn lanes(link: &Link) -> Arc<Lanes<Self>> {
-        Arc::clone(&link.acquires)
-    }
-
-    async fn call(
-        link: &Arc<Link>,
-        key: &KeyBase,
-        batch: &[Queued<Self>],
-    ) -> Result<Vec<LeaseAnswer>, Error> {
-        // Releases still queued go first, on the same connection: the acquire of a task that
-        // just released must see its own slot free.
-        let releases = link.flush_until::<Release>(key);
-        let steps: Vec<&LeaseStep> = batch.iter().map(|queued| &queued.request.0).collect();
-        // Their replies come before this one's: carried here, they wake no task of their own.
-        let (replies, sent) = link
-            .background
-            .alongside(link.lease(key, &steps), releases)
-            .await?;
-        if let Some(fence) = replies.iter().filter(|r| r.allowed).map(|r| r.fence).max() {
-            link.granted(key, fence, sent + Duration::from_millis(steps[0].ttl));
-        }
-        Ok(replies
-            .into_iter()
-            .map(|reply| LeaseAnswer { reply, sent })
-            .collect())
-    }
-
-    /// Released at once: the caller's own release, sent when it gave up, may have reached the
-    /// server before this acquire and found nothing.
-    fn unheard(
-        link: &Arc<Link>,
-        key: &KeyBase,
-        request: Self,
-        LeaseAnswer { reply, .. }: LeaseAnswer,
-    ) {
-        if reply.allowed {
-            // The server set the lease's deadline before it replied.
-            let until = Instant::now() + Duration::from_millis(request.0.ttl);
-            link.send_until::<Release>(key, &request.0.token, until, Box::new(|_| ()));
-        }
-    }
-}
-
 impl Link {
     pub(super) fn new(
         pool: Pool,
@@ -139,7 +81,6 @@ impl Link {
     ) -> Self {
         Link {
             pool,
-            acquires: Arc::default(),
             kernel_lanes: KernelLanes::default(),
             channel,
             until: Mutex::default(),
@@ -149,33 +90,13 @@ impl Link {
         }
     }
 
-    /// Runs the lease script for `steps` of `key`'s lease set (one acquire or renewal each,
-    /// of one action and one set of settings), telling it the live fencing token this process
-    /// knows of (so that a set lost without a restart is noticed): one reply per step, and
-    /// when the script that ran was sent (see [`eval_sent`](Self::eval_sent)). A set found
-    /// lost is a data loss, noticed here before the error is returned.
-    pub(super) async fn lease(
-        &self,
-        key: &KeyBase,
-        steps: &[&LeaseStep],
-    ) -> Result<(Vec<LeaseReply>, Instant), Error> {
-        match self.script_sent::<Lease>(key, steps, self.known(key)).await {
-            Ok((replies, sent)) => replies
-                .into_iter()
-                .map(|reply| reply.map_err(|_| unreachable!("a refusal is an error reply")))
-                .collect::<Result<_, _>>()
-                .map(|replies| (replies, sent)),
-            Err(error) => Err(self.lease_failed(error)),
-        }
-    }
-
     /// Where publishing scripts publish.
     pub(super) fn channel(&self) -> &str {
         &self.channel
     }
 
-    /// What a failed lease command tells: the script's refusals are no outage.
-    fn lease_failed(&self, error: Error) -> Error {
+    /// What a failed call of a fenced script tells: its refusals are no outage.
+    pub(super) fn fence_failed(&self, error: Error) -> Error {
         let Some(cause) = redis_cause(&error) else {
             return error;
         };
@@ -196,7 +117,7 @@ impl Link {
     }
 
     /// The live fencing token this process knows of for `key` (0 for none).
-    fn known(&self, key: &KeyBase) -> u64 {
+    pub(super) fn known(&self, key: &KeyBase) -> u64 {
         let epoch = self.incarnation.epoch();
         let now = Instant::now();
         lock(&self.live)
@@ -207,7 +128,7 @@ impl Link {
 
     /// Records that the counter of `key` holds at least `fence` until `until`: a grant, or
     /// (with the fence known already) a renewal.
-    fn granted(&self, key: &KeyBase, fence: u64, until: Instant) {
+    pub(super) fn granted(&self, key: &KeyBase, fence: u64, until: Instant) {
         let epoch = self.incarnation.epoch();
         let mut live = lock(&self.live);
         if live.len() >= LIVE_SWEEP_AT {
@@ -231,7 +152,8 @@ impl Link {
         }
     }
 
-    /// A renewal of one of `key`'s leases, sent at `sent`, succeeded: the counter lives on.
+    /// A renewal of one of `key`'s leases, sent at `sent`, succeeded: the counter lives on
+    /// for `ttl` past it.
     pub(super) fn renewed(&self, key: &KeyBase, sent: Instant, ttl: Duration) {
         let known = self.known(key);
         if known > 0 {
@@ -286,22 +208,13 @@ impl Link {
         }
     }
 
-    /// Acquires a lease for `request` in `key`'s lease set, batched with the acquires of the
-    /// same identity that queue while one is in flight.
-    pub(super) fn acquire(
-        self: &Arc<Self>,
-        key: &KeyBase,
-        request: Acquire,
-    ) -> impl Future<Output = Result<LeaseAnswer, Error>> + Send + 'static {
-        self.submit(key, request)
-    }
-
-    /// Runs a command of a batching kernel, batched like [`acquire`](Self::acquire).
+    /// Runs a command of a batching kernel, batched with the commands of the same identity
+    /// that queue while one is in flight: its reply, and when its batch was sent.
     pub(super) fn batched<K: Scripted>(
         self: &Arc<Self>,
         key: &KeyBase,
         command: K::Command,
-    ) -> impl Future<Output = Result<K::Reply, Error>> + Send + 'static {
+    ) -> impl Future<Output = Result<(K::Reply, Instant), Error>> + Send + 'static {
         self.submit(key, Pending::<K>::new(command))
     }
 

@@ -29,18 +29,16 @@ use tokio::time::Instant;
 
 pub(crate) use self::connector::{Topology, Trust};
 pub(crate) use self::doctor::examine;
-use self::link::{Acquire, Link};
+use self::link::Link;
 use self::pool::Pool;
 pub(crate) use self::sentinel::SentinelUrl;
 use super::background::Background;
 use super::doctor::Check;
 use super::feed;
 use super::incarnation::Incarnation;
-use super::protocol::{LeaseAnswer, LeaseCommand};
 use crate::error::Error;
 use crate::identity::KeyBase;
 use crate::kernel::{Resent, Scripted};
-use crate::policy::bulkhead::kernel::LeaseAction;
 
 pub(super) struct RedisBackend {
     link: Arc<Link>,
@@ -241,35 +239,19 @@ impl RedisBackend {
     }
 
     /// Runs one command of kernel `K` on `key`'s identity: batched with the commands of the
-    /// identity that queue while one is in flight, when `K`'s commands batch.
-    pub(super) async fn run<K: Scripted>(
+    /// identity that queue while one is in flight, when `K`'s commands batch. With the reply,
+    /// when the call that answered it was sent (see [`Link::eval_sent`]): a batched command
+    /// may wait in its identity's lane first, so this is later than when its caller asked.
+    pub(super) async fn run_sent<K: Scripted>(
         &self,
         key: &KeyBase,
         command: K::Command,
-    ) -> Result<K::Reply, Error> {
+    ) -> Result<(K::Reply, Instant), Error> {
         if K::BATCHES {
             self.link.batched::<K>(key, command).await
         } else {
-            let mut replies = self.link.script::<K>(key, &[&command], 0).await?;
-            Ok(replies.remove(0))
-        }
-    }
-
-    /// Runs one lease command: an acquire joins its identity's lane (batched with the acquires
-    /// that queue while one is in flight), a renewal goes out at once.
-    pub(super) async fn lease(&self, command: LeaseCommand<'_>) -> Result<LeaseAnswer, Error> {
-        let key = &command.identity.key;
-        let step = command.step();
-        match command.action {
-            LeaseAction::Acquire => self.link.acquire(key, Acquire(step)).await,
-            LeaseAction::Renew => {
-                let (replies, sent) = self.link.lease(key, &[&step]).await?;
-                let reply = replies[0];
-                if reply.allowed {
-                    self.link.renewed(key, sent, command.ttl);
-                }
-                Ok(LeaseAnswer { reply, sent })
-            }
+            let (mut replies, sent) = self.link.script_sent::<K>(key, &[&command]).await?;
+            Ok((replies.remove(0), sent))
         }
     }
 

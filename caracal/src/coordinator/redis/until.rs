@@ -21,7 +21,7 @@ use crate::coordinator::background::{Carry, Parked};
 use crate::coordinator::timer;
 use crate::error::{Error, FailureKind};
 use crate::identity::KeyBase;
-use crate::kernel::Resent;
+use crate::kernel::{Plain, Resent, Sink, Undo};
 use crate::sync::lock;
 
 /// How long a command whose outcome is unknown waits before it is sent again (unless a script
@@ -39,12 +39,12 @@ pub(super) struct Route {
 }
 
 impl Route {
-    /// The route of `K`'s commands for `key`'s identity.
-    fn of<K: Resent>(key: &KeyBase) -> Self {
+    /// The route of `plain` commands for `key`'s identity.
+    fn new(key: &KeyBase, plain: Plain) -> Self {
         Route {
             key: key.clone(),
-            verb: K::VERB,
-            suffix: K::KEY,
+            verb: plain.verb,
+            suffix: plain.key,
         }
     }
 }
@@ -85,12 +85,27 @@ struct Resend {
     done: Box<dyn FnOnce(Result<bool, Error>) + Send>,
 }
 
-/// One command's arguments, written by its kernel.
-struct Encoded<'a, K: Resent>(&'a K::Command);
+/// One command's arguments, written by `encode`.
+struct Encoded<'a>(&'a dyn Fn(&mut dyn Sink));
 
-impl<K: Resent> ToRedisArgs for Encoded<'_, K> {
+impl ToRedisArgs for Encoded<'_> {
     fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
-        K::encode(self.0, &mut Writer(out));
+        (self.0)(&mut Writer(out));
+    }
+}
+
+/// Where a kernel undoes what a reply its caller never heard granted: a command sent until a
+/// deadline on the identity of `key`, its outcome heard by no one.
+pub(super) struct Undoing<'a> {
+    pub(super) link: &'a Arc<Link>,
+    pub(super) key: &'a KeyBase,
+}
+
+impl Undo for Undoing<'_> {
+    fn send(&mut self, plain: Plain, encode: &dyn Fn(&mut dyn Sink), lasts_ns: u64) {
+        let until = Instant::now() + Duration::from_nanos(lasts_ns);
+        self.link
+            .send_encoded(self.key, plain, encode, until, Box::new(|_| ()));
     }
 }
 
@@ -107,9 +122,22 @@ impl Link {
         until: Instant,
         done: Box<dyn FnOnce(Result<bool, Error>) + Send>,
     ) {
-        let route = Route::of::<K>(key);
+        let encode = |sink: &mut dyn Sink| K::encode(command, sink);
+        self.send_encoded(key, K::PLAIN, &encode, until, done);
+    }
+
+    /// [`send_until`](Self::send_until) of a `plain` command whose arguments `encode` writes.
+    fn send_encoded(
+        self: &Arc<Self>,
+        key: &KeyBase,
+        plain: Plain,
+        encode: &dyn Fn(&mut dyn Sink),
+        until: Instant,
+        done: Box<dyn FnOnce(Result<bool, Error>) + Send>,
+    ) {
+        let route = Route::new(key, plain);
         let resend = Resend {
-            args: Encoded::<K>(command).to_redis_args(),
+            args: Encoded(encode).to_redis_args(),
             until,
             done,
         };
@@ -121,10 +149,10 @@ impl Link {
         }
     }
 
-    /// Sends `K`'s commands queued for `key` now; returns the work of those whose replies have
-    /// not been heard yet, for a script call on the same connection to carry.
-    pub(super) fn flush_until<K: Resent>(self: &Arc<Self>, key: &KeyBase) -> Vec<Carry> {
-        let route = Route::of::<K>(key);
+    /// Sends the `plain` commands queued for `key` now; returns the work of those whose
+    /// replies have not been heard yet, for a script call on the same connection to carry.
+    pub(super) fn flush_until(self: &Arc<Self>, key: &KeyBase, plain: Plain) -> Vec<Carry> {
+        let route = Route::new(key, plain);
         let sent = {
             let mut queues = lock(&self.until);
             let Some(queue) = queues.get_mut(&route) else {
@@ -409,52 +437,28 @@ fn outcome_unknown(error: &Error) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use redis::ToRedisArgs;
+
     use super::{Encoded, Route};
     use crate::identity::{Identity, PolicyKind, Scope};
-    use crate::kernel::{Kernel, Now, Resent, Seen, Sink, State};
-
-    /// A removal of texts from a set, as a release is.
-    struct Removal;
-
-    #[derive(Default)]
-    struct Unkept;
-
-    impl State for Unkept {
-        fn forgettable(&self, _: Now) -> bool {
-            true
-        }
-    }
-
-    impl Kernel for Removal {
-        type State = Unkept;
-        type Command = &'static str;
-        type Reply = bool;
-
-        fn step(_: &mut Unkept, _: &&'static str, _: Now, _: &mut Seen) -> bool {
-            false
-        }
-    }
-
-    impl Resent for Removal {
-        const VERB: &'static str = "ZREM";
-        const KEY: &'static str = "leases";
-
-        fn encode(text: &&'static str, sink: &mut dyn Sink) {
-            sink.text(text);
-        }
-    }
+    use crate::kernel::{Plain, Sink};
 
     /// A batch goes on the wire as one command: the verb, the identity's key, then each
     /// command's arguments in turn, each its own argument.
     #[test]
     fn a_batch_is_one_command_of_every_argument() {
         let identity = Identity::new("ns", PolicyKind::Bulkhead, "p", "op", &Scope::GLOBAL);
+        let plain = Plain {
+            verb: "ZREM",
+            key: "leases",
+        };
+        let route = Route::new(&identity.key, plain);
         let texts = ["one", "two"];
-        let route = Route::of::<Removal>(&identity.key);
         let mut ours = redis::cmd(route.verb);
         ours.arg(route.key.key(route.suffix));
-        for text in &texts {
-            for arg in &redis::ToRedisArgs::to_redis_args(&Encoded::<Removal>(text)) {
+        for text in texts {
+            let encode = |sink: &mut dyn Sink| sink.text(text);
+            for arg in &Encoded(&encode).to_redis_args() {
                 ours.arg(arg);
             }
         }

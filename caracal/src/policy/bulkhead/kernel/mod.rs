@@ -54,7 +54,9 @@
 //! Several tokens acquired in one command are decided one after the other at the same `now`,
 //! exactly as the same single acquires would be.
 
-use crate::kernel::{Kernel, Malformed, Now, Resent, Script, Scripted, Seen, Sink, State, Wire};
+use crate::kernel::{
+    Fence, Kernel, Malformed, Now, Plain, Resent, Script, Scripted, Seen, Sink, State, Undo, Wire,
+};
 
 pub(crate) mod adaptive;
 
@@ -399,11 +401,16 @@ impl Kernel for Lease {
 
 static SCRIPT: Script = Script::new("bulkhead_lease", &[include_str!("lease.lua")]);
 
+/// An acquire: batched with the acquires of its identity that queue while one is in flight,
+/// after the identity's waiting releases (the acquire of a task that just released must see
+/// its own slot free). A renewal is a [`Renew`].
 impl Scripted for Lease {
     const SCRIPT: &'static Script = &SCRIPT;
     const KEYS: &'static [&'static str] = &["leases", "fence"];
     const WIDTH: usize = 3;
     const BATCHES: bool = true;
+    const FENCED: bool = true;
+    const AFTER: &'static [Plain] = &[Release::PLAIN];
 
     /// The batch's shared action and settings, the live token the process knows, then every
     /// token as @gkoos/caracal writes them (hyphenated lowercase UUIDs). A refusal of the whole
@@ -437,6 +444,77 @@ impl Scripted for Lease {
     fn batches_with(first: &LeaseStep, other: &LeaseStep) -> bool {
         (first.action, first.ttl, first.limit) == (other.action, other.ttl, other.limit)
     }
+
+    fn fence(reply: &Self::Reply) -> Fence {
+        match reply {
+            Ok(reply) if reply.allowed => Fence::Granted(reply.fence),
+            _ => Fence::Untouched,
+        }
+    }
+
+    /// The counter lives a lease past the deadline the server set, after the send.
+    fn lasts_ns(step: &LeaseStep) -> u64 {
+        step.ttl.saturating_mul(1_000_000)
+    }
+
+    /// Released at once: the caller's own release, sent when it gave up, may have reached the
+    /// server before this acquire and found nothing. The server set the lease's deadline
+    /// before it replied, so the release is worth sending for a lease from now.
+    fn unheard(step: &LeaseStep, reply: &Self::Reply, undo: &mut dyn Undo) {
+        if matches!(reply, Ok(reply) if reply.allowed) {
+            undo.resend::<Release>(&step.token, Self::lasts_ns(step));
+        }
+    }
+}
+
+/// A renewal as a coordinator command: sent at once, never batched, run by the lease script.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Renew;
+
+/// A renewal's step, and the lease's exact time to live (nanoseconds): how long past the send
+/// the renewal keeps the fencing counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Renewal {
+    pub(crate) step: LeaseStep,
+    pub(crate) ttl_ns: u64,
+}
+
+impl Kernel for Renew {
+    type State = LeaseSet;
+    type Command = Renewal;
+    type Reply = Result<LeaseReply, Refusal>;
+
+    fn step(set: &mut LeaseSet, renewal: &Renewal, now: Now, seen: &mut Seen) -> Self::Reply {
+        Lease::step(set, &renewal.step, now, seen)
+    }
+}
+
+impl Scripted for Renew {
+    const SCRIPT: &'static Script = Lease::SCRIPT;
+    const KEYS: &'static [&'static str] = Lease::KEYS;
+    const WIDTH: usize = Lease::WIDTH;
+    const BATCH_REPLY: bool = Lease::BATCH_REPLY;
+    const FENCED: bool = true;
+
+    fn encode(batch: &[&Renewal], wire: &Wire<'_>, sink: &mut dyn Sink) {
+        let steps: Vec<&LeaseStep> = batch.iter().map(|renewal| &renewal.step).collect();
+        Lease::encode(&steps, wire, sink);
+    }
+
+    fn decode(reply: &[i64]) -> Result<Self::Reply, Malformed> {
+        Lease::decode(reply)
+    }
+
+    fn fence(reply: &Self::Reply) -> Fence {
+        match reply {
+            Ok(reply) if reply.allowed => Fence::Kept,
+            _ => Fence::Untouched,
+        }
+    }
+
+    fn lasts_ns(renewal: &Renewal) -> u64 {
+        renewal.ttl_ns
+    }
 }
 
 /// A release as a coordinator command: the token's lease removed (a bare `ZREM` on Redis).
@@ -458,8 +536,10 @@ impl Kernel for Release {
 /// A release goes out as a bare `ZREM` of the token, as @gkoos/caracal sends it: removing a
 /// unique token twice removes it once.
 impl Resent for Release {
-    const VERB: &'static str = "ZREM";
-    const KEY: &'static str = "leases";
+    const PLAIN: Plain = Plain {
+        verb: "ZREM",
+        key: "leases",
+    };
 
     fn encode(&token: &Token, sink: &mut dyn Sink) {
         write_token(token, sink);
@@ -643,7 +723,10 @@ mod tests {
         let mut texts = Texts::default();
         <Release as Resent>::encode(&token.as_u128(), &mut texts);
         assert_eq!(texts.0, [token.hyphenated().to_string()]);
-        assert_eq!((Release::VERB, Release::KEY), ("ZREM", "leases"));
+        assert_eq!(
+            (Release::PLAIN.verb, Release::PLAIN.key),
+            ("ZREM", "leases")
+        );
     }
 
     #[test]
