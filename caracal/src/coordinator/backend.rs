@@ -3,17 +3,13 @@
 
 use std::time::Duration;
 
-use uuid::Uuid;
-
 use super::memory::MemoryBackend;
-use super::protocol::{FleetOverrides, LeaseAnswer, LeaseCommand};
+use super::protocol::FleetOverrides;
 use super::redis::RedisBackend;
 use super::registry::{Process, Registered, Report, Reporting, Snapshot, StatusRead};
 use crate::error::Error;
-use crate::error::FailureKind;
 use crate::identity::KeyBase;
-use crate::kernel::Scripted;
-use crate::policy::bulkhead::kernel::{Lease, Refusal, Release};
+use crate::kernel::{Resent, Scripted};
 
 // Few coordinators exist (one per process, usually): boxing either variant would only add an
 // indirection to every command.
@@ -85,40 +81,43 @@ impl Backend {
     where
         K::State: std::fmt::Debug,
     {
-        match self {
-            Backend::Memory(memory) => memory.run::<K>(key, &command),
-            Backend::Redis(redis) => redis.run::<K>(key, command).await,
-        }
+        Ok(self.run_sent::<K>(key, command).await?.0)
     }
 
-    /// Runs one lease command.
-    pub(super) async fn lease(&self, command: LeaseCommand<'_>) -> Result<LeaseAnswer, Error> {
+    /// [`run`](Self::run), with when the command was sent: whatever the command's answer set
+    /// on the server, it set it after that.
+    pub(super) async fn run_sent<K: Scripted>(
+        &self,
+        key: &KeyBase,
+        command: K::Command,
+    ) -> Result<(K::Reply, tokio::time::Instant), Error>
+    where
+        K::State: std::fmt::Debug,
+    {
         match self {
             Backend::Memory(memory) => {
                 let sent = tokio::time::Instant::now();
-                let reply = memory.run::<Lease>(&command.identity.key, &command.step())?;
-                Ok(LeaseAnswer {
-                    reply: reply.map_err(lease_refused)?,
-                    sent,
-                })
+                memory.run::<K>(key, &command).map(|reply| (reply, sent))
             }
-            Backend::Redis(redis) => redis.lease(command).await,
+            Backend::Redis(redis) => redis.run_sent::<K>(key, command).await,
         }
     }
 
-    /// Releases `token`'s lease at `key` without waiting (see [`Coordinator::release`]).
+    /// Sends `command` of `K` at `key` without waiting (see [`Coordinator::send_until`]).
     ///
-    /// [`Coordinator::release`]: super::Coordinator::release
-    pub(super) fn release(
+    /// [`Coordinator::send_until`]: super::Coordinator::send_until
+    pub(super) fn send_until<K: Resent>(
         &self,
         key: &KeyBase,
-        token: Uuid,
+        command: &K::Command,
         until: tokio::time::Instant,
         on_done: impl FnOnce(Result<bool, Error>) + Send + 'static,
-    ) {
+    ) where
+        K::State: std::fmt::Debug,
+    {
         match self {
-            Backend::Memory(memory) => on_done(memory.run::<Release>(key, &token.as_u128())),
-            Backend::Redis(redis) => redis.release(key, token, until, on_done),
+            Backend::Memory(memory) => on_done(memory.run::<K>(key, command)),
+            Backend::Redis(redis) => redis.send_until::<K>(key, command, until, on_done),
         }
     }
 
@@ -240,21 +239,5 @@ impl Backend {
             Backend::Memory(memory) => memory.identity_read(read, key),
             Backend::Redis(redis) => redis.identity_read(read, key).await,
         }
-    }
-}
-
-/// The error a lease command refused whole ends in.
-fn lease_refused(refusal: Refusal) -> Error {
-    match refusal {
-        Refusal::Lost => Error::unavailable(
-            FailureKind::DataLost,
-            "the identity's lease set was lost (flushed, evicted or deleted) while a lease in it \
-             was live",
-        ),
-        Refusal::Exhausted => Error::unavailable(
-            FailureKind::Server,
-            "the identity's fencing counter reached 2^53 - 1: no further lease can carry an exact \
-             token",
-        ),
     }
 }

@@ -36,8 +36,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use uuid::Uuid;
-
 use self::backend::Backend;
 use self::background::Background;
 pub(crate) use self::breakers::Admission;
@@ -47,7 +45,7 @@ pub use self::doctor::Check;
 use self::fleet::Fleet;
 pub use self::incarnation::DataLoss;
 pub(crate) use self::incarnation::{Incarnation, LossCause};
-pub(crate) use self::protocol::{BreakerTarget, LeaseAnswer, LeaseCommand};
+pub(crate) use self::protocol::BreakerTarget;
 pub use self::redis::REDIS_ACL_RULES;
 use self::registry::{Registered, Snapshot, StatusRead};
 use self::uses::{Usage, Uses};
@@ -57,7 +55,7 @@ use crate::config::overrides::{Overrides, Resolved, Values};
 use crate::error::Error;
 use crate::identity::{Identity, KeyBase, PolicyKind, Scope};
 pub(crate) use crate::kernel::Stamped;
-use crate::kernel::{Kernel, Scripted};
+use crate::kernel::{Kernel, Resent, Scripted};
 
 /// Where distributed policies keep their shared state.
 ///
@@ -433,25 +431,40 @@ impl Coordinator {
         self.inner.backend.run::<K>(&identity.key, command).await
     }
 
-    /// Runs one lease command.
-    pub(crate) async fn lease(&self, command: LeaseCommand<'_>) -> Result<LeaseAnswer, Error> {
-        self.inner.backend.lease(command).await
-    }
-
-    /// Releases `token`'s lease without waiting for the answer. The release is queued on the
-    /// connection before this returns, so a later command from the same task cannot overtake it;
-    /// one whose outcome stays unknown is sent again until `until`, when the lease would have
-    /// expired anyway. `on_done` receives whether the lease was there to remove, or the failure.
-    pub(crate) fn release(
+    /// [`run`](Self::run), with when the command was sent: whatever its answer set on the
+    /// server (a lease's deadline), it set it after that. A batched command may wait in its
+    /// identity's lane before its batch is sent, so this is later than when its caller asked.
+    pub(crate) async fn run_sent<K: Scripted>(
         &self,
         identity: &Identity,
-        token: Uuid,
-        until: tokio::time::Instant,
-        on_done: impl FnOnce(Result<bool, Error>) + Send + 'static,
-    ) {
+        command: K::Command,
+    ) -> Result<(K::Reply, tokio::time::Instant), Error>
+    where
+        <K as Kernel>::State: fmt::Debug,
+    {
         self.inner
             .backend
-            .release(&identity.key, token, until, on_done);
+            .run_sent::<K>(&identity.key, command)
+            .await
+    }
+
+    /// Sends `command` of `K` on `identity`'s state without waiting for the answer (a lease's
+    /// release). It is queued on the connection before this returns, so a later command from
+    /// the same task cannot overtake it; one whose outcome stays unknown is sent again until
+    /// `until` (when the lease would have expired anyway). `on_done` receives whether it took
+    /// effect (the lease was there to remove), or the failure.
+    pub(crate) fn send_until<K: Resent>(
+        &self,
+        identity: &Identity,
+        command: &K::Command,
+        until: tokio::time::Instant,
+        on_done: impl FnOnce(Result<bool, Error>) + Send + 'static,
+    ) where
+        <K as Kernel>::State: fmt::Debug,
+    {
+        self.inner
+            .backend
+            .send_until::<K>(&identity.key, command, until, on_done);
     }
 }
 

@@ -61,6 +61,19 @@ pub(crate) trait Scripted: Kernel {
     /// Whether commands of one identity that queue while a call is in flight go out together
     /// as one call (see [`batches_with`](Self::batches_with)).
     const BATCHES: bool = false;
+    /// Whether a malformed reply is named as a batch's (`WIDTH × count` integers): the replies
+    /// of a batching kernel's script, also when another kernel shares it.
+    const BATCH_REPLY: bool = Self::BATCHES;
+    /// Whether the script keeps a fencing counter the backend follows: every call carries the
+    /// highest token the backend knows to be live in the identity ([`Wire::known`]), the
+    /// script refuses it whole when the counter is below (`CARACAL_LOST`: the keys were lost)
+    /// or would pass its bound (`CARACAL_FENCE`), and each reply says what it did to the
+    /// counter ([`fence`](Self::fence)).
+    const FENCED: bool = false;
+    /// The plain commands of a [`Resent`] kernel still waiting for the identity that go out
+    /// just before a batch of this kernel, on the same connection, so the batch cannot
+    /// overtake them (a release before the next acquire).
+    const AFTER: &'static [Plain] = &[];
 
     /// Writes the arguments of one script call answering every command of `batch` (one
     /// command, unless [`batches_with`](Self::batches_with) lets several share a call).
@@ -75,6 +88,74 @@ pub(crate) trait Scripted: Kernel {
         let _ = (first, other);
         false
     }
+
+    /// What `reply` did to a [`FENCED`](Self::FENCED) kernel's counter.
+    fn fence(reply: &Self::Reply) -> Fence {
+        let _ = reply;
+        Fence::Untouched
+    }
+
+    /// How long past its send (nanoseconds) the counter lives after `command` granted or
+    /// kept it.
+    fn lasts_ns(command: &Self::Command) -> u64 {
+        let _ = command;
+        0
+    }
+
+    /// Undoes through `undo` what `reply` granted to `command`, whose caller gave up before
+    /// it arrived (only a batched command's caller can). Most kernels leave it decided.
+    fn unheard(command: &Self::Command, reply: &Self::Reply, undo: &mut dyn Undo) {
+        let _ = (command, reply, undo);
+    }
+}
+
+/// What a reply of a [`FENCED`](Scripted::FENCED) kernel did to its identity's counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fence {
+    /// Nothing the backend follows.
+    Untouched,
+    /// Granted this token: the counter holds at least it for [`Scripted::lasts_ns`] past the
+    /// send.
+    Granted(u64),
+    /// Kept the counter for [`Scripted::lasts_ns`] past the send (a renewal).
+    Kept,
+}
+
+/// Where a kernel sends what undoes a reply its caller never heard (see
+/// [`Scripted::unheard`]).
+pub(crate) trait Undo {
+    /// Sends `plain`'s command with the arguments `encode` writes, until `lasts_ns`
+    /// nanoseconds from now.
+    fn send(&mut self, plain: Plain, encode: &dyn Fn(&mut dyn Sink), lasts_ns: u64);
+}
+
+impl dyn Undo + '_ {
+    /// Sends `command` of `K` until `lasts_ns` nanoseconds from now.
+    pub(crate) fn resend<K: Resent>(&mut self, command: &K::Command, lasts_ns: u64) {
+        self.send(K::PLAIN, &|sink| K::encode(command, sink), lasts_ns);
+    }
+}
+
+/// A kernel whose command goes out as one plain Redis command on one of its identity's keys
+/// (no script), and may be sent again: the Redis backend sends one whose outcome is unknown
+/// until a deadline (see the coordinator's `send_until`). Commands of one identity that queue
+/// meanwhile go out together as one command, whose integer reply counts the commands that took
+/// effect: so many of them hear `true`, in order, the rest `false`.
+pub(crate) trait Resent: Kernel<Reply = bool> {
+    /// The Redis command and the key it takes.
+    const PLAIN: Plain;
+
+    /// Writes one command's arguments, after the key (a batch writes each in turn).
+    fn encode(command: &Self::Command, sink: &mut dyn Sink);
+}
+
+/// A plain Redis command on one of an identity's keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Plain {
+    /// The command, e.g. `ZREM`.
+    pub(crate) verb: &'static str,
+    /// The suffix of the identity's key it takes, its first argument.
+    pub(crate) key: &'static str,
 }
 
 /// Which branches of a kernel a run reached, one bit per branch: the coverage a differential

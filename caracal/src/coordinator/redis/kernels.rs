@@ -6,6 +6,7 @@ use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use redis::{RedisWrite, ToRedisArgs, Value};
 use tokio::time::Instant;
@@ -13,10 +14,11 @@ use tokio::time::Instant;
 use super::lanes::{Lanes, Queued, Request};
 use super::link::{Batched, Link};
 use super::reply;
+use super::until::Undoing;
 use crate::coordinator::feed;
 use crate::error::Error;
 use crate::identity::KeyBase;
-use crate::kernel::{Publish, Scripted, Sink, Wire};
+use crate::kernel::{Fence, Publish, Scripted, Sink, Wire};
 use crate::sync::lock;
 
 /// The arguments of one script call for `batch`, written straight into the command.
@@ -38,7 +40,7 @@ impl<K: Scripted> ToRedisArgs for Encoded<'_, K> {
 }
 
 /// A [`Sink`] writing each argument into a Redis command.
-struct Writer<'a, W: ?Sized>(&'a mut W);
+pub(super) struct Writer<'a, W: ?Sized>(pub(super) &'a mut W);
 
 impl<W: ?Sized + RedisWrite> Sink for Writer<'_, W> {
     fn int(&mut self, n: u64) {
@@ -54,7 +56,7 @@ impl<W: ?Sized + RedisWrite> Sink for Writer<'_, W> {
 pub(super) fn decode<K: Scripted>(value: Value, count: usize) -> Result<Vec<K::Reply>, Error> {
     let name = K::SCRIPT.name;
     let width = K::WIDTH;
-    let expected = || match K::BATCHES {
+    let expected = || match K::BATCH_REPLY {
         true => format!("{width} × {count}"),
         false => width.to_string(),
     };
@@ -65,24 +67,16 @@ pub(super) fn decode<K: Scripted>(value: Value, count: usize) -> Result<Vec<K::R
 }
 
 impl Link {
-    /// Runs `K`'s script once for every command of `batch` (all of `key`'s identity) and
-    /// decodes one reply per command. `known` is the live fencing token the caller knows of.
-    pub(super) async fn script<K: Scripted>(
-        &self,
-        key: &KeyBase,
-        batch: &[&K::Command],
-        known: u64,
-    ) -> Result<Vec<K::Reply>, Error> {
-        Ok(self.script_sent::<K>(key, batch, known).await?.0)
-    }
-
-    /// [`script`](Self::script), with when the script that ran was sent (see
-    /// [`eval_sent`](Self::eval_sent)).
+    /// Runs `K`'s script once for every command of `batch` (all of `key`'s identity): one
+    /// reply per command, and when the script that ran was sent (see
+    /// [`eval_sent`](Self::eval_sent)). A [`FENCED`](Scripted::FENCED) kernel's call carries
+    /// the live fencing token this process knows of (so that a set lost without a restart is
+    /// noticed), and what its replies did to the counter is recorded; a refusal of the whole
+    /// call as lost is a data loss, noticed here before the error is returned.
     pub(super) async fn script_sent<K: Scripted>(
         &self,
         key: &KeyBase,
         batch: &[&K::Command],
-        known: u64,
     ) -> Result<(Vec<K::Reply>, Instant), Error> {
         let prefix = match K::PUBLISHES {
             Publish::Nothing => String::new(),
@@ -97,12 +91,43 @@ impl Link {
         let wire = Wire {
             channel,
             prefix: &prefix,
-            known,
+            known: if K::FENCED { self.known(key) } else { 0 },
         };
-        let (value, sent) = self
+        let called = self
             .eval_sent(K::SCRIPT, key, &keys, Encoded::<K>::new(batch, wire))
-            .await?;
-        Ok((decode::<K>(value, batch.len())?, sent))
+            .await
+            .and_then(|(value, sent)| Ok((decode::<K>(value, batch.len())?, sent)));
+        if !K::FENCED {
+            return called;
+        }
+        let (replies, sent) = called.map_err(|error| self.fence_failed(error))?;
+        self.learn::<K>(key, batch, &replies, sent);
+        Ok((replies, sent))
+    }
+
+    /// Records what the replies of a fenced `batch`, sent at `sent`, did to the counter of
+    /// `key`: the highest token granted, else whether a renewal kept it.
+    fn learn<K: Scripted>(
+        &self,
+        key: &KeyBase,
+        batch: &[&K::Command],
+        replies: &[K::Reply],
+        sent: Instant,
+    ) {
+        let lasts = || Duration::from_nanos(K::lasts_ns(batch[0]));
+        let fences = replies.iter().map(K::fence);
+        let granted = fences
+            .clone()
+            .filter_map(|fence| match fence {
+                Fence::Granted(fence) => Some(fence),
+                Fence::Untouched | Fence::Kept => None,
+            })
+            .max();
+        if let Some(fence) = granted {
+            self.granted(key, fence, sent + lasts());
+        } else if fences.into_iter().any(|fence| fence == Fence::Kept) {
+            self.renewed(key, sent, lasts());
+        }
     }
 }
 
@@ -116,7 +141,7 @@ impl<K: Scripted> Pending<K> {
 }
 
 impl<K: Scripted> Request for Pending<K> {
-    type Reply = K::Reply;
+    type Reply = (K::Reply, Instant);
 
     fn batches_with(&self, other: &Self) -> bool {
         K::batches_with(&self.0, &other.0)
@@ -132,14 +157,28 @@ impl<K: Scripted> Batched for Pending<K> {
         link: &Arc<Link>,
         key: &KeyBase,
         batch: &[Queued<Self>],
-    ) -> Result<Vec<K::Reply>, Error> {
+    ) -> Result<Vec<(K::Reply, Instant)>, Error> {
         let commands: Vec<&K::Command> = batch.iter().map(|queued| &queued.request.0).collect();
-        link.script::<K>(key, &commands, 0).await
+        let (replies, sent) = if K::AFTER.is_empty() {
+            link.script_sent::<K>(key, &commands).await?
+        } else {
+            // What waits to go out first goes now, on the same connection; its replies come
+            // before this one's: carried here, they wake no task of their own.
+            let waiting = K::AFTER
+                .iter()
+                .flat_map(|&plain| link.flush_until(key, plain))
+                .collect();
+            let call = link.script_sent::<K>(key, &commands);
+            link.background.alongside(call, waiting).await?
+        };
+        Ok(replies.into_iter().map(|reply| (reply, sent)).collect())
     }
 
-    /// A command answered after its caller gave up stays decided: the kernels that batch this
-    /// way charge what they admit, and never refund it.
-    fn unheard(_: &Arc<Link>, _: &KeyBase, _: Self, _: K::Reply) {}
+    /// A command answered after its caller gave up stays decided, unless its kernel undoes it
+    /// (a lease acquired is released).
+    fn unheard(link: &Arc<Link>, key: &KeyBase, request: Self, (reply, _): (K::Reply, Instant)) {
+        K::unheard(&request.0, &reply, &mut Undoing { link, key });
+    }
 }
 
 /// The lanes of every batching kernel, one set per kernel type.

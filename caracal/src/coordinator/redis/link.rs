@@ -1,53 +1,45 @@
 //! The link to Redis that every command takes: the pool, the per-identity lanes that order and
-//! batch lease acquires, releases and the commands of batching kernels (see
-//! [`lanes`](super::lanes)), and the background tracker that finishes what callers do not wait
-//! for.
+//! batch the commands of batching kernels (see [`lanes`](super::lanes)), the commands sent
+//! until a deadline (see [`until`](super::until)), the live fencing tokens of fenced kernels,
+//! and the background tracker that finishes what callers do not wait for.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
-use std::future::{Future, poll_fn};
+use std::future::Future;
 use std::marker::PhantomData;
-use std::pin::{Pin, pin};
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::{ToRedisArgs, Value};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
-use uuid::Uuid;
 
 use super::failure;
 use super::kernels::{KernelLanes, Pending};
 use super::lanes::{Admitted, Driven, Lanes, Queued, Request, answer};
 use super::pool::Pool;
-use super::{redis_cause, reply, token_text};
-use crate::coordinator::background::{Background, Carry, Parked};
+use super::redis_cause;
+use super::until::{Queue, Route};
+use crate::coordinator::background::Background;
 use crate::coordinator::incarnation::{Incarnation, LossCause};
-use crate::coordinator::protocol::LeaseAnswer;
 use crate::coordinator::timer;
 use crate::error::Error;
 use crate::error::FailureKind;
 use crate::identity::KeyBase;
 use crate::kernel::{Script, Scripted};
-use crate::policy::bulkhead::kernel::{Lease, LeaseReply, LeaseStep};
 use crate::sync::lock;
-
-/// How long a release whose outcome is unknown waits before it is sent again (unless an
-/// acquire of its identity sends it sooner): the pool's shortest reconnection interval, so a
-/// retry finds the replacement connection.
-const RELEASE_RETRY_PAUSE: Duration = super::slot::MIN_RECONNECT_INTERVAL;
 
 pub(super) struct Link {
     pub(super) pool: Pool,
-    acquires: Arc<Lanes<Acquire>>,
     pub(super) kernel_lanes: KernelLanes,
     /// Where publishing scripts publish, one channel per namespace.
     channel: String,
-    releases: Mutex<HashMap<KeyBase, Releases>>,
+    /// The commands sent until a deadline, by route (see [`until`](super::until)).
+    pub(super) until: Mutex<HashMap<Route, Queue>>,
     /// The fencing tokens this process knows to be live, by identity (see [`Live`]).
     live: Mutex<HashMap<KeyBase, Live>>,
     incarnation: Arc<Incarnation>,
-    background: Background,
+    pub(super) background: Background,
 }
 
 /// The latest fencing token granted here for one identity, and until when the identity's
@@ -63,52 +55,6 @@ struct Live {
 
 /// How many identities' live tokens are kept before the stale ones are swept.
 const LIVE_SWEEP_AT: usize = 4096;
-
-/// One lease acquire: its token and the settings of its call site.
-pub(super) struct Acquire(pub(super) LeaseStep);
-
-impl Request for Acquire {
-    type Reply = LeaseAnswer;
-
-    fn batches_with(&self, other: &Self) -> bool {
-        Lease::batches_with(&self.0, &other.0)
-    }
-}
-
-/// The releases of one identity: how many `ZREM`s are in flight, those waiting to go out
-/// together (new ones, and those whose `ZREM` may not have run), and whether a retry of the
-/// latter is scheduled.
-#[derive(Default)]
-struct Releases {
-    in_flight: u32,
-    waiting: Vec<Release>,
-    retry_scheduled: bool,
-    /// The batches sent, while their work may be on its shelf: the identity's next acquire
-    /// carries them (see [`Background::alongside`]).
-    sent: Vec<Parked>,
-}
-
-impl Releases {
-    /// Takes everything waiting as the next batch to send, counted in flight.
-    fn take(&mut self) -> Option<Vec<Release>> {
-        if self.waiting.is_empty() {
-            return None;
-        }
-        self.in_flight += 1;
-        Some(std::mem::take(&mut self.waiting))
-    }
-
-    fn idle(&self) -> bool {
-        self.in_flight == 0 && self.waiting.is_empty() && !self.retry_scheduled
-    }
-}
-
-/// One release: its token, until when it is worth sending, and who hears how it ended.
-pub(super) struct Release {
-    pub(super) token: Uuid,
-    pub(super) until: Instant,
-    pub(super) done: Box<dyn FnOnce(Result<bool, Error>) + Send>,
-}
 
 /// A request kind with a lane of its own, and how a batch of it is sent.
 pub(super) trait Batched: Request + Sized {
@@ -126,57 +72,6 @@ pub(super) trait Batched: Request + Sized {
     fn unheard(link: &Arc<Link>, key: &KeyBase, request: Self, reply: Self::Reply);
 }
 
-impl Batched for Acquire {
-    fn lanes(link: &Link) -> Arc<Lanes<Self>> {
-        Arc::clone(&link.acquires)
-    }
-
-    async fn call(
-        link: &Arc<Link>,
-        key: &KeyBase,
-        batch: &[Queued<Self>],
-    ) -> Result<Vec<LeaseAnswer>, Error> {
-        // Releases still queued go first, on the same connection: the acquire of a task that
-        // just released must see its own slot free.
-        let releases = link.flush_releases(key);
-        let steps: Vec<&LeaseStep> = batch.iter().map(|queued| &queued.request.0).collect();
-        // Their replies come before this one's: carried here, they wake no task of their own.
-        let (replies, sent) = link
-            .background
-            .alongside(link.lease(key, &steps), releases)
-            .await?;
-        if let Some(fence) = replies.iter().filter(|r| r.allowed).map(|r| r.fence).max() {
-            link.granted(key, fence, sent + Duration::from_millis(steps[0].ttl));
-        }
-        Ok(replies
-            .into_iter()
-            .map(|reply| LeaseAnswer { reply, sent })
-            .collect())
-    }
-
-    /// Released at once: the caller's own release, sent when it gave up, may have reached the
-    /// server before this acquire and found nothing.
-    fn unheard(
-        link: &Arc<Link>,
-        key: &KeyBase,
-        request: Self,
-        LeaseAnswer { reply, .. }: LeaseAnswer,
-    ) {
-        if reply.allowed {
-            // The server set the lease's deadline before it replied.
-            let until = Instant::now() + Duration::from_millis(request.0.ttl);
-            link.release(
-                key,
-                Release {
-                    token: Uuid::from_u128(request.0.token),
-                    until,
-                    done: Box::new(|_| ()),
-                },
-            );
-        }
-    }
-}
-
 impl Link {
     pub(super) fn new(
         pool: Pool,
@@ -186,33 +81,12 @@ impl Link {
     ) -> Self {
         Link {
             pool,
-            acquires: Arc::default(),
             kernel_lanes: KernelLanes::default(),
             channel,
-            releases: Mutex::default(),
+            until: Mutex::default(),
             live: Mutex::default(),
             incarnation,
             background,
-        }
-    }
-
-    /// Runs the lease script for `steps` of `key`'s lease set (one acquire or renewal each,
-    /// of one action and one set of settings), telling it the live fencing token this process
-    /// knows of (so that a set lost without a restart is noticed): one reply per step, and
-    /// when the script that ran was sent (see [`eval_sent`](Self::eval_sent)). A set found
-    /// lost is a data loss, noticed here before the error is returned.
-    pub(super) async fn lease(
-        &self,
-        key: &KeyBase,
-        steps: &[&LeaseStep],
-    ) -> Result<(Vec<LeaseReply>, Instant), Error> {
-        match self.script_sent::<Lease>(key, steps, self.known(key)).await {
-            Ok((replies, sent)) => replies
-                .into_iter()
-                .map(|reply| reply.map_err(|_| unreachable!("a refusal is an error reply")))
-                .collect::<Result<_, _>>()
-                .map(|replies| (replies, sent)),
-            Err(error) => Err(self.lease_failed(error)),
         }
     }
 
@@ -221,8 +95,8 @@ impl Link {
         &self.channel
     }
 
-    /// What a failed lease command tells: the script's refusals are no outage.
-    fn lease_failed(&self, error: Error) -> Error {
+    /// What a failed call of a fenced script tells: its refusals are no outage.
+    pub(super) fn fence_failed(&self, error: Error) -> Error {
         let Some(cause) = redis_cause(&error) else {
             return error;
         };
@@ -243,7 +117,7 @@ impl Link {
     }
 
     /// The live fencing token this process knows of for `key` (0 for none).
-    fn known(&self, key: &KeyBase) -> u64 {
+    pub(super) fn known(&self, key: &KeyBase) -> u64 {
         let epoch = self.incarnation.epoch();
         let now = Instant::now();
         lock(&self.live)
@@ -254,7 +128,7 @@ impl Link {
 
     /// Records that the counter of `key` holds at least `fence` until `until`: a grant, or
     /// (with the fence known already) a renewal.
-    fn granted(&self, key: &KeyBase, fence: u64, until: Instant) {
+    pub(super) fn granted(&self, key: &KeyBase, fence: u64, until: Instant) {
         let epoch = self.incarnation.epoch();
         let mut live = lock(&self.live);
         if live.len() >= LIVE_SWEEP_AT {
@@ -278,7 +152,8 @@ impl Link {
         }
     }
 
-    /// A renewal of one of `key`'s leases, sent at `sent`, succeeded: the counter lives on.
+    /// A renewal of one of `key`'s leases, sent at `sent`, succeeded: the counter lives on
+    /// for `ttl` past it.
     pub(super) fn renewed(&self, key: &KeyBase, sent: Instant, ttl: Duration) {
         let known = self.known(key);
         if known > 0 {
@@ -333,22 +208,13 @@ impl Link {
         }
     }
 
-    /// Acquires a lease for `request` in `key`'s lease set, batched with the acquires of the
-    /// same identity that queue while one is in flight.
-    pub(super) fn acquire(
-        self: &Arc<Self>,
-        key: &KeyBase,
-        request: Acquire,
-    ) -> impl Future<Output = Result<LeaseAnswer, Error>> + Send + 'static {
-        self.submit(key, request)
-    }
-
-    /// Runs a command of a batching kernel, batched like [`acquire`](Self::acquire).
+    /// Runs a command of a batching kernel, batched with the commands of the same identity
+    /// that queue while one is in flight: its reply, and when its batch was sent.
     pub(super) fn batched<K: Scripted>(
         self: &Arc<Self>,
         key: &KeyBase,
         command: K::Command,
-    ) -> impl Future<Output = Result<K::Reply, Error>> + Send + 'static {
+    ) -> impl Future<Output = Result<(K::Reply, Instant), Error>> + Send + 'static {
         self.submit(key, Pending::<K>::new(command))
     }
 
@@ -415,152 +281,6 @@ impl Link {
         })
     }
 
-    /// Releases a lease without the caller waiting: sent at once (queued on the identity's
-    /// connection before this returns) unless a release of the identity is in flight, in which
-    /// case it goes out with the others that queue meanwhile as one `ZREM`.
-    pub(super) fn release(self: &Arc<Self>, key: &KeyBase, release: Release) {
-        let mut lanes = lock(&self.releases);
-        let lane = lanes.entry(key.clone()).or_default();
-        lane.waiting.push(release);
-        if lane.in_flight == 0 {
-            self.send_waiting(key, lane);
-        }
-    }
-
-    /// Sends the releases queued for `key` now; returns the work of those whose replies have
-    /// not been heard yet, for an acquire on the same connection to carry.
-    fn flush_releases(self: &Arc<Self>, key: &KeyBase) -> Vec<Carry> {
-        let sent = {
-            let mut lanes = lock(&self.releases);
-            let Some(lane) = lanes.get_mut(key) else {
-                return Vec::new();
-            };
-            self.send_waiting(key, lane);
-            std::mem::take(&mut lane.sent)
-        };
-        // Adopted (and their handles dropped) with the lock free: they are on the connection
-        // already, so nothing sent after this can overtake them.
-        sent.iter().filter_map(Parked::adopt).collect()
-    }
-
-    /// Takes what waits in `key`'s `lane` and queues its `ZREM` on the identity's connection.
-    /// Called with the releases' lock held: a batch taken out of the lane must be on the
-    /// connection before an acquire can find the lane empty and go out itself, or that acquire
-    /// would overtake it. (The lock is taken again only after a real wait: see
-    /// [`run_releases`](Self::run_releases).)
-    fn send_waiting(self: &Arc<Self>, key: &KeyBase, lane: &mut Releases) {
-        if let Some(batch) = lane.take() {
-            let starting = Starting::begin(self, key);
-            let sent = self
-                .background
-                .start(Arc::clone(self).run_releases(key.clone(), batch));
-            let unstarted = starting.end();
-            if !unstarted.is_empty() {
-                // Its work was dropped as it started (no runtime would run it, or it panicked):
-                // back in the queue, for the identity's next release or acquire to send.
-                lane.in_flight = lane.in_flight.saturating_sub(1);
-                lane.waiting.splice(0..0, unstarted);
-            }
-            lane.sent.retain(Parked::shelved);
-            if sent.shelved() {
-                lane.sent.push(sent);
-            }
-        }
-    }
-
-    /// Sends one `ZREM` for `batch` and reports it, then sends what queued meanwhile.
-    ///
-    /// A `ZREM` of unique tokens is idempotent, so one whose outcome is unknown (a timeout, a
-    /// dropped connection) is sent again until it is answered or the last of its leases would
-    /// have expired anyway: back in the identity's queue, it goes out just before the
-    /// identity's next acquire, on the acquire's connection, so that acquire cannot overtake
-    /// it; and after a pause if no acquire comes first.
-    fn run_releases(
-        self: Arc<Self>,
-        key: KeyBase,
-        batch: Vec<Release>,
-    ) -> Pin<Box<dyn Future<Output = ()> + Send>> {
-        Box::pin(async move {
-            let tokens: Vec<Uuid> = batch.iter().map(|release| release.token).collect();
-            let mut unsettled = Unsettled {
-                link: &self,
-                key: &key,
-                batch: Some(batch),
-            };
-            let mut waited = false;
-            let sent = {
-                let mut zrem = pin!(self.zrem(&key, &tokens));
-                poll_fn(|cx| {
-                    let polled = zrem.as_mut().poll(cx);
-                    waited |= polled.is_pending();
-                    polled
-                })
-                .await
-            };
-            // Whoever started this holds the releases' lock until its first poll returns; a
-            // `ZREM` that failed at once (no connection) must not take the lock in that poll.
-            // Only then: a task that yields is woken through the scheduler's queue, which on a
-            // multi-thread runtime wakes a second worker.
-            if !waited {
-                tokio::task::yield_now().await;
-            }
-            let batch = unsettled.batch.take().unwrap_or_default();
-            self.settle_releases(&key, batch, sent);
-        })
-    }
-
-    /// Reports how `batch`'s `ZREM` ended and moves the identity's releases on: what may not
-    /// have run goes back into the queue, to be sent again before the next acquire or after a
-    /// pause; what queued meanwhile goes out now.
-    fn settle_releases(
-        self: &Arc<Self>,
-        key: &KeyBase,
-        batch: Vec<Release>,
-        sent: Result<u64, Error>,
-    ) {
-        let again = match sent {
-            Err(error) if outcome_unknown(&error) => {
-                let retry_by = Instant::now() + RELEASE_RETRY_PAUSE;
-                let (again, over): (Vec<_>, Vec<_>) = batch
-                    .into_iter()
-                    .partition(|release| retry_by < release.until);
-                report_releases(over, Err(error));
-                again
-            }
-            result => {
-                report_releases(batch, result);
-                Vec::new()
-            }
-        };
-        let failed = !again.is_empty();
-        let schedule = {
-            let mut lanes = lock(&self.releases);
-            let lane = lanes.entry(key.clone()).or_default();
-            lane.in_flight = lane.in_flight.saturating_sub(1);
-            lane.waiting.splice(0..0, again);
-            // After a failure the connection is likely still down: what waits goes out with
-            // the retry, or before an acquire.
-            if !failed && lane.in_flight == 0 {
-                self.send_waiting(key, lane);
-            }
-            let schedule = failed && !std::mem::replace(&mut lane.retry_scheduled, true);
-            if lane.idle() {
-                lanes.remove(key);
-            }
-            schedule
-        };
-        if schedule {
-            let retry = Retry {
-                link: Arc::clone(self),
-                key: key.clone(),
-            };
-            self.background.start(async move {
-                timer::sleep_until(Instant::now() + RELEASE_RETRY_PAUSE).await;
-                drop(retry);
-            });
-        }
-    }
-
     /// Publishes `message` on `channel`, from the connection of `key`'s identity, in the
     /// background and once: a message lost with a broken connection matters little here (those
     /// who would hear it notice the same loss on their own connections).
@@ -574,24 +294,6 @@ impl Link {
         self.background.start(async move {
             let _ = conn.send(&cmd, deadline).await;
         });
-    }
-
-    /// `ZREM key t1 t2 …` on the identity's connection (queued there at the first poll): how
-    /// many of the tokens held a lease.
-    async fn zrem(&self, key: &KeyBase, tokens: &[Uuid]) -> Result<u64, Error> {
-        let mut cmd = redis::cmd("ZREM");
-        cmd.arg(key.key("leases"));
-        for &token in tokens {
-            cmd.arg(token_text(token));
-        }
-        let deadline = Instant::now() + self.pool.timeout();
-        let mut conn = self.pool.ready(key, deadline).await?;
-        let value = conn
-            .send(&cmd, deadline)
-            .await
-            .map_err(failure::RedisFailure::into_error)?;
-        let tokens = i64::try_from(tokens.len()).unwrap_or(i64::MAX);
-        reply::integer_in("ZREM", value, 0..=tokens).map(|n| n as u64)
     }
 }
 
@@ -614,133 +316,4 @@ impl<R: Batched> Drop for MoveOn<'_, R> {
                 .start(Arc::clone(self.link).run(self.key.clone(), next));
         }
     }
-}
-
-/// The scheduled retry of an identity's releases, sent when this is dropped: after its pause,
-/// or sooner if its work is dropped unfinished (no runtime is left to run it). It is the only
-/// thing that clears `retry_scheduled`, so it must run however its work ends, or no release of
-/// the identity would be retried again.
-struct Retry {
-    link: Arc<Link>,
-    key: KeyBase,
-}
-
-impl Drop for Retry {
-    fn drop(&mut self) {
-        let mut lanes = lock(&self.link.releases);
-        if let Some(lane) = lanes.get_mut(&self.key) {
-            lane.retry_scheduled = false;
-            self.link.send_waiting(&self.key, lane);
-            if lane.idle() {
-                lanes.remove(&self.key);
-            }
-        }
-    }
-}
-
-/// A batch of releases whose `ZREM` has not been settled: dropped unfinished, its outcome is
-/// unknown, and it is settled so (sent again, unless its leases would have expired by then).
-struct Unsettled<'a> {
-    link: &'a Arc<Link>,
-    key: &'a KeyBase,
-    batch: Option<Vec<Release>>,
-}
-
-thread_local! {
-    /// While a batch of releases is started here (see [`Link::send_waiting`]), with the
-    /// releases' lock held: the batch, if its work is dropped as it starts, for the starter to
-    /// put back in its queue (settling it here would take the lock again).
-    static STARTING: RefCell<Option<Unstarted>> = const { RefCell::new(None) };
-}
-
-/// The batch of one identity of one link dropped as it started.
-struct Unstarted {
-    link: *const Link,
-    key: KeyBase,
-    batch: Vec<Release>,
-}
-
-/// A start of a batch of releases in progress on this thread (see [`STARTING`]); what was
-/// there before (a start further up the stack) is put back when it ends, even by a panic.
-struct Starting(Option<Option<Unstarted>>);
-
-impl Starting {
-    fn begin(link: &Arc<Link>, key: &KeyBase) -> Self {
-        let here = Unstarted {
-            link: Arc::as_ptr(link),
-            key: key.clone(),
-            batch: Vec::new(),
-        };
-        Starting(Some(STARTING.replace(Some(here))))
-    }
-
-    /// The batch dropped as it started, if it was.
-    fn end(mut self) -> Vec<Release> {
-        let outer = self.0.take().flatten();
-        STARTING
-            .replace(outer)
-            .map(|unstarted| unstarted.batch)
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for Starting {
-    fn drop(&mut self) {
-        if let Some(outer) = self.0.take() {
-            STARTING.set(outer);
-        }
-    }
-}
-
-impl Drop for Unsettled<'_> {
-    fn drop(&mut self) {
-        let Some(batch) = self.batch.take() else {
-            return;
-        };
-        let batch = STARTING.with_borrow_mut(|starting| match starting {
-            Some(unstarted)
-                if std::ptr::eq(unstarted.link, Arc::as_ptr(self.link))
-                    && unstarted.key == *self.key =>
-            {
-                unstarted.batch.extend(batch);
-                None
-            }
-            _ => Some(batch),
-        });
-        if let Some(batch) = batch {
-            let dropped = Error::unavailable(
-                FailureKind::Disconnected,
-                "the release was dropped unfinished with the runtime carrying it",
-            );
-            self.link.settle_releases(self.key, batch, Err(dropped));
-        }
-    }
-}
-
-/// Tells each release how its batch ended. A batched `ZREM` says how many tokens it removed,
-/// not which: so many of the releases hear that theirs was there, the rest that it had expired
-/// or been released already.
-fn report_releases(batch: Vec<Release>, result: Result<u64, Error>) {
-    match result {
-        Ok(removed) => {
-            for (index, release) in batch.into_iter().enumerate() {
-                (release.done)(Ok((index as u64) < removed));
-            }
-        }
-        Err(error) => {
-            for release in batch {
-                (release.done)(Err(error.clone()));
-            }
-        }
-    }
-}
-
-/// Whether a failed command may not have run (or not been sent at all): worth sending again
-/// when it is idempotent. A server error, a malformed reply or a shut-down coordinator would
-/// only fail again.
-fn outcome_unknown(error: &Error) -> bool {
-    matches!(
-        error.failure_kind(),
-        Some(FailureKind::Timeout | FailureKind::Disconnected)
-    )
 }

@@ -18,6 +18,7 @@ mod sentinel;
 mod server;
 mod shards;
 mod slot;
+mod until;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,22 +26,19 @@ use std::time::Duration;
 
 use redis::Value;
 use tokio::time::Instant;
-use uuid::Uuid;
 
 pub(crate) use self::connector::{Topology, Trust};
 pub(crate) use self::doctor::examine;
-use self::link::{Acquire, Link, Release};
+use self::link::Link;
 use self::pool::Pool;
 pub(crate) use self::sentinel::SentinelUrl;
 use super::background::Background;
 use super::doctor::Check;
 use super::feed;
 use super::incarnation::Incarnation;
-use super::protocol::{LeaseAnswer, LeaseCommand};
 use crate::error::Error;
 use crate::identity::KeyBase;
-use crate::kernel::Scripted;
-use crate::policy::bulkhead::kernel::LeaseAction;
+use crate::kernel::{Resent, Scripted};
 
 pub(super) struct RedisBackend {
     link: Arc<Link>,
@@ -241,56 +239,34 @@ impl RedisBackend {
     }
 
     /// Runs one command of kernel `K` on `key`'s identity: batched with the commands of the
-    /// identity that queue while one is in flight, when `K`'s commands batch.
-    pub(super) async fn run<K: Scripted>(
+    /// identity that queue while one is in flight, when `K`'s commands batch. With the reply,
+    /// when the call that answered it was sent (see [`Link::eval_sent`]): a batched command
+    /// may wait in its identity's lane first, so this is later than when its caller asked.
+    pub(super) async fn run_sent<K: Scripted>(
         &self,
         key: &KeyBase,
         command: K::Command,
-    ) -> Result<K::Reply, Error> {
+    ) -> Result<(K::Reply, Instant), Error> {
         if K::BATCHES {
             self.link.batched::<K>(key, command).await
         } else {
-            let mut replies = self.link.script::<K>(key, &[&command], 0).await?;
-            Ok(replies.remove(0))
+            let (mut replies, sent) = self.link.script_sent::<K>(key, &[&command]).await?;
+            Ok((replies.remove(0), sent))
         }
     }
 
-    /// Runs one lease command: an acquire joins its identity's lane (batched with the acquires
-    /// that queue while one is in flight), a renewal goes out at once.
-    pub(super) async fn lease(&self, command: LeaseCommand<'_>) -> Result<LeaseAnswer, Error> {
-        let key = &command.identity.key;
-        let step = command.step();
-        match command.action {
-            LeaseAction::Acquire => self.link.acquire(key, Acquire(step)).await,
-            LeaseAction::Renew => {
-                let (replies, sent) = self.link.lease(key, &[&step]).await?;
-                let reply = replies[0];
-                if reply.allowed {
-                    self.link.renewed(key, sent, command.ttl);
-                }
-                Ok(LeaseAnswer { reply, sent })
-            }
-        }
-    }
-
-    /// Releases `token`'s lease without the caller waiting (see [`Link::release`]); `done`
-    /// hears whether the lease was there to remove, or the failure. Until `until`, when the
-    /// lease would have expired anyway, a release whose outcome is unknown is sent again.
-    pub(super) fn release(
+    /// Sends `command` of `K` without the caller waiting (see [`Link::send_until`]); `done`
+    /// hears whether it took effect, or the failure. Until `until` a command whose outcome is
+    /// unknown is sent again.
+    pub(super) fn send_until<K: Resent>(
         &self,
         key: &KeyBase,
-        token: Uuid,
+        command: &K::Command,
         until: Instant,
         done: impl FnOnce(Result<bool, Error>) + Send + 'static,
     ) {
-        self.link.release(
-            key,
-            Release {
-                token,
-                until,
-                done: Box::new(done),
-            },
-        );
+        self.link
+            .send_until::<K>(key, command, until, Box::new(done));
     }
 }
 
@@ -332,8 +308,10 @@ fn redis_cause(error: &Error) -> Option<&redis::RedisError> {
     cause.source()?.downcast_ref::<redis::RedisError>()
 }
 
-/// A token as @gkoos/caracal writes it: a hyphenated lowercase UUID.
-pub(crate) fn token_text(token: Uuid) -> String {
+/// A token as @gkoos/caracal writes it: a hyphenated lowercase UUID (for the differential
+/// tests' own `ZREM`s; a release writes its token through its kernel).
+#[cfg(test)]
+pub(crate) fn token_text(token: uuid::Uuid) -> String {
     token.hyphenated().to_string()
 }
 

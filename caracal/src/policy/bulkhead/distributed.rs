@@ -52,14 +52,14 @@ use uuid::Uuid;
 
 use super::events::{self, Degraded, LeaseLoss, Refusal};
 use super::{BulkheadSite, BulkheadValues, adaptive};
-use crate::coordinator::{self, Coordinator, LeaseAnswer, LeaseCommand};
+use crate::coordinator::{self, Coordinator};
 use crate::ctx::{CallCtx, Rejection};
 use crate::error::Error;
 use crate::error::FailureKind;
 use crate::fencing;
 use crate::identity::{Identity, PolicyKind, Scope};
 use crate::metrics::Stopwatch;
-use crate::policy::bulkhead::kernel::LeaseAction;
+use crate::policy::bulkhead::kernel::{self, LeaseAction, LeaseReply, LeaseStep, Release};
 use crate::policy::refuse;
 
 const FIRST_WAIT_PAUSE: Duration = Duration::from_millis(2);
@@ -284,7 +284,7 @@ async fn admit(
             lease: values.lease,
             armed: true,
         };
-        let reply = coordinator.lease(command).await;
+        let reply = lease(coordinator, command).await;
         unclaimed.armed = reply.is_err();
         if let (Some(view), Ok(answer)) = (view, &reply) {
             let occupancy = answer.reply.occupancy;
@@ -354,8 +354,12 @@ impl Drop for UnclaimedLease<'_> {
             // identity's lane before it was sent. Sent by now, it ran within a command timeout
             // (one still waiting is withdrawn, or released when its reply comes).
             let until = Instant::now() + self.lease + self.coordinator.command_timeout();
-            self.coordinator
-                .release(self.identity, self.token, until, |_| ());
+            self.coordinator.send_until::<Release>(
+                self.identity,
+                &self.token.as_u128(),
+                until,
+                |_| (),
+            );
         }
     }
 }
@@ -476,14 +480,94 @@ impl Lease {
             // Counted from before the send: the next renewal is never later than a period
             // after this one went out.
             due = Instant::now() + period;
-            in_flight.push(self.coordinator.lease(LeaseCommand {
-                identity: &self.identity,
-                action: LeaseAction::Renew,
-                token: self.token,
-                ttl: self.ttl,
-                limit,
-            }));
+            in_flight.push(lease(
+                &self.coordinator,
+                LeaseCommand {
+                    identity: &self.identity,
+                    action: LeaseAction::Renew,
+                    token: self.token,
+                    ttl: self.ttl,
+                    limit,
+                },
+            ));
         }
+    }
+}
+
+/// One lease command: `action` on `token`'s lease in `identity`'s lease set.
+#[derive(Debug, Clone, Copy)]
+struct LeaseCommand<'a> {
+    identity: &'a Identity,
+    action: LeaseAction,
+    token: Uuid,
+    ttl: Duration,
+    limit: u32,
+}
+
+impl LeaseCommand<'_> {
+    /// The command as the lease kernel takes it. It knows no live fencing token: the Redis
+    /// backend sends the one it knows when the command goes out, and nothing is ever lost in
+    /// memory.
+    fn step(&self) -> LeaseStep {
+        LeaseStep {
+            action: self.action,
+            token: self.token.as_u128(),
+            // The ttl as the lease set keeps deadlines: whole milliseconds.
+            ttl: u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX),
+            limit: self.limit,
+            known: 0,
+        }
+    }
+}
+
+/// A lease command's answer, and when the command was sent: the server set any deadline it
+/// granted after that. An acquire may wait in its identity's lane before its batch is sent, so
+/// this is later than when its caller asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct LeaseAnswer {
+    reply: LeaseReply,
+    sent: Instant,
+}
+
+/// Runs one lease command: an acquire joins its identity's lane (batched with the acquires
+/// that queue while one is in flight), a renewal goes out at once.
+async fn lease(coordinator: &Coordinator, command: LeaseCommand<'_>) -> Result<LeaseAnswer, Error> {
+    let step = command.step();
+    let (reply, sent) = match command.action {
+        LeaseAction::Acquire => {
+            coordinator
+                .run_sent::<kernel::Lease>(command.identity, step)
+                .await?
+        }
+        LeaseAction::Renew => {
+            let renewal = kernel::Renewal {
+                step,
+                ttl_ns: nanos(command.ttl),
+            };
+            coordinator
+                .run_sent::<kernel::Renew>(command.identity, renewal)
+                .await?
+        }
+    };
+    Ok(LeaseAnswer {
+        reply: reply.map_err(lease_refused)?,
+        sent,
+    })
+}
+
+/// The error a lease command refused whole ends in.
+fn lease_refused(refusal: kernel::Refusal) -> Error {
+    match refusal {
+        kernel::Refusal::Lost => Error::unavailable(
+            FailureKind::DataLost,
+            "the identity's lease set was lost (flushed, evicted or deleted) while a lease in it \
+             was live",
+        ),
+        kernel::Refusal::Exhausted => Error::unavailable(
+            FailureKind::Server,
+            "the identity's fencing counter reached 2^53 - 1: no further lease can carry an exact \
+             token",
+        ),
     }
 }
 
@@ -501,8 +585,9 @@ impl Drop for Lease {
         let coordinator = self.coordinator.clone();
         let identity = self.identity.clone();
         let until = self.since + Duration::from_nanos(self.expired_by.load(Ordering::Acquire));
+        let token = self.token.as_u128();
         self.coordinator
-            .release(&self.identity, self.token, until, move |result| {
+            .send_until::<Release>(&self.identity, &token, until, move |result| {
                 let at = identity.at();
                 match result {
                     Ok(true) => {}

@@ -54,7 +54,9 @@
 //! Several tokens acquired in one command are decided one after the other at the same `now`,
 //! exactly as the same single acquires would be.
 
-use crate::kernel::{Kernel, Malformed, Now, Script, Scripted, Seen, Sink, State, Wire};
+use crate::kernel::{
+    Fence, Kernel, Malformed, Now, Plain, Resent, Script, Scripted, Seen, Sink, State, Undo, Wire,
+};
 
 pub(crate) mod adaptive;
 
@@ -399,11 +401,16 @@ impl Kernel for Lease {
 
 static SCRIPT: Script = Script::new("bulkhead_lease", &[include_str!("lease.lua")]);
 
+/// An acquire: batched with the acquires of its identity that queue while one is in flight,
+/// after the identity's waiting releases (the acquire of a task that just released must see
+/// its own slot free). A renewal is a [`Renew`].
 impl Scripted for Lease {
     const SCRIPT: &'static Script = &SCRIPT;
     const KEYS: &'static [&'static str] = &["leases", "fence"];
     const WIDTH: usize = 3;
     const BATCHES: bool = true;
+    const FENCED: bool = true;
+    const AFTER: &'static [Plain] = &[Release::PLAIN];
 
     /// The batch's shared action and settings, the live token the process knows, then every
     /// token as @gkoos/caracal writes them (hyphenated lowercase UUIDs). A refusal of the whole
@@ -414,13 +421,8 @@ impl Scripted for Lease {
         sink.int(first.ttl);
         sink.int(first.limit.into());
         sink.int(wire.known);
-        let mut text = uuid::Uuid::encode_buffer();
         for step in batch {
-            sink.text(
-                uuid::Uuid::from_u128(step.token)
-                    .hyphenated()
-                    .encode_lower(&mut text),
-            );
+            write_token(step.token, sink);
         }
     }
 
@@ -442,6 +444,77 @@ impl Scripted for Lease {
     fn batches_with(first: &LeaseStep, other: &LeaseStep) -> bool {
         (first.action, first.ttl, first.limit) == (other.action, other.ttl, other.limit)
     }
+
+    fn fence(reply: &Self::Reply) -> Fence {
+        match reply {
+            Ok(reply) if reply.allowed => Fence::Granted(reply.fence),
+            _ => Fence::Untouched,
+        }
+    }
+
+    /// The counter lives a lease past the deadline the server set, after the send.
+    fn lasts_ns(step: &LeaseStep) -> u64 {
+        step.ttl.saturating_mul(1_000_000)
+    }
+
+    /// Released at once: the caller's own release, sent when it gave up, may have reached the
+    /// server before this acquire and found nothing. The server set the lease's deadline
+    /// before it replied, so the release is worth sending for a lease from now.
+    fn unheard(step: &LeaseStep, reply: &Self::Reply, undo: &mut dyn Undo) {
+        if matches!(reply, Ok(reply) if reply.allowed) {
+            undo.resend::<Release>(&step.token, Self::lasts_ns(step));
+        }
+    }
+}
+
+/// A renewal as a coordinator command: sent at once, never batched, run by the lease script.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Renew;
+
+/// A renewal's step, and the lease's exact time to live (nanoseconds): how long past the send
+/// the renewal keeps the fencing counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Renewal {
+    pub(crate) step: LeaseStep,
+    pub(crate) ttl_ns: u64,
+}
+
+impl Kernel for Renew {
+    type State = LeaseSet;
+    type Command = Renewal;
+    type Reply = Result<LeaseReply, Refusal>;
+
+    fn step(set: &mut LeaseSet, renewal: &Renewal, now: Now, seen: &mut Seen) -> Self::Reply {
+        Lease::step(set, &renewal.step, now, seen)
+    }
+}
+
+impl Scripted for Renew {
+    const SCRIPT: &'static Script = Lease::SCRIPT;
+    const KEYS: &'static [&'static str] = Lease::KEYS;
+    const WIDTH: usize = Lease::WIDTH;
+    const BATCH_REPLY: bool = Lease::BATCH_REPLY;
+    const FENCED: bool = true;
+
+    fn encode(batch: &[&Renewal], wire: &Wire<'_>, sink: &mut dyn Sink) {
+        let steps: Vec<&LeaseStep> = batch.iter().map(|renewal| &renewal.step).collect();
+        Lease::encode(&steps, wire, sink);
+    }
+
+    fn decode(reply: &[i64]) -> Result<Self::Reply, Malformed> {
+        Lease::decode(reply)
+    }
+
+    fn fence(reply: &Self::Reply) -> Fence {
+        match reply {
+            Ok(reply) if reply.allowed => Fence::Kept,
+            _ => Fence::Untouched,
+        }
+    }
+
+    fn lasts_ns(renewal: &Renewal) -> u64 {
+        renewal.ttl_ns
+    }
 }
 
 /// A release as a coordinator command: the token's lease removed (a bare `ZREM` on Redis).
@@ -458,6 +531,29 @@ impl Kernel for Release {
         set.expire(now.ms);
         set.release(token, seen)
     }
+}
+
+/// A release goes out as a bare `ZREM` of the token, as @gkoos/caracal sends it: removing a
+/// unique token twice removes it once.
+impl Resent for Release {
+    const PLAIN: Plain = Plain {
+        verb: "ZREM",
+        key: "leases",
+    };
+
+    fn encode(&token: &Token, sink: &mut dyn Sink) {
+        write_token(token, sink);
+    }
+}
+
+/// Writes `token` as @gkoos/caracal writes it: a hyphenated lowercase UUID.
+fn write_token(token: Token, sink: &mut dyn Sink) {
+    let mut text = uuid::Uuid::encode_buffer();
+    sink.text(
+        uuid::Uuid::from_u128(token)
+            .hyphenated()
+            .encode_lower(&mut text),
+    );
 }
 
 #[cfg(test)]
@@ -607,6 +703,29 @@ mod tests {
             set.command(LeaseAction::Acquire, 5, &[1], TERMS, &mut seen),
             Err(Refusal::Exhausted),
             "even a token already held is not granted past the bound"
+        );
+    }
+
+    /// A release's arguments, after the key: the token as @gkoos/caracal writes it.
+    #[test]
+    fn a_release_is_sent_as_its_token_text() {
+        #[derive(Default)]
+        struct Texts(Vec<String>);
+        impl Sink for Texts {
+            fn int(&mut self, n: u64) {
+                self.0.push(n.to_string());
+            }
+            fn text(&mut self, text: &str) {
+                self.0.push(text.to_owned());
+            }
+        }
+        let token = uuid::Uuid::new_v4();
+        let mut texts = Texts::default();
+        <Release as Resent>::encode(&token.as_u128(), &mut texts);
+        assert_eq!(texts.0, [token.hyphenated().to_string()]);
+        assert_eq!(
+            (Release::PLAIN.verb, Release::PLAIN.key),
+            ("ZREM", "leases")
         );
     }
 
