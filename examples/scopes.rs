@@ -13,6 +13,8 @@
 //! cargo run --release -p caracal-examples-metrics --example scopes
 //! # short form: 40 000 scopes, the same rate
 //! cargo run --release -p caracal-examples-metrics --example scopes -- short
+//! # caracal's memory alone: no metrics recorder installed
+//! cargo run --release -p caracal-examples-metrics --example scopes -- no-recorder
 //! # through Redis rather than the in-memory coordinator
 //! CARACAL_REDIS_URL=redis://127.0.0.1:6379 cargo run --release -p caracal-examples-metrics --example scopes -- short
 //! # with an allocator that gives freed pages back to the system (glibc's keeps them)
@@ -113,15 +115,25 @@ async fn first_call_ratio() -> (f64, f64) {
 
 #[tokio::main]
 async fn main() -> Result<(), caracal::Error> {
-    let scopes = match std::env::args().nth(1).as_deref() {
-        Some("short") => SHORT_SCOPES,
-        _ => LONG_SCOPES,
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let scopes = if args.iter().any(|arg| arg == "short") {
+        SHORT_SCOPES
+    } else {
+        LONG_SCOPES
     };
     let idle = caracal::FORGET_IDLE_AFTER;
-    let handle = PrometheusBuilder::new()
-        .idle_timeout(MetricKindMask::GAUGE, Some(idle + Duration::from_secs(5)))
-        .install_recorder()
-        .expect("the Prometheus recorder");
+    // Without a recorder, what remains is caracal's own memory, not the exporter's.
+    let handle = (!args.iter().any(|arg| arg == "no-recorder")).then(|| {
+        PrometheusBuilder::new()
+            .idle_timeout(MetricKindMask::GAUGE, Some(idle + Duration::from_secs(5)))
+            .install_recorder()
+            .expect("the Prometheus recorder")
+    });
+    let series_now = || {
+        handle
+            .as_ref()
+            .map_or(0.0, |handle| scoped_series(&handle.render()) as f64)
+    };
     let coordinator = match std::env::var("CARACAL_REDIS_URL") {
         Ok(url) => {
             caracal::Coordinator::redis(url)
@@ -166,7 +178,7 @@ async fn main() -> Result<(), caracal::Error> {
                     ("t_s", started.elapsed().as_secs_f64()),
                     ("scopes", made as f64),
                     ("rss_mb", rss_mb()),
-                    ("scoped_series", scoped_series(&handle.render()) as f64),
+                    ("scoped_series", series_now()),
                 ],
             );
         }
@@ -180,7 +192,7 @@ async fn main() -> Result<(), caracal::Error> {
             &[
                 ("idle_s", stopped.elapsed().as_secs_f64()),
                 ("rss_mb", rss_mb()),
-                ("scoped_series", scoped_series(&handle.render()) as f64),
+                ("scoped_series", series_now()),
             ],
         );
     }
