@@ -7,7 +7,6 @@
 
 mod backend;
 pub(crate) mod background;
-mod breakers;
 mod builder;
 mod doctor;
 pub(crate) mod feed;
@@ -35,14 +34,12 @@ use uuid::Uuid;
 
 use self::backend::Backend;
 use self::background::Background;
-pub(crate) use self::breakers::Admission;
-use self::breakers::Breakers;
 pub use self::builder::RedisBuilder;
 pub use self::doctor::Check;
 use self::fleet::Fleet;
 pub use self::incarnation::DataLoss;
 pub(crate) use self::incarnation::{Incarnation, LossCause};
-pub(crate) use self::protocol::{BreakerTarget, LeaseAnswer, LeaseCommand};
+pub(crate) use self::protocol::{LeaseAnswer, LeaseCommand};
 pub use self::redis::REDIS_ACL_RULES;
 use self::registry::{Registered, Snapshot, StatusRead, Usage};
 use self::wakeups::Wakeups;
@@ -86,10 +83,11 @@ struct Inner {
     backend: Backend,
     background: Background,
     wakeups: Wakeups,
-    breakers: Breakers,
-    /// Whether this coordinator's transition feed (pub/sub subscription) is running; the task
-    /// clears it when it ends, so the next breaker call starts another.
+    /// Whether this coordinator's feed (pub/sub subscription) is running; the task clears it
+    /// when it ends, so the next call of a kind that listens starts another.
     feed: Arc<AtomicBool>,
+    /// What the kinds registered to read the feed's messages about their identities.
+    listeners: Mutex<Vec<(PolicyKind, Listener)>>,
     incarnation: Arc<Incarnation>,
     overrides: Overrides,
     fleet: Fleet,
@@ -107,7 +105,15 @@ struct Inner {
 /// [`FORGET_IDLE_AFTER`]) when the coordinator sweeps.
 pub(crate) trait ForgetsIdle: Send + Sync + 'static {
     fn forget_idle(&self);
+
+    /// Starts sending now what it holds back to send later: the coordinator shuts down, and
+    /// waits for its background work only so long.
+    fn flush_now(&self) {}
 }
+
+/// How a kind reads a feed message about an identity (see [`Coordinator::listen`]): whether
+/// the payload was the kind's, and well-formed.
+pub(crate) type Listener = fn(&Coordinator, &feed::Heard<'_>) -> bool;
 
 impl fmt::Debug for Coordinator {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -140,7 +146,6 @@ impl Coordinator {
     /// [`FORGET_IDLE_AFTER`]; run with each round of the registry's reports (every few
     /// seconds while the coordinator lives).
     pub(crate) fn forget_idle(&self) {
-        self.breakers().forget_idle();
         let forgetting = crate::sync::lock(&self.inner.forgetting).clone();
         for kept in forgetting {
             kept.forget_idle();
@@ -236,8 +241,8 @@ impl Coordinator {
                 backend,
                 background,
                 wakeups: Wakeups::default(),
-                breakers: Breakers::default(),
                 feed: Arc::default(),
+                listeners: Mutex::default(),
                 incarnation,
                 overrides: Overrides::default(),
                 fleet: Fleet::new(),
@@ -285,7 +290,7 @@ impl Coordinator {
     /// identities the others hold rather than not at all: the sync reads the overrides as soon
     /// as that node answers.
     async fn start(self) -> Result<Self, Error> {
-        self.ensure_transition_feed();
+        self.ensure_feed();
         match self.fleet().sync().await {
             Ok(()) => {}
             Err(error @ Error::CoordinatorUnavailable { .. }) => {
@@ -339,7 +344,10 @@ impl Coordinator {
     /// ```
     pub async fn shutdown(&self) {
         self.inner.shut_down.store(true, Ordering::Release);
-        self.breakers().flush_now();
+        let forgetting = crate::sync::lock(&self.inner.forgetting).clone();
+        for kept in forgetting {
+            kept.flush_now();
+        }
         self.inner.background.flush(self.command_timeout()).await;
         self.inner.backend.close();
     }
@@ -443,11 +451,6 @@ impl Coordinator {
 }
 
 impl Coordinator {
-    /// This coordinator's breaker views: how calls pass its breakers, and what it knows of them.
-    pub(crate) fn breakers(&self) -> breakers::Views<'_> {
-        breakers::Views { coordinator: self }
-    }
-
     /// This coordinator's reports of which call sites use which identities.
     pub(crate) fn uses(&self) -> registry::Uses<'_> {
         registry::Uses { coordinator: self }
@@ -463,8 +466,22 @@ impl Coordinator {
         Arc::downgrade(&self.inner)
     }
 
-    /// Makes sure this process listens for breaker transitions published by other processes.
-    fn ensure_transition_feed(&self) {
+    /// Has `listener` read the feed's messages about `kind`'s identities, and makes sure the
+    /// feed runs. A kind calls it before it can be told of a change: on each call that relies
+    /// on the feed (which restarts it after the subscription ended).
+    pub(crate) fn listen(&self, kind: PolicyKind, listener: Listener) {
+        {
+            let mut listeners = crate::sync::lock(&self.inner.listeners);
+            if !listeners.iter().any(|(listening, _)| *listening == kind) {
+                listeners.push((kind, listener));
+            }
+        }
+        self.ensure_feed();
+    }
+
+    /// Makes sure this process listens to the namespace's feed: what other processes publish
+    /// (kinds' changes, the fleet's overrides, a loss of data).
+    fn ensure_feed(&self) {
         let Some(redis) = self.inner.backend.redis() else {
             return;
         };
@@ -476,11 +493,8 @@ impl Coordinator {
             match weak.upgrade() {
                 Some(inner) => {
                     match message.and_then(feed::parse) {
-                        Some(feed::Message::Transition(transition)) => {
-                            let coordinator = Coordinator { inner };
-                            let views = coordinator.breakers();
-                            views.announce(coordinator.inner.breakers.on_message(transition));
-                            coordinator.changed();
+                        Some(feed::Message::Identity(heard)) => {
+                            Coordinator { inner }.hear(&heard);
                         }
                         Some(feed::Message::Config { version }) => {
                             inner.fleet.announced(version);
@@ -498,6 +512,15 @@ impl Coordinator {
         });
         if !started {
             self.inner.feed.store(false, Ordering::Release);
+        }
+    }
+
+    /// Hands a message about an identity to the first listener that reads it, and tells
+    /// watchers of the change.
+    fn hear(&self, heard: &feed::Heard<'_>) {
+        let listeners = crate::sync::lock(&self.inner.listeners).clone();
+        if listeners.iter().any(|(_, listener)| listener(self, heard)) {
+            self.changed();
         }
     }
 
@@ -695,7 +718,7 @@ impl Coordinator {
 
     /// Completes on the next change an operator would see.
     pub(crate) fn subscribe_changes(&self) -> tokio::sync::broadcast::Receiver<()> {
-        self.ensure_transition_feed();
+        self.ensure_feed();
         self.inner.changes.subscribe()
     }
 }

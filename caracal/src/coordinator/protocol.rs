@@ -7,7 +7,6 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use crate::identity::Identity;
-use crate::policy::breaker::kernel::Settings;
 use crate::policy::bulkhead::kernel::{LeaseAction, LeaseReply, LeaseStep};
 
 /// One lease command: `action` on `token`'s lease in `identity`'s lease set.
@@ -47,13 +46,6 @@ impl LeaseCommand<'_> {
 pub(crate) struct LeaseAnswer {
     pub(crate) reply: LeaseReply,
     pub(crate) sent: tokio::time::Instant,
-}
-
-/// A breaker identity and the settings its commands carry.
-#[derive(Debug, Clone)]
-pub(crate) struct BreakerTarget {
-    pub(crate) identity: Identity,
-    pub(crate) settings: Settings,
 }
 
 /// The fleet's overrides as read.

@@ -10,8 +10,9 @@
 
 use std::future::Future;
 
+use super::views::{Admission, BreakerTarget, Views};
 use super::{BreakerSite, Classify, OnCoordinatorError, ProbeSlot, run_admitted};
-use crate::coordinator::{self, Admission, BreakerTarget};
+use crate::coordinator;
 use crate::ctx::CallCtx;
 use crate::error::Error;
 use crate::events;
@@ -52,11 +53,12 @@ where
         settings: values.settings(false),
     };
     let at = target.identity.at().shadowed(values.shadow);
-    let admission = match coordinator.breakers().admission(&target).await {
+    let views = Views::of(&coordinator);
+    let admission = match views.admission(&target).await {
         Ok(admission) => admission,
         Err(error) => {
             events::breaker_coordinator_error(&at, "admit", &error);
-            let last_known = coordinator.breakers().last_known(&target);
+            let last_known = views.last_known(&target);
             let last_seen_open = matches!(
                 last_known,
                 Some(Phase::Open | Phase::HalfOpen | Phase::ForcedOpen)
@@ -80,9 +82,7 @@ where
             events::breaker_admitted(&at, Phase::Closed, generation, arrival);
             run_admitted(values.slow_after(), ctx, &classify, body, |verdict| {
                 if let Some(observation) = verdict.observation() {
-                    coordinator
-                        .breakers()
-                        .record(&target, generation, observation);
+                    views.record(&target, generation, observation);
                 }
             })
             .await
@@ -95,9 +95,7 @@ where
         Admission::Probe { generation, token } => {
             events::breaker_probe_started(&at, generation, arrival);
             let slot = ProbeSlot(Some(|outcome| {
-                coordinator
-                    .breakers()
-                    .settle_later(&target, token, outcome, generation);
+                views.settle_later(&target, token, outcome, generation);
             }));
             run_admitted(values.slow_after(), ctx, &classify, body, |verdict| {
                 slot.settle(verdict);

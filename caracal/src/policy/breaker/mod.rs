@@ -11,6 +11,7 @@ pub(crate) mod kernel;
 mod local;
 #[cfg(feature = "tower")]
 pub(crate) mod tower;
+pub(crate) mod views;
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
