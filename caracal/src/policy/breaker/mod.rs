@@ -7,6 +7,7 @@
 
 pub(crate) mod descriptor;
 mod distributed;
+mod events;
 pub(crate) mod kernel;
 mod local;
 #[cfg(feature = "tower")]

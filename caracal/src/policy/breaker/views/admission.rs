@@ -10,8 +10,8 @@ use super::view::Tells;
 use super::{Admission, BreakerTarget, ViewDecision, Views, listen};
 use crate::coordinator::{Stamped, WeakCoordinator};
 use crate::error::Error;
-use crate::events;
 use crate::identity::Identity;
+use crate::policy::breaker::events;
 use crate::policy::breaker::kernel::{
     Admit, AdmitCommand, AdmitReply, Force, ForceReply, Forcing, Phase, ProbeOutcome, Settle,
     SettleCommand, SettleReply,
@@ -125,15 +125,13 @@ impl Views<'_> {
             };
             match reply {
                 Ok(Stamped { reply, stamp }) => {
-                    events::breaker_settled(&target.identity.at(), generation, &reply);
+                    events::settled(&target.identity.at(), generation, &reply);
                     let told = reply.told(&target.settings);
                     let learned = told.learned(asked, stamp);
                     let views = Views::of(&coordinator);
                     views.announce(views.state().learn(&target, learned, told.maker));
                 }
-                Err(error) => {
-                    events::breaker_coordinator_error(&target.identity.at(), "settle", &error)
-                }
+                Err(error) => events::coordinator_error(&target.identity.at(), "settle", &error),
             }
         });
     }

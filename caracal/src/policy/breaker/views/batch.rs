@@ -11,7 +11,7 @@ use super::{
 };
 use crate::coordinator::{Stamped, WeakCoordinator, timer};
 use crate::error::Error;
-use crate::events::{self, ChangeOrigin};
+use crate::policy::breaker::events::{self, ChangeOrigin};
 use crate::policy::breaker::kernel::{
     Counts, Observation, Observe, ObserveCommand, ObserveReply, Phase,
 };
@@ -140,8 +140,8 @@ impl Views<'_> {
         let breakers = self.state();
         let at = target.identity.at();
         match &reply {
-            Ok(stamped) => events::breaker_observed(&at, attempted, &stamped.reply),
-            Err(error) => events::breaker_coordinator_error(&at, "observe", error),
+            Ok(stamped) => events::observed(&at, attempted, &stamped.reply),
+            Err(error) => events::coordinator_error(&at, "observe", error),
         }
         let change = {
             // One critical section: an admission deciding from the view sees the batch either

@@ -50,9 +50,9 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use self::view::{Lapse, Learned, Maker, View, learn_in};
+use super::events::{self, ChangeOrigin};
 use crate::coordinator::feed::{Heard, Origin};
 use crate::coordinator::{Coordinator, ForgetsIdle, Stamped};
-use crate::events::{self, ChangeOrigin};
 use crate::identity::{Identity, KeyBase, PolicyKind};
 use crate::policy::breaker::kernel::{
     Counts, Force, ForceReply, Phase, Settings, Transition as BreakerTransition,
@@ -243,9 +243,9 @@ impl Views<'_> {
         else {
             return;
         };
-        events::breaker_phase(&identity.at(), change.to);
-        if origin != ChangeOrigin::Operator || !events::warn_enabled() {
-            events::breaker_state_changed(&identity.at(), change, window, origin, None);
+        events::phase(&identity.at(), change.to);
+        if origin != ChangeOrigin::Operator || !crate::events::warn_enabled() {
+            events::state_changed(&identity.at(), change, window, origin, None);
             return;
         }
         let coordinator = self.coordinator.clone();
@@ -254,7 +254,7 @@ impl Views<'_> {
             let read = coordinator.steered_by(kind, &identity.key, change.to.as_str());
             let operator = read.await.ok().flatten();
             let at = identity.at();
-            events::breaker_state_changed(&at, change, window, origin, operator.as_ref());
+            events::state_changed(&at, change, window, origin, operator.as_ref());
         });
     }
 }
