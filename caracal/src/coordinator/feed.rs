@@ -10,9 +10,10 @@
 //! hash that does not name its kind, and the wire format is the one every version publishes,
 //! so a message belongs to the kind whose listener reads it.
 
-use std::sync::LazyLock;
+use std::sync::{LazyLock, Mutex};
 
-use crate::identity::KeyBase;
+use super::Coordinator;
+use crate::identity::{KeyBase, PolicyKind};
 
 /// Who changed a state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +64,33 @@ pub(crate) enum Message<'a> {
     Config { version: u64 },
     /// A process noticed that the server lost its data; `own` when it was this one.
     Lost { own: bool },
+}
+
+/// How a kind reads a feed message about an identity (see
+/// [`Coordinator::listen`](super::Coordinator::listen)): whether the payload was the kind's,
+/// and well-formed.
+pub(crate) type Listener = fn(&Coordinator, &Heard<'_>) -> bool;
+
+/// The listeners the kinds registered, one per kind.
+#[derive(Debug, Default)]
+pub(super) struct Listeners(Mutex<Vec<(PolicyKind, Listener)>>);
+
+impl Listeners {
+    /// Registers `listener` for `kind`, unless the kind has one.
+    pub(super) fn add(&self, kind: PolicyKind, listener: Listener) {
+        let mut listeners = crate::sync::lock(&self.0);
+        if !listeners.iter().any(|(listening, _)| *listening == kind) {
+            listeners.push((kind, listener));
+        }
+    }
+
+    /// Hands `heard` to the listeners until one reads it; whether one did.
+    pub(super) fn hand(&self, coordinator: &Coordinator, heard: &Heard<'_>) -> bool {
+        let listeners = crate::sync::lock(&self.0).clone();
+        listeners
+            .iter()
+            .any(|(_, listener)| listener(coordinator, heard))
+    }
 }
 
 /// What this process publishes when it noticed a loss of data.

@@ -12,6 +12,7 @@ mod doctor;
 pub(crate) mod feed;
 mod fleet;
 mod incarnation;
+mod kept;
 mod memory;
 mod operators;
 mod protocol;
@@ -22,12 +23,10 @@ pub(crate) mod timer;
 pub(crate) mod url;
 mod wakeups;
 
-use std::any::{Any, TypeId};
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use uuid::Uuid;
@@ -39,6 +38,8 @@ pub use self::doctor::Check;
 use self::fleet::Fleet;
 pub use self::incarnation::DataLoss;
 pub(crate) use self::incarnation::{Incarnation, LossCause};
+pub(crate) use self::kept::ForgetsIdle;
+use self::kept::Kept;
 pub(crate) use self::protocol::{LeaseAnswer, LeaseCommand};
 pub use self::redis::REDIS_ACL_RULES;
 use self::registry::{Registered, Snapshot, StatusRead, Usage};
@@ -86,8 +87,7 @@ struct Inner {
     /// Whether this coordinator's feed (pub/sub subscription) is running; the task clears it
     /// when it ends, so the next call of a kind that listens starts another.
     feed: Arc<AtomicBool>,
-    /// What the kinds registered to read the feed's messages about their identities.
-    listeners: Mutex<Vec<(PolicyKind, Listener)>>,
+    listeners: feed::Listeners,
     incarnation: Arc<Incarnation>,
     overrides: Overrides,
     fleet: Fleet,
@@ -96,24 +96,8 @@ struct Inner {
     changes: tokio::sync::broadcast::Sender<()>,
     shut_down: AtomicBool,
     /// What kinds keep per coordinator (views of fleet-wide state), one value per type.
-    kept: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
-    /// Those of `kept` that remember identities, swept by [`Coordinator::forget_idle`].
-    forgetting: Mutex<Vec<Arc<dyn ForgetsIdle>>>,
+    kept: Kept,
 }
-
-/// What a kind keeps per coordinator about identities, which forgets the idle ones (see
-/// [`FORGET_IDLE_AFTER`]) when the coordinator sweeps.
-pub(crate) trait ForgetsIdle: Send + Sync + 'static {
-    fn forget_idle(&self);
-
-    /// Starts sending now what it holds back to send later: the coordinator shuts down, and
-    /// waits for its background work only so long.
-    fn flush_now(&self) {}
-}
-
-/// How a kind reads a feed message about an identity (see [`Coordinator::listen`]): whether
-/// the payload was the kind's, and well-formed.
-pub(crate) type Listener = fn(&Coordinator, &feed::Heard<'_>) -> bool;
 
 impl fmt::Debug for Coordinator {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -146,8 +130,7 @@ impl Coordinator {
     /// [`FORGET_IDLE_AFTER`]; run with each round of the registry's reports (every few
     /// seconds while the coordinator lives).
     pub(crate) fn forget_idle(&self) {
-        let forgetting = crate::sync::lock(&self.inner.forgetting).clone();
-        for kept in forgetting {
+        for kept in self.inner.kept.forgetting() {
             kept.forget_idle();
         }
         crate::tally::forget_idle(FORGET_IDLE_AFTER);
@@ -242,15 +225,14 @@ impl Coordinator {
                 background,
                 wakeups: Wakeups::default(),
                 feed: Arc::default(),
-                listeners: Mutex::default(),
+                listeners: feed::Listeners::default(),
                 incarnation,
                 overrides: Overrides::default(),
                 fleet: Fleet::new(),
                 usage: Usage::default(),
                 changes: tokio::sync::broadcast::Sender::new(16),
                 shut_down: AtomicBool::new(false),
-                kept: Mutex::default(),
-                forgetting: Mutex::default(),
+                kept: Kept::default(),
             }),
         }
     }
@@ -344,8 +326,7 @@ impl Coordinator {
     /// ```
     pub async fn shutdown(&self) {
         self.inner.shut_down.store(true, Ordering::Release);
-        let forgetting = crate::sync::lock(&self.inner.forgetting).clone();
-        for kept in forgetting {
+        for kept in self.inner.kept.forgetting() {
             kept.flush_now();
         }
         self.inner.background.flush(self.command_timeout()).await;
@@ -394,26 +375,12 @@ impl Coordinator {
     /// The `T` this coordinator keeps for a kind (what its processes know of fleet-wide state),
     /// made on first use: each coordinator its own, as each process of a fleet has its own.
     pub(crate) fn kept<T: Default + Send + Sync + 'static>(&self) -> Arc<T> {
-        let mut kept = crate::sync::lock(&self.inner.kept);
-        let entry = kept
-            .entry(TypeId::of::<T>())
-            .or_insert_with(|| Arc::new(T::default()));
-        Arc::clone(entry)
-            .downcast()
-            .unwrap_or_else(|_| unreachable!("filed under its own type"))
+        self.inner.kept.get(|_| {})
     }
 
     /// [`kept`](Self::kept), for a `T` that remembers identities: swept with the others.
     pub(crate) fn kept_forgetting<T: Default + ForgetsIdle>(&self) -> Arc<T> {
-        let mut kept = crate::sync::lock(&self.inner.kept);
-        let entry = kept.entry(TypeId::of::<T>()).or_insert_with(|| {
-            let made = Arc::new(T::default());
-            crate::sync::lock(&self.inner.forgetting).push(Arc::clone(&made) as _);
-            made
-        });
-        Arc::clone(entry)
-            .downcast()
-            .unwrap_or_else(|_| unreachable!("filed under its own type"))
+        self.inner.kept.get_forgetting()
     }
 
     /// Runs one command of kernel `K` on `identity`'s state, wherever this coordinator keeps it.
@@ -469,13 +436,8 @@ impl Coordinator {
     /// Has `listener` read the feed's messages about `kind`'s identities, and makes sure the
     /// feed runs. A kind calls it before it can be told of a change: on each call that relies
     /// on the feed (which restarts it after the subscription ended).
-    pub(crate) fn listen(&self, kind: PolicyKind, listener: Listener) {
-        {
-            let mut listeners = crate::sync::lock(&self.inner.listeners);
-            if !listeners.iter().any(|(listening, _)| *listening == kind) {
-                listeners.push((kind, listener));
-            }
-        }
+    pub(crate) fn listen(&self, kind: PolicyKind, listener: feed::Listener) {
+        self.inner.listeners.add(kind, listener);
         self.ensure_feed();
     }
 
@@ -494,7 +456,10 @@ impl Coordinator {
                 Some(inner) => {
                     match message.and_then(feed::parse) {
                         Some(feed::Message::Identity(heard)) => {
-                            Coordinator { inner }.hear(&heard);
+                            let coordinator = Coordinator { inner };
+                            if coordinator.inner.listeners.hand(&coordinator, &heard) {
+                                coordinator.changed();
+                            }
                         }
                         Some(feed::Message::Config { version }) => {
                             inner.fleet.announced(version);
@@ -512,15 +477,6 @@ impl Coordinator {
         });
         if !started {
             self.inner.feed.store(false, Ordering::Release);
-        }
-    }
-
-    /// Hands a message about an identity to the first listener that reads it, and tells
-    /// watchers of the change.
-    fn hear(&self, heard: &feed::Heard<'_>) {
-        let listeners = crate::sync::lock(&self.inner.listeners).clone();
-        if listeners.iter().any(|(_, listener)| listener(self, heard)) {
-            self.changed();
         }
     }
 
