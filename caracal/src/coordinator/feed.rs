@@ -10,7 +10,7 @@
 //! hash that does not name its kind, and the wire format is the one every version publishes,
 //! so a message belongs to the kind whose listener reads it.
 
-use std::sync::{LazyLock, Mutex};
+use std::sync::{LazyLock, OnceLock};
 
 use super::Coordinator;
 use crate::identity::{KeyBase, PolicyKind};
@@ -71,25 +71,25 @@ pub(crate) enum Message<'a> {
 /// and well-formed.
 pub(crate) type Listener = fn(&Coordinator, &Heard<'_>) -> bool;
 
-/// The listeners the kinds registered, one per kind.
+/// The listeners the kinds registered, one per kind: set once, read without a lock (a kind
+/// registers on each call that relies on the feed).
 #[derive(Debug, Default)]
-pub(super) struct Listeners(Mutex<Vec<(PolicyKind, Listener)>>);
+pub(super) struct Listeners([OnceLock<Listener>; PolicyKind::ALL.len()]);
 
 impl Listeners {
     /// Registers `listener` for `kind`, unless the kind has one.
     pub(super) fn add(&self, kind: PolicyKind, listener: Listener) {
-        let mut listeners = crate::sync::lock(&self.0);
-        if !listeners.iter().any(|(listening, _)| *listening == kind) {
-            listeners.push((kind, listener));
+        if let Some(at) = PolicyKind::ALL.iter().position(|known| *known == kind) {
+            self.0[at].get_or_init(|| listener);
         }
     }
 
     /// Hands `heard` to the listeners until one reads it; whether one did.
     pub(super) fn hand(&self, coordinator: &Coordinator, heard: &Heard<'_>) -> bool {
-        let listeners = crate::sync::lock(&self.0).clone();
-        listeners
+        self.0
             .iter()
-            .any(|(_, listener)| listener(coordinator, heard))
+            .filter_map(OnceLock::get)
+            .any(|listener| listener(coordinator, heard))
     }
 }
 
