@@ -50,6 +50,7 @@ use crate::error::Error;
 use crate::identity::PolicyKind;
 pub use crate::operator::Operator;
 use crate::policy::breaker::kernel::{Force, Phase};
+use crate::policy::breaker::views::{self, Views};
 pub use crate::policy::descriptor::StatusValue;
 use crate::policy::{
     self,
@@ -235,7 +236,7 @@ impl Admin {
                         Some(records) => records,
                         None => records.insert(self.coordinator.operator_records().await?),
                     };
-                    records.breaker(&identity.key, phase)?
+                    records.steered(identity.kind, &identity.key, phase.as_str())?
                 }
                 None => None,
             };
@@ -323,12 +324,11 @@ impl Admin {
         };
         self.coordinator.registry_hold(&identity, held_ms).await?;
         // Before the command: a process that learns of the change reads who made it.
+        let (kind, state) = (PolicyKind::CircuitBreaker, to.phase().as_str());
         self.coordinator
-            .record_breaker_operator(&identity.key, to.phase(), operator)
+            .record_steering(kind, &identity.key, state, operator)
             .await?;
-        let reply = self
-            .coordinator
-            .breakers()
+        let reply = Views::of(&self.coordinator)
             .force(&identity, force)
             .await?
             .reply;
@@ -513,6 +513,7 @@ impl Admin {
     /// namespace, an override (or, at the latest, after `at_most`). `caracal watch` redraws
     /// the status each time.
     pub async fn changed(&self, at_most: Duration) {
+        views::listen(&self.coordinator);
         let mut changes = self.coordinator.subscribe_changes();
         let _ = tokio::time::timeout(at_most, changes.recv()).await;
     }

@@ -22,9 +22,8 @@ use std::time::Duration;
 use crate::error::Error;
 use crate::labels::At;
 use crate::labels::{Call, Decision};
-use crate::metrics::{self, Stopwatch};
+use crate::metrics;
 use crate::operator::Operator;
-use crate::policy::breaker::kernel::{Counts, ObserveReply, Phase, SettleReply, Transition};
 use crate::summary;
 
 /// An event of a [`Call`]; such policies only ever run within this process.
@@ -82,16 +81,6 @@ pub(crate) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// [`summary::repeat_across`] for the coordinator in force: what its loss causes is said once
-/// per policy, apart from what another coordinator's does.
-pub(crate) fn repeat_across(
-    event: &'static str,
-    at: &At<'_>,
-    condition: &[&str],
-) -> Option<summary::Across> {
-    summary::repeat_across(event, at, crate::coordinator::current_id(), condition)
-}
-
 /// Counts a bulkhead's or rate limit's refusal: a coordinator that could not answer is the
 /// degraded decision of a policy that fails closed; anything else, its rule's rejection.
 pub(crate) fn rejected_or_degraded(at: &At<'_>, reason: &'static str) {
@@ -103,7 +92,7 @@ pub(crate) fn rejected_or_degraded(at: &At<'_>, reason: &'static str) {
 
 /// Counts a refusal as `decision`, or, by a policy in shadow mode, as `would_reject` with the
 /// same reason: the call it would have refused runs.
-fn refused(at: &At<'_>, decision: Decision, reason: &'static str) {
+pub(crate) fn refused(at: &At<'_>, decision: Decision, reason: &'static str) {
     let decision = if at.shadow {
         Decision::WouldReject
     } else {
@@ -133,199 +122,6 @@ pub(crate) fn would_reject(at: &At<'_>, reason: &'static str) {
         }
         "rate_limit" => policy_event!(DEBUG, "rate_limit.would_reject", at, reason, suppressed),
         _ => policy_event!(DEBUG, "retry_budget.would_reject", at, reason, suppressed),
-    }
-}
-
-/// Who made a breaker's change that a process learned of: `local` (this process), `remote`
-/// (another) or `operator`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ChangeOrigin {
-    Local,
-    Remote,
-    Operator,
-}
-
-impl ChangeOrigin {
-    fn as_str(self) -> &'static str {
-        match self {
-            ChangeOrigin::Local => "local",
-            ChangeOrigin::Remote => "remote",
-            ChangeOrigin::Operator => "operator",
-        }
-    }
-}
-
-/// A breaker's change, made by `origin` (and `operator`, who gave the command, when known).
-/// The state gauge is not set here but with [`breaker_phase`], as soon as the change is
-/// learned: the event of an operator's change waits for the operator's record.
-pub(crate) fn breaker_state_changed(
-    at: &At<'_>,
-    change: Transition,
-    window: Option<Counts>,
-    origin: ChangeOrigin,
-    operator: Option<&Operator>,
-) {
-    let (window_total, window_failures, window_slow) = match window {
-        Some(window) => (Some(window.total), Some(window.failures), Some(window.slow)),
-        None => (None, None, None),
-    };
-    policy_event!(
-        WARN,
-        "circuit_breaker.state_changed",
-        at,
-        from = change.from.as_str(),
-        to = change.to.as_str(),
-        generation = change.generation,
-        origin = origin.as_str(),
-        window_total,
-        window_failures,
-        window_slow,
-        who = operator.map(|operator| operator.who.as_str()),
-        reason = operator.and_then(|operator| operator.reason.as_deref())
-    );
-}
-
-/// This process learned a breaker's phase for the first time (its view of a distributed
-/// breaker was made, or a local breaker was): not a change, so no event, but the state gauge
-/// starts here.
-/// Also what a change sets, before its event.
-pub(crate) fn breaker_phase(at: &At<'_>, phase: Phase) {
-    metrics::breaker_phase(at, phase);
-}
-
-/// A breaker admitted an ordinary call, closed or forced closed (probes are
-/// [`breaker_probe_started`]), that reached it at `arrival`.
-pub(crate) fn breaker_admitted(at: &At<'_>, state: Phase, generation: u64, arrival: Stopwatch) {
-    policy_event!(
-        DEBUG,
-        "circuit_breaker.admitted",
-        at,
-        state = state.as_str(),
-        generation
-    );
-    metrics::admitted(at, state.as_str(), arrival);
-}
-
-/// A recorded batch of outcomes (one call, locally) and the window it left.
-pub(crate) fn breaker_observation(at: &At<'_>, generation: u64, window: Counts) {
-    policy_event!(
-        DEBUG,
-        "circuit_breaker.observation",
-        at,
-        generation,
-        window_total = window.total,
-        window_failures = window.failures,
-        window_slow = window.slow
-    );
-    metrics::breaker_window(at, window);
-}
-
-/// A result admitted under an older generation was dropped.
-pub(crate) fn breaker_observation_stale(
-    at: &At<'_>,
-    attempt_generation: u64,
-    current_generation: u64,
-) {
-    policy_event!(
-        DEBUG,
-        "circuit_breaker.observation_stale",
-        at,
-        attempt_generation,
-        current_generation
-    );
-}
-
-pub(crate) fn breaker_rejected(
-    at: &At<'_>,
-    state: Phase,
-    generation: Option<u64>,
-    retry_after: Option<Duration>,
-) {
-    refused(at, Decision::Rejected, state.as_str());
-    if at.shadow {
-        return would_reject(at, state.as_str());
-    }
-    let Some(suppressed) = summary::repeat("circuit_breaker.rejected", at, &[state.as_str()])
-    else {
-        return;
-    };
-    policy_event!(
-        DEBUG,
-        "circuit_breaker.rejected",
-        at,
-        state = state.as_str(),
-        generation,
-        retry_after_ms = retry_after.map(millis),
-        suppressed
-    );
-}
-
-/// A probe was admitted (a call that reached the half-open breaker at `arrival`).
-pub(crate) fn breaker_probe_started(at: &At<'_>, generation: u64, arrival: Stopwatch) {
-    policy_event!(INFO, "circuit_breaker.probe_started", at, generation);
-    metrics::admitted(at, Phase::HalfOpen.as_str(), arrival);
-}
-
-/// The coordinator could not answer: `behaviour` is `"fail_open"` or `"fail_closed"`.
-pub(crate) fn breaker_degraded(at: &At<'_>, behaviour: &'static str, last_known: Option<Phase>) {
-    match behaviour {
-        "fail_closed" => refused(at, Decision::Degraded, behaviour),
-        _ => metrics::decided(at, Decision::Degraded, behaviour),
-    }
-    let condition = [behaviour, last_known.map_or("unknown", Phase::as_str)];
-    let Some(said) = repeat_across("circuit_breaker.degraded", at, &condition) else {
-        return;
-    };
-    policy_event!(
-        WARN,
-        "circuit_breaker.degraded",
-        at,
-        reason = "coordinator_unavailable",
-        behaviour,
-        last_known = last_known.map(Phase::as_str),
-        suppressed = said.suppressed,
-        identities = said.identities
-    );
-}
-
-/// A breaker command failed: `command` is `"admit"`, `"observe"` or `"settle"` (not
-/// `operation`, which every policy event carries as the identity's operation).
-pub(crate) fn breaker_coordinator_error(at: &At<'_>, command: &'static str, error: &Error) {
-    let failure = error.failure_kind().map(|k| k.as_str());
-    let condition = [command, failure.unwrap_or(error.code())];
-    let Some(said) = repeat_across("circuit_breaker.coordinator_error", at, &condition) else {
-        return;
-    };
-    policy_event!(
-        WARN,
-        "circuit_breaker.coordinator_error",
-        at,
-        command,
-        error = error.code(),
-        failure,
-        suppressed = said.suppressed,
-        identities = said.identities
-    );
-}
-
-/// The per-call events an observation's reply calls for (its state change, if any, is the
-/// caller's to announce).
-pub(crate) fn breaker_observed(at: &At<'_>, attempted: u64, reply: &ObserveReply) {
-    match *reply {
-        ObserveReply::Recorded { generation, window }
-        | ObserveReply::Opened { generation, window } => {
-            breaker_observation(at, generation, window);
-        }
-        ObserveReply::Stale { generation, .. } => {
-            breaker_observation_stale(at, attempted, generation)
-        }
-    }
-}
-
-/// The per-call events a probe settlement's reply calls for.
-pub(crate) fn breaker_settled(at: &At<'_>, attempted: u64, reply: &SettleReply) {
-    if let SettleReply::Stale { generation, .. } = *reply {
-        breaker_observation_stale(at, attempted, generation);
     }
 }
 

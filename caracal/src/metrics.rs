@@ -34,7 +34,6 @@ pub const COORDINATOR_SECONDS: &str = "caracal_coordinator_seconds";
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::labels::{At, Decision};
-use crate::policy::breaker::kernel::{Counts, Phase};
 
 /// Gives every caracal metric its description and unit in the installed recorder (exporters
 /// show them, as Prometheus' `# HELP`). Done whenever a coordinator is made; call it yourself
@@ -278,45 +277,6 @@ impl Drop for InFlight {
     }
 }
 
-/// Sets the state gauge of `at`'s breaker.
-#[inline]
-pub(crate) fn breaker_phase(at: &At<'_>, phase: Phase) {
-    #[cfg(feature = "metrics")]
-    ::metrics::gauge!(
-        CIRCUIT_BREAKER_STATE,
-        "name" => at.name.to_owned(),
-        "operation" => at.operation.to_owned(),
-        "scope" => at.scope.to_owned(),
-    )
-    .set(f64::from(phase.code()));
-    #[cfg(not(feature = "metrics"))]
-    let _ = (at, phase);
-}
-
-/// Sets the forced-until gauge of `at`'s breaker: when its forced state lapses, or 0 for none
-/// (forced until a reset, or no longer forced), as this process's clock reads it.
-pub(crate) fn breaker_forced_until(at: &At<'_>, end: Option<tokio::time::Instant>) {
-    #[cfg(feature = "metrics")]
-    {
-        use std::time::{SystemTime, UNIX_EPOCH};
-        let seconds = end.map_or(0.0, |end| {
-            let left = end.saturating_duration_since(tokio::time::Instant::now());
-            (SystemTime::now() + left)
-                .duration_since(UNIX_EPOCH)
-                .map_or(0.0, |since| since.as_secs_f64())
-        });
-        ::metrics::gauge!(
-            CIRCUIT_BREAKER_FORCED_UNTIL,
-            "name" => at.name.to_owned(),
-            "operation" => at.operation.to_owned(),
-            "scope" => at.scope.to_owned(),
-        )
-        .set(seconds);
-    }
-    #[cfg(not(feature = "metrics"))]
-    let _ = (at, end);
-}
-
 /// The connections known to be down, across the process's coordinators. A lost connection is
 /// always followed by its restoration, unless its coordinator is shut down first: a new
 /// coordinator's successful connect starts the count afresh.
@@ -385,27 +345,6 @@ impl LimitGauge {
         #[cfg(not(feature = "metrics"))]
         let _ = (name, operation, limit);
     }
-}
-
-/// Sets the failure and slow call rates of `at`'s breaker from the window it reported.
-#[inline]
-pub(crate) fn breaker_window(at: &At<'_>, window: Counts) {
-    #[cfg(feature = "metrics")]
-    {
-        // An empty window (just closed, just reset) has no failures: 0, not NaN.
-        let total = f64::from(window.total.max(1));
-        let labels = [
-            ("name", at.name.to_owned()),
-            ("operation", at.operation.to_owned()),
-            ("scope", at.scope.to_owned()),
-        ];
-        ::metrics::gauge!(CIRCUIT_BREAKER_FAILURE_RATE, &labels)
-            .set(f64::from(window.failures) / total);
-        ::metrics::gauge!(CIRCUIT_BREAKER_SLOW_CALL_RATE, &labels)
-            .set(f64::from(window.slow) / total);
-    }
-    #[cfg(not(feature = "metrics"))]
-    let _ = (at, window);
 }
 
 /// Sets whether `at`'s retry budget decides on this process's local share (its last batch

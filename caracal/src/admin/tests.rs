@@ -260,7 +260,9 @@ async fn who_forced_a_breaker_or_set_an_override_is_recorded_until_replaced() {
         .await
         .expect("opened");
     let records = coordinator.operator_records().await.expect("read");
-    let recorded = records.breaker(&key, Phase::ForcedOpen).expect("reads");
+    let recorded = records
+        .steered(PolicyKind::CircuitBreaker, &key, "forced_open")
+        .expect("reads");
     let recorded = recorded.expect("alice's record");
     assert_eq!(
         (&recorded.who, &recorded.reason),
@@ -273,7 +275,12 @@ async fn who_forced_a_breaker_or_set_an_override_is_recorded_until_replaced() {
         .await
         .expect("reset");
     let records = coordinator.operator_records().await.expect("read");
-    assert_eq!(records.breaker(&key, Phase::ForcedOpen).ok(), Some(None));
+    assert_eq!(
+        records
+            .steered(PolicyKind::CircuitBreaker, &key, "forced_open")
+            .ok(),
+        Some(None)
+    );
 
     let setting = "bulkhead.partner-api.limit";
     admin

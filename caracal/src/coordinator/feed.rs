@@ -1,15 +1,19 @@
-//! The messages of a namespace's pub/sub feed: every script that changes a breaker's state
-//! publishes `"<process>:<origin>:<identity tag>:<phase>:<generation>:<stamp>"` (the stamp:
-//! the server time of the change, in microseconds), so every process that uses the breaker
-//! learns of the change — and of who made it — without making a call; a change of the fleet's
-//! overrides publishes `"config:<version>"`; a process that noticed that the server lost its
-//! data publishes `"lost:<process>"`. Messages without a stamp (from a version that did not
-//! write one) are still read.
+//! The messages of a namespace's pub/sub feed: every script that changes a kind's shared state
+//! where other processes must hear of it publishes `"<process>:<origin>:<identity tag>:<payload>"`
+//! (the payload: the kind's own text, e.g. a breaker's `<phase>:<generation>:<stamp>`), so
+//! every process that uses the identity learns of the change — and of who made it — without
+//! making a call; a change of the fleet's overrides publishes `"config:<version>"`; a process
+//! that noticed that the server lost its data publishes `"lost:<process>"`.
+//!
+//! The coordinator reads the envelope only and hands the payload to the listener a kind
+//! registered ([`Coordinator::listen`](super::Coordinator::listen)): the identity tag is a
+//! hash that does not name its kind, and the wire format is the one every version publishes,
+//! so a message belongs to the kind whose listener reads it.
 
-use std::sync::LazyLock;
+use std::sync::{LazyLock, OnceLock};
 
-use crate::identity::KeyBase;
-use crate::policy::breaker::kernel::Phase;
+use super::Coordinator;
+use crate::identity::{KeyBase, PolicyKind};
 
 /// Who changed a state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,38 +39,58 @@ pub(crate) fn process_id() -> &'static str {
     &ID
 }
 
-/// What the scripts put before `:<phase>:<generation>:<stamp>` in the messages they publish about
-/// `key`.
+/// What the scripts put before `:<payload>` in the messages they publish about `key`.
 pub(crate) fn prefix(origin: Origin, key: &KeyBase) -> String {
     format!("{}:{}:{}", process_id(), origin.as_str(), key.tag())
 }
 
-/// A transition message, as a process reads it.
+/// A message about an identity's state, as a process reads its envelope: the payload is the
+/// kind's to read.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Transition {
+pub(crate) struct Heard<'a> {
     /// Whether this process published it (it knows of the change already).
     pub(crate) own: bool,
     pub(crate) origin: Origin,
     pub(crate) key: KeyBase,
-    pub(crate) phase: Phase,
-    pub(crate) generation: u64,
-    /// The server time (microseconds) the change was made at; absent from the messages of
-    /// versions that did not stamp them.
-    pub(crate) stamp: Option<u64>,
+    pub(crate) payload: &'a str,
 }
 
 /// A message of the feed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Message {
-    Transition(Transition),
+pub(crate) enum Message<'a> {
+    /// A change of an identity's state, for its kind's listener.
+    Identity(Heard<'a>),
     /// The fleet's overrides changed.
-    Config {
-        version: u64,
-    },
+    Config { version: u64 },
     /// A process noticed that the server lost its data; `own` when it was this one.
-    Lost {
-        own: bool,
-    },
+    Lost { own: bool },
+}
+
+/// How a kind reads a feed message about an identity (see
+/// [`Coordinator::listen`](super::Coordinator::listen)): whether the payload was the kind's,
+/// and well-formed.
+pub(crate) type Listener = fn(&Coordinator, &Heard<'_>) -> bool;
+
+/// The listeners the kinds registered, one per kind: set once, read without a lock (a kind
+/// registers on each call that relies on the feed).
+#[derive(Debug, Default)]
+pub(super) struct Listeners([OnceLock<Listener>; PolicyKind::ALL.len()]);
+
+impl Listeners {
+    /// Registers `listener` for `kind`, unless the kind has one.
+    pub(super) fn add(&self, kind: PolicyKind, listener: Listener) {
+        if let Some(at) = PolicyKind::ALL.iter().position(|known| *known == kind) {
+            self.0[at].get_or_init(|| listener);
+        }
+    }
+
+    /// Hands `heard` to the listeners until one reads it; whether one did.
+    pub(super) fn hand(&self, coordinator: &Coordinator, heard: &Heard<'_>) -> bool {
+        self.0
+            .iter()
+            .filter_map(OnceLock::get)
+            .any(|listener| listener(coordinator, heard))
+    }
 }
 
 /// What this process publishes when it noticed a loss of data.
@@ -74,8 +98,8 @@ pub(crate) fn lost_message() -> String {
     format!("lost:{}", process_id())
 }
 
-/// Reads a message; `None` for anything that is not well-formed.
-pub(crate) fn parse(message: &str) -> Option<Message> {
+/// Reads a message's envelope; `None` for anything that is not well-formed.
+pub(crate) fn parse(message: &str) -> Option<Message<'_>> {
     if let Some(version) = message.strip_prefix("config:") {
         return Some(Message::Config {
             version: version.parse().ok()?,
@@ -86,34 +110,23 @@ pub(crate) fn parse(message: &str) -> Option<Message> {
             own: process == process_id(),
         });
     }
-    parse_transition(message).map(Message::Transition)
+    parse_heard(message).map(Message::Identity)
 }
 
-fn parse_transition(message: &str) -> Option<Transition> {
-    let mut parts = message.split(':');
-    let (process, origin, tag, phase, generation, stamp) = (
-        parts.next()?,
-        parts.next()?,
-        parts.next()?,
-        parts.next()?,
-        parts.next()?,
-        parts.next().map(str::parse).transpose().ok()?,
-    );
-    if parts.next().is_some() {
-        return None;
-    }
+fn parse_heard(message: &str) -> Option<Heard<'_>> {
+    let mut parts = message.splitn(4, ':');
+    let (process, origin, tag, payload) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
     let origin = match origin {
         "call" => Origin::Call,
         "operator" => Origin::Operator,
         _ => return None,
     };
-    Some(Transition {
+    Some(Heard {
         own: process == process_id(),
         origin,
         key: KeyBase::from_tag(tag)?,
-        phase: Phase::from_code(phase.parse().ok()?)?,
-        generation: generation.parse().ok()?,
-        stamp,
+        payload,
     })
 }
 
@@ -123,24 +136,22 @@ mod tests {
     use crate::identity::{PolicyKind, Scope};
 
     #[test]
-    fn messages_round_trip_and_anything_else_is_ignored() {
+    fn envelopes_round_trip_and_anything_else_is_ignored() {
         let key = KeyBase::derive("ns", PolicyKind::CircuitBreaker, "b", "b", &Scope::GLOBAL);
         let message = format!("{}:3:7:1764536400123456", prefix(Origin::Operator, &key));
         assert_eq!(
             parse(&message),
-            Some(Message::Transition(Transition {
+            Some(Message::Identity(Heard {
                 own: true,
                 origin: Origin::Operator,
                 key: key.clone(),
-                phase: Phase::ForcedOpen,
-                generation: 7,
-                stamp: Some(1_764_536_400_123_456),
+                payload: "3:7:1764536400123456",
             }))
         );
         let other = format!("0000000000000000:call:{}:1:2", key.tag());
         assert!(matches!(
             parse(&other),
-            Some(Message::Transition(t)) if !t.own && t.origin == Origin::Call && t.stamp.is_none()
+            Some(Message::Identity(h)) if !h.own && h.origin == Origin::Call && h.payload == "1:2"
         ));
         assert_eq!(parse("config:12"), Some(Message::Config { version: 12 }));
         assert_eq!(parse(&lost_message()), Some(Message::Lost { own: true }));
@@ -151,10 +162,9 @@ mod tests {
         for bad in [
             "",
             "a:b",
-            &format!("x:call:{}:9:1", key.tag()),
             "p:call:nothex:1:1",
-            &format!("0000000000000000:call:{}:1:2:x", key.tag()),
-            &format!("0000000000000000:call:{}:1:2:3:4", key.tag()),
+            &format!("p:someone:{}:1:1", key.tag()),
+            &format!("p:call:{}", key.tag()),
             "config:x",
         ] {
             assert_eq!(parse(bad), None, "{bad:?}");

@@ -7,12 +7,13 @@
 
 mod backend;
 pub(crate) mod background;
-mod breakers;
 mod builder;
 mod doctor;
 pub(crate) mod feed;
 mod fleet;
 mod incarnation;
+mod installed;
+mod kept;
 mod memory;
 mod operators;
 mod protocol;
@@ -28,24 +29,23 @@ mod wakeups;
 #[cfg(test)]
 pub(crate) use self::redis::differential;
 
-use std::any::{Any, TypeId};
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use self::backend::Backend;
 use self::background::Background;
-pub(crate) use self::breakers::Admission;
-use self::breakers::Breakers;
 pub use self::builder::RedisBuilder;
 pub use self::doctor::Check;
 use self::fleet::Fleet;
 pub use self::incarnation::DataLoss;
 pub(crate) use self::incarnation::{Incarnation, LossCause};
-pub(crate) use self::protocol::BreakerTarget;
+pub use self::installed::install;
+pub(crate) use self::installed::{current, current_id, overriding, with_current};
+pub(crate) use self::kept::ForgetsIdle;
+use self::kept::Kept;
 pub use self::redis::REDIS_ACL_RULES;
 use self::registry::{Registered, Snapshot, StatusRead};
 use self::uses::{Usage, Uses};
@@ -90,10 +90,10 @@ struct Inner {
     backend: Backend,
     background: Background,
     wakeups: Wakeups,
-    breakers: Breakers,
-    /// Whether this coordinator's transition feed (pub/sub subscription) is running; the task
-    /// clears it when it ends, so the next breaker call starts another.
+    /// Whether this coordinator's feed (pub/sub subscription) is running; the task clears it
+    /// when it ends, so the next call of a kind that listens starts another.
     feed: Arc<AtomicBool>,
+    listeners: feed::Listeners,
     incarnation: Arc<Incarnation>,
     overrides: Overrides,
     fleet: Fleet,
@@ -102,15 +102,7 @@ struct Inner {
     changes: tokio::sync::broadcast::Sender<()>,
     shut_down: AtomicBool,
     /// What kinds keep per coordinator (views of fleet-wide state), one value per type.
-    kept: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
-    /// Those of `kept` that remember identities, swept by [`Coordinator::forget_idle`].
-    forgetting: Mutex<Vec<Arc<dyn ForgetsIdle>>>,
-}
-
-/// What a kind keeps per coordinator about identities, which forgets the idle ones (see
-/// [`FORGET_IDLE_AFTER`]) when the coordinator sweeps.
-pub(crate) trait ForgetsIdle: Send + Sync + 'static {
-    fn forget_idle(&self);
+    kept: Kept,
 }
 
 impl fmt::Debug for Coordinator {
@@ -144,9 +136,7 @@ impl Coordinator {
     /// [`FORGET_IDLE_AFTER`]; run with each round of the registry's reports (every few
     /// seconds while the coordinator lives).
     pub(crate) fn forget_idle(&self) {
-        self.breakers().forget_idle();
-        let forgetting = crate::sync::lock(&self.inner.forgetting).clone();
-        for kept in forgetting {
+        for kept in self.inner.kept.forgetting() {
             kept.forget_idle();
         }
         crate::tally::forget_idle(FORGET_IDLE_AFTER);
@@ -247,16 +237,15 @@ impl Coordinator {
                 backend,
                 background,
                 wakeups: Wakeups::default(),
-                breakers: Breakers::default(),
                 feed: Arc::default(),
+                listeners: feed::Listeners::default(),
                 incarnation,
                 overrides: Overrides::default(),
                 fleet: Fleet::new(),
                 usage: Usage::default(),
                 changes: tokio::sync::broadcast::Sender::new(16),
                 shut_down: AtomicBool::new(false),
-                kept: Mutex::default(),
-                forgetting: Mutex::default(),
+                kept: Kept::default(),
             }),
         }
     }
@@ -296,7 +285,7 @@ impl Coordinator {
     /// identities the others hold rather than not at all: the sync reads the overrides as soon
     /// as that node answers.
     async fn start(self) -> Result<Self, Error> {
-        self.ensure_transition_feed();
+        self.ensure_feed();
         match self.fleet().sync().await {
             Ok(()) => {}
             Err(error @ Error::CoordinatorUnavailable { .. }) => {
@@ -350,7 +339,9 @@ impl Coordinator {
     /// ```
     pub async fn shutdown(&self) {
         self.inner.shut_down.store(true, Ordering::Release);
-        self.breakers().flush_now();
+        for kept in self.inner.kept.forgetting() {
+            kept.flush_now();
+        }
         self.inner.background.flush(self.command_timeout()).await;
         self.inner.backend.close();
     }
@@ -368,8 +359,7 @@ impl Coordinator {
     /// # }
     /// ```
     pub fn scoped<F: Future>(&self, future: F) -> impl Future<Output = F::Output> + use<F> {
-        EVER_SCOPED.store(true, Ordering::Release);
-        SCOPED.scope(self.clone(), future)
+        installed::scope(self.clone(), future)
     }
 
     /// The identity of `kind`'s (name, operation, scope) in this coordinator's namespace.
@@ -397,26 +387,12 @@ impl Coordinator {
     /// The `T` this coordinator keeps for a kind (what its processes know of fleet-wide state),
     /// made on first use: each coordinator its own, as each process of a fleet has its own.
     pub(crate) fn kept<T: Default + Send + Sync + 'static>(&self) -> Arc<T> {
-        let mut kept = crate::sync::lock(&self.inner.kept);
-        let entry = kept
-            .entry(TypeId::of::<T>())
-            .or_insert_with(|| Arc::new(T::default()));
-        Arc::clone(entry)
-            .downcast()
-            .unwrap_or_else(|_| unreachable!("filed under its own type"))
+        self.inner.kept.get(|_| {})
     }
 
     /// [`kept`](Self::kept), for a `T` that remembers identities: swept with the others.
     pub(crate) fn kept_forgetting<T: Default + ForgetsIdle>(&self) -> Arc<T> {
-        let mut kept = crate::sync::lock(&self.inner.kept);
-        let entry = kept.entry(TypeId::of::<T>()).or_insert_with(|| {
-            let made = Arc::new(T::default());
-            crate::sync::lock(&self.inner.forgetting).push(Arc::clone(&made) as _);
-            made
-        });
-        Arc::clone(entry)
-            .downcast()
-            .unwrap_or_else(|_| unreachable!("filed under its own type"))
+        self.inner.kept.get_forgetting()
     }
 
     /// Runs one command of kernel `K` on `identity`'s state, wherever this coordinator keeps it.
@@ -469,11 +445,6 @@ impl Coordinator {
 }
 
 impl Coordinator {
-    /// This coordinator's breaker views: how calls pass its breakers, and what it knows of them.
-    pub(crate) fn breakers(&self) -> breakers::Views<'_> {
-        breakers::Views { coordinator: self }
-    }
-
     /// This coordinator's reports of which call sites use which identities.
     pub(crate) fn uses(&self) -> Uses<'_> {
         Uses { coordinator: self }
@@ -489,8 +460,17 @@ impl Coordinator {
         Arc::downgrade(&self.inner)
     }
 
-    /// Makes sure this process listens for breaker transitions published by other processes.
-    fn ensure_transition_feed(&self) {
+    /// Has `listener` read the feed's messages about `kind`'s identities, and makes sure the
+    /// feed runs. A kind calls it before it can be told of a change: on each call that relies
+    /// on the feed (which restarts it after the subscription ended).
+    pub(crate) fn listen(&self, kind: PolicyKind, listener: feed::Listener) {
+        self.inner.listeners.add(kind, listener);
+        self.ensure_feed();
+    }
+
+    /// Makes sure this process listens to the namespace's feed: what other processes publish
+    /// (kinds' changes, the fleet's overrides, a loss of data).
+    fn ensure_feed(&self) {
         let Some(redis) = self.inner.backend.redis() else {
             return;
         };
@@ -502,11 +482,11 @@ impl Coordinator {
             match weak.upgrade() {
                 Some(inner) => {
                     match message.and_then(feed::parse) {
-                        Some(feed::Message::Transition(transition)) => {
+                        Some(feed::Message::Identity(heard)) => {
                             let coordinator = Coordinator { inner };
-                            let views = coordinator.breakers();
-                            views.announce(coordinator.inner.breakers.on_message(transition));
-                            coordinator.changed();
+                            if coordinator.inner.listeners.hand(&coordinator, &heard) {
+                                coordinator.changed();
+                            }
                         }
                         Some(feed::Message::Config { version }) => {
                             inner.fleet.announced(version);
@@ -542,71 +522,6 @@ impl Coordinator {
     pub(crate) fn wake(&self, key: &KeyBase) {
         self.inner.wakeups.wake(key);
     }
-}
-
-static INSTALLED: OnceLock<Coordinator> = OnceLock::new();
-
-tokio::task_local! {
-    static SCOPED: Coordinator;
-}
-
-/// Whether [`Coordinator::scoped`] was ever called: until it is, no task has a scoped
-/// coordinator, and not looking for one (a task-local) halves what finding the coordinator
-/// costs a call.
-static EVER_SCOPED: AtomicBool = AtomicBool::new(false);
-
-/// Installs the process-wide coordinator that distributed policies use.
-///
-/// Call it once at start-up; a second call returns [`Error::AlreadyInstalled`] and leaves the
-/// first coordinator in place.
-///
-/// ```
-/// caracal::install(caracal::Coordinator::in_memory()).unwrap();
-/// assert!(matches!(
-///     caracal::install(caracal::Coordinator::in_memory()),
-///     Err(caracal::Error::AlreadyInstalled)
-/// ));
-/// ```
-pub fn install(coordinator: Coordinator) -> Result<(), Error> {
-    INSTALLED
-        .set(coordinator)
-        .map_err(|_| Error::AlreadyInstalled)
-}
-
-/// The coordinator whose overrides apply to the current task's local policies: none at all
-/// (without a lookup) while no coordinator of the process overrides anything.
-#[inline]
-pub(crate) fn overriding() -> Option<Coordinator> {
-    if crate::config::overrides::anywhere() {
-        current().ok()
-    } else {
-        None
-    }
-}
-
-/// The coordinator in force for the current task: a [`Coordinator::scoped`] one, else the
-/// installed one.
-pub(crate) fn current() -> Result<Coordinator, Error> {
-    with_current(Coordinator::clone)
-}
-
-/// `f` of the coordinator in force for the current task, without a clone of it (a hot path's
-/// way to [`current`]).
-pub(crate) fn with_current<R>(f: impl FnOnce(&Coordinator) -> R) -> Result<R, Error> {
-    let mut f = Some(f);
-    let mut call = |coordinator: &Coordinator| f.take().map(|f| f(coordinator));
-    if EVER_SCOPED.load(Ordering::Acquire)
-        && let Ok(Some(answer)) = SCOPED.try_with(&mut call)
-    {
-        return Ok(answer);
-    }
-    INSTALLED.get().and_then(call).ok_or(Error::NotInstalled)
-}
-
-/// What tells the coordinator in force for the current task from every other the process
-/// has had (`0` when there is none).
-pub(crate) fn current_id() -> u64 {
-    with_current(|coordinator| coordinator.inner.id).unwrap_or(0)
 }
 
 /// A handle on a coordinator that does not keep it alive: what a call site caches of the
@@ -721,7 +636,7 @@ impl Coordinator {
 
     /// Completes on the next change an operator would see.
     pub(crate) fn subscribe_changes(&self) -> tokio::sync::broadcast::Receiver<()> {
-        self.ensure_transition_feed();
+        self.ensure_feed();
         self.inner.changes.subscribe()
     }
 }

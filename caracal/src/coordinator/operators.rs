@@ -1,17 +1,18 @@
-//! Who steered what, and why: the operator of each breaker an operator forced and of each fleet
-//! override, kept per namespace in one hash (`caracal:v1:{<namespace>}:operators`) beside the
+//! Who steered what, and why: the operator of each identity an operator forced into a state
+//! (a breaker's) and of each fleet override, kept per namespace in one hash (`caracal:v1:{<namespace>}:operators`) beside the
 //! overrides, written by the admin's commands and read by `status`, `config get`, and the
 //! processes that announce a change an operator made.
 //!
 //! The kernels never see them (a breaker's state stays integers, its scripts unchanged): a
 //! record is a JSON object `{"who", "reason", "at", …}` under a field naming its subject, and
-//! says what the command made of it (the breaker's state, the override's value), so a record
+//! says what the command made of it (the state, as its kind names it; the override's value),
+//! so a record
 //! that outlived what it describes (a timed force that ended, a value changed by a version
 //! that keeps no records) is never shown as the state in force. Fields:
 //!
-//! - `circuit_breaker:<identity tag>`: `{…, "state"}`, the state the command forced (`closed`
-//!   for a reset); written before the command runs, so a process that learns of the change
-//!   finds it.
+//! - `<kind>:<identity tag>` (`circuit_breaker:…`): `{…, "state"}`, the state the command
+//!   forced (a breaker's `closed` for a reset); written before the command runs, so a process
+//!   that learns of the change finds it.
 //! - `override:<kind>.<name>.<key>`: `{…, "value"}`, while the override is set.
 //! - `override`: `{…, "setting", "version"}`, the change that made that version of the
 //!   overrides (what `config.applied` names).
@@ -23,9 +24,8 @@ use serde_json::{Map, Value};
 use super::Coordinator;
 use crate::error::Error;
 use crate::error::FailureKind;
-use crate::identity::KeyBase;
+use crate::identity::{KeyBase, PolicyKind};
 use crate::operator::Operator;
-use crate::policy::breaker::kernel::Phase;
 
 /// A stored record, read: its operator, and what else it says.
 #[derive(Debug, Clone)]
@@ -104,9 +104,9 @@ pub(crate) fn stamp(unstamped: &str, at_ms: u64, extra: &[(&str, Value)]) -> Str
     Value::Object(record).to_string()
 }
 
-/// The field of the record of the breaker at `key`.
-pub(crate) fn breaker_field(key: &KeyBase) -> String {
-    format!("circuit_breaker:{}", key.tag())
+/// The field of the record of `kind`'s identity at `key`.
+pub(crate) fn steered_field(kind: PolicyKind, key: &KeyBase) -> String {
+    format!("{}:{}", kind.as_str(), key.tag())
 }
 
 /// The field of the record of the override `setting` (`lua/overrides_write.lua` spells it
@@ -131,11 +131,17 @@ impl Records {
             .transpose()
     }
 
-    /// The operator who forced the breaker at `key` into `state`, if its record says so.
-    pub(crate) fn breaker(&self, key: &KeyBase, state: Phase) -> Result<Option<Operator>, Error> {
+    /// The operator who forced `kind`'s identity at `key` into `state`, if its record says
+    /// so.
+    pub(crate) fn steered(
+        &self,
+        kind: PolicyKind,
+        key: &KeyBase,
+        state: &str,
+    ) -> Result<Option<Operator>, Error> {
         Ok(self
-            .get(&breaker_field(key))?
-            .filter(|record| record.text("state") == Some(state.as_str()))
+            .get(&steered_field(kind, key))?
+            .filter(|record| record.text("state") == Some(state))
             .map(|record| record.operator))
     }
 
@@ -156,36 +162,39 @@ impl Coordinator {
         Ok(Records(pairs))
     }
 
-    /// The operator who forced the breaker at `key` into `state`, if its record says so.
-    pub(crate) async fn breaker_operator(
+    /// The operator who forced `kind`'s identity at `key` into `state`, if its record says so.
+    pub(crate) async fn steered_by(
         &self,
+        kind: PolicyKind,
         key: &KeyBase,
-        state: Phase,
+        state: &str,
     ) -> Result<Option<Operator>, Error> {
         let namespace = self.namespace_base();
-        let field = breaker_field(key);
+        let field = steered_field(kind, key);
         let pairs = self
             .inner
             .backend
             .operators_read(&namespace, std::slice::from_ref(&field))
             .await?;
-        Records(pairs).breaker(key, state)
+        Records(pairs).steered(kind, key, state)
     }
 
-    /// Records `operator` as forcing the breaker at `key` into `state` (a reset: `closed`),
-    /// or, without one, forgets whoever forced it before: a later command replaces the record
-    /// of an earlier one.
-    pub(crate) async fn record_breaker_operator(
+    /// Records `operator` as forcing `kind`'s identity at `key` into `state` (a breaker's
+    /// reset: `closed`), or, without one, forgets whoever forced it before: a later command
+    /// replaces the record of an earlier one.
+    pub(crate) async fn record_steering(
         &self,
+        kind: PolicyKind,
         key: &KeyBase,
-        state: Phase,
+        state: &str,
         operator: Option<&Operator>,
     ) -> Result<(), Error> {
         let namespace = self.namespace_base();
-        let record = operator.map(|operator| operator.unstamped(&[("state", state.as_str())]));
+        let record = operator.map(|operator| operator.unstamped(&[("state", state)]));
+        let field = steered_field(kind, key);
         self.inner
             .backend
-            .operator_write(&namespace, &breaker_field(key), record.as_deref())
+            .operator_write(&namespace, &field, record.as_deref())
             .await
     }
 }
@@ -193,7 +202,7 @@ impl Coordinator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::identity::{PolicyKind, Scope};
+    use crate::identity::Scope;
 
     #[test]
     fn a_record_reads_back_and_a_malformed_one_is_an_error() {
@@ -203,9 +212,10 @@ mod tests {
             1_764_536_400_123,
             &[],
         );
-        let key = KeyBase::derive("ns", PolicyKind::CircuitBreaker, "b", "b", &Scope::GLOBAL);
-        let records = Records(vec![(breaker_field(&key), stored)]);
-        let read = records.breaker(&key, Phase::ForcedOpen).expect("reads");
+        let kind = PolicyKind::CircuitBreaker;
+        let key = KeyBase::derive("ns", kind, "b", "b", &Scope::GLOBAL);
+        let records = Records(vec![(steered_field(kind, &key), stored)]);
+        let read = records.steered(kind, &key, "forced_open").expect("reads");
         assert_eq!(
             read,
             Some(Operator {
@@ -213,7 +223,8 @@ mod tests {
                 ..operator
             })
         );
-        assert_eq!(records.breaker(&key, Phase::ForcedClosed).ok(), Some(None));
+        let forced_closed = records.steered(kind, &key, "forced_closed");
+        assert_eq!(forced_closed.ok(), Some(None));
         for bad in [
             "",
             "[]",
@@ -223,8 +234,8 @@ mod tests {
             "{\"who\":\"a\",\"at\":253402300800000}",
             "{\"who\":\"a\",\"reason\":3,\"at\":1}",
         ] {
-            let records = Records(vec![(breaker_field(&key), bad.to_owned())]);
-            let error = records.breaker(&key, Phase::ForcedOpen).expect_err(bad);
+            let records = Records(vec![(steered_field(kind, &key), bad.to_owned())]);
+            let error = records.steered(kind, &key, "forced_open").expect_err(bad);
             assert_eq!(
                 error.failure_kind(),
                 Some(FailureKind::MalformedReply),

@@ -1,16 +1,6 @@
-//! The vocabulary the coordinator and its backends share: the commands and answers that are no
-//! kernel's own (a kernel's are in `kernel/`). It sits below both, so a backend never imports
-//! its owner.
-
-use crate::identity::Identity;
-use crate::policy::breaker::kernel::Settings;
-
-/// A breaker identity and the settings its commands carry.
-#[derive(Debug, Clone)]
-pub(crate) struct BreakerTarget {
-    pub(crate) identity: Identity,
-    pub(crate) settings: Settings,
-}
+//! The vocabulary the coordinator and its backends share that is no kernel's own (a kernel's
+//! commands and replies are in its kind's folder): the fleet's overrides as stored and read. It
+//! sits below both, so a backend never imports its owner.
 
 /// The fleet's overrides as read.
 #[derive(Debug, Clone)]

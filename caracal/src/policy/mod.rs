@@ -77,3 +77,13 @@ where
         Err(ctx.reject(error))
     }
 }
+
+/// [`summary::repeat_across`](crate::summary::repeat_across) for the coordinator in force: what
+/// its loss causes is said once per policy, apart from what another coordinator's does.
+pub(crate) fn repeat_across(
+    event: &'static str,
+    at: &crate::labels::At<'_>,
+    condition: &[&str],
+) -> Option<crate::summary::Across> {
+    crate::summary::repeat_across(event, at, crate::coordinator::current_id(), condition)
+}

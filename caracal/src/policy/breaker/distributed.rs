@@ -10,11 +10,12 @@
 
 use std::future::Future;
 
+use super::events;
+use super::views::{Admission, BreakerTarget, Views};
 use super::{BreakerSite, Classify, OnCoordinatorError, ProbeSlot, run_admitted};
-use crate::coordinator::{self, Admission, BreakerTarget};
+use crate::coordinator;
 use crate::ctx::CallCtx;
 use crate::error::Error;
-use crate::events;
 use crate::identity::{PolicyKind, Scope};
 use crate::metrics::Stopwatch;
 use crate::policy::breaker::kernel::Phase;
@@ -52,17 +53,18 @@ where
         settings: values.settings(false),
     };
     let at = target.identity.at().shadowed(values.shadow);
-    let admission = match coordinator.breakers().admission(&target).await {
+    let views = Views::of(&coordinator);
+    let admission = match views.admission(&target).await {
         Ok(admission) => admission,
         Err(error) => {
-            events::breaker_coordinator_error(&at, "admit", &error);
-            let last_known = coordinator.breakers().last_known(&target);
+            events::coordinator_error(&at, "admit", &error);
+            let last_known = views.last_known(&target);
             let last_seen_open = matches!(
                 last_known,
                 Some(Phase::Open | Phase::HalfOpen | Phase::ForcedOpen)
             );
             if last_seen_open || values.on_coordinator_error == OnCoordinatorError::FailClosed {
-                events::breaker_degraded(&at, "fail_closed", last_known);
+                events::degraded(&at, "fail_closed", last_known);
                 let error = if last_seen_open {
                     site.open_error(scope, None)
                 } else {
@@ -70,34 +72,30 @@ where
                 };
                 return refuse(ctx, values.shadow, error, body).await;
             }
-            events::breaker_degraded(&at, "fail_open", last_known);
+            events::degraded(&at, "fail_open", last_known);
             // Run unrecorded: the coordinator that would count the outcome is unreachable.
             return body.await;
         }
     };
     match admission {
         Admission::Closed { generation } => {
-            events::breaker_admitted(&at, Phase::Closed, generation, arrival);
+            events::admitted(&at, Phase::Closed, generation, arrival);
             run_admitted(values.slow_after(), ctx, &classify, body, |verdict| {
                 if let Some(observation) = verdict.observation() {
-                    coordinator
-                        .breakers()
-                        .record(&target, generation, observation);
+                    views.record(&target, generation, observation);
                 }
             })
             .await
         }
         // An operator forced it closed: the call runs and counts for nothing.
         Admission::Unrecorded { generation } => {
-            events::breaker_admitted(&at, Phase::ForcedClosed, generation, arrival);
+            events::admitted(&at, Phase::ForcedClosed, generation, arrival);
             body.await
         }
         Admission::Probe { generation, token } => {
-            events::breaker_probe_started(&at, generation, arrival);
+            events::probe_started(&at, generation, arrival);
             let slot = ProbeSlot(Some(|outcome| {
-                coordinator
-                    .breakers()
-                    .settle_later(&target, token, outcome, generation);
+                views.settle_later(&target, token, outcome, generation);
             }));
             run_admitted(values.slow_after(), ctx, &classify, body, |verdict| {
                 slot.settle(verdict);
@@ -109,7 +107,7 @@ where
             generation,
             retry_after,
         } => {
-            events::breaker_rejected(&at, phase, Some(generation), retry_after);
+            events::rejected(&at, phase, Some(generation), retry_after);
             // Shadowed, unrecorded: the breaker evolves as if the call had been refused.
             refuse(
                 ctx,
@@ -120,7 +118,7 @@ where
             .await
         }
         Admission::ProbeLimit { generation } => {
-            events::breaker_rejected(&at, Phase::HalfOpen, Some(generation), None);
+            events::rejected(&at, Phase::HalfOpen, Some(generation), None);
             refuse(ctx, values.shadow, site.open_error(scope, None), body).await
         }
     }

@@ -6,13 +6,12 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use super::events::{self, ChangeOrigin};
 use super::{BreakerSite, BreakerValues, Classify, ProbeSlot, run_admitted};
 use crate::clock::Clock;
 use crate::coordinator;
 use crate::ctx::CallCtx;
 use crate::error::Error;
-use crate::events;
-use crate::events::ChangeOrigin;
 use crate::identity::Scope;
 use crate::kernel::Seen;
 use crate::labels::At;
@@ -204,7 +203,7 @@ pub(super) fn window(site: &BreakerSite) -> Option<Counts> {
 
 /// The events an observation's reply calls for.
 fn observed(at: &At<'_>, generation: u64, reply: &ObserveReply) {
-    events::breaker_observed(at, generation, reply);
+    events::observed(at, generation, reply);
     if let Some((change, window)) = reply.transition() {
         announce(at, change, Some(window));
     }
@@ -212,8 +211,8 @@ fn observed(at: &At<'_>, generation: u64, reply: &ObserveReply) {
 
 /// A change of phase made here.
 fn announce(at: &At<'_>, change: Transition, window: Option<Counts>) {
-    events::breaker_phase(at, change.to);
-    events::breaker_state_changed(at, change, window, ChangeOrigin::Local, None);
+    events::phase(at, change.to);
+    events::state_changed(at, change, window, ChangeOrigin::Local, None);
 }
 
 static BREAKERS: Registry<Breaker> = Registry::new(Breaker::idle);
@@ -251,7 +250,7 @@ where
         overriding => local_settings(&site.resolve(overriding.as_ref()).values),
     };
     let breaker = BREAKERS.get(&site.local, identity, || {
-        events::breaker_phase(&site.at(scope), Phase::Closed);
+        events::phase(&site.at(scope), Phase::Closed);
         Breaker {
             store: Mutex::new((Store::default(), settings)),
             closed: AtomicU64::new(0),
@@ -318,7 +317,7 @@ where
     };
     match reply {
         AdmitReply::Closed { generation, .. } => {
-            events::breaker_admitted(&at, Phase::Closed, generation, arrival);
+            events::admitted(&at, Phase::Closed, generation, arrival);
             run_admitted(slow_after, ctx, classify, body, |verdict| {
                 let Some(observation) = verdict.observation() else {
                     return;
@@ -342,7 +341,7 @@ where
             .await
         }
         AdmitReply::ForcedClosed { generation, .. } => {
-            events::breaker_admitted(&at, Phase::ForcedClosed, generation, arrival);
+            events::admitted(&at, Phase::ForcedClosed, generation, arrival);
             body.await
         }
         AdmitReply::Probe {
@@ -357,7 +356,7 @@ where
                 };
                 announce(&at, change, None);
             }
-            events::breaker_probe_started(&at, generation, arrival);
+            events::probe_started(&at, generation, arrival);
             let slot = ProbeSlot(Some(|outcome: ProbeOutcome| {
                 let reply = breaker.with(&at, settings, |store, now| {
                     store.settle(
@@ -369,7 +368,7 @@ where
                         &mut Seen::default(),
                     )
                 });
-                events::breaker_settled(&at, generation, &reply);
+                events::settled(&at, generation, &reply);
                 if let Some(change) = reply.transition() {
                     announce(&at, change, None);
                 }
@@ -384,7 +383,7 @@ where
             retry_after_ms,
         } => {
             let retry_after = std::time::Duration::from_millis(retry_after_ms);
-            events::breaker_rejected(&at, Phase::Open, Some(generation), Some(retry_after));
+            events::rejected(&at, Phase::Open, Some(generation), Some(retry_after));
             // Shadowed, unrecorded: the breaker evolves as if the call had been refused.
             refuse(ctx, shadow, site.open_error(scope, Some(retry_after)), body).await
         }
@@ -393,11 +392,11 @@ where
             retry_after_ms,
         } => {
             let retry_after = retry_after_ms.map(std::time::Duration::from_millis);
-            events::breaker_rejected(&at, Phase::ForcedOpen, Some(generation), retry_after);
+            events::rejected(&at, Phase::ForcedOpen, Some(generation), retry_after);
             refuse(ctx, shadow, site.open_error(scope, retry_after), body).await
         }
         AdmitReply::ProbeLimit { generation } => {
-            events::breaker_rejected(&at, Phase::HalfOpen, Some(generation), None);
+            events::rejected(&at, Phase::HalfOpen, Some(generation), None);
             refuse(ctx, shadow, site.open_error(scope, None), body).await
         }
     }

@@ -9,10 +9,12 @@ pub(crate) mod descriptor;
 #[cfg(test)]
 pub(super) mod differential;
 mod distributed;
+mod events;
 pub(crate) mod kernel;
 mod local;
 #[cfg(feature = "tower")]
 pub(crate) mod tower;
+pub(crate) mod views;
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;

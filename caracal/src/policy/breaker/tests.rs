@@ -406,7 +406,7 @@ async fn identities_idle_past_the_forget_time_are_forgotten() {
     settle_background().await;
     let remembered = || {
         (
-            coordinator.breakers().count(),
+            super::views::Views::of(&coordinator).count(),
             coordinator.uses().count(),
             crate::tally::counted("unit-per-user"),
         )

@@ -67,7 +67,7 @@ pub(super) fn released(at: &At<'_>, occupancy: Option<u32>, held: Duration) {
 /// After an outage every holder's release may find that: said once, then summarised.
 pub(super) fn release_found_nothing(at: &At<'_>) {
     let reason = "already_expired_or_released";
-    let Some(said) = events::repeat_across("bulkhead.released", at, &[reason]) else {
+    let Some(said) = crate::policy::repeat_across("bulkhead.released", at, &[reason]) else {
         return;
     };
     policy_event!(
@@ -121,7 +121,7 @@ pub(super) fn degraded(at: &At<'_>, reason: Degraded, error: &Error) {
     };
     let failure = error.failure_kind().map(|k| k.as_str());
     let condition = [reason, failure.unwrap_or(error.code())];
-    let Some(said) = events::repeat_across("bulkhead.degraded", at, &condition) else {
+    let Some(said) = crate::policy::repeat_across("bulkhead.degraded", at, &condition) else {
         return;
     };
     policy_event!(

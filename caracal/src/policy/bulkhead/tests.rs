@@ -497,3 +497,94 @@ async fn an_in_memory_coordinator_lets_idle_identities_expire() {
         coordinator.held_in_memory()
     );
 }
+
+/// The in-memory backend keeps lease sets by the rules Redis keeps their keys by.
+mod in_memory {
+    use uuid::Uuid;
+
+    use super::*;
+    use crate::error::FailureKind;
+    use crate::identity::{Identity, PolicyKind};
+    use crate::policy::bulkhead::kernel::{Lease, LeaseAction, LeaseReply, LeaseStep, Release};
+
+    fn identity(coordinator: &Coordinator) -> Identity {
+        coordinator.identity(PolicyKind::Bulkhead, "p", "op", &Scope::GLOBAL)
+    }
+
+    async fn acquire(
+        coordinator: &Coordinator,
+        identity: &Identity,
+        token: Uuid,
+    ) -> Result<LeaseReply, Error> {
+        let step = LeaseStep {
+            action: LeaseAction::Acquire,
+            token: token.as_u128(),
+            ttl: 1000,
+            limit: 2,
+            known: 0,
+        };
+        coordinator
+            .run::<Lease>(identity, step)
+            .await
+            .map(|reply| reply.expect("not refused"))
+    }
+
+    async fn release(coordinator: &Coordinator, identity: &Identity, token: Uuid) -> bool {
+        let (done, answer) = tokio::sync::oneshot::channel();
+        let until = tokio::time::Instant::now() + Duration::from_secs(1);
+        coordinator.send_until::<Release>(identity, &token.as_u128(), until, move |released| {
+            let _unheard = done.send(released);
+        });
+        answer.await.expect("answered").expect("released")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_expired_lease_set_is_gone() {
+        let coordinator = Coordinator::in_memory();
+        let identity = identity(&coordinator);
+        acquire(&coordinator, &identity, Uuid::new_v4())
+            .await
+            .expect("acquire");
+        tokio::time::advance(Duration::from_secs(2)).await;
+        // Not full, so nothing would prune the expired lease; but Redis would have expired the
+        // key, and the reply counts nothing left over.
+        let reply = acquire(&coordinator, &identity, Uuid::new_v4())
+            .await
+            .expect("acquire");
+        assert_eq!((reply.allowed, reply.occupancy), (true, 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_emptied_lease_set_keeps_its_fencing_counter_until_it_expires() {
+        let coordinator = Coordinator::in_memory();
+        let identity = identity(&coordinator);
+        let token = Uuid::new_v4();
+        let first = acquire(&coordinator, &identity, token)
+            .await
+            .expect("acquire")
+            .fence;
+        assert!(release(&coordinator, &identity, token).await);
+        let second = acquire(&coordinator, &identity, Uuid::new_v4())
+            .await
+            .expect("acquire")
+            .fence;
+        assert!(
+            second > first,
+            "{second} after {first} in the same millisecond"
+        );
+        // The counter outlives the last lease by one ttl.
+        tokio::time::advance(Duration::from_secs(3)).await;
+        release(&coordinator, &identity, Uuid::new_v4()).await;
+        assert_eq!(coordinator.held_in_memory(), 0, "forgotten once expired");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_closed_backend_refuses_commands() {
+        let coordinator = Coordinator::in_memory();
+        coordinator.shutdown().await;
+        let err = acquire(&coordinator, &identity(&coordinator), Uuid::new_v4())
+            .await
+            .expect_err("closed");
+        assert_eq!(err.failure_kind(), Some(FailureKind::ShutDown));
+    }
+}

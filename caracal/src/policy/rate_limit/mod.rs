@@ -362,7 +362,7 @@ mod events {
     pub(super) fn degraded(at: &At<'_>, error: &Error) {
         let failure = error.failure_kind().map(|k| k.as_str());
         let condition = [failure.unwrap_or(error.code())];
-        let Some(said) = crate::events::repeat_across("rate_limit.degraded", at, &condition) else {
+        let Some(said) = crate::policy::repeat_across("rate_limit.degraded", at, &condition) else {
             return;
         };
         policy_event!(

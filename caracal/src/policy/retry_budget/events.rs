@@ -45,7 +45,7 @@ pub(super) fn exhausted(at: &At<'_>, seen: Totals, allowance: u64) {
 pub(super) fn degraded(at: &At<'_>, error: &Error) {
     let failure = error.failure_kind().map(|k| k.as_str());
     let condition = [failure.unwrap_or(error.code())];
-    let Some(said) = crate::events::repeat_across("retry_budget.degraded", at, &condition) else {
+    let Some(said) = crate::policy::repeat_across("retry_budget.degraded", at, &condition) else {
         return;
     };
     policy_event!(

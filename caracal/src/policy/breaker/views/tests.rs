@@ -2,6 +2,7 @@
 
 use super::view::{Applied, Lapse};
 use super::*;
+use crate::coordinator::feed::Origin;
 use crate::identity::{PolicyKind, Scope};
 use crate::policy::breaker::kernel::Observation;
 
@@ -191,4 +192,46 @@ fn a_late_message_does_not_roll_an_open_view_back() {
     assert_eq!(state(&lock(&breakers.views), key), (Phase::HalfOpen, 8));
     let _ = breakers.on_message(message(Phase::Closed, 9, 600));
     assert_eq!(state(&lock(&breakers.views), key), (Phase::Closed, 9));
+}
+
+/// A breaker's payload, as the scripts publish it (with or without a stamp), reads; anything
+/// else is no breaker's.
+#[test]
+fn transition_messages_read_and_anything_else_is_ignored() {
+    use crate::coordinator::feed::{self, Message};
+
+    let key = identity().key;
+    let read = |message: &str| match feed::parse(message) {
+        Some(Message::Identity(heard)) => Transition::read(&heard),
+        _ => None,
+    };
+    let message = format!(
+        "{}:3:7:1764536400123456",
+        feed::prefix(Origin::Operator, &key)
+    );
+    assert_eq!(
+        read(&message),
+        Some(Transition {
+            own: true,
+            origin: Origin::Operator,
+            key: key.clone(),
+            phase: Phase::ForcedOpen,
+            generation: 7,
+            stamp: Some(1_764_536_400_123_456),
+        })
+    );
+    let other = format!("0000000000000000:call:{}:1:2", key.tag());
+    assert!(matches!(
+        read(&other),
+        Some(t) if !t.own && t.origin == Origin::Call && t.stamp.is_none()
+    ));
+    for bad in [
+        format!("x:call:{}:9:1", key.tag()),
+        format!("0000000000000000:call:{}:1", key.tag()),
+        format!("0000000000000000:call:{}:1:x", key.tag()),
+        format!("0000000000000000:call:{}:1:2:x", key.tag()),
+        format!("0000000000000000:call:{}:1:2:3:4", key.tag()),
+    ] {
+        assert_eq!(read(&bad), None, "{bad:?}");
+    }
 }

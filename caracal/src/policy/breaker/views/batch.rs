@@ -5,12 +5,13 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::Views;
 use super::view::{Applied, Lapse, Learned, Maker, Tells, View, learn_in};
-use super::{Announcement, BATCH_DELAY, MAX_BATCH, VIEW_MAX_AGE, learned_origin};
-use crate::coordinator::{BreakerTarget, Stamped, timer, upgrade};
+use super::{
+    Announcement, BATCH_DELAY, BreakerTarget, MAX_BATCH, VIEW_MAX_AGE, Views, learned_origin,
+};
+use crate::coordinator::{Stamped, WeakCoordinator, timer};
 use crate::error::Error;
-use crate::events::{self, ChangeOrigin};
+use crate::policy::breaker::events::{self, ChangeOrigin};
 use crate::policy::breaker::kernel::{
     Counts, Observation, Observe, ObserveCommand, ObserveReply, Phase,
 };
@@ -73,7 +74,7 @@ impl Views<'_> {
             self.send_batch(target, batch_generation, outcomes);
         }
         if new_batch {
-            let weak = self.coordinator.downgrade();
+            let weak = WeakCoordinator::of(self.coordinator);
             let flush_now = Arc::clone(&self.state().flush_now);
             let target = target.clone();
             self.coordinator.in_background(async move {
@@ -81,16 +82,11 @@ impl Views<'_> {
                     () = timer::sleep_until(Instant::now() + BATCH_DELAY) => {}
                     () = flush_now.notified() => {}
                 }
-                if let Some(coordinator) = upgrade(&weak) {
-                    coordinator.breakers().flush_batch(&target, generation);
+                if let Some(coordinator) = weak.upgrade() {
+                    Views::of(&coordinator).flush_batch(&target, generation);
                 }
             });
         }
-    }
-
-    /// Sends every pending batch now (shutdown).
-    pub(in crate::coordinator) fn flush_now(&self) {
-        self.state().flush_now.notify_waiters();
     }
 
     /// Sends `target`'s pending batch of `generation`, if it is still waiting.
@@ -119,16 +115,14 @@ impl Views<'_> {
             mint: crate::token::generation(),
             settings: target.settings,
         };
-        let weak = self.coordinator.downgrade();
+        let weak = WeakCoordinator::of(self.coordinator);
         let target = target.clone();
         let coordinator = self.coordinator.clone();
         self.coordinator.in_background(async move {
             let reply = coordinator.run::<Observe>(&target.identity, observe).await;
             drop(coordinator);
-            if let Some(coordinator) = upgrade(&weak) {
-                coordinator
-                    .breakers()
-                    .on_observed(&target, generation, counts, asked, reply);
+            if let Some(coordinator) = weak.upgrade() {
+                Views::of(&coordinator).on_observed(&target, generation, counts, asked, reply);
             }
         });
     }
@@ -146,8 +140,8 @@ impl Views<'_> {
         let breakers = self.state();
         let at = target.identity.at();
         match &reply {
-            Ok(stamped) => events::breaker_observed(&at, attempted, &stamped.reply),
-            Err(error) => events::breaker_coordinator_error(&at, "observe", error),
+            Ok(stamped) => events::observed(&at, attempted, &stamped.reply),
+            Err(error) => events::coordinator_error(&at, "observe", error),
         }
         let change = {
             // One critical section: an admission deciding from the view sees the batch either

@@ -6,13 +6,12 @@ use std::future::Future;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::Views;
 use super::view::Tells;
-use super::{Admission, ViewDecision};
-use crate::coordinator::{BreakerTarget, Stamped, upgrade};
+use super::{Admission, BreakerTarget, ViewDecision, Views, listen};
+use crate::coordinator::{Stamped, WeakCoordinator};
 use crate::error::Error;
-use crate::events;
 use crate::identity::Identity;
+use crate::policy::breaker::events;
 use crate::policy::breaker::kernel::{
     Admit, AdmitCommand, AdmitReply, Force, ForceReply, Forcing, Phase, ProbeOutcome, Settle,
     SettleCommand, SettleReply,
@@ -23,7 +22,7 @@ impl Views<'_> {
     /// with one round trip.
     pub(crate) async fn admission(&self, target: &BreakerTarget) -> Result<Admission, Error> {
         let breakers = self.state();
-        self.coordinator.ensure_transition_feed();
+        listen(self.coordinator);
         // The batches waited for, and until when.
         let mut waiting: Option<(u64, Instant)> = None;
         loop {
@@ -50,7 +49,7 @@ impl Views<'_> {
         // If this call is dropped (or the reply lost) after the script took a probe slot, the
         // slot is handed back rather than held until its lease ends.
         let mut unclaimed = UnclaimedProbe {
-            views: *self,
+            views: self,
             target,
             token,
             armed: true,
@@ -117,24 +116,22 @@ impl Views<'_> {
     ) {
         let asked = Instant::now();
         let settle = self.settle(target.clone(), token, outcome, generation);
-        let weak = self.coordinator.downgrade();
+        let weak = WeakCoordinator::of(self.coordinator);
         let target = target.clone();
         self.coordinator.in_background(async move {
             let reply = settle.await;
-            let Some(coordinator) = upgrade(&weak) else {
+            let Some(coordinator) = weak.upgrade() else {
                 return;
             };
             match reply {
                 Ok(Stamped { reply, stamp }) => {
-                    events::breaker_settled(&target.identity.at(), generation, &reply);
+                    events::settled(&target.identity.at(), generation, &reply);
                     let told = reply.told(&target.settings);
                     let learned = told.learned(asked, stamp);
-                    let views = coordinator.breakers();
+                    let views = Views::of(&coordinator);
                     views.announce(views.state().learn(&target, learned, told.maker));
                 }
-                Err(error) => {
-                    events::breaker_coordinator_error(&target.identity.at(), "settle", &error)
-                }
+                Err(error) => events::coordinator_error(&target.identity.at(), "settle", &error),
             }
         });
     }
@@ -155,7 +152,7 @@ impl Views<'_> {
 
 /// A probe slot the admission script may have taken for a call that never learned of it.
 struct UnclaimedProbe<'a> {
-    views: Views<'a>,
+    views: &'a Views<'a>,
     target: &'a BreakerTarget,
     token: Uuid,
     armed: bool,

@@ -8,8 +8,8 @@ use tokio::time::Instant;
 
 use super::{LAST_KNOWN_AGE, MAX_VIEWS, VIEW_MAX_AGE};
 use crate::coordinator::FORGET_IDLE_AFTER;
-use crate::events;
 use crate::identity::{Identity, KeyBase};
+use crate::policy::breaker::events;
 use crate::policy::breaker::kernel::{
     AdmitReply, Counts, Observation, ObserveReply, Phase, Settings, SettleReply,
     Transition as BreakerTransition,
@@ -253,7 +253,7 @@ pub(super) fn learn_in(
         view.received = view.received.max(learned.received);
         // Touched on every answer taken, not only on a change: an exporter that drops gauges
         // left untouched for a while (see `FORGET_IDLE_AFTER`) keeps a breaker in use.
-        events::breaker_phase(&view.identity.at(), phase);
+        events::phase(&view.identity.at(), phase);
         return Applied::Taken(change.filter(|change| change.from != change.to));
     }
     let Some(identity) = identity else {
@@ -262,7 +262,7 @@ pub(super) fn learn_in(
     if views.len() >= MAX_VIEWS {
         evict(views, learned.asked);
     }
-    events::breaker_phase(&identity.at(), learned.phase);
+    events::phase(&identity.at(), learned.phase);
     report_lapse(identity, false, learned.phase, learned.lapse);
     views.insert(key.clone(), View::new(identity, &learned));
     Applied::Taken(None)
@@ -278,7 +278,7 @@ fn report_lapse(identity: &Identity, was_forced: bool, phase: Phase, lapse: Laps
         _ => None,
     };
     if (phase.forced() && lapse != Lapse::Unknown) || (was_forced && !phase.forced()) {
-        crate::metrics::breaker_forced_until(&identity.at(), end);
+        events::forced_until(&identity.at(), end);
     }
 }
 

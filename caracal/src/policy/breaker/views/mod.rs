@@ -50,12 +50,12 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use self::view::{Lapse, Learned, Maker, View, learn_in};
-use super::feed::{Origin, Transition};
-use super::{BreakerTarget, Coordinator, Stamped};
-use crate::events::{self, ChangeOrigin};
-use crate::identity::{Identity, KeyBase};
+use super::events::{self, ChangeOrigin};
+use crate::coordinator::feed::{Heard, Origin};
+use crate::coordinator::{Coordinator, ForgetsIdle, Stamped};
+use crate::identity::{Identity, KeyBase, PolicyKind};
 use crate::policy::breaker::kernel::{
-    Counts, Force, ForceReply, Phase, Transition as BreakerTransition,
+    Counts, Force, ForceReply, Phase, Settings, Transition as BreakerTransition,
 };
 use crate::sync::lock;
 
@@ -89,17 +89,33 @@ pub(crate) enum Admission {
     ProbeLimit { generation: u64 },
 }
 
-/// The breaker views of one coordinator, with what their operations need: the coordinator's
-/// backend (its commands) and its background work. What [`Coordinator::breakers`] hands out.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Views<'a> {
-    pub(super) coordinator: &'a Coordinator,
+/// A breaker identity and the settings its commands carry.
+#[derive(Debug, Clone)]
+pub(crate) struct BreakerTarget {
+    pub(crate) identity: Identity,
+    pub(crate) settings: Settings,
 }
 
-impl Views<'_> {
+/// The breaker views of one coordinator, with what their operations need: the coordinator's
+/// backend (its commands) and its background work.
+#[derive(Debug, Clone)]
+pub(crate) struct Views<'a> {
+    coordinator: &'a Coordinator,
+    state: Arc<Breakers>,
+}
+
+impl<'a> Views<'a> {
+    /// `coordinator`'s breaker views: how calls pass its breakers, and what it knows of them.
+    pub(crate) fn of(coordinator: &'a Coordinator) -> Self {
+        Views {
+            coordinator,
+            state: coordinator.kept_forgetting::<Breakers>(),
+        }
+    }
+
     /// The views themselves.
     fn state(&self) -> &Breakers {
-        &self.coordinator.inner.breakers
+        &self.state
     }
 
     /// How many breakers this process keeps a view of.
@@ -107,22 +123,84 @@ impl Views<'_> {
     pub(crate) fn count(&self) -> usize {
         lock(&self.state().views).len()
     }
+}
 
-    /// Forgets the views of idle breakers (see [`view::forget_idle`]).
-    pub(crate) fn forget_idle(&self) {
-        view::forget_idle(&mut lock(&self.state().views), Instant::now());
+/// Has `coordinator` hand this process's views the transitions other processes publish (and
+/// tell its watchers of them), from now on.
+pub(crate) fn listen(coordinator: &Coordinator) {
+    coordinator.listen(PolicyKind::CircuitBreaker, on_feed);
+}
+
+/// Reads a feed message about a breaker, and applies it to the view (see [`listen`]).
+fn on_feed(coordinator: &Coordinator, heard: &Heard<'_>) -> bool {
+    let Some(transition) = Transition::read(heard) else {
+        return false;
+    };
+    let views = Views::of(coordinator);
+    views.announce(views.state().on_message(transition));
+    true
+}
+
+/// A transition message, as a process reads it: the feed's envelope, and the breaker's
+/// payload `<phase>:<generation>:<stamp>` (the stamp: the server time of the change, in
+/// microseconds; the messages of versions that did not write one are still read).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Transition {
+    /// Whether this process published it (it knows of the change already).
+    pub(crate) own: bool,
+    pub(crate) origin: Origin,
+    pub(crate) key: KeyBase,
+    pub(crate) phase: Phase,
+    pub(crate) generation: u64,
+    /// The server time (microseconds) the change was made at; absent from the messages of
+    /// versions that did not stamp them.
+    pub(crate) stamp: Option<u64>,
+}
+
+impl Transition {
+    /// The transition `heard` tells of; `None` unless its payload is a breaker's, well-formed.
+    fn read(heard: &Heard<'_>) -> Option<Self> {
+        let mut parts = heard.payload.split(':');
+        let (phase, generation, stamp) = (
+            parts.next()?,
+            parts.next()?,
+            parts.next().map(str::parse).transpose().ok()?,
+        );
+        if parts.next().is_some() {
+            return None;
+        }
+        Some(Transition {
+            own: heard.own,
+            origin: heard.origin,
+            key: heard.key.clone(),
+            phase: Phase::from_code(phase.parse().ok()?)?,
+            generation: generation.parse().ok()?,
+            stamp,
+        })
     }
 }
 
-/// What this process knows of each breaker, owned by its coordinator.
+/// What this process knows of each breaker, kept by its coordinator.
 #[derive(Debug, Default)]
-pub(super) struct Breakers {
+pub(crate) struct Breakers {
     views: Mutex<HashMap<KeyBase, View>>,
     /// Wakes every batch waiting for its delay, so shutdown need not wait it out.
     flush_now: Arc<Notify>,
     /// Wakes the admissions waiting for an observation's verdict (any identity's: each
     /// checks its own view again).
     verdicts: Notify,
+}
+
+impl ForgetsIdle for Breakers {
+    /// Forgets the views of idle breakers (see [`view::forget_idle`]).
+    fn forget_idle(&self) {
+        view::forget_idle(&mut lock(&self.views), Instant::now());
+    }
+
+    /// Sends every pending batch now.
+    fn flush_now(&self) {
+        self.flush_now.notify_waiters();
+    }
 }
 
 /// What the view alone can say of an admission.
@@ -141,7 +219,7 @@ enum ViewDecision<'a> {
 /// A change a view learned of, to announce.
 #[derive(Debug)]
 #[must_use = "a change learned is announced"]
-pub(super) struct Announcement {
+struct Announcement {
     identity: Identity,
     change: BreakerTransition,
     origin: ChangeOrigin,
@@ -155,7 +233,7 @@ impl Views<'_> {
     /// operator records, not in the feed's messages (which versions before them would not
     /// read), so the event waits for one read of the record; it goes out without them when
     /// the record cannot be read, or was replaced by a later command's.
-    pub(super) fn announce(&self, announcement: Option<Announcement>) {
+    fn announce(&self, announcement: Option<Announcement>) {
         let Some(Announcement {
             identity,
             change,
@@ -165,17 +243,18 @@ impl Views<'_> {
         else {
             return;
         };
-        events::breaker_phase(&identity.at(), change.to);
-        if origin != ChangeOrigin::Operator || !events::warn_enabled() {
-            events::breaker_state_changed(&identity.at(), change, window, origin, None);
+        events::phase(&identity.at(), change.to);
+        if origin != ChangeOrigin::Operator || !crate::events::warn_enabled() {
+            events::state_changed(&identity.at(), change, window, origin, None);
             return;
         }
         let coordinator = self.coordinator.clone();
         self.coordinator.in_background(async move {
-            let read = coordinator.breaker_operator(&identity.key, change.to);
+            let kind = PolicyKind::CircuitBreaker;
+            let read = coordinator.steered_by(kind, &identity.key, change.to.as_str());
             let operator = read.await.ok().flatten();
             let at = identity.at();
-            events::breaker_state_changed(&at, change, window, origin, operator.as_ref());
+            events::state_changed(&at, change, window, origin, operator.as_ref());
         });
     }
 }
@@ -222,7 +301,7 @@ impl Breakers {
 
     /// A transition message: the change it tells of, to announce. This process's own were
     /// announced when their replies came.
-    pub(super) fn on_message(&self, transition: Transition) -> Option<Announcement> {
+    fn on_message(&self, transition: Transition) -> Option<Announcement> {
         if transition.own {
             return None;
         }
@@ -246,7 +325,7 @@ impl Breakers {
 
     /// An operator's command this process carried out, asked at `asked`: its own message
     /// about it is skipped, so the answer is what tells its view.
-    pub(super) fn on_forced(
+    fn on_forced(
         &self,
         key: &KeyBase,
         force: Force,
@@ -346,7 +425,7 @@ impl Breakers {
     }
 
     /// The phase this process last saw for `key`, if it saw it recently enough to act on.
-    pub(super) fn last_known(&self, key: &KeyBase) -> Option<Phase> {
+    fn last_known(&self, key: &KeyBase) -> Option<Phase> {
         let views = lock(&self.views);
         let view = views.get(key)?;
         (view.confirmed.elapsed() < LAST_KNOWN_AGE).then_some(view.phase)
