@@ -82,6 +82,8 @@ mod ctx;
 mod error;
 mod events;
 mod fencing;
+#[cfg(feature = "tower")]
+mod guard;
 pub mod guide;
 mod identity;
 mod kernel;

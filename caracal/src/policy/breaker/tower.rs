@@ -15,10 +15,10 @@ use crate::config::Setting;
 use crate::config::keys::{self, Read as _};
 use crate::ctx::CallCtx;
 use crate::error::Error;
+use crate::guard::layer::{Identity, count, duration, identity_setters, number};
+use crate::guard::{Admission, Admit, BoxCall, Guarded};
 use crate::identity::{PolicyKind, Scope};
 use crate::outcome::Outcome;
-use crate::tower::layer::{Identity, count, duration, identity_setters, number};
-use crate::tower::{Admission, Admit, BoxCall, Guarded};
 
 /// A shared failure window, like `#[circuit_breaker]`.
 pub struct CircuitBreakerLayer<Req, Res> {

@@ -300,8 +300,8 @@ where
 pub(super) fn try_enter(
     site: &std::sync::Arc<BulkheadSite>,
     scope: Scope,
-) -> crate::tower::Admission<Option<OwnedSlot>, Scope> {
-    use crate::tower::Admission;
+) -> crate::guard::Admission<Option<OwnedSlot>, Scope> {
+    use crate::guard::Admission;
     if crate::fencing::inside_fenced_body() {
         return Admission::Deferred(scope);
     }

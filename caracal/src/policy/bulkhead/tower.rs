@@ -11,10 +11,10 @@ use tower::{BoxError, Layer};
 use super::{AdaptiveLimit, BulkheadConfig, BulkheadSite, local};
 use crate::ctx::CallCtx;
 use crate::error::Error;
+use crate::guard::layer::{Identity, count, duration, identity_setters};
+use crate::guard::{Admission, Admit, BoxCall, Guarded, Permit};
 use crate::identity::{PolicyKind, Scope};
 use crate::policy::bulkhead;
-use crate::tower::layer::{Identity, count, duration, identity_setters};
-use crate::tower::{Admission, Admit, BoxCall, Guarded, Permit};
 
 /// A shared concurrency limit, like `#[bulkhead]`.
 pub struct BulkheadLayer<Req> {

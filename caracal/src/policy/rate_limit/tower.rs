@@ -10,10 +10,10 @@ use tower::{BoxError, Layer};
 use super::{RateLimitConfig, RateLimitSite};
 use crate::ctx::CallCtx;
 use crate::error::Error;
+use crate::guard::layer::{Identity, count, identity_setters, number};
+use crate::guard::{Admission, Admit, BoxCall, Guarded};
 use crate::identity::{PolicyKind, Scope};
 use crate::metrics::Stopwatch;
-use crate::tower::layer::{Identity, count, identity_setters, number};
-use crate::tower::{Admission, Admit, BoxCall, Guarded};
 
 /// A shared rate, like `#[rate_limit]`.
 pub struct RateLimitLayer<Req> {
@@ -167,8 +167,8 @@ mod tests {
 
     use super::*;
     use crate::coordinator::Coordinator;
+    use crate::guard::tests::{Request, caracal_error, downstream, request};
     use crate::tower::CircuitBreakerLayer;
-    use crate::tower::tests::{Request, caracal_error, downstream, request};
 
     #[tokio::test(start_paused = true)]
     async fn an_inner_layers_rejections_do_not_open_an_outer_breaker() {

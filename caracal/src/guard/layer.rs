@@ -113,7 +113,7 @@ macro_rules! identity_setters {
     () => {
         /// The operation (by default, the name).
         pub fn operation(mut self, operation: &str) -> Self {
-            self.identity.operation = Some($crate::tower::layer::part("operation", operation));
+            self.identity.operation = Some($crate::guard::layer::part("operation", operation));
             self
         }
 

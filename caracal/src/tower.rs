@@ -45,15 +45,6 @@
 //! checked configuration. A layer used without its required value (`limit`, `rate`) panics when
 //! it wraps a service.
 
-mod future;
-pub(crate) mod layer;
-mod service;
-
-pub use future::{BoxCall, Permit, ResponseFuture};
-pub use service::{Admission, Admit, Guarded};
-
+pub use crate::guard::{Admission, Admit, BoxCall, Guarded, Permit, ResponseFuture};
 // Each kind's layer, service, policy and permit, from the kind's own module.
 pub use crate::policy::layers::*;
-
-#[cfg(test)]
-pub(crate) mod tests;

@@ -9,10 +9,10 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 use tower::{BoxError, Layer, Service, ServiceBuilder, ServiceExt, service_fn};
 
-use super::*;
 use crate::coordinator::Coordinator;
 use crate::error::Error;
 use crate::outcome::Outcome;
+use crate::policy::layers::*;
 
 /// A request with a tenant (its scope, where a layer is scoped) and the status to answer.
 #[derive(Debug, Clone)]
