@@ -18,6 +18,8 @@
 //!   coordinator or a policy;
 //! - the telemetry every kind shares (`events.rs`, `metrics.rs`) → neither the coordinator nor a
 //!   policy: a kind's own events and metrics live in its folder;
+//! - the tower guard (`guard/`: the one service every layer wraps) → neither the coordinator
+//!   nor a policy: each kind's layer sits above it, and `tower.rs` re-exports both on top;
 //! - nothing but tests → the crate root's re-exports (`crate::Error`): the root is the public
 //!   façade, on top, and a module that imports through it ties every module the root
 //!   re-exports from below it.
@@ -227,6 +229,19 @@ fn the_bottom_floor_imports_nothing_above_it() {
 #[test]
 fn the_shared_telemetry_knows_no_kind_and_no_coordinator() {
     let files = [src().join("events.rs"), src().join("metrics.rs")];
+    assert_eq!(
+        violations_in(&files, &["crate::coordinator", "crate::policy"], |_| false),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn the_tower_guard_knows_no_kind_and_no_coordinator() {
+    let files: Vec<PathBuf> = sources(&src().join("guard"))
+        .into_iter()
+        .filter(|file| file.file_name().is_some_and(|name| name != "tests.rs"))
+        .collect();
+    assert!(files.len() >= 3, "{files:?}");
     assert_eq!(
         violations_in(&files, &["crate::coordinator", "crate::policy"], |_| false),
         Vec::<String>::new()
