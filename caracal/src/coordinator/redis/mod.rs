@@ -14,12 +14,14 @@ mod node;
 mod pool;
 mod primary;
 mod reply;
+mod route;
 mod scripts;
 mod sentinel;
 mod server;
 mod shards;
 mod slot;
 mod until;
+mod writer;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
