@@ -14,7 +14,7 @@ use redis::cluster_async::ClusterConnection;
 use super::connector::{Conn, Connected};
 use super::server::ServerInfo;
 use super::shards::{self, Answer, CHECK_PERIOD, Shards};
-use super::slot::{MIN_RECONNECT_INTERVAL, Slot, reconnect_backoff};
+use super::slot::{MIN_RECONNECT_INTERVAL, PrimariesCheck, Slot, reconnect_backoff};
 use crate::coordinator::incarnation::Incarnation;
 use crate::error::Error;
 use crate::error::FailureKind;
@@ -219,6 +219,16 @@ impl ClusterCheck {
                 (Conn::Cluster(conn), generation) => Some((Arc::clone(slot), conn, generation)),
                 (Conn::Single(_), _) => None,
             })
+    }
+}
+
+impl PrimariesCheck for Arc<ClusterCheck> {
+    fn suspect(&self, key_slot: u16, probe: usize) {
+        ClusterCheck::suspect(self, key_slot, probe);
+    }
+
+    fn nudge(&self) {
+        ClusterCheck::nudge(self);
     }
 }
 

@@ -8,6 +8,7 @@ use redis::{Cmd, ConnectionAddr, IntoConnectionInfo, PushKind, RedisError, Value
 use std::time::Duration;
 
 use super::failure::{self, failure};
+use super::node::{Trust, invalid_url, node_client, tcp_settings};
 use super::sentinel::{SentinelUrl, Sentinels};
 use super::server::{self, ServerInfo};
 use crate::coordinator::url::Url;
@@ -21,59 +22,6 @@ pub(crate) enum Topology {
     /// A master that sentinels name, and follow through failovers.
     Sentinel(SentinelUrl),
     Cluster(Vec<Url>),
-}
-
-/// The certificates (PEM) a `rediss://` connection trusts instead of the system's; `None`: the
-/// system's. Only with the `tls` feature; without it, a `rediss://` URL is refused.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Trust {
-    /// The certificates to trust, as PEM; `None`: the system's.
-    #[cfg(feature = "tls")]
-    pub(crate) roots: Option<Vec<u8>>,
-}
-
-impl Trust {
-    /// A client for `info` that trusts these certificates.
-    fn client(&self, info: redis::ConnectionInfo) -> redis::RedisResult<redis::Client> {
-        #[cfg(feature = "tls")]
-        if let Some(roots) = &self.roots {
-            return redis::Client::build_with_tls(info, self.certificates(roots));
-        }
-        redis::Client::open(info)
-    }
-
-    #[cfg(feature = "tls")]
-    fn certificates(&self, roots: &[u8]) -> redis::TlsCertificates {
-        redis::TlsCertificates {
-            client_tls: None,
-            root_cert: Some(roots.to_vec()),
-        }
-    }
-}
-
-/// No Nagle delay: commands are small, and each waits for its answer.
-fn tcp_settings() -> redis::io::tcp::TcpSettings {
-    redis::io::tcp::TcpSettings::default().set_nodelay(true)
-}
-
-/// A client for one node (a standalone server, a master, a sentinel) at `url`: RESP3, so a
-/// connection reports its own end, and so a password reaches a server without one as the
-/// `default` user's (which any password opens), not as a legacy `AUTH` it would refuse.
-pub(super) fn node_client(url: &str, trust: &Trust) -> redis::RedisResult<redis::Client> {
-    let info = url.into_connection_info()?;
-    let redis = info
-        .redis_settings()
-        .clone()
-        .set_protocol(redis::ProtocolVersion::RESP3);
-    trust.client(
-        info.set_tcp_settings(tcp_settings())
-            .set_redis_settings(redis),
-    )
-}
-
-/// A URL the client would not take, as a configuration error.
-pub(super) fn invalid_url(error: RedisError) -> Error {
-    Error::config(format!("invalid Redis URL: {error}"))
 }
 
 /// What makes a topology's connections.

@@ -8,7 +8,8 @@ use tokio::time::Instant;
 
 use redis::Value;
 
-use super::connector::{Conn, Connector, Topology, Trust};
+use super::connector::{Conn, Connector, Topology};
+use super::node::Trust;
 use super::scripts::{ACL_CHECK, DOCTOR_PROBE, DOCTOR_WRITE};
 use crate::coordinator::doctor::Check;
 use crate::kernel::Script;

@@ -2,23 +2,23 @@
 //! its identity's connection, its reply decoded strictly; and, for a kernel whose commands
 //! batch, the lane that gathers the commands of one identity while a call is in flight.
 
-use std::any::{Any, TypeId};
-use std::collections::HashMap;
+use std::any::TypeId;
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{RedisWrite, ToRedisArgs, Value};
 use tokio::time::Instant;
 
 use super::lanes::{Lanes, Queued, Request};
-use super::link::{Batched, Link};
+use super::link::{Batched, KernelLanes, Link};
 use super::reply;
 use super::until::Undoing;
+use super::writer::Writer;
 use crate::coordinator::feed;
 use crate::error::Error;
 use crate::identity::KeyBase;
-use crate::kernel::{Fence, Publish, Scripted, Sink, Wire};
+use crate::kernel::{Fence, Publish, Scripted, Wire};
 use crate::sync::lock;
 
 /// The arguments of one script call for `batch`, written straight into the command.
@@ -39,19 +39,6 @@ impl<K: Scripted> ToRedisArgs for Encoded<'_, K> {
     }
 }
 
-/// A [`Sink`] writing each argument into a Redis command.
-pub(super) struct Writer<'a, W: ?Sized>(pub(super) &'a mut W);
-
-impl<W: ?Sized + RedisWrite> Sink for Writer<'_, W> {
-    fn int(&mut self, n: u64) {
-        n.write_redis_args(self.0);
-    }
-
-    fn text(&mut self, text: &str) {
-        text.write_redis_args(self.0);
-    }
-}
-
 /// Decodes `count` replies of `K`, each [`Scripted::WIDTH`] integers, from one flat array.
 pub(super) fn decode<K: Scripted>(value: Value, count: usize) -> Result<Vec<K::Reply>, Error> {
     let name = K::SCRIPT.name;
@@ -67,6 +54,16 @@ pub(super) fn decode<K: Scripted>(value: Value, count: usize) -> Result<Vec<K::R
 }
 
 impl Link {
+    /// Runs a command of a batching kernel, batched with the commands of the same identity
+    /// that queue while one is in flight: its reply, and when its batch was sent.
+    pub(super) fn batched<K: Scripted>(
+        self: &Arc<Self>,
+        key: &KeyBase,
+        command: K::Command,
+    ) -> impl Future<Output = Result<(K::Reply, Instant), Error>> + Send + 'static {
+        self.submit(key, Pending::<K>::new(command))
+    }
+
     /// Runs `K`'s script once for every command of `batch` (all of `key`'s identity): one
     /// reply per command, and when the script that ran was sent (see
     /// [`eval_sent`](Self::eval_sent)). A [`FENCED`](Scripted::FENCED) kernel's call carries
@@ -180,10 +177,6 @@ impl<K: Scripted> Batched for Pending<K> {
         K::unheard(&request.0, &reply, &mut Undoing { link, key });
     }
 }
-
-/// The lanes of every batching kernel, one set per kernel type.
-#[derive(Default)]
-pub(super) struct KernelLanes(Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>);
 
 impl KernelLanes {
     fn of<K: Scripted>(&self) -> Arc<Lanes<Pending<K>>> {

@@ -3,6 +3,7 @@
 //! until a deadline (see [`until`](super::until)), the live fencing tokens of fenced kernels,
 //! and the background tracker that finishes what callers do not wait for.
 
+use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::future::Future;
 use std::marker::PhantomData;
@@ -15,18 +16,17 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::failure;
-use super::kernels::{KernelLanes, Pending};
 use super::lanes::{Admitted, Driven, Lanes, Queued, Request, answer};
 use super::pool::Pool;
 use super::redis_cause;
-use super::until::{Queue, Route};
+use super::route::{Queue, Route};
 use crate::coordinator::background::Background;
 use crate::coordinator::incarnation::{Incarnation, LossCause};
 use crate::coordinator::timer;
 use crate::error::Error;
 use crate::error::FailureKind;
 use crate::identity::KeyBase;
-use crate::kernel::{Script, Scripted};
+use crate::kernel::Script;
 use crate::sync::lock;
 
 pub(super) struct Link {
@@ -55,6 +55,10 @@ struct Live {
 
 /// How many identities' live tokens are kept before the stale ones are swept.
 const LIVE_SWEEP_AT: usize = 4096;
+
+/// The lanes of every batching kernel, one set per kernel type.
+#[derive(Default)]
+pub(super) struct KernelLanes(pub(super) Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>);
 
 /// A request kind with a lane of its own, and how a batch of it is sent.
 pub(super) trait Batched: Request + Sized {
@@ -208,16 +212,6 @@ impl Link {
         }
     }
 
-    /// Runs a command of a batching kernel, batched with the commands of the same identity
-    /// that queue while one is in flight: its reply, and when its batch was sent.
-    pub(super) fn batched<K: Scripted>(
-        self: &Arc<Self>,
-        key: &KeyBase,
-        command: K::Command,
-    ) -> impl Future<Output = Result<(K::Reply, Instant), Error>> + Send + 'static {
-        self.submit(key, Pending::<K>::new(command))
-    }
-
     /// Enters `request` in its lane. If the lane was idle, this caller drives the call (its
     /// request is queued on the connection at the first poll); else it waits for the batch it
     /// joined, sent once the call in flight is answered.
@@ -225,7 +219,7 @@ impl Link {
     /// Every caller hears within one command timeout of entering: one queued behind a call
     /// that stalls gives up when its time is up, unsent (withdrawn from the lane) or, if its
     /// batch went out meanwhile, with what that batch granted it undone when the reply comes.
-    fn submit<R: Batched>(
+    pub(super) fn submit<R: Batched>(
         self: &Arc<Self>,
         key: &KeyBase,
         request: R,

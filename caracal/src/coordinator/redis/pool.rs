@@ -25,10 +25,11 @@ use redis::{Cmd, ServerErrorKind, Value};
 use tokio::time::Instant;
 
 use super::cluster_check::ClusterCheck;
-use super::connector::{Conn, Connected, Connector, Topology, Trust};
+use super::connector::{Conn, Connected, Connector, Topology};
 use super::failure::{RedisFailure, node_in_doubt};
+use super::node::Trust;
 use super::primary::PrimaryCheck;
-use super::slot::Slot;
+use super::slot::{PrimariesCheck, Slot};
 use crate::coordinator::background;
 use crate::coordinator::incarnation::Incarnation;
 use crate::coordinator::timer;
@@ -93,7 +94,9 @@ impl Pool {
                     Arc::clone(&closed),
                     Arc::clone(&connector),
                     Arc::clone(&incarnation),
-                    cluster_check.clone(),
+                    cluster_check
+                        .clone()
+                        .map(|check| Box::new(check) as Box<dyn PrimariesCheck>),
                     timeout,
                 ))
             })

@@ -18,8 +18,8 @@ use futures_util::stream::FuturesUnordered;
 use redis::RedisError;
 use redis::aio::MultiplexedConnection;
 
-use super::connector::{Trust, invalid_url, node_client};
 use super::failure::failure;
+use super::node::{Trust, invalid_url, node_client};
 use crate::error::Error;
 use crate::error::FailureKind;
 use crate::sync::lock;

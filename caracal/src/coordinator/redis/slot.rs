@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use super::cluster_check::ClusterCheck;
 use super::connector::{Conn, Connected, Connector};
 use super::failure;
 use crate::coordinator::incarnation::Incarnation;
@@ -25,6 +24,16 @@ const MAX_RECONNECT_BACKOFF: Duration = Duration::from_millis(500);
 /// so service resumes within this long of the server's return without a connect storm.
 pub(crate) const MIN_RECONNECT_INTERVAL: Duration = Duration::from_millis(50);
 
+/// What a cluster's slot tells the check of the cluster's primaries. The check reconnects the
+/// slots it holds, so it sits above them, and a slot knows it only through this.
+pub(super) trait PrimariesCheck: Send + Sync {
+    /// A command for `key_slot`, sent through pool slot `probe`, failed in a way that may mean
+    /// its primary restarted or was replaced.
+    fn suspect(&self, key_slot: u16, probe: usize);
+    /// The slot reconnected: check now.
+    fn nudge(&self);
+}
+
 /// One pooled connection and its reconnection state.
 pub(crate) struct Slot {
     /// Its place in the pool.
@@ -41,7 +50,7 @@ pub(crate) struct Slot {
     connector: Arc<Connector>,
     incarnation: Arc<Incarnation>,
     /// A cluster's: what checks its primaries.
-    cluster_check: Option<Arc<ClusterCheck>>,
+    cluster_check: Option<Box<dyn PrimariesCheck>>,
     timeout: Duration,
 }
 
@@ -72,7 +81,7 @@ impl Slot {
         closed: Arc<AtomicBool>,
         connector: Arc<Connector>,
         incarnation: Arc<Incarnation>,
-        cluster_check: Option<Arc<ClusterCheck>>,
+        cluster_check: Option<Box<dyn PrimariesCheck>>,
         timeout: Duration,
     ) -> Self {
         Slot {

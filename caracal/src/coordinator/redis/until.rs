@@ -14,9 +14,10 @@ use redis::ToRedisArgs;
 use tokio::time::Instant;
 
 use super::failure;
-use super::kernels::Writer;
 use super::link::Link;
 use super::reply;
+use super::route::{Queue, Resend, Route};
+use super::writer::Writer;
 use crate::coordinator::background::{Carry, Parked};
 use crate::coordinator::timer;
 use crate::error::{Error, FailureKind};
@@ -28,62 +29,6 @@ use crate::sync::lock;
 /// call of its identity sends it sooner): the pool's shortest reconnection interval, so a
 /// retry finds the replacement connection.
 const RETRY_PAUSE: Duration = super::slot::MIN_RECONNECT_INTERVAL;
-
-/// Where commands sent until a deadline queue: one identity, and the plain command they go out
-/// together as.
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub(super) struct Route {
-    key: KeyBase,
-    verb: &'static str,
-    suffix: &'static str,
-}
-
-impl Route {
-    /// The route of `plain` commands for `key`'s identity.
-    fn new(key: &KeyBase, plain: Plain) -> Self {
-        Route {
-            key: key.clone(),
-            verb: plain.verb,
-            suffix: plain.key,
-        }
-    }
-}
-
-/// The commands of one route: how many calls are in flight, the commands waiting to go out
-/// together (new ones, and those whose call may not have run), and whether a retry of the
-/// latter is scheduled.
-#[derive(Default)]
-pub(super) struct Queue {
-    in_flight: u32,
-    waiting: Vec<Resend>,
-    retry_scheduled: bool,
-    /// The batches sent, while their work may be on its shelf: the identity's next script call
-    /// carries them (see [`Background::alongside`](crate::coordinator::background::Background::alongside)).
-    sent: Vec<Parked>,
-}
-
-impl Queue {
-    /// Takes everything waiting as the next batch to send, counted in flight.
-    fn take(&mut self) -> Option<Vec<Resend>> {
-        if self.waiting.is_empty() {
-            return None;
-        }
-        self.in_flight += 1;
-        Some(std::mem::take(&mut self.waiting))
-    }
-
-    fn idle(&self) -> bool {
-        self.in_flight == 0 && self.waiting.is_empty() && !self.retry_scheduled
-    }
-}
-
-/// One command: its arguments as encoded, until when it is worth sending, and who hears how
-/// it ended.
-struct Resend {
-    args: Vec<Vec<u8>>,
-    until: Instant,
-    done: Box<dyn FnOnce(Result<bool, Error>) + Send>,
-}
 
 /// One command's arguments, written by `encode`.
 struct Encoded<'a>(&'a dyn Fn(&mut dyn Sink));
