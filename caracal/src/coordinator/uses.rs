@@ -256,7 +256,8 @@ impl Uses<'_> {
     /// Sends one report of every use since the last, and announces changes of drift.
     async fn report_uses(&self) {
         let identities;
-        let reports: Vec<(Report, usize)> = {
+        // The reports, and the site of each.
+        let (sent, sites): (Vec<Report>, Vec<usize>) = {
             let mut noted = lock(&self.coordinator.inner.usage.uses);
             let noted = &mut *noted;
             let uses = &mut noted.uses;
@@ -272,8 +273,8 @@ impl Uses<'_> {
                 !uses.is_empty()
             });
             crate::sync::shrink(uses);
-            let sites: HashSet<usize> = uses.values().flatten().map(|u| u.site).collect();
-            noted.texts.retain(|site, _| sites.contains(site));
+            let live: HashSet<usize> = uses.values().flatten().map(|u| u.site).collect();
+            noted.texts.retain(|site, _| live.contains(site));
             identities = uses.len();
             let mut due: Vec<&mut Use> = uses
                 .values_mut()
@@ -313,10 +314,9 @@ impl Uses<'_> {
                 })
                 .collect()
         };
-        if reports.is_empty() {
+        if sent.is_empty() {
             return;
         }
-        let sent: Vec<Report> = reports.iter().map(|(report, _)| report.clone()).collect();
         let process = Reporting::now(identities);
         let namespace = self.coordinator.namespace_base();
         let drifts = match self
@@ -330,7 +330,7 @@ impl Uses<'_> {
             Err(_) => {
                 // Reported again with the next round.
                 let mut noted = lock(&self.coordinator.inner.usage.uses);
-                for (report, site) in &reports {
+                for (report, site) in sent.iter().zip(&sites) {
                     if let Some(u) = find(&mut noted.uses, &report.key, *site) {
                         u.changed = true;
                     }
@@ -341,7 +341,7 @@ impl Uses<'_> {
         let mut announced = Vec::new();
         {
             let mut noted = lock(&self.coordinator.inner.usage.uses);
-            for ((report, site), drift) in reports.iter().zip(drifts) {
+            for ((report, site), drift) in sent.iter().zip(&sites).zip(drifts) {
                 if let Some(u) = find(&mut noted.uses, &report.key, *site)
                     && u.drift != drift
                 {
