@@ -50,6 +50,18 @@ struct Use {
     ignored: Vec<&'static str>,
 }
 
+/// A use due for a report, as the report is made of it.
+#[derive(Debug)]
+struct Due {
+    identity: Identity,
+    site: usize,
+    values: Arc<str>,
+    sources: Arc<str>,
+    ttl_ms: u64,
+    fleet: u64,
+    ignored: Vec<&'static str>,
+}
+
 /// A call site's values as text, kept while they resolve the same: every new identity of
 /// the site shares it rather than formatting its own — the values of a site are the same for
 /// all its scopes until the overrides change.
@@ -255,65 +267,29 @@ impl Uses<'_> {
 
     /// Sends one report of every use since the last, and announces changes of drift.
     async fn report_uses(&self) {
-        let identities;
-        // The reports, and the site of each.
-        let (sent, sites): (Vec<Report>, Vec<usize>) = {
-            let mut noted = lock(&self.coordinator.inner.usage.uses);
-            let noted = &mut *noted;
-            let uses = &mut noted.uses;
-            // Under the lock, so a site that notes a use after this report's uses are read
-            // sees the new round.
-            self.coordinator
-                .inner
-                .usage
-                .reports
-                .fetch_add(1, Ordering::SeqCst);
-            uses.retain(|_, uses| {
-                uses.retain(|u| u.idle < FORGET_AFTER_REPORTS);
-                !uses.is_empty()
-            });
-            crate::sync::shrink(uses);
-            let live: HashSet<usize> = uses.values().flatten().map(|u| u.site).collect();
-            noted.texts.retain(|site, _| live.contains(site));
-            identities = uses.len();
-            let mut due: Vec<&mut Use> = uses
-                .values_mut()
-                .flatten()
-                .filter_map(|u| {
-                    if !u.used {
-                        u.idle += 1;
-                    }
-                    (u.used || u.changed).then_some(u)
-                })
-                .collect();
-            // The registry keeps no more than this: a process using more identities reports
-            // the changed ones first, and the rest in later rounds.
-            due.sort_by_key(|u| !u.changed);
-            due.truncate(MAX_IDENTITIES as usize);
-            // Taken once per identity, whichever of its sites reports it.
-            let mut rates: HashMap<KeyBase, crate::tally::Rates> = HashMap::new();
-            due.into_iter()
-                .map(|u| {
-                    u.used = false;
-                    u.changed = false;
-                    let taken = rates
-                        .entry(u.identity.key.clone())
-                        .or_insert_with(|| Reported::rates_of(&u.identity));
-                    let extra = Reported::extra(taken, &u.ignored, &u.sources);
-                    let report = Report {
-                        key: u.identity.key.clone(),
-                        description: describe(&u.identity),
-                        values: u.values.to_string(),
-                        sources: u.sources.to_string(),
-                        reporter: format!("{}/{:x}", feed::process_id(), u.site),
-                        ttl_ms: u.ttl_ms,
-                        fleet: u.fleet,
-                        extra,
-                    };
-                    (report, u.site)
-                })
-                .collect()
-        };
+        let (identities, due) = self.take_due();
+        // Made out of the lock: calls noting uses meanwhile never wait for a report's text.
+        // Rates are taken once per identity, whichever of its sites reports it.
+        let mut rates: HashMap<KeyBase, crate::tally::Rates> = HashMap::new();
+        let (sent, sites): (Vec<Report>, Vec<usize>) = due
+            .into_iter()
+            .map(|due| {
+                let taken = rates
+                    .entry(due.identity.key.clone())
+                    .or_insert_with(|| Reported::rates_of(&due.identity));
+                let report = Report {
+                    description: describe(&due.identity),
+                    extra: Reported::extra(taken, &due.ignored, &due.sources),
+                    key: due.identity.key,
+                    values: due.values.to_string(),
+                    sources: due.sources.to_string(),
+                    reporter: format!("{}/{:x}", feed::process_id(), due.site),
+                    ttl_ms: due.ttl_ms,
+                    fleet: due.fleet,
+                };
+                (report, due.site)
+            })
+            .collect();
         if sent.is_empty() {
             return;
         }
@@ -353,6 +329,60 @@ impl Uses<'_> {
         for (identity, values, drift) in announced {
             events::config_drift(&identity.at(), &values, drift);
         }
+    }
+
+    /// Starts a round: forgets the uses idle too long and takes those due for a report (used
+    /// or changed since the last, changed first, at most what the registry keeps), marking
+    /// them reported; with how many identities this process uses.
+    fn take_due(&self) -> (usize, Vec<Due>) {
+        let mut noted = lock(&self.coordinator.inner.usage.uses);
+        let noted = &mut *noted;
+        let uses = &mut noted.uses;
+        // Under the lock, so a site that notes a use after this report's uses are read sees
+        // the new round.
+        self.coordinator
+            .inner
+            .usage
+            .reports
+            .fetch_add(1, Ordering::SeqCst);
+        uses.retain(|_, uses| {
+            uses.retain(|u| u.idle < FORGET_AFTER_REPORTS);
+            !uses.is_empty()
+        });
+        crate::sync::shrink(uses);
+        let live: HashSet<usize> = uses.values().flatten().map(|u| u.site).collect();
+        noted.texts.retain(|site, _| live.contains(site));
+        let mut due: Vec<&mut Use> = uses
+            .values_mut()
+            .flatten()
+            .filter_map(|u| {
+                if !u.used {
+                    u.idle += 1;
+                }
+                (u.used || u.changed).then_some(u)
+            })
+            .collect();
+        // The registry keeps no more than this: a process using more identities reports the
+        // changed ones first, and the rest in later rounds.
+        due.sort_by_key(|u| !u.changed);
+        due.truncate(MAX_IDENTITIES as usize);
+        let due = due
+            .into_iter()
+            .map(|u| {
+                u.used = false;
+                u.changed = false;
+                Due {
+                    identity: u.identity.clone(),
+                    site: u.site,
+                    values: Arc::clone(&u.values),
+                    sources: Arc::clone(&u.sources),
+                    ttl_ms: u.ttl_ms,
+                    fleet: u.fleet,
+                    ignored: u.ignored.clone(),
+                }
+            })
+            .collect();
+        (uses.len(), due)
     }
 }
 
@@ -446,6 +476,23 @@ mod tests {
             values("user-100").as_deref(),
             Some("rate=6 burst=none shadow=none")
         );
+    }
+
+    /// A round takes every use noted since the last, marked reported, with the site's text:
+    /// the report is made of what it took, after the lock is released.
+    #[test]
+    fn a_round_takes_the_uses_due_once() {
+        let coordinator = Coordinator::in_memory();
+        let site = 0_u8;
+        let resolved = Resolved::attribute(&Rate(5));
+        for n in 0..3 {
+            note(&coordinator, &site, &format!("user-{n}"), &resolved);
+        }
+        let (identities, due) = coordinator.uses().take_due();
+        assert_eq!((identities, due.len()), (3, 3));
+        assert!(due.iter().all(|due| *due.values == *resolved.values_text()));
+        let (identities, due) = coordinator.uses().take_due();
+        assert_eq!((identities, due.len()), (3, 0), "reported already");
     }
 
     /// Once at the cap with every use live, a steady stream of new identities sweeps the uses
