@@ -31,8 +31,9 @@ impl Source {
     }
 }
 
-/// A policy's values as the attribute gives them, and as overrides change them.
-pub(crate) trait Values: Clone {
+/// A policy's values as the attribute gives them, and as overrides change them. Comparable
+/// and kept per call site, so the text of one site's values is made once for all its scopes.
+pub(crate) trait Values: Clone + PartialEq + Send + 'static {
     const KIND: PolicyKind;
 
     /// The value of `key` (one of [`keys::keys`]`(KIND)`), `None` when unset (an optional
@@ -84,6 +85,8 @@ impl<V: Values> Resolved<V> {
     /// The values alone, as one line (`limit=3 lease=30s max_wait=none`): what processes
     /// compare to notice drift.
     pub(crate) fn values_text(&self) -> String {
+        #[cfg(test)]
+        FORMATTED.set(FORMATTED.get() + 1);
         let parts: Vec<_> = self
             .entries()
             .map(|(key, value, _)| format!("{key}={}", text(value)))
@@ -99,6 +102,12 @@ impl<V: Values> Resolved<V> {
             .collect();
         parts.join(" ")
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// How many times this thread made the text of resolved values.
+    pub(crate) static FORMATTED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// Why `values` are not consistent, as the configuration's check of a table says it.

@@ -1,7 +1,9 @@
 //! This process's uses of identities, noted by the call sites and reported to the registry
 //! in rounds.
 
-use std::collections::HashMap;
+use std::any::Any;
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -28,8 +30,9 @@ const FORGET_AFTER_REPORTS: u32 =
 struct Use {
     site: usize,
     identity: Identity,
-    values: String,
-    sources: String,
+    /// Shared with the site's other uses while its values stay the same (see [`Texts`]).
+    values: Arc<str>,
+    sources: Arc<str>,
     ttl_ms: u64,
     /// The overrides' generation the values were resolved under.
     generation: u64,
@@ -47,10 +50,74 @@ struct Use {
     ignored: Vec<&'static str>,
 }
 
+/// A use due for a report, as the report is made of it.
+#[derive(Debug)]
+struct Due {
+    identity: Identity,
+    site: usize,
+    values: Arc<str>,
+    sources: Arc<str>,
+    ttl_ms: u64,
+    fleet: u64,
+    ignored: Vec<&'static str>,
+}
+
+/// A call site's values as text, kept while they resolve the same: every new identity of
+/// the site shares it rather than formatting its own — the values of a site are the same for
+/// all its scopes until the overrides change.
+#[derive(Debug)]
+struct Texts {
+    /// The `Resolved<V>` the text was made of.
+    resolved: Box<dyn Any + Send>,
+    values: Arc<str>,
+    sources: Arc<str>,
+}
+
+/// What [`Usage`] guards with one lock.
+#[derive(Debug, Default)]
+struct Noted {
+    uses: HashMap<KeyBase, Vec<Use>>,
+    /// Per site with a use.
+    texts: HashMap<usize, Texts>,
+    /// The round ([`Usage::reports`]) of the last sweep at [`MAX_USES`]: a use turns unused
+    /// only when a report goes out, so another sweep in the same round would free nothing —
+    /// and scan every use again on every new identity.
+    swept: Option<u64>,
+    /// Sweeps made.
+    #[cfg(test)]
+    sweeps: usize,
+}
+
+impl Texts {
+    /// The text of `site`'s `resolved` values and sources: the one `kept` for the site while
+    /// they are the same.
+    fn of<V: Values>(
+        kept: &mut HashMap<usize, Texts>,
+        site: usize,
+        resolved: &Resolved<V>,
+    ) -> (Arc<str>, Arc<str>) {
+        let texts = match kept.entry(site) {
+            Entry::Occupied(texts)
+                if texts.get().resolved.downcast_ref::<Resolved<V>>() == Some(resolved) =>
+            {
+                texts.into_mut()
+            }
+            entry => entry
+                .insert_entry(Texts {
+                    resolved: Box::new(resolved.clone()),
+                    values: resolved.values_text().into(),
+                    sources: resolved.sources_text().into(),
+                })
+                .into_mut(),
+        };
+        (Arc::clone(&texts.values), Arc::clone(&texts.sources))
+    }
+}
+
 /// The identities this process uses.
 #[derive(Debug, Default)]
 pub(super) struct Usage {
-    uses: Mutex<HashMap<KeyBase, Vec<Use>>>,
+    uses: Mutex<Noted>,
     soon: Arc<Notify>,
     reporting: AtomicBool,
     /// Reports sent: a site that caches its use notes it again after each.
@@ -93,7 +160,13 @@ impl Uses<'_> {
     /// How many identities this process notes uses of.
     #[cfg(test)]
     pub(crate) fn count(&self) -> usize {
-        lock(&self.coordinator.inner.usage.uses).len()
+        lock(&self.coordinator.inner.usage.uses).uses.len()
+    }
+
+    /// How many times the uses were swept at their cap.
+    #[cfg(test)]
+    fn sweeps(&self) -> usize {
+        lock(&self.coordinator.inner.usage.uses).sweeps
     }
 
     /// Records the use; whether it is the site's first of `identity`.
@@ -104,8 +177,10 @@ impl Uses<'_> {
         let fleet = self.coordinator.inner.fleet.version();
         let first;
         {
-            let mut uses = lock(&usage.uses);
-            let found = uses
+            let mut noted = lock(&usage.uses);
+            let noted = &mut *noted;
+            let found = noted
+                .uses
                 .get_mut(&identity.key)
                 .and_then(|uses| uses.iter_mut().find(|u| u.site == site));
             if let Some(found) = found {
@@ -116,36 +191,47 @@ impl Uses<'_> {
                 }
                 found.generation = generation;
                 found.fleet = fleet;
-                let values = resolved.values_text();
+                let (values, sources) = Texts::of(&mut noted.texts, site, resolved);
                 if values == found.values && found.ignored == resolved.ignored {
                     return false;
                 }
                 found.ignored.clone_from(&resolved.ignored);
                 found.values = values;
-                found.sources = resolved.sources_text();
+                found.sources = sources;
                 found.changed = true;
                 first = false;
             } else {
-                if uses.len() >= MAX_USES {
-                    uses.retain(|_, uses| uses.iter().any(|u| u.used));
+                let round = usage.reports.load(Ordering::SeqCst);
+                if noted.uses.len() >= MAX_USES && noted.swept != Some(round) {
+                    noted.uses.retain(|_, uses| uses.iter().any(|u| u.used));
+                    noted.swept = Some(round);
+                    #[cfg(test)]
+                    {
+                        noted.sweeps += 1;
+                    }
                 }
                 let lifetime =
                     u64::try_from(resolved.values.lifetime().as_millis()).unwrap_or(u64::MAX);
                 let floor = u64::try_from((REPORT_EVERY * 3).as_millis()).unwrap_or(u64::MAX);
-                uses.entry(identity.key.clone()).or_default().push(Use {
-                    site,
-                    identity: identity.clone(),
-                    values: resolved.values_text(),
-                    sources: resolved.sources_text(),
-                    ttl_ms: lifetime.max(floor),
-                    generation,
-                    fleet,
-                    used: true,
-                    changed: true,
-                    drift: false,
-                    idle: 0,
-                    ignored: resolved.ignored.clone(),
-                });
+                let (values, sources) = Texts::of(&mut noted.texts, site, resolved);
+                noted
+                    .uses
+                    .entry(identity.key.clone())
+                    .or_default()
+                    .push(Use {
+                        site,
+                        identity: identity.clone(),
+                        values,
+                        sources,
+                        ttl_ms: lifetime.max(floor),
+                        generation,
+                        fleet,
+                        used: true,
+                        changed: true,
+                        drift: false,
+                        idle: 0,
+                        ignored: resolved.ignored.clone(),
+                    });
                 first = true;
             }
         }
@@ -181,64 +267,32 @@ impl Uses<'_> {
 
     /// Sends one report of every use since the last, and announces changes of drift.
     async fn report_uses(&self) {
-        let identities;
-        let reports: Vec<(Report, usize)> = {
-            let mut uses = lock(&self.coordinator.inner.usage.uses);
-            // Under the lock, so a site that notes a use after this report's uses are read
-            // sees the new round.
-            self.coordinator
-                .inner
-                .usage
-                .reports
-                .fetch_add(1, Ordering::SeqCst);
-            uses.retain(|_, uses| {
-                uses.retain(|u| u.idle < FORGET_AFTER_REPORTS);
-                !uses.is_empty()
-            });
-            crate::sync::shrink(&mut uses);
-            identities = uses.len();
-            let mut due: Vec<&mut Use> = uses
-                .values_mut()
-                .flatten()
-                .filter_map(|u| {
-                    if !u.used {
-                        u.idle += 1;
-                    }
-                    (u.used || u.changed).then_some(u)
-                })
-                .collect();
-            // The registry keeps no more than this: a process using more identities reports
-            // the changed ones first, and the rest in later rounds.
-            due.sort_by_key(|u| !u.changed);
-            due.truncate(MAX_IDENTITIES as usize);
-            // Taken once per identity, whichever of its sites reports it.
-            let mut rates: HashMap<KeyBase, crate::tally::Rates> = HashMap::new();
-            due.into_iter()
-                .map(|u| {
-                    u.used = false;
-                    u.changed = false;
-                    let taken = rates
-                        .entry(u.identity.key.clone())
-                        .or_insert_with(|| Reported::rates_of(&u.identity));
-                    let extra = Reported::extra(taken, &u.ignored, &u.sources);
-                    let report = Report {
-                        key: u.identity.key.clone(),
-                        description: describe(&u.identity),
-                        values: u.values.clone(),
-                        sources: u.sources.clone(),
-                        reporter: format!("{}/{:x}", feed::process_id(), u.site),
-                        ttl_ms: u.ttl_ms,
-                        fleet: u.fleet,
-                        extra,
-                    };
-                    (report, u.site)
-                })
-                .collect()
-        };
-        if reports.is_empty() {
+        let (identities, due) = self.take_due();
+        // Made out of the lock: calls noting uses meanwhile never wait for a report's text.
+        // Rates are taken once per identity, whichever of its sites reports it.
+        let mut rates: HashMap<KeyBase, crate::tally::Rates> = HashMap::new();
+        let (sent, sites): (Vec<Report>, Vec<usize>) = due
+            .into_iter()
+            .map(|due| {
+                let taken = rates
+                    .entry(due.identity.key.clone())
+                    .or_insert_with(|| Reported::rates_of(&due.identity));
+                let report = Report {
+                    description: describe(&due.identity),
+                    extra: Reported::extra(taken, &due.ignored, &due.sources),
+                    key: due.identity.key,
+                    values: due.values.to_string(),
+                    sources: due.sources.to_string(),
+                    reporter: format!("{}/{:x}", feed::process_id(), due.site),
+                    ttl_ms: due.ttl_ms,
+                    fleet: due.fleet,
+                };
+                (report, due.site)
+            })
+            .collect();
+        if sent.is_empty() {
             return;
         }
-        let sent: Vec<Report> = reports.iter().map(|(report, _)| report.clone()).collect();
         let process = Reporting::now(identities);
         let namespace = self.coordinator.namespace_base();
         let drifts = match self
@@ -251,9 +305,9 @@ impl Uses<'_> {
             Ok(drifts) => drifts,
             Err(_) => {
                 // Reported again with the next round.
-                let mut uses = lock(&self.coordinator.inner.usage.uses);
-                for (report, site) in &reports {
-                    if let Some(u) = find(&mut uses, &report.key, *site) {
+                let mut noted = lock(&self.coordinator.inner.usage.uses);
+                for (report, site) in sent.iter().zip(&sites) {
+                    if let Some(u) = find(&mut noted.uses, &report.key, *site) {
                         u.changed = true;
                     }
                 }
@@ -262,9 +316,9 @@ impl Uses<'_> {
         };
         let mut announced = Vec::new();
         {
-            let mut uses = lock(&self.coordinator.inner.usage.uses);
-            for ((report, site), drift) in reports.iter().zip(drifts) {
-                if let Some(u) = find(&mut uses, &report.key, *site)
+            let mut noted = lock(&self.coordinator.inner.usage.uses);
+            for ((report, site), drift) in sent.iter().zip(&sites).zip(drifts) {
+                if let Some(u) = find(&mut noted.uses, &report.key, *site)
                     && u.drift != drift
                 {
                     u.drift = drift;
@@ -276,6 +330,60 @@ impl Uses<'_> {
             events::config_drift(&identity.at(), &values, drift);
         }
     }
+
+    /// Starts a round: forgets the uses idle too long and takes those due for a report (used
+    /// or changed since the last, changed first, at most what the registry keeps), marking
+    /// them reported; with how many identities this process uses.
+    fn take_due(&self) -> (usize, Vec<Due>) {
+        let mut noted = lock(&self.coordinator.inner.usage.uses);
+        let noted = &mut *noted;
+        let uses = &mut noted.uses;
+        // Under the lock, so a site that notes a use after this report's uses are read sees
+        // the new round.
+        self.coordinator
+            .inner
+            .usage
+            .reports
+            .fetch_add(1, Ordering::SeqCst);
+        uses.retain(|_, uses| {
+            uses.retain(|u| u.idle < FORGET_AFTER_REPORTS);
+            !uses.is_empty()
+        });
+        crate::sync::shrink(uses);
+        let live: HashSet<usize> = uses.values().flatten().map(|u| u.site).collect();
+        noted.texts.retain(|site, _| live.contains(site));
+        let mut due: Vec<&mut Use> = uses
+            .values_mut()
+            .flatten()
+            .filter_map(|u| {
+                if !u.used {
+                    u.idle += 1;
+                }
+                (u.used || u.changed).then_some(u)
+            })
+            .collect();
+        // The registry keeps no more than this: a process using more identities reports the
+        // changed ones first, and the rest in later rounds.
+        due.sort_by_key(|u| !u.changed);
+        due.truncate(MAX_IDENTITIES as usize);
+        let due = due
+            .into_iter()
+            .map(|u| {
+                u.used = false;
+                u.changed = false;
+                Due {
+                    identity: u.identity.clone(),
+                    site: u.site,
+                    values: Arc::clone(&u.values),
+                    sources: Arc::clone(&u.sources),
+                    ttl_ms: u.ttl_ms,
+                    fleet: u.fleet,
+                    ignored: u.ignored.clone(),
+                }
+            })
+            .collect();
+        (uses.len(), due)
+    }
 }
 
 fn find<'a>(
@@ -284,4 +392,120 @@ fn find<'a>(
     site: usize,
 ) -> Option<&'a mut Use> {
     uses.get_mut(key)?.iter_mut().find(|u| u.site == site)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::keys::Setting;
+    use crate::config::overrides::FORMATTED;
+    use crate::identity::{PolicyKind, Scope};
+
+    /// A rate limit's values, as far as noting a use needs them.
+    #[derive(Debug, Clone, PartialEq)]
+    struct Rate(u32);
+
+    impl Values for Rate {
+        const KIND: PolicyKind = PolicyKind::RateLimit;
+
+        fn get(&self, key: &str) -> Option<Setting> {
+            (key == "rate").then_some(Setting::Count(self.0))
+        }
+
+        fn set(&mut self, key: &str, setting: Setting) {
+            if let ("rate", Setting::Count(rate)) = (key, setting) {
+                self.0 = rate;
+            }
+        }
+
+        fn lifetime(&self) -> Duration {
+            Duration::from_secs(1)
+        }
+    }
+
+    /// Notes `site`'s use of the scope `scope` with `resolved`.
+    fn note(coordinator: &Coordinator, site: &u8, scope: &str, resolved: &Resolved<Rate>) {
+        let scope = Scope::new(scope.to_owned()).expect("a valid scope");
+        let identity = coordinator.identity(PolicyKind::RateLimit, "r", "op", &scope);
+        coordinator.uses().note_use(&identity, site, resolved);
+    }
+
+    /// A site's values are the same for all its scopes: their text is made once, not per new
+    /// identity, until they change.
+    #[test]
+    fn a_sites_values_are_formatted_once_for_all_its_scopes() {
+        let coordinator = Coordinator::in_memory();
+        let (site, other) = (0_u8, 0_u8);
+        let resolved = Resolved::attribute(&Rate(5));
+        let before = FORMATTED.get();
+        for n in 0..100 {
+            note(&coordinator, &site, &format!("user-{n}"), &resolved);
+        }
+        assert_eq!(FORMATTED.get() - before, 1);
+        note(&coordinator, &other, "user-0", &resolved);
+        assert_eq!(FORMATTED.get() - before, 2, "another site has its own text");
+        note(
+            &coordinator,
+            &site,
+            "user-100",
+            &Resolved::attribute(&Rate(6)),
+        );
+        assert_eq!(
+            FORMATTED.get() - before,
+            3,
+            "changed values have a new text"
+        );
+        let uses = lock(&coordinator.inner.usage.uses);
+        let values = |scope: &str| {
+            let scope = Scope::new(scope.to_owned()).expect("a valid scope");
+            let key = coordinator
+                .identity(PolicyKind::RateLimit, "r", "op", &scope)
+                .key;
+            uses.uses[&key]
+                .iter()
+                .find(|u| u.site == std::ptr::from_ref(&site) as usize)
+                .map(|u| u.values.to_string())
+        };
+        assert_eq!(
+            values("user-7").as_deref(),
+            Some(resolved.values_text().as_str())
+        );
+        assert_eq!(
+            values("user-100").as_deref(),
+            Some("rate=6 burst=none shadow=none")
+        );
+    }
+
+    /// A round takes every use noted since the last, marked reported, with the site's text:
+    /// the report is made of what it took, after the lock is released.
+    #[test]
+    fn a_round_takes_the_uses_due_once() {
+        let coordinator = Coordinator::in_memory();
+        let site = 0_u8;
+        let resolved = Resolved::attribute(&Rate(5));
+        for n in 0..3 {
+            note(&coordinator, &site, &format!("user-{n}"), &resolved);
+        }
+        let (identities, due) = coordinator.uses().take_due();
+        assert_eq!((identities, due.len()), (3, 3));
+        assert!(due.iter().all(|due| *due.values == *resolved.values_text()));
+        let (identities, due) = coordinator.uses().take_due();
+        assert_eq!((identities, due.len()), (3, 0), "reported already");
+    }
+
+    /// Once at the cap with every use live, a steady stream of new identities sweeps the uses
+    /// once per round rather than once per identity.
+    #[test]
+    fn new_identities_at_the_cap_sweep_once_a_round() {
+        let coordinator = Coordinator::in_memory();
+        let site = 0_u8;
+        let resolved = Resolved::attribute(&Rate(5));
+        for n in 0..MAX_USES + 100 {
+            note(&coordinator, &site, &format!("user-{n}"), &resolved);
+        }
+        assert_eq!(coordinator.uses().sweeps(), 1);
+        assert_eq!(coordinator.uses().count(), MAX_USES + 100);
+    }
 }

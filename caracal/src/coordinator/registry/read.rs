@@ -131,29 +131,29 @@ impl Reported {
         ])
     }
 
-    /// The JSON a report carries of `rates`, `ignored` and the values' `sources`.
+    /// The JSON a report carries of `rates`, `ignored` and the values' `sources`: the object
+    /// a `serde_json::Value` would write (keys and reasons sorted, the last of a reason
+    /// kept), written directly — one per use reported, every round, without building a map.
     pub(in crate::coordinator) fn extra(
         rates: &crate::tally::Rates,
         ignored: &[&'static str],
         sources: &str,
     ) -> String {
-        let by_reason = |rates: &[(&'static str, f64)]| {
-            serde_json::Value::Object(
-                rates
-                    .iter()
-                    .map(|(reason, rate)| ((*reason).to_owned(), serde_json::json!(rate)))
-                    .collect(),
-            )
-        };
-        serde_json::json!({
-            "admitted": rates.admitted,
-            "rejected": by_reason(&rates.rejected),
-            "degraded": by_reason(&rates.degraded),
-            "would_reject": by_reason(&rates.would_reject),
-            "ignored": ignored,
-            "sources": sources,
-        })
-        .to_string()
+        let mut out = Vec::with_capacity(128);
+        out.extend_from_slice(br#"{"admitted":"#);
+        write_json(&mut out, |out| serde_json::to_writer(out, &rates.admitted));
+        out.extend_from_slice(br#","degraded":"#);
+        write_by_reason(&mut out, &rates.degraded);
+        out.extend_from_slice(br#","ignored":"#);
+        write_json(&mut out, |out| serde_json::to_writer(out, ignored));
+        out.extend_from_slice(br#","rejected":"#);
+        write_by_reason(&mut out, &rates.rejected);
+        out.extend_from_slice(br#","sources":"#);
+        write_json(&mut out, |out| serde_json::to_writer(out, sources));
+        out.extend_from_slice(br#","would_reject":"#);
+        write_by_reason(&mut out, &rates.would_reject);
+        out.push(b'}');
+        String::from_utf8(out).unwrap_or_default()
     }
 
     /// Reads what `process` reported; what it cannot read counts as nothing said.
@@ -301,6 +301,35 @@ impl Registered {
             .zip(self.sources.split(' '))
             .map(|((key, value), source)| (key, value, source))
     }
+}
+
+/// Writes a `null` where a value could not be written (none of [`Reported::extra`]'s can
+/// fail: numbers, text, lists of text into memory).
+fn write_json(out: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>) -> serde_json::Result<()>) {
+    if write(out).is_err() {
+        out.extend_from_slice(b"null");
+    }
+}
+
+/// `rates` as a JSON object by reason, sorted, the last of a reason kept.
+fn write_by_reason(out: &mut Vec<u8>, rates: &[(&'static str, f64)]) {
+    let mut sorted: Vec<&(&'static str, f64)> = rates.iter().collect();
+    sorted.sort_by_key(|(reason, _)| *reason);
+    out.push(b'{');
+    let mut first = true;
+    let mut reasons = sorted.into_iter().peekable();
+    while let Some((reason, rate)) = reasons.next() {
+        if reasons.peek().is_some_and(|(next, _)| next == reason) {
+            continue;
+        }
+        if !std::mem::take(&mut first) {
+            out.push(b',');
+        }
+        write_json(out, |out| serde_json::to_writer(out, reason));
+        out.push(b':');
+        write_json(out, |out| serde_json::to_writer(out, rate));
+    }
+    out.push(b'}');
 }
 
 /// The processes' reports of one identity as `registry_report.lua` keeps them (JSON

@@ -50,17 +50,20 @@ impl Store {
         let drifts = reports
             .iter()
             .map(|report| {
-                let entry = self.entries.entry(report.key.clone()).or_insert(Entry {
-                    description: String::new(),
-                    values: report.values.clone(),
-                    sources: String::new(),
-                    reporter: report.reporter.clone(),
-                    fleet: report.fleet,
-                    reported_at: now,
-                    drift_until: 0,
-                    expires: 0,
-                    uses: HashMap::new(),
-                });
+                let entry = self
+                    .entries
+                    .entry(report.key.clone())
+                    .or_insert_with(|| Entry {
+                        description: String::new(),
+                        values: report.values.clone(),
+                        sources: String::new(),
+                        reporter: report.reporter.clone(),
+                        fleet: report.fleet,
+                        reported_at: now,
+                        drift_until: 0,
+                        expires: 0,
+                        uses: HashMap::new(),
+                    });
                 // One only an operator entered (no reporter) has no values to drift from.
                 if entry.values != report.values
                     && !entry.reporter.is_empty()

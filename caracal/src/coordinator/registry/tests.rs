@@ -209,3 +209,28 @@ fn an_unreadable_extra_says_nothing() {
     assert_eq!(reported.rates, Rates::default());
     assert!(reported.ignored.is_empty());
 }
+
+/// What a process adds reads as the JSON object it always was, its keys and reasons in order,
+/// text escaped, a rate that is no number `null`.
+#[test]
+fn a_reports_extra_is_the_json_it_was() {
+    let rates = crate::tally::Rates {
+        admitted: f64::NAN,
+        rejected: vec![("timeout", 1.0), ("capacity", 2.25)],
+        degraded: vec![],
+        would_reject: vec![("open", 1.5)],
+    };
+    assert_eq!(
+        Reported::extra(
+            &rates,
+            &["minimum_throughput", "limit"],
+            "attribute \"fleet\""
+        ),
+        r#"{"admitted":null,"degraded":{},"ignored":["minimum_throughput","limit"],"rejected":{"capacity":2.25,"timeout":1.0},"sources":"attribute \"fleet\"","would_reject":{"open":1.5}}"#
+    );
+    let none = crate::tally::Rates::default();
+    assert_eq!(
+        Reported::extra(&none, &[], ""),
+        r#"{"admitted":0.0,"degraded":{},"ignored":[],"rejected":{},"sources":"","would_reject":{}}"#
+    );
+}
