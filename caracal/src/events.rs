@@ -48,7 +48,7 @@ macro_rules! call_event {
 /// An event about one identity of a policy kind, `$at` its labels.
 macro_rules! policy_event {
     ($level:ident, $event:literal, $at:expr $(, $($field:tt)+)?) => {{
-        let at: &At<'_> = $at;
+        let at: &$crate::labels::At<'_> = $at;
         tracing::event!(
             target: "caracal",
             tracing::Level::$level,
@@ -101,29 +101,21 @@ pub(crate) fn refused(at: &At<'_>, decision: Decision, reason: &'static str) {
     metrics::decided(at, decision, reason);
 }
 
-/// A policy in shadow mode let run a call it would have refused for `reason` (counted by the
-/// caller): `<kind>.would_reject`, at DEBUG like the rejection it stands for, and summarised
-/// like one, so a shadow policy that would refuse everything keeps the log readable.
-pub(crate) fn would_reject(at: &At<'_>, reason: &'static str) {
-    let Some(suppressed) = summary::repeat("would_reject", at, &[reason]) else {
-        return;
-    };
-    // One literal per kind: an event's name is part of its kind's descriptor.
-    match at.policy {
-        "bulkhead" => policy_event!(DEBUG, "bulkhead.would_reject", at, reason, suppressed),
-        "circuit_breaker" => {
-            policy_event!(
-                DEBUG,
-                "circuit_breaker.would_reject",
-                at,
-                reason,
-                suppressed
-            )
+/// A policy in shadow mode let run a call it would have refused for `$reason` (counted by the
+/// caller): `$event`, its kind's `<kind>.would_reject`, at DEBUG like the rejection it stands
+/// for, and summarised like one, so a shadow policy that would refuse everything keeps the log
+/// readable. A macro, so each kind names its own event with a literal (an event's name is part
+/// of its kind's descriptor) and this file names no kind.
+macro_rules! would_reject {
+    ($event:literal, $at:expr, $reason:expr) => {{
+        let at: &$crate::labels::At<'_> = $at;
+        let reason: &'static str = $reason;
+        if let Some(suppressed) = $crate::summary::repeat("would_reject", at, &[reason]) {
+            $crate::events::policy_event!(DEBUG, $event, at, reason, suppressed);
         }
-        "rate_limit" => policy_event!(DEBUG, "rate_limit.would_reject", at, reason, suppressed),
-        _ => policy_event!(DEBUG, "retry_budget.would_reject", at, reason, suppressed),
-    }
+    }};
 }
+pub(crate) use would_reject;
 
 pub(crate) fn timeout(call: &Call<'_>, after: Duration) {
     call_event!(DEBUG, "timeout.elapsed", call, after_ms = millis(after));

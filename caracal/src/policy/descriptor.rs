@@ -248,7 +248,7 @@ mod tests {
         assert_eq!(render("", value), "");
     }
 
-    /// Every `policy_event!` of the crate's sources, by its event name.
+    /// Every `policy_event!` and `would_reject!` of the crate's sources, by its event name.
     fn emitted_events() -> Vec<String> {
         fn walk(dir: &std::path::Path, names: &mut Vec<String>) {
             for entry in std::fs::read_dir(dir).expect("readable source tree") {
@@ -257,7 +257,10 @@ mod tests {
                     walk(&path, names);
                 } else if path.extension().is_some_and(|ext| ext == "rs") {
                     let source = std::fs::read_to_string(&path).expect("a readable source");
-                    for (at, _) in source.match_indices("policy_event!(") {
+                    let emits = source
+                        .match_indices("policy_event!(")
+                        .chain(source.match_indices("would_reject!("));
+                    for (at, _) in emits {
                         let rest = &source[at..];
                         if let Some(name) = rest.split('"').nth(1) {
                             names.push(name.to_owned());

@@ -124,7 +124,7 @@ pub(crate) fn rejected(
 ) {
     events::refused(at, Decision::Rejected, state.as_str());
     if at.shadow {
-        return events::would_reject(at, state.as_str());
+        return crate::events::would_reject!("circuit_breaker.would_reject", at, state.as_str());
     }
     let Some(suppressed) = summary::repeat("circuit_breaker.rejected", at, &[state.as_str()])
     else {

@@ -37,7 +37,7 @@ pub(super) fn rejected(at: &At<'_>, reason: Refusal, occupancy: Option<u32>, lim
     };
     events::rejected_or_degraded(at, reason);
     if at.shadow {
-        return events::would_reject(at, reason);
+        return crate::events::would_reject!("bulkhead.would_reject", at, reason);
     }
     let Some(suppressed) = summary::repeat("bulkhead.rejected", at, &[reason]) else {
         return;

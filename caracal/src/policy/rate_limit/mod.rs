@@ -343,7 +343,7 @@ mod events {
         };
         rejected_or_degraded(at, reason);
         if at.shadow {
-            return crate::events::would_reject(at, reason);
+            return crate::events::would_reject!("rate_limit.would_reject", at, reason);
         }
         let Some(suppressed) = summary::repeat("rate_limit.rejected", at, &[reason]) else {
             return;

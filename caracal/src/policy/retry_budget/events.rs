@@ -24,7 +24,7 @@ pub(super) fn decided(at: &At<'_>, allowed: bool, stale: bool) {
 /// A retry the budget refused: said once, then summarised.
 pub(super) fn exhausted(at: &At<'_>, seen: Totals, allowance: u64) {
     if at.shadow {
-        return crate::events::would_reject(at, "budget_exhausted");
+        return crate::events::would_reject!("retry_budget.would_reject", at, "budget_exhausted");
     }
     let Some(suppressed) = summary::repeat("retry.budget_exhausted", at, &[]) else {
         return;
