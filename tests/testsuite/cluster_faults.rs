@@ -227,13 +227,17 @@ async fn until_admissions_pause(coordinator: &Coordinator, scope: &str) {
     }
 }
 
-/// Held until `release` fires (or its sender is dropped).
+/// Says it was admitted, then holds its lease until `release` fires (or its sender is dropped).
 #[bulkhead(name = "cluster-held", limit = 5, scope = scope)]
 async fn held(
     scope: &str,
-    release: Option<tokio::sync::oneshot::Receiver<()>>,
+    hold: Option<(
+        tokio::sync::oneshot::Sender<()>,
+        tokio::sync::oneshot::Receiver<()>,
+    )>,
 ) -> Result<(), TestError> {
-    if let Some(release) = release {
+    if let Some((admitted, release)) = hold {
+        let _ = admitted.send(());
         let _ = release.await;
     }
     Ok(())
@@ -251,12 +255,23 @@ async fn a_failover_ends_the_leases_of_the_old_primary() {
     let coordinator = common::cluster(cluster.seed_urls()).await;
     let scopes = scopes_by_node(&cluster, 12, |scope| quick_in(&coordinator, scope)).await;
     let scope = on_node(&scopes, 0).to_owned();
+    common::until_ok(|| coordinator.scoped(held(&scope, None))).await;
     let (release, released) = tokio::sync::oneshot::channel();
+    let (admit, admitted) = tokio::sync::oneshot::channel();
     let holder = tokio::spawn({
         let (coordinator, scope) = (coordinator.clone(), scope.clone());
-        async move { coordinator.scoped(held(&scope, Some(released))).await }
+        async move {
+            coordinator
+                .scoped(held(&scope, Some((admit, released))))
+                .await
+        }
     });
-    common::until_ok(|| coordinator.scoped(held(&scope, None))).await;
+    // The holder must hold a lease on the old primary when it fails over: its acquire, queued
+    // behind another in its identity's lane, could otherwise go out after the failover and be
+    // redirected (seen once under a loaded CI run).
+    if admitted.await.is_err() {
+        panic!("the holder was not admitted: {:?}", holder.await);
+    }
 
     cluster.fail_over(replica);
     until_admissions_pause(&coordinator, &scope).await;
