@@ -152,7 +152,9 @@ pub(crate) trait Resent: Kernel<Reply = bool> {
     /// The Redis command and the key it takes.
     const PLAIN: Plain;
 
-    /// Writes one command's arguments, after the key (a batch writes each in turn).
+    /// Writes one command's arguments, after the key (a batch writes each in turn): exactly one
+    /// argument per command, whose effect the integer reply counts once, as the reply of a
+    /// batch is checked against the number of its commands.
     fn encode(command: &Self::Command, sink: &mut dyn Sink);
 }
 

@@ -131,7 +131,7 @@ impl Link {
         if let Some(fence) = granted {
             self.granted(key, fence, sent + lasts());
         } else if fences.into_iter().any(|fence| fence == Fence::Kept) {
-            self.renewed(key, sent, lasts());
+            self.kept(key, sent, lasts());
         }
     }
 }
