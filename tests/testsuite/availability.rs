@@ -594,6 +594,21 @@ async fn after_a_flush_a_quiet_process_overlaps_a_holder_elsewhere_for_at_most_a
 /// `coordinator.data_lost` (cause `keys_lost`), its holder cancelled (`lease_lost`).
 #[tokio::test(flavor = "current_thread")]
 async fn one_identitys_deleted_keys_are_noticed_by_the_holders_renewal() {
+    deleted_keys_are_noticed_by_the_holders_renewal(false).await;
+}
+
+/// The same, with the keys deleted only once the holder's first lease period is over: the
+/// token its renewal carries is trusted by then only because earlier renewals kept it (their
+/// fence bookkeeping), not because of the grant; without that bookkeeping the renewal would
+/// carry none, and the loss would cost the holder its lease but go unnoticed by the process.
+#[tokio::test(flavor = "current_thread")]
+async fn keys_deleted_past_the_first_lease_are_noticed_by_the_holders_renewal() {
+    deleted_keys_are_noticed_by_the_holders_renewal(true).await;
+}
+
+/// Deletes the keys of one identity under a holder (once the grant's own lease period is over
+/// on the server's clock, with `past_first_lease`) and asserts the process notices once.
+async fn deleted_keys_are_noticed_by_the_holders_renewal(past_first_lease: bool) {
     let (log, _guard) = EventLog::capture_thread_default();
     let server = RedisServer::start();
     let coordinator = common::redis(&server.url()).await;
@@ -607,6 +622,28 @@ async fn one_identitys_deleted_keys_are_noticed_by_the_holders_renewal() {
     eventually("the holder's lease", || leases.live() == 1).await;
     let base = common::key_base(coordinator.namespace(), "bulkhead", "flush-idle", &scope);
     let mut conn = server.connection();
+    if past_first_lease {
+        // The grant's deadline on the server's clock, which read its time after the grant was
+        // sent here: once the server's clock is past it, so is the trust the grant gave.
+        let granted: Vec<(String, u64)> = redis::cmd("ZRANGE")
+            .arg(format!("{base}leases"))
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query(&mut conn)
+            .expect("ZRANGE");
+        let [(_, first_deadline)] = granted[..] else {
+            panic!("one lease: {granted:?}");
+        };
+        eventually("the first lease period over on the server", || {
+            common::server_time_ms(&mut conn) > first_deadline
+        })
+        .await;
+        assert!(
+            !holder.is_finished(),
+            "the holder kept its lease by renewals"
+        );
+    }
     let deleted: u32 = redis::cmd("DEL")
         .arg(format!("{base}leases"))
         .arg(format!("{base}fence"))

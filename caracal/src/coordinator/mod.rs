@@ -428,7 +428,7 @@ impl Coordinator {
     /// release). It is queued on the connection before this returns, so a later command from
     /// the same task cannot overtake it; one whose outcome stays unknown is sent again until
     /// `until` (when the lease would have expired anyway). `on_done` receives whether it took
-    /// effect (the lease was there to remove), or the failure.
+    /// effect (what it acts on was there, e.g. the lease to remove), or the failure.
     pub(crate) fn send_until<K: Resent>(
         &self,
         identity: &Identity,

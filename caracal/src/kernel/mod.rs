@@ -72,7 +72,9 @@ pub(crate) trait Scripted: Kernel {
     const FENCED: bool = false;
     /// The plain commands of a [`Resent`] kernel still waiting for the identity that go out
     /// just before a batch of this kernel, on the same connection, so the batch cannot
-    /// overtake them (a release before the next acquire).
+    /// overtake them (a release before the next acquire). Only a kernel that
+    /// [`BATCHES`](Self::BATCHES) may declare any: its lane sends them (the Redis backend
+    /// refuses to compile a non-batching kernel that declares some).
     const AFTER: &'static [Plain] = &[];
 
     /// Writes the arguments of one script call answering every command of `batch` (one
@@ -96,14 +98,19 @@ pub(crate) trait Scripted: Kernel {
     }
 
     /// How long past its send (nanoseconds) the counter lives after `command` granted or
-    /// kept it.
+    /// kept it. Required of a [`FENCED`](Self::FENCED) kernel: the default 0 would make every
+    /// token recorded stale at once, so no call would carry one and a loss would go unnoticed
+    /// (debug builds assert it is above 0). Commands that [`batches_with`](Self::batches_with)
+    /// lets share a call must share it too: one value serves the batch.
     fn lasts_ns(command: &Self::Command) -> u64 {
         let _ = command;
         0
     }
 
     /// Undoes through `undo` what `reply` granted to `command`, whose caller gave up before
-    /// it arrived (only a batched command's caller can). Most kernels leave it decided.
+    /// it arrived. Only a batched command's caller can (its reply comes through the lane):
+    /// a kernel whose commands do not [batch](Self::BATCHES) is never asked. Most kernels leave it
+    /// decided.
     fn unheard(command: &Self::Command, reply: &Self::Reply, undo: &mut dyn Undo) {
         let _ = (command, reply, undo);
     }
@@ -145,7 +152,9 @@ pub(crate) trait Resent: Kernel<Reply = bool> {
     /// The Redis command and the key it takes.
     const PLAIN: Plain;
 
-    /// Writes one command's arguments, after the key (a batch writes each in turn).
+    /// Writes one command's arguments, after the key (a batch writes each in turn): exactly one
+    /// argument per command, whose effect the integer reply counts once, as the reply of a
+    /// batch is checked against the number of its commands.
     fn encode(command: &Self::Command, sink: &mut dyn Sink);
 }
 

@@ -111,7 +111,15 @@ impl Link {
         replies: &[K::Reply],
         sent: Instant,
     ) {
-        let lasts = || Duration::from_nanos(K::lasts_ns(batch[0]));
+        let lasts_ns = K::lasts_ns(batch[0]);
+        // A fenced kernel's default 0 would record a token already stale, silently sending
+        // none from then on: fencing off. One value serves the batch, so its commands share it.
+        debug_assert!(lasts_ns > 0, "a FENCED kernel declares lasts_ns");
+        debug_assert!(
+            batch.iter().all(|command| K::lasts_ns(command) == lasts_ns),
+            "commands that batch share lasts_ns"
+        );
+        let lasts = || Duration::from_nanos(lasts_ns);
         let fences = replies.iter().map(K::fence);
         let granted = fences
             .clone()
@@ -123,7 +131,7 @@ impl Link {
         if let Some(fence) = granted {
             self.granted(key, fence, sent + lasts());
         } else if fences.into_iter().any(|fence| fence == Fence::Kept) {
-            self.renewed(key, sent, lasts());
+            self.kept(key, sent, lasts());
         }
     }
 }

@@ -7,13 +7,13 @@
 //! While a script call for an identity is in flight, further calls of the same kind queue in
 //! the identity's lane; when it is answered, everything queued goes out as **one** script call
 //! (one `TIME`, one count, N tokens), each caller answered on its own. A lone caller still goes
-//! out at once and pays one round trip: nothing ever waits on a timer. Releases batch the same
-//! way into one `ZREM key t1 t2 …`, and any release still queued goes out just before the next
-//! acquire of its identity, so a task's next acquire can never overtake its own release.
+//! out at once and pays one round trip: nothing ever waits on a timer. Plain commands sent
+//! until a deadline batch and go out ahead of the next script call of their identity in
+//! [`until`](super::until), not here.
 //!
 //! A caller may give up at any moment (cancellation is normal). While its request waits in the
-//! lane, giving up withdraws it: it is never sent. Once sent, it runs; a lease it was granted
-//! after its caller left is released when the reply arrives, on the same connection.
+//! lane, giving up withdraws it: it is never sent. Once sent, it runs; what it was granted
+//! after its caller left is undone when the reply arrives, if its kernel says how.
 
 use std::collections::HashMap;
 use std::future::Future;

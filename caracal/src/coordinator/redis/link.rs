@@ -43,9 +43,10 @@ pub(super) struct Link {
 }
 
 /// The latest fencing token granted here for one identity, and until when the identity's
-/// counter certainly holds at least it: the server keeps the counter one lease past the
-/// deadline of every lease it granted or renewed, so for at least a lease past the *send* of
-/// the last acquire or renewal here. Known in one epoch only: a loss forgets it.
+/// counter certainly holds at least it: the server keeps the counter at least as long past
+/// the *send* of the last command here that granted or kept it as its kernel declares
+/// ([`lasts_ns`](crate::kernel::Scripted::lasts_ns)). Known in one epoch only: a loss
+/// forgets it.
 #[derive(Debug, Clone, Copy)]
 struct Live {
     fence: u64,
@@ -130,8 +131,8 @@ impl Link {
             .map_or(0, |live| live.fence)
     }
 
-    /// Records that the counter of `key` holds at least `fence` until `until`: a grant, or
-    /// (with the fence known already) a renewal.
+    /// Records that the counter of `key` holds at least `fence` until `until`: a command
+    /// granted it, or (with the fence known already) kept it.
     pub(super) fn granted(&self, key: &KeyBase, fence: u64, until: Instant) {
         let epoch = self.incarnation.epoch();
         let mut live = lock(&self.live);
@@ -156,9 +157,9 @@ impl Link {
         }
     }
 
-    /// A renewal of one of `key`'s leases, sent at `sent`, succeeded: the counter lives on
+    /// A command that keeps `key`'s counter, sent at `sent`, succeeded: the counter lives on
     /// for `ttl` past it.
-    pub(super) fn renewed(&self, key: &KeyBase, sent: Instant, ttl: Duration) {
+    pub(super) fn kept(&self, key: &KeyBase, sent: Instant, ttl: Duration) {
         let known = self.known(key);
         if known > 0 {
             self.granted(key, known, sent + ttl);
@@ -179,9 +180,9 @@ impl Link {
     }
 
     /// [`eval`](Self::eval), with when the command that ran was sent: the `EVAL` of a
-    /// fallback, not the `EVALSHA` the server refused unrun. A lease is trusted from then, so
-    /// a first acquire on a server without the script (a round trip more) is trusted as long
-    /// as any other.
+    /// fallback, not the `EVALSHA` the server refused unrun. What the command grants is
+    /// trusted from then, so a first command on a server without the script (a round trip
+    /// more) is trusted as long as any other.
     pub(super) async fn eval_sent(
         &self,
         script: &Script,

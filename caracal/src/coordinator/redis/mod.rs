@@ -251,6 +251,14 @@ impl RedisBackend {
         key: &KeyBase,
         command: K::Command,
     ) -> Result<(K::Reply, Instant), Error> {
+        // Only the lane flushes `AFTER` and undoes unheard replies: a kernel declaring what
+        // waits before it must batch, or its commands would overtake what they wait for.
+        const {
+            assert!(
+                K::BATCHES || K::AFTER.is_empty(),
+                "a kernel with AFTER must batch"
+            );
+        }
         if K::BATCHES {
             self.link.batched::<K>(key, command).await
         } else {

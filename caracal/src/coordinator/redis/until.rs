@@ -1,4 +1,4 @@
-//! Commands sent until a deadline: a [`Resent`] kernel's commands (a lease's release) go out
+//! Commands sent until a deadline: a [`Resent`] kernel's commands go out
 //! without their caller waiting, one plain Redis command per identity for all that queue while
 //! one is in flight, and one whose outcome is unknown is sent again until it is answered or
 //! its deadline passes. What waits goes out ahead of the next script call of its identity, on
@@ -346,7 +346,7 @@ impl Drop for Unsettled<'_> {
         if let Some(batch) = batch {
             let dropped = Error::unavailable(
                 FailureKind::Disconnected,
-                "the release was dropped unfinished with the runtime carrying it",
+                "the command was dropped unfinished with the runtime carrying it",
             );
             self.link.settle(self.route, batch, Err(dropped));
         }

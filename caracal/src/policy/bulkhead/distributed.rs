@@ -540,10 +540,10 @@ async fn lease(coordinator: &Coordinator, command: LeaseCommand<'_>) -> Result<L
                 .await?
         }
         LeaseAction::Renew => {
-            let renewal = kernel::Renewal {
-                step,
-                ttl_ns: nanos(command.ttl),
-            };
+            let LeaseStep {
+                token, ttl, limit, ..
+            } = step;
+            let renewal = kernel::Renewal::new(token, ttl, limit, nanos(command.ttl));
             coordinator
                 .run_sent::<kernel::Renew>(command.identity, renewal)
                 .await?

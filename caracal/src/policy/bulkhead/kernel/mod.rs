@@ -403,7 +403,9 @@ static SCRIPT: Script = Script::new("bulkhead_lease", &[include_str!("lease.lua"
 
 /// An acquire: batched with the acquires of its identity that queue while one is in flight,
 /// after the identity's waiting releases (the acquire of a task that just released must see
-/// its own slot free). A renewal is a [`Renew`].
+/// its own slot free). A renewal is a [`Renew`]: the coordinator runs only acquires through
+/// this kernel (the differential tests drive it with renewals too, on purpose, so the step
+/// itself takes both).
 impl Scripted for Lease {
     const SCRIPT: &'static Script = &SCRIPT;
     const KEYS: &'static [&'static str] = &["leases", "fence"];
@@ -472,11 +474,28 @@ impl Scripted for Lease {
 pub(crate) struct Renew;
 
 /// A renewal's step, and the lease's exact time to live (nanoseconds): how long past the send
-/// the renewal keeps the fencing counter.
+/// the renewal keeps the fencing counter. Built only by [`new`](Self::new), so its step always
+/// renews: an acquire run as a `Renew` would grant, but its grant would never be recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Renewal {
-    pub(crate) step: LeaseStep,
-    pub(crate) ttl_ns: u64,
+    step: LeaseStep,
+    ttl_ns: u64,
+}
+
+impl Renewal {
+    /// The renewal of `token`'s lease under a limit of `limit`, for `ttl_ms` whole milliseconds
+    /// on the wire and `ttl_ns` exactly here. Both are kept: the lease set keeps whole
+    /// milliseconds, while the trust in the counter has always been the exact ttl.
+    pub(crate) fn new(token: Token, ttl_ms: u64, limit: u32, ttl_ns: u64) -> Self {
+        let step = LeaseStep {
+            action: LeaseAction::Renew,
+            token,
+            ttl: ttl_ms,
+            limit,
+            known: 0,
+        };
+        Renewal { step, ttl_ns }
+    }
 }
 
 impl Kernel for Renew {
