@@ -185,6 +185,7 @@ impl Layer for Bulkhead {
                 lease: #lease,
                 max_wait: #max_wait,
                 shadow: #shadow,
+                thresholds: ::caracal::Thresholds::NONE,
             })),
         )
     }

@@ -62,6 +62,7 @@ impl Layer for RateLimit {
                 rate: #rate,
                 burst: #burst,
                 shadow: #shadow,
+                thresholds: ::caracal::Thresholds::NONE,
             })),
         )
     }

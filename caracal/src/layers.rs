@@ -13,9 +13,9 @@
 //!   types nor its functions: what they share with it lives below both
 //!   (`coordinator/protocol.rs`, the kernels, `token.rs`);
 //! - a kind's files (its policy folder, its kernel) → no other kind's;
-//! - the bottom floor (the labels, identities, tallies, operators, tokens, errors, clock and
-//!   summaries that every layer reads) → neither the events nor the metrics above it, nor the
-//!   coordinator or a policy;
+//! - the bottom floor (the labels, identities, tallies, operators, tokens, errors, priorities,
+//!   clock and summaries that every layer reads) → neither the events nor the metrics above it,
+//!   nor the coordinator or a policy;
 //! - the telemetry every kind shares (`events.rs`, `metrics.rs`) → neither the coordinator nor a
 //!   policy: a kind's own events and metrics live in its folder;
 //! - the tower guard (`guard/`: the one service every layer wraps) → neither the coordinator

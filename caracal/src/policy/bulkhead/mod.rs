@@ -29,6 +29,7 @@ use crate::identity::{PolicyKind, Scope};
 use crate::labels::At;
 use crate::metrics::LimitGauge;
 use crate::policy::bulkhead::kernel::adaptive::Bounds;
+use crate::priority::Thresholds;
 
 /// The settings of one `#[bulkhead]` call site.
 #[doc(hidden)]
@@ -50,6 +51,8 @@ pub struct BulkheadConfig {
     pub local: bool,
     /// Shadow mode: a call it would refuse runs, without a slot, and is counted.
     pub shadow: bool,
+    /// The share of the limit each priority class may use.
+    pub thresholds: Thresholds,
 }
 
 /// The bounds of `limit = adaptive(min, initial, max)`, checked (`1 ≤ min ≤ initial ≤ max`)
@@ -93,6 +96,7 @@ pub(crate) struct BulkheadValues {
     pub(crate) lease: Duration,
     pub(crate) max_wait: Option<Duration>,
     pub(crate) shadow: bool,
+    pub(crate) thresholds: Thresholds,
 }
 
 impl Values for BulkheadValues {
@@ -173,6 +177,7 @@ impl BulkheadSite {
             lease: config.lease,
             max_wait: config.max_wait,
             shadow: config.shadow,
+            thresholds: config.thresholds,
         };
         let resolved = Coordinator::resolve(coordinator, config.name, &attribute);
         if resolved.values.adaptive.is_none() {

@@ -20,6 +20,7 @@ static DISTRIBUTED: BulkheadSite = BulkheadSite::new(BulkheadConfig {
     max_wait: None,
     local: false,
     shadow: false,
+    thresholds: Thresholds::NONE,
 });
 
 static WAITING: BulkheadSite = BulkheadSite::new(BulkheadConfig {
@@ -31,6 +32,7 @@ static WAITING: BulkheadSite = BulkheadSite::new(BulkheadConfig {
     max_wait: Some(Duration::from_secs(10)),
     local: false,
     shadow: false,
+    thresholds: Thresholds::NONE,
 });
 
 static LOCAL_FIFO: BulkheadSite = BulkheadSite::new(BulkheadConfig {
@@ -42,6 +44,7 @@ static LOCAL_FIFO: BulkheadSite = BulkheadSite::new(BulkheadConfig {
     max_wait: Some(Duration::from_secs(10)),
     local: true,
     shadow: false,
+    thresholds: Thresholds::NONE,
 });
 
 async fn guarded<F, T>(site: &'static BulkheadSite, body: F) -> Result<T, Error>
@@ -257,6 +260,7 @@ const fn reloaded(name: &'static str, local: bool) -> BulkheadSite {
         max_wait: None,
         local,
         shadow: false,
+        thresholds: Thresholds::NONE,
     })
 }
 
@@ -350,6 +354,7 @@ static CONTENDED: BulkheadSite = BulkheadSite::new(BulkheadConfig {
     max_wait: Some(Duration::from_millis(2)),
     local: true,
     shadow: false,
+    thresholds: Thresholds::NONE,
 });
 
 /// Counts a body as running until it ends or is dropped.
@@ -456,6 +461,7 @@ static PER_USER: BulkheadSite = BulkheadSite::new(BulkheadConfig {
     max_wait: None,
     local: false,
     shadow: false,
+    thresholds: Thresholds::NONE,
 });
 
 /// A scope per user on the in-memory coordinator: once the users stop calling, their lease

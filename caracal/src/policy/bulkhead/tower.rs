@@ -15,6 +15,7 @@ use crate::guard::layer::{Identity, count, duration, identity_setters};
 use crate::guard::{Admission, Admit, BoxCall, Guarded, Permit};
 use crate::identity::{PolicyKind, Scope};
 use crate::policy::bulkhead;
+use crate::priority::Thresholds;
 
 /// A shared concurrency limit, like `#[bulkhead]`.
 pub struct BulkheadLayer<Req> {
@@ -151,6 +152,7 @@ impl<S, Req> Layer<S> for BulkheadLayer<Req> {
             max_wait: self.max_wait,
             local: self.local,
             shadow: self.shadow,
+            thresholds: Thresholds::NONE,
         });
         let policy = BulkheadPolicy {
             site: Arc::new(site),

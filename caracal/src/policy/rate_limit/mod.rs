@@ -22,6 +22,7 @@ use crate::labels::At;
 use crate::policy::descriptor::{Decisions, Descriptor, Field, StatusValue, Unit};
 use crate::policy::rate_limit::kernel as gcra;
 use crate::policy::registry::{self, Registry};
+use crate::priority::Thresholds;
 use crate::sync::lock;
 
 #[cfg(test)]
@@ -46,6 +47,8 @@ pub struct RateLimitConfig {
     pub local: bool,
     /// Shadow mode: a call over the rate runs, uncharged, and is counted.
     pub shadow: bool,
+    /// The share of the burst each priority class may use.
+    pub thresholds: Thresholds,
 }
 
 /// The values of a rate limit that configuration may change.
@@ -54,6 +57,7 @@ pub(crate) struct RateValues {
     rate: f64,
     burst: u32,
     shadow: bool,
+    thresholds: Thresholds,
 }
 
 /// The decision for one arrival — `Ok(Ok(()))` admitted, `Ok(Err(wait))` rejected — and
@@ -191,6 +195,7 @@ impl RateLimitSite {
             rate,
             burst,
             shadow,
+            thresholds: _,
         } = resolved.values;
         let coordinator = match coordinator {
             Ok(coordinator) => coordinator,
@@ -226,6 +231,7 @@ impl RateLimitSite {
             rate: self.config.rate,
             burst: self.config.burst,
             shadow: self.config.shadow,
+            thresholds: self.config.thresholds,
         }
     }
 
@@ -243,6 +249,7 @@ impl RateLimitSite {
             rate,
             burst,
             shadow,
+            thresholds: _,
         } = resolved.values;
         let interval = gcra::interval_ns(rate);
         let identity = (config.name, config.operation, scope);

@@ -14,6 +14,7 @@ use crate::guard::layer::{Identity, count, identity_setters, number};
 use crate::guard::{Admission, Admit, BoxCall, Guarded};
 use crate::identity::{PolicyKind, Scope};
 use crate::metrics::Stopwatch;
+use crate::priority::Thresholds;
 
 /// A shared rate, like `#[rate_limit]`.
 pub struct RateLimitLayer<Req> {
@@ -104,6 +105,7 @@ impl<S, Req> Layer<S> for RateLimitLayer<Req> {
             burst: self.burst,
             local: self.local,
             shadow: self.shadow,
+            thresholds: Thresholds::NONE,
         });
         let policy = RateLimitPolicy {
             site: Arc::new(site),

@@ -1,0 +1,273 @@
+//! Priorities: which calls a full bulkhead or rate limit refuses first.
+//!
+//! A call's class travels with its task (like a tracing span), so it reaches every policy the
+//! call passes through — across `#[retry]` attempts — without an argument on each function.
+//! What a class may use is a policy's [`Thresholds`]: the share of the limit below which the
+//! fleet's use must be for a call of that class to be admitted.
+
+use core::fmt;
+use std::future::Future;
+
+use crate::error::Error;
+
+tokio::task_local! {
+    static PRIORITY: Priority;
+}
+
+/// How much a call matters when there is not room for every call.
+///
+/// `Critical` calls may use the whole limit; `Normal` (the default) and `Sheddable` ones only
+/// the share their policy's [`Thresholds`] give them, so under overload the fleet refuses
+/// `Sheddable` calls first, then `Normal` ones, and keeps `Critical` ones whole.
+///
+/// ```
+/// use caracal::Priority;
+///
+/// assert_eq!(Priority::default(), Priority::Normal);
+/// assert!(Priority::Critical > Priority::Normal && Priority::Normal > Priority::Sheddable);
+/// assert_eq!("sheddable".parse::<Priority>(), Ok(Priority::Sheddable));
+/// assert_eq!(Priority::Critical.to_string(), "critical");
+/// ```
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum Priority {
+    /// Work that may be dropped first: prefetches, background refreshes, retries of reports.
+    Sheddable,
+    /// Ordinary traffic.
+    #[default]
+    Normal,
+    /// What must go through while there is any room at all: a user's checkout, a login.
+    Critical,
+}
+
+impl Priority {
+    /// Every class, lowest first.
+    pub const ALL: [Priority; 3] = [Priority::Sheddable, Priority::Normal, Priority::Critical];
+
+    /// Its name as labels, events and configuration spell it: `critical`, `normal`,
+    /// `sheddable`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Priority::Critical => "critical",
+            Priority::Normal => "normal",
+            Priority::Sheddable => "sheddable",
+        }
+    }
+
+    /// The priority of the current task: the innermost [`with_priority`] around it, or
+    /// [`Priority::Normal`] outside any.
+    ///
+    /// ```
+    /// use caracal::{Priority, with_priority};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// assert_eq!(Priority::current(), Priority::Normal);
+    /// let inside = with_priority(Priority::Critical, async { Priority::current() }).await;
+    /// assert_eq!(inside, Priority::Critical);
+    /// # }
+    /// ```
+    pub fn current() -> Priority {
+        PRIORITY.try_with(|priority| *priority).unwrap_or_default()
+    }
+}
+
+impl fmt::Display for Priority {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A name that is not a [`Priority`]'s.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownPriority(String);
+
+impl fmt::Display for UnknownPriority {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unknown priority `{}` (expected critical, normal or sheddable)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for UnknownPriority {}
+
+impl core::str::FromStr for Priority {
+    type Err = UnknownPriority;
+
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        Priority::ALL
+            .into_iter()
+            .find(|priority| priority.as_str().eq_ignore_ascii_case(name))
+            .ok_or_else(|| UnknownPriority(name.to_owned()))
+    }
+}
+
+/// Runs `future` with `priority` as the priority of every guarded call inside it, nested
+/// futures and `#[retry]` attempts included, unless a call site names its own
+/// (`priority = expr`) or an inner `with_priority` says otherwise.
+///
+/// ```
+/// use caracal::{Priority, bulkhead, with_priority};
+///
+/// #[bulkhead(limit = 10)]
+/// async fn checkout() -> Result<Priority, caracal::Error> {
+///     Ok(Priority::current())
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let coordinator = caracal::Coordinator::in_memory();
+/// let seen = coordinator
+///     .scoped(with_priority(Priority::Critical, checkout()))
+///     .await
+///     .unwrap();
+/// assert_eq!(seen, Priority::Critical);
+/// # }
+/// ```
+pub fn with_priority<F: Future>(priority: Priority, future: F) -> impl Future<Output = F::Output> {
+    PRIORITY.scope(priority, future)
+}
+
+/// The share of a policy's limit each class may use: a call is admitted only while the fleet's
+/// use is below its class's share of the limit (of the burst, for a rate limit). `Critical`
+/// always has the whole limit. The default, [`Thresholds::NONE`], admits every class as if it
+/// were `Critical`: a policy without thresholds behaves as before priorities existed.
+///
+/// Shares are kept in thousandths, so the arithmetic is exact and the same in every place it
+/// runs (this process, the in-memory coordinator, the Redis scripts): a class of share `s` may
+/// hold at most `ceil(limit × s)` of `limit` — with `limit = 30, normal = 0.8,
+/// sheddable = 0.5`, a `Normal` call is admitted while fewer than 24 are in use, a `Sheddable`
+/// one while fewer than 15 are.
+///
+/// ```
+/// use caracal::{Priority, Thresholds};
+///
+/// let thresholds = Thresholds::new(0.8, 0.5).unwrap();
+/// assert_eq!(thresholds.cap(Priority::Critical, 30), 30);
+/// assert_eq!(thresholds.cap(Priority::Normal, 30), 24);
+/// assert_eq!(thresholds.cap(Priority::Sheddable, 30), 15);
+/// assert_eq!(thresholds.cap(Priority::Sheddable, 25), 13, "below 12.5 in use");
+/// assert!(Thresholds::new(0.5, 0.8).is_err(), "sheddable above normal");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Thresholds {
+    normal: u16,
+    sheddable: u16,
+}
+
+/// Thousandths in a whole limit.
+const WHOLE: u16 = 1000;
+
+impl Thresholds {
+    /// Every class up to the whole limit: what a policy without `thresholds` does.
+    pub const NONE: Thresholds = Thresholds {
+        normal: WHOLE,
+        sheddable: WHOLE,
+    };
+
+    /// The shares of the limit `Normal` and `Sheddable` calls may use, each in `(0, 1]`
+    /// (rounded to thousandths), `sheddable` at most `normal`; anything else is
+    /// [`Error::InvalidConfig`] saying which.
+    pub fn new(normal: f64, sheddable: f64) -> Result<Thresholds, Error> {
+        let normal = share("normal", normal)?;
+        let sheddable = share("sheddable", sheddable)?;
+        if sheddable > normal {
+            return Err(Error::config(format!(
+                "thresholds: `sheddable` ({}) is above `normal` ({}): a sheddable call would \
+                 be admitted where a normal one is refused",
+                f64::from(sheddable) / f64::from(WHOLE),
+                f64::from(normal) / f64::from(WHOLE),
+            )));
+        }
+        Ok(Thresholds { normal, sheddable })
+    }
+
+    /// Whether every class may use the whole limit (no thresholds).
+    pub fn is_none(self) -> bool {
+        self == Thresholds::NONE
+    }
+
+    /// `priority`'s share of the limit, in thousandths.
+    pub fn thousandths(self, priority: Priority) -> u16 {
+        match priority {
+            Priority::Critical => WHOLE,
+            Priority::Normal => self.normal,
+            Priority::Sheddable => self.sheddable,
+        }
+    }
+
+    /// The most a call of `priority` may find in use, itself included, out of `limit`:
+    /// `ceil(limit × share)`, at least 1 (a share never shuts a class out of a limit above 0).
+    pub fn cap(self, priority: Priority, limit: u32) -> u32 {
+        cap(limit, self.thousandths(priority))
+    }
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds::NONE
+    }
+}
+
+/// `ceil(limit × thousandths / 1000)`, at least 1 when `limit` is: the one formula the kernels
+/// and scripts mirror (in integers, so no rounding differs between them).
+pub(crate) fn cap(limit: u32, thousandths: u16) -> u32 {
+    let scaled = u64::from(limit) * u64::from(thousandths);
+    let cap = scaled.div_ceil(u64::from(WHOLE));
+    u32::try_from(cap)
+        .unwrap_or(limit)
+        .clamp(limit.min(1), limit)
+}
+
+/// A share in `(0, 1]` as thousandths.
+fn share(class: &str, value: f64) -> Result<u16, Error> {
+    if !(value > 0.0 && value <= 1.0) {
+        return Err(Error::config(format!(
+            "thresholds: `{class}` must be a share of the limit in (0, 1], got {value}"
+        )));
+    }
+    // In (0, 1000] after the check above; a share below a thousandth still admits one call.
+    let thousandths = (value * f64::from(WHOLE)).round().max(1.0);
+    Ok(thousandths as u16)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cap_is_the_ceiling_of_the_share_and_never_above_the_limit() {
+        for limit in 0..200u32 {
+            for thousandths in 1..=WHOLE {
+                let cap = cap(limit, thousandths);
+                let exact = f64::from(limit) * f64::from(thousandths) / 1000.0;
+                assert!(cap <= limit);
+                if limit > 0 {
+                    assert!(cap >= 1);
+                    assert!(f64::from(cap) >= exact - 1e-9, "{limit} {thousandths}");
+                    assert!(f64::from(cap) < exact + 1.0, "{limit} {thousandths}");
+                }
+            }
+        }
+        assert_eq!(cap(30, 800), 24);
+        assert_eq!(cap(u32::MAX, WHOLE), u32::MAX);
+    }
+
+    #[tokio::test]
+    async fn the_innermost_priority_wins_and_none_is_normal() {
+        assert_eq!(Priority::current(), Priority::Normal);
+        let seen = with_priority(Priority::Sheddable, async {
+            let outer = Priority::current();
+            let inner = with_priority(Priority::Critical, async { Priority::current() }).await;
+            (outer, inner, Priority::current())
+        })
+        .await;
+        assert_eq!(
+            seen,
+            (Priority::Sheddable, Priority::Critical, Priority::Sheddable)
+        );
+    }
+}
