@@ -196,19 +196,21 @@ fn window_fits(args: &mut Args, minimum: &Value<u32>, size: &Value<u32>) -> Opti
         Value::Literal(n) => format!("{n} by default"),
         Value::Const(constant) => format!("`{}`", constant.expr().to_token_stream()),
     };
-    let message = format!(
-        "`minimum_throughput` ({}) is larger than `window_size` ({}): the breaker could never open",
-        describe("minimum_throughput", minimum),
-        describe("window_size", size),
-    );
+    let relation = &spec::THROUGHPUT_FITS;
+    let message = relation
+        .message(
+            describe(relation.key.name, minimum),
+            describe(relation.limit.name, size),
+        )
+        .to_string();
     let constant = match (minimum, size) {
         (Value::Literal(minimum), Value::Literal(size)) => {
             if minimum > size {
                 // One of the two was given: the defaults are consistent.
-                let key = if args.has("minimum_throughput") {
-                    "minimum_throughput"
+                let key = if args.has(relation.key.name) {
+                    relation.key.name
                 } else {
-                    "window_size"
+                    relation.limit.name
                 };
                 args.conflict(key, message);
             }

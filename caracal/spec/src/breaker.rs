@@ -3,7 +3,7 @@
 use core::time::Duration;
 
 pub use crate::SHADOW;
-use crate::{Default, Derived, Function, Key, Kind, MILLISECOND, Type};
+use crate::{AtMost, Default, Derived, Function, Key, Kind, MILLISECOND, Type};
 
 /// The kind.
 pub const KIND: Kind = Kind {
@@ -26,6 +26,7 @@ pub const KIND: Kind = Kind {
     identity: true,
     run_time: true,
     positional: false,
+    at_most: &[THROUGHPUT_FITS],
 };
 
 /// A threshold: a fraction of the window's observations.
@@ -38,13 +39,21 @@ const FRACTION: Type = Type::Float {
 /// Observations needed before it may open.
 pub const MINIMUM_THROUGHPUT: Key = Key {
     name: "minimum_throughput",
-    // At most `window_size` too, which the readers check as a relation between the two.
+    // At most `window_size` too: `THROUGHPUT_FITS`.
     ty: Type::Integer {
         min: 1,
         max: u32::MAX,
     },
     default: Default::Integer(20),
     doc: "observations needed before it may open (at most `window_size`)",
+};
+
+/// `minimum_throughput` at most `window_size`: a window that can never hold enough
+/// observations never opens.
+pub const THROUGHPUT_FITS: AtMost = AtMost {
+    key: &MINIMUM_THROUGHPUT,
+    limit: &WINDOW_SIZE,
+    why: "the breaker could never open",
 };
 
 /// The failure rate that opens it.

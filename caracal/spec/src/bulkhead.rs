@@ -13,6 +13,7 @@ pub const KIND: Kind = Kind {
     identity: true,
     run_time: true,
     positional: false,
+    at_most: &[],
 };
 
 /// Bodies allowed at once.

@@ -178,6 +178,59 @@ pub struct Kind {
     pub run_time: bool,
     /// Whether its one key is written alone (`#[timeout("2s")]`), not as `key = value`.
     pub positional: bool,
+    /// What its keys' values must satisfy together, which every reader checks alike: the
+    /// attribute at compile time, a configuration table, a fleet override against the values
+    /// in force.
+    pub at_most: &'static [AtMost],
+}
+
+/// Two keys of one kind whose values must be in order: `key`'s at most `limit`'s.
+#[derive(Debug)]
+pub struct AtMost {
+    /// The key whose value must not exceed the other's.
+    pub key: &'static Key,
+    /// The key that bounds it.
+    pub limit: &'static Key,
+    /// What goes wrong otherwise, as the end of the message (`the … could never open`).
+    pub why: &'static str,
+}
+
+impl AtMost {
+    /// The message for `key = value` above `limit = bound`, each value as the reader shows it.
+    pub fn message<V: fmt::Display, B: fmt::Display>(
+        &self,
+        value: V,
+        bound: B,
+    ) -> OutOfOrder<'_, V, B> {
+        OutOfOrder {
+            relation: self,
+            value,
+            bound,
+        }
+    }
+}
+
+/// An [`AtMost`] broken by two values: its message as `Display`.
+#[derive(Debug)]
+pub struct OutOfOrder<'a, V, B> {
+    relation: &'a AtMost,
+    value: V,
+    bound: B,
+}
+
+impl<V: fmt::Display, B: fmt::Display> fmt::Display for OutOfOrder<'_, V, B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let OutOfOrder {
+            relation,
+            value,
+            bound,
+        } = self;
+        write!(
+            f,
+            "`{}` ({value}) is larger than `{}` ({bound}): {}",
+            relation.key.name, relation.limit.name, relation.why
+        )
+    }
 }
 
 impl Kind {

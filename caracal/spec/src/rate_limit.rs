@@ -11,6 +11,7 @@ pub const KIND: Kind = Kind {
     identity: true,
     run_time: true,
     positional: false,
+    at_most: &[],
 };
 
 /// Admissions per second.

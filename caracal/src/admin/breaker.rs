@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::{Admin, Refusal};
 use crate::coordinator::Coordinator;
 use crate::error::Error;
 use crate::identity::{Identity, PolicyKind, Scope, check_part};
@@ -177,4 +178,46 @@ pub(super) fn forcing(command: BreakerCommand) -> Result<(Force, BreakerState), 
             BreakerState::Closed,
         ),
     })
+}
+
+impl Admin {
+    /// Whether `command` on `breaker` would reach a breaker some process uses: `None` when
+    /// one reports it, else why not and what is in use under that name. An error for a
+    /// command [`Admin::breaker`] would refuse as written.
+    pub async fn check_breaker(
+        &self,
+        breaker: &BreakerId,
+        command: BreakerCommand,
+    ) -> Result<Option<Refusal>, Error> {
+        let identity = breaker.identity(&self.coordinator)?;
+        forcing(command)?;
+        self.check_in_use(PolicyKind::CircuitBreaker, &identity)
+            .await
+    }
+}
+
+/// The `--json` shapes (feature `serde`), beside the admin types' others in `serialize.rs`.
+#[cfg(feature = "serde")]
+mod serialize {
+    use serde::ser::{Serialize, SerializeMap, Serializer};
+
+    use super::{BreakerChanged, BreakerState};
+
+    /// Its name (`forced_open`).
+    impl Serialize for BreakerState {
+        fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            serializer.serialize_str(self.as_str())
+        }
+    }
+
+    /// `from`, `to` and `generation`.
+    impl Serialize for BreakerChanged {
+        fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            let mut map = serializer.serialize_map(Some(3))?;
+            map.serialize_entry("from", &self.from)?;
+            map.serialize_entry("to", &self.to)?;
+            map.serialize_entry("generation", &self.generation)?;
+            map.end()
+        }
+    }
 }

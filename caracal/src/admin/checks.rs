@@ -3,12 +3,12 @@
 
 use std::fmt;
 
-use super::{Admin, BreakerCommand, BreakerId};
+use super::Admin;
 use crate::config::keys::{self, Read};
 use crate::config::{OverrideKey, Table, check_table};
 use crate::coordinator::registry::Registered;
 use crate::error::Error;
-use crate::identity::PolicyKind;
+use crate::identity::{Identity, PolicyKind};
 
 /// Why a command was not carried out: as written, it would change nothing any process uses
 /// (no process reports what it names), or every site that uses it would ignore it. The
@@ -115,23 +115,19 @@ impl Admin {
         Ok(registered)
     }
 
-    /// Whether `command` on `breaker` would reach a breaker some process uses: `None` when
-    /// one reports it, else why not and what is in use under that name. An error for a
-    /// command [`Admin::breaker`] would refuse as written.
-    pub async fn check_breaker(
+    /// Whether some process uses `identity`, a `kind`'s: `None` when one reports it, else why
+    /// not and what is in use under that name.
+    pub(super) async fn check_in_use(
         &self,
-        breaker: &BreakerId,
-        command: BreakerCommand,
+        kind: PolicyKind,
+        identity: &Identity,
     ) -> Result<Option<Refusal>, Error> {
-        let identity = breaker.identity(&self.coordinator)?;
-        super::forcing(command)?;
         let registered = self
             .registered_where(|known| known.key == identity.key)
             .await?;
         if registered.iter().any(|known| known.key == identity.key) {
             return Ok(None);
         }
-        let kind = PolicyKind::CircuitBreaker;
         let same_name: Vec<&Registered> = registered
             .iter()
             .filter(|known| known.kind == kind && known.name == identity.name)
@@ -151,7 +147,8 @@ impl Admin {
             uses: Vec::new(),
         };
         Ok(refuse(format!(
-            "no process uses circuit breaker {} (in use: {}; --force to do it anyway)",
+            "no process uses {} {} (in use: {}; --force to do it anyway)",
+            spoken(kind),
             label(&asked),
             listing(same_name.into_iter().map(label).collect())
         )))
@@ -182,7 +179,7 @@ impl Admin {
         for site in sites {
             let mut table = reported_table(site);
             table.insert(key.key.name, setting);
-            if let Err(why) = check_table(&table) {
+            if let Err(why) = check_table(site.kind, &table) {
                 return Ok(refuse(format!(
                     "{key} = {setting} would be ignored by {} {}: {why} (--force to set it anyway)",
                     spoken(site.kind),

@@ -13,10 +13,7 @@
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
-use super::{
-    BreakerChanged, BreakerState, Check, ConfigValue, IdentityStatus, Operator, PolicyState,
-    Process, Rates,
-};
+use super::{Check, ConfigValue, IdentityStatus, Operator, PolicyState, Process, Rates};
 use crate::policy::descriptor::StatusValue;
 
 /// `{"check": "round_trip", "ok": true, "detail": "p50 90 µs, p99 180 µs"}`.
@@ -73,24 +70,6 @@ impl Serialize for IdentityStatus {
         if let Some(operator) = &self.operator {
             map.serialize_entry("operator", operator)?;
         }
-        map.end()
-    }
-}
-
-/// Its name (`forced_open`).
-impl Serialize for BreakerState {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.as_str())
-    }
-}
-
-/// `from`, `to` and `generation`.
-impl Serialize for BreakerChanged {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(Some(3))?;
-        map.serialize_entry("from", &self.from)?;
-        map.serialize_entry("to", &self.to)?;
-        map.serialize_entry("generation", &self.generation)?;
         map.end()
     }
 }

@@ -169,21 +169,13 @@ fn read_table<'a>(
         table.insert(key.name, setting);
     }
     place.key = None;
-    check_table(&table).map_err(|why| place.error(why))?;
+    check_table(kind, &table).map_err(|why| place.error(why))?;
     Ok(table)
 }
 
-/// What a table must satisfy as a whole.
-pub(crate) fn check_table(table: &Table) -> Result<(), String> {
-    if let (Some(Setting::Count(minimum)), Some(Setting::Count(size))) =
-        (table.get("minimum_throughput"), table.get("window_size"))
-        && minimum > size
-    {
-        return Err(format!(
-            "`minimum_throughput` ({minimum}) is larger than `window_size` ({size}): the breaker could never open"
-        ));
-    }
-    Ok(())
+/// What a table of `kind` must satisfy as a whole: the relations its spec declares.
+pub(crate) fn check_table(kind: PolicyKind, table: &Table) -> Result<(), String> {
+    keys::out_of_order(kind, |key| table.get(key).copied()).map_or(Ok(()), Err)
 }
 
 /// An error's reason without the "invalid configuration" prefix.

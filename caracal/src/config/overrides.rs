@@ -47,10 +47,11 @@ pub(crate) trait Values: Clone + PartialEq + Send + 'static {
     /// an identity no longer.
     fn lifetime(&self) -> std::time::Duration;
 
-    /// Whether the values as a whole make sense; when an override would break them (say a
+    /// Why the values as a whole make no sense, if they don't (the relations the kind's spec
+    /// declares between its keys): when an override would break them (say a
     /// `minimum_throughput` above the attribute's `window_size`), the attribute's stay.
-    fn consistent(&self) -> bool {
-        true
+    fn inconsistent(&self) -> Option<String> {
+        keys::out_of_order(Self::KIND, |key| self.get(key))
     }
 }
 
@@ -108,18 +109,6 @@ impl<V: Values> Resolved<V> {
 thread_local! {
     /// How many times this thread made the text of resolved values.
     pub(crate) static FORMATTED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
-
-/// Why `values` are not consistent, as the configuration's check of a table says it.
-fn why_inconsistent<V: Values>(values: &V) -> String {
-    let table: Table = keys::keys(V::KIND)
-        .iter()
-        .filter_map(|key| Some((key.name, values.get(key.name)?)))
-        .collect();
-    match super::check_table(&table) {
-        Err(why) => why,
-        Ok(()) => "the site's other values cannot take it".to_owned(),
-    }
 }
 
 /// A value as text, `none` when unset.
@@ -235,8 +224,7 @@ impl Overrides {
                 let before = resolved.clone();
                 resolved.values.set(key.name, *setting);
                 resolved.sources[index] = source;
-                if !resolved.values.consistent() {
-                    let reason = why_inconsistent(&resolved.values);
+                if let Some(reason) = resolved.values.inconsistent() {
                     resolved = before;
                     resolved.ignored.push(key.name);
                     self.ignored(V::KIND, name, key.name, *setting, &reason);
@@ -308,8 +296,8 @@ mod tests {
             Duration::from_secs(1)
         }
 
-        fn consistent(&self) -> bool {
-            self.limit != 13
+        fn inconsistent(&self) -> Option<String> {
+            (self.limit == 13).then(|| "13 is not a limit".to_owned())
         }
     }
 

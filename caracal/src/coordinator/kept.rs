@@ -3,7 +3,6 @@
 //! sweeps and flushes them without naming a kind.
 
 use std::any::{Any, TypeId};
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::sync::lock;
@@ -21,7 +20,9 @@ pub(crate) trait ForgetsIdle: Send + Sync + 'static {
 /// The values of one coordinator.
 #[derive(Default)]
 pub(super) struct Kept {
-    values: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
+    /// A few (one per kind that keeps something), found on every call of the kind: a scan
+    /// beats hashing the type's id.
+    values: Mutex<Vec<(TypeId, Arc<dyn Any + Send + Sync>)>>,
     /// Those of `values` that remember identities, swept and flushed.
     forgetting: Mutex<Vec<Arc<dyn ForgetsIdle>>>,
 }
@@ -32,13 +33,18 @@ impl Kept {
         &self,
         made: impl FnOnce(&Arc<T>),
     ) -> Arc<T> {
+        let id = TypeId::of::<T>();
         let mut values = lock(&self.values);
-        let entry = values.entry(TypeId::of::<T>()).or_insert_with(|| {
-            let value = Arc::new(T::default());
-            made(&value);
-            value
-        });
-        Arc::clone(entry)
+        let value = match values.iter().find(|(filed, _)| *filed == id) {
+            Some((_, value)) => Arc::clone(value),
+            None => {
+                let value = Arc::new(T::default());
+                made(&value);
+                values.push((id, Arc::clone(&value) as _));
+                return value;
+            }
+        };
+        value
             .downcast()
             .unwrap_or_else(|_| unreachable!("filed under its own type"))
     }

@@ -54,6 +54,19 @@ pub(crate) fn find(kind: PolicyKind, name: &str) -> Result<&'static Key, String>
     ))
 }
 
+/// Why `kind`'s values, as `get` reads them, break one of the relations the spec declares
+/// between its keys (`AtMost`), if they do; a key `get` has no value for breaks none.
+pub(crate) fn out_of_order(
+    kind: PolicyKind,
+    get: impl Fn(&str) -> Option<Setting>,
+) -> Option<String> {
+    spec(kind).at_most.iter().find_map(|relation| {
+        let value = get(relation.key.name)?;
+        let bound = get(relation.limit.name)?;
+        (value.number()? > bound.number()?).then(|| relation.message(value, bound).to_string())
+    })
+}
+
 /// A configured value.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Setting {
@@ -72,6 +85,17 @@ pub(crate) enum Setting {
 }
 
 /// The canonical text of a value: what fleet overrides store and `config get` shows.
+impl Setting {
+    /// Its value as a number, for a count or a number.
+    fn number(self) -> Option<f64> {
+        match self {
+            Setting::Count(n) => Some(f64::from(n)),
+            Setting::Number(x) => Some(x),
+            _ => None,
+        }
+    }
+}
+
 impl fmt::Display for Setting {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -198,8 +198,8 @@ fn server_checks(
         !evicts,
         if evicts {
             format!(
-                "maxmemory-policy {}: the server may evict lease sets and open breakers \
-                 (set noeviction)",
+                "maxmemory-policy {}: the server may evict state the fleet still holds \
+                 (held leases, failure windows: set noeviction)",
                 eviction.join(", ")
             )
         } else {

@@ -204,10 +204,6 @@ impl Values for BreakerValues {
     fn lifetime(&self) -> Duration {
         self.window.max(self.open * 2)
     }
-
-    fn consistent(&self) -> bool {
-        self.minimum_throughput <= self.window_size
-    }
 }
 
 /// The slow-call threshold when `slow_call` is given alone.
