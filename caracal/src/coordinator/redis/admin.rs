@@ -96,7 +96,9 @@ fn unsigned(script: &str, n: i64) -> Result<u64, Error> {
 impl RedisBackend {
     /// Reports `reports` in calls of at most [`REGISTRY_PAGE`] identities each: a script
     /// holds the server while it runs, so however many identities a process uses, no call
-    /// keeps the fleet waiting for more than a fraction of a millisecond.
+    /// keeps the fleet waiting for more than a fraction of a millisecond. A call may handle
+    /// fewer than it was sent (the identities' maps of processes' values it read reached its
+    /// budget): the rest go in the next.
     pub(in crate::coordinator) async fn registry_report(
         &self,
         base: &KeyBase,
@@ -104,7 +106,9 @@ impl RedisBackend {
         reports: &[Report],
     ) -> Result<Vec<bool>, Error> {
         let mut drifts = Vec::with_capacity(reports.len());
-        for page in reports.chunks(REGISTRY_PAGE) {
+        while drifts.len() < reports.len() {
+            let rest = &reports[drifts.len()..];
+            let page = &rest[..rest.len().min(REGISTRY_PAGE)];
             drifts.extend(self.registry_report_page(base, process, page).await?);
         }
         Ok(drifts)
@@ -142,7 +146,16 @@ impl RedisBackend {
         let [processes, processes_expiry] = process_keys(base);
         let keys = [registry, expiry, processes, processes_expiry];
         let value = self.link.eval(script, base, &keys, args).await?;
-        let groups = reply::integer_groups::<1>(script.name, value, reports.len())?;
+        let handled = match &value {
+            Value::Array(flags) if (1..=reports.len()).contains(&flags.len()) => flags.len(),
+            _ => {
+                return Err(reply::malformed(
+                    script.name,
+                    format_args!("{value:?}: not 1 to {} flags", reports.len()),
+                ));
+            }
+        };
+        let groups = reply::integer_groups::<1>(script.name, value, handled)?;
         groups
             .into_iter()
             .map(|[flag]| reply::flag(script.name, flag))
