@@ -968,3 +968,65 @@ async fn a_report_reads_a_bounded_size_of_processes_values() {
     })
     .await;
 }
+
+/// Issue 27, item 3: `caracal processes` read up to 10 000 processes in one script, however
+/// large the fleet. Now it reads a page of [`PROCESSES_PAGE`] at a time and lists every
+/// process once: counted in the server's log, never timed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_are_read_a_page_at_a_time() {
+    /// The most processes one read lists.
+    const PROCESSES_PAGE: usize = 32;
+    const FLEET: usize = 100;
+    let server = RedisServer::start();
+    let coordinator = common::redis(&server.url()).await;
+    let mut conn = server.connection();
+    let processes = format!(
+        "{}processes",
+        common::namespace_key_base(coordinator.namespace())
+    );
+    let now = common::server_time_ms(&mut conn);
+    let mut pipe = redis::pipe();
+    for n in 0..FLEET {
+        let id = format!("fleet-{n:03}");
+        pipe.cmd("HSET")
+            .arg(&processes)
+            .arg(&id)
+            .arg(format!(
+                r#"{{"host":"h{n}","pid":{n},"version":"0.1.0","identities":3}}"#
+            ))
+            .arg(format!("{id}:t"))
+            .arg(now)
+            .ignore();
+        pipe.cmd("ZADD")
+            .arg(format!("{processes}:expiry"))
+            .arg(now + 60_000)
+            .arg(&id)
+            .ignore();
+    }
+    let () = pipe.query(&mut conn).expect("a fleet");
+    CommandLog::start(&mut conn);
+    let listed = coordinator
+        .admin()
+        .processes()
+        .await
+        .expect("the processes");
+    let fleet: Vec<&str> = listed
+        .iter()
+        .map(|process| process.id.as_str())
+        .filter(|id| id.starts_with("fleet-"))
+        .collect();
+    let expected: Vec<String> = (0..FLEET).map(|n| format!("fleet-{n:03}")).collect();
+    assert_eq!(fleet, expected, "every process once, by id");
+    let log = CommandLog::read(&mut conn);
+    let read = caracal_tests::stats::script_source("processes_read");
+    // Per page: TIME, ZRANGE, then an HMGET per process.
+    let pages: Vec<usize> = log.runs_of(&read).map(|run| run.commands).collect();
+    assert!(
+        pages.len() > FLEET / PROCESSES_PAGE,
+        "read a page at a time: {pages:?}"
+    );
+    assert!(
+        pages.iter().all(|&commands| commands <= 2 + PROCESSES_PAGE),
+        "commands per page: {pages:?}"
+    );
+}
