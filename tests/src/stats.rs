@@ -355,6 +355,7 @@ const SCRIPTS: &[(&str, &[&str])] = &[
     ("registry_report", &["lua/registry_report.lua"]),
     ("registry_read", &["lua/registry_read.lua"]),
     ("registry_hold", &["lua/registry_hold.lua"]),
+    ("processes_read", &["lua/processes_read.lua"]),
     ("overrides_read", &["lua/overrides_read.lua"]),
     ("overrides_write", &["lua/overrides_write.lua"]),
     ("bulkhead_lease", &["src/policy/bulkhead/kernel/lease.lua"]),

@@ -865,3 +865,168 @@ async fn registry_scripts_handle_a_page_of_identities_whatever_their_number() {
         "(commands, µs) per page: {pages:?}"
     );
 }
+
+#[bulkhead(name = "shared-scopes", limit = 5, scope = scope)]
+async fn shared_scopes(scope: &str) -> Result<(), TestError> {
+    Ok(())
+}
+
+/// Issue 27, item 3: a report decoded and encoded again each identity's map of the processes'
+/// values (`<tag>:u`, up to 100 processes' each): 8 identities used by a fleet of 100 made a
+/// call of 1.7 ms whatever the page. Now a call stops once the maps it read reach a byte
+/// budget (the first always handled) and the process sends the rest again: counted in bytes
+/// and replies, never timed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_reads_a_bounded_size_of_processes_values() {
+    /// The bytes of maps after which a report stops (`lua/registry_report.lua`).
+    const USES_READ: usize = 32 * 1024;
+    const PROCESSES: usize = 100;
+    let server = RedisServer::start();
+    let coordinator = common::redis(&server.url()).await;
+    let mut conn = server.connection();
+    let base = common::namespace_key_base(coordinator.namespace());
+    let registry = format!("{base}registry");
+    let now = common::server_time_ms(&mut conn);
+    // What a fleet of 100 processes reported of one identity a moment ago.
+    let uses = (0..PROCESSES)
+        .map(|p| {
+            format!(
+                r#""host-{p}.fleet.internal/4{p:04}/0f3c":["limit=5 lease=30s max_wait=none",{now},"{{\"rate\":12.5,\"ignored\":[\"bulkhead.shared-scopes.limit\"]}}"]"#
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(",");
+    let uses = format!("{{{uses}}}");
+    assert!(uses.len() * 2 < USES_READ && uses.len() * 8 > USES_READ);
+    let scopes: Vec<String> = (0..8).map(|n| format!("scope-{n}")).collect();
+    let tags: Vec<String> = scopes
+        .iter()
+        .map(|scope| {
+            common::key_base(coordinator.namespace(), "bulkhead", "shared-scopes", scope)
+                .replace("caracal:v1:{", "")
+                .replace("}:", "")
+        })
+        .collect();
+    let direct: Vec<String> = (0..8).map(|n| format!("{n:064x}")).collect();
+    for tag in tags.iter().chain(&direct) {
+        let () = redis::cmd("HSET")
+            .arg(&registry)
+            .arg(format!("{tag}:u"))
+            .arg(&uses)
+            .query(&mut conn)
+            .expect("a fleet's uses");
+    }
+
+    // The script alone: sent all 8, it handles the first until their maps reach the budget.
+    let report = redis::Script::new(&caracal_tests::stats::script_source("registry_report"));
+    let mut call = report.prepare_invoke();
+    call.key(&registry)
+        .key(format!("{registry}:expiry"))
+        .key(format!("{base}processes"))
+        .key(format!("{base}processes:expiry"))
+        .arg(10_000)
+        .arg(15_000)
+        .arg("direct")
+        .arg("{}")
+        .arg(30_000)
+        .arg(PROCESSES);
+    for tag in &direct {
+        call.arg(tag)
+            .arg(r#"["bulkhead","shared-scopes","shared-scopes","s"]"#)
+            .arg("limit=5 lease=30s max_wait=none")
+            .arg("")
+            .arg("direct/site")
+            .arg(60_000)
+            .arg(0)
+            .arg("{}");
+    }
+    let drifts: Vec<i64> = call.invoke(&mut conn).expect("a report");
+    let handled = USES_READ.div_ceil(uses.len());
+    assert_eq!(
+        drifts.len(),
+        handled,
+        "maps of {} bytes, a budget of {USES_READ}",
+        uses.len()
+    );
+
+    // Through the coordinator: the identities a call left are sent again until all are in.
+    for scope in &scopes {
+        coordinator
+            .scoped(shared_scopes(scope))
+            .await
+            .expect("served");
+    }
+    let mut check = server.connection();
+    eventually("every scope to be reported", || {
+        tags.iter().all(|tag| {
+            redis::cmd("HEXISTS")
+                .arg(&registry)
+                .arg(format!("{tag}:t"))
+                .query(&mut check)
+                .unwrap_or(false)
+        })
+    })
+    .await;
+}
+
+/// Issue 27, item 3: `caracal processes` read up to 10 000 processes in one script, however
+/// large the fleet. Now it reads a page of [`PROCESSES_PAGE`] at a time and lists every
+/// process once: counted in the server's log, never timed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_are_read_a_page_at_a_time() {
+    /// The most processes one read lists.
+    const PROCESSES_PAGE: usize = 32;
+    const FLEET: usize = 100;
+    let server = RedisServer::start();
+    let coordinator = common::redis(&server.url()).await;
+    let mut conn = server.connection();
+    let processes = format!(
+        "{}processes",
+        common::namespace_key_base(coordinator.namespace())
+    );
+    let now = common::server_time_ms(&mut conn);
+    let mut pipe = redis::pipe();
+    for n in 0..FLEET {
+        let id = format!("fleet-{n:03}");
+        pipe.cmd("HSET")
+            .arg(&processes)
+            .arg(&id)
+            .arg(format!(
+                r#"{{"host":"h{n}","pid":{n},"version":"0.1.0","identities":3}}"#
+            ))
+            .arg(format!("{id}:t"))
+            .arg(now)
+            .ignore();
+        pipe.cmd("ZADD")
+            .arg(format!("{processes}:expiry"))
+            .arg(now + 60_000)
+            .arg(&id)
+            .ignore();
+    }
+    let () = pipe.query(&mut conn).expect("a fleet");
+    CommandLog::start(&mut conn);
+    let listed = coordinator
+        .admin()
+        .processes()
+        .await
+        .expect("the processes");
+    let fleet: Vec<&str> = listed
+        .iter()
+        .map(|process| process.id.as_str())
+        .filter(|id| id.starts_with("fleet-"))
+        .collect();
+    let expected: Vec<String> = (0..FLEET).map(|n| format!("fleet-{n:03}")).collect();
+    assert_eq!(fleet, expected, "every process once, by id");
+    let log = CommandLog::read(&mut conn);
+    let read = caracal_tests::stats::script_source("processes_read");
+    // Per page: TIME, ZRANGE, then an HMGET per process.
+    let pages: Vec<usize> = log.runs_of(&read).map(|run| run.commands).collect();
+    assert!(
+        pages.len() > FLEET / PROCESSES_PAGE,
+        "read a page at a time: {pages:?}"
+    );
+    assert!(
+        pages.iter().all(|&commands| commands <= 2 + PROCESSES_PAGE),
+        "commands per page: {pages:?}"
+    );
+}

@@ -21,10 +21,14 @@ fn process_keys(base: &KeyBase) -> [String; 2] {
 }
 
 /// The most processes `caracal processes` lists.
-const MOST_PROCESSES: usize = 10_000;
+const MOST_PROCESSES: u64 = 10_000;
 
-/// A page of the registry: where the next starts (`None` after the last), and its identities.
-type Page = (Option<u64>, Vec<Registered>);
+/// The most processes one read lists: a fraction of a millisecond of the server's time,
+/// however large the fleet (each is one small record).
+const PROCESSES_PAGE: usize = 32;
+
+/// A page of a listing: where the next starts (`None` after the last), and its entries.
+type Page<T> = (Option<u64>, Vec<T>);
 
 /// The most identities one registry script reports or lists: with what a report forgets
 /// beside them (bounded in `lua/registry_report.lua` by the same figure), a fraction of a
@@ -93,10 +97,69 @@ fn unsigned(script: &str, n: i64) -> Result<u64, Error> {
         .map_err(|_| reply::malformed(script, format_args!("{n} where a count belongs")))
 }
 
+/// A page's reply (see `lua/registry_read.lua`): the server's time, where the next page
+/// starts (`None` after the last, or where it would not move past `start`), and the items
+/// after them, checked to come in groups of `group`.
+fn page_of(
+    script: &str,
+    value: Value,
+    start: u64,
+    group: usize,
+) -> Result<(u64, Option<u64>, Vec<Value>), Error> {
+    let mut items = items(script, value)?.into_iter();
+    let now = unsigned(script, integer(script, items.next().unwrap_or(Value::Nil))?)?;
+    let next = match integer(script, items.next().unwrap_or(Value::Nil))? {
+        -1 => None,
+        next => Some(unsigned(script, next)?).filter(|&next| next > start),
+    };
+    let items: Vec<Value> = items.collect();
+    if !items.len().is_multiple_of(group) {
+        return Err(reply::malformed(
+            script,
+            format_args!(
+                "{} items after the time, not groups of {group}",
+                items.len()
+            ),
+        ));
+    }
+    Ok((now, next, items))
+}
+
+/// Every entry of a listing read a page at a time from rank 0, at most `most` ranks deep;
+/// an entry listed on two pages (its rank moved meanwhile) is kept once, by its `key`.
+async fn paged<T, K, Fut>(
+    most: u64,
+    mut page: impl FnMut(u64) -> Fut,
+    key: impl Fn(&T) -> K,
+) -> Result<Vec<T>, Error>
+where
+    K: Eq + std::hash::Hash,
+    Fut: std::future::Future<Output = Result<Page<T>, Error>>,
+{
+    let mut listed = Vec::new();
+    let mut keys = std::collections::HashSet::new();
+    let mut start = 0;
+    while start < most {
+        let (next, entries) = page(start).await?;
+        for entry in entries {
+            if keys.insert(key(&entry)) {
+                listed.push(entry);
+            }
+        }
+        match next {
+            Some(next) => start = next,
+            None => break,
+        }
+    }
+    Ok(listed)
+}
+
 impl RedisBackend {
     /// Reports `reports` in calls of at most [`REGISTRY_PAGE`] identities each: a script
     /// holds the server while it runs, so however many identities a process uses, no call
-    /// keeps the fleet waiting for more than a fraction of a millisecond.
+    /// keeps the fleet waiting for more than a fraction of a millisecond. A call may handle
+    /// fewer than it was sent (the identities' maps of processes' values it read reached its
+    /// budget): the rest go in the next.
     pub(in crate::coordinator) async fn registry_report(
         &self,
         base: &KeyBase,
@@ -104,7 +167,9 @@ impl RedisBackend {
         reports: &[Report],
     ) -> Result<Vec<bool>, Error> {
         let mut drifts = Vec::with_capacity(reports.len());
-        for page in reports.chunks(REGISTRY_PAGE) {
+        while drifts.len() < reports.len() {
+            let rest = &reports[drifts.len()..];
+            let page = &rest[..rest.len().min(REGISTRY_PAGE)];
             drifts.extend(self.registry_report_page(base, process, page).await?);
         }
         Ok(drifts)
@@ -142,7 +207,16 @@ impl RedisBackend {
         let [processes, processes_expiry] = process_keys(base);
         let keys = [registry, expiry, processes, processes_expiry];
         let value = self.link.eval(script, base, &keys, args).await?;
-        let groups = reply::integer_groups::<1>(script.name, value, reports.len())?;
+        let handled = match &value {
+            Value::Array(flags) if (1..=reports.len()).contains(&flags.len()) => flags.len(),
+            _ => {
+                return Err(reply::malformed(
+                    script.name,
+                    format_args!("{value:?}: not 1 to {} flags", reports.len()),
+                ));
+            }
+        };
+        let groups = reply::integer_groups::<1>(script.name, value, handled)?;
         groups
             .into_iter()
             .map(|[flag]| reply::flag(script.name, flag))
@@ -158,22 +232,12 @@ impl RedisBackend {
         &self,
         base: &KeyBase,
     ) -> Result<Vec<Registered>, Error> {
-        let mut listed: Vec<Registered> = Vec::new();
-        let mut keys = std::collections::HashSet::new();
-        let mut start = 0;
-        while start < u64::from(MAX_IDENTITIES) {
-            let (next, entries) = self.registry_read_page(base, start).await?;
-            for entry in entries {
-                if keys.insert(entry.key.clone()) {
-                    listed.push(entry);
-                }
-            }
-            match next {
-                Some(next) => start = next,
-                None => break,
-            }
-        }
-        Ok(listed)
+        paged(
+            u64::from(MAX_IDENTITIES),
+            |start| self.registry_read_page(base, start),
+            |entry| entry.key.clone(),
+        )
+        .await
     }
 
     /// Enters the identity at `key` (`description`, as a report describes it) in the
@@ -201,27 +265,17 @@ impl RedisBackend {
 
     /// One page of the registry from `start`: where the next starts (`None` after the last),
     /// and its identities.
-    async fn registry_read_page(&self, base: &KeyBase, start: u64) -> Result<Page, Error> {
+    async fn registry_read_page(
+        &self,
+        base: &KeyBase,
+        start: u64,
+    ) -> Result<Page<Registered>, Error> {
         let script = &scripts::REGISTRY_READ;
         let value = self
             .link
             .eval(script, base, &registry_keys(base), (start, REGISTRY_PAGE))
             .await?;
-        let mut items = items(script.name, value)?.into_iter();
-        let now = integer(script.name, items.next().unwrap_or(Value::Nil))?;
-        let now = unsigned(script.name, now)?;
-        let next = integer(script.name, items.next().unwrap_or(Value::Nil))?;
-        let next = match next {
-            -1 => None,
-            next => Some(unsigned(script.name, next)?).filter(|&next| next > start),
-        };
-        let items: Vec<Value> = items.collect();
-        if !items.len().is_multiple_of(6) {
-            return Err(reply::malformed(
-                script.name,
-                format_args!("{} items after the time, not groups of 6", items.len()),
-            ));
-        }
+        let (now, next, items) = page_of(script.name, value, start, 6)?;
         let mut listed = Vec::new();
         let mut items = items.into_iter();
         while let (
@@ -252,26 +306,32 @@ impl RedisBackend {
         Ok((next, listed))
     }
 
-    /// Every process reporting to the namespace (at most [`MOST_PROCESSES`]).
+    /// Every process reporting to the namespace (at most [`MOST_PROCESSES`]), by id, read a
+    /// page of [`PROCESSES_PAGE`] at a time; one listed on two pages (it reported meanwhile)
+    /// is listed once.
     pub(in crate::coordinator) async fn processes(
         &self,
         base: &KeyBase,
     ) -> Result<Vec<Process>, Error> {
+        let mut listed = paged(
+            MOST_PROCESSES,
+            |start| self.processes_page(base, start),
+            |process| process.id.clone(),
+        )
+        .await?;
+        listed.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(listed)
+    }
+
+    /// One page of the processes from `start`: where the next starts (`None` after the
+    /// last), and its processes.
+    async fn processes_page(&self, base: &KeyBase, start: u64) -> Result<Page<Process>, Error> {
         let script = &scripts::PROCESSES_READ;
         let value = self
             .link
-            .eval(script, base, &process_keys(base), MOST_PROCESSES)
+            .eval(script, base, &process_keys(base), (start, PROCESSES_PAGE))
             .await?;
-        let mut items = items(script.name, value)?.into_iter();
-        let now = integer(script.name, items.next().unwrap_or(Value::Nil))?;
-        let now = unsigned(script.name, now)?;
-        let items: Vec<Value> = items.collect();
-        if !items.len().is_multiple_of(3) {
-            return Err(reply::malformed(
-                script.name,
-                format_args!("{} items after the time, not groups of 3", items.len()),
-            ));
-        }
+        let (now, next, items) = page_of(script.name, value, start, 3)?;
         let mut listed = Vec::new();
         let mut items = items.into_iter();
         while let (Some(id), Some(record), Some(seen)) = (items.next(), items.next(), items.next())
@@ -285,8 +345,7 @@ impl RedisBackend {
             );
             listed.extend(process);
         }
-        listed.sort_by(|a, b| a.id.cmp(&b.id));
-        Ok(listed)
+        Ok((next, listed))
     }
 
     /// The fleet's overrides and their version, unless `known` is already the version.
