@@ -185,6 +185,39 @@ impl Thresholds {
         Ok(Thresholds { normal, sheddable })
     }
 
+    /// The shares in thousandths, as `#[bulkhead(thresholds(…))]` writes them into a `static`
+    /// after checking them; a pair [`Thresholds::new`] would refuse fails to compile.
+    #[doc(hidden)]
+    pub const fn from_thousandths(normal: u16, sheddable: u16) -> Thresholds {
+        assert!(
+            0 < sheddable && sheddable <= normal && normal <= WHOLE,
+            "thresholds: each share in (0, 1], sheddable at most normal"
+        );
+        Thresholds { normal, sheddable }
+    }
+
+    /// These thresholds with `priority`'s share set to `thousandths` (`Critical`'s cannot
+    /// change), unchecked: a configuration sets one share at a time, and the values it makes
+    /// are checked whole by [`is_ordered`](Self::is_ordered).
+    pub(crate) fn with(self, priority: Priority, thousandths: u16) -> Thresholds {
+        match priority {
+            Priority::Normal => Thresholds {
+                normal: thousandths,
+                ..self
+            },
+            Priority::Sheddable => Thresholds {
+                sheddable: thousandths,
+                ..self
+            },
+            Priority::Critical => self,
+        }
+    }
+
+    /// Whether `sheddable` is at most `normal`, as [`Thresholds::new`] requires.
+    pub(crate) fn is_ordered(self) -> bool {
+        self.sheddable <= self.normal
+    }
+
     /// Whether every class may use the whole limit (no thresholds).
     pub fn is_none(self) -> bool {
         self == Thresholds::NONE
@@ -229,9 +262,15 @@ fn share(class: &str, value: f64) -> Result<u16, Error> {
             "thresholds: `{class}` must be a share of the limit in (0, 1], got {value}"
         )));
     }
-    // In (0, 1000] after the check above; a share below a thousandth still admits one call.
-    let thousandths = (value * f64::from(WHOLE)).round().max(1.0);
-    Ok(thousandths as u16)
+    Ok(thousandths(value))
+}
+
+/// A share in `(0, 1]` as thousandths, rounded; a share below a thousandth still admits one
+/// call. The macros round a written share the same way.
+pub(crate) fn thousandths(share: f64) -> u16 {
+    (share * f64::from(WHOLE))
+        .round()
+        .clamp(1.0, f64::from(WHOLE)) as u16
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ pub const KIND: Kind = Kind {
     identity: true,
     run_time: true,
     positional: false,
+    prioritized: false,
 };
 
 /// A threshold: a fraction of the window's observations.

@@ -12,6 +12,7 @@ pub const KIND: Kind = Kind {
     identity: false,
     run_time: false,
     positional: false,
+    prioritized: false,
 };
 
 /// Attempts in all.

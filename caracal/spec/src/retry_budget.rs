@@ -13,6 +13,7 @@ pub const KIND: Kind = Kind {
     identity: true,
     run_time: true,
     positional: false,
+    prioritized: false,
 };
 
 /// Retries per 100 first attempts.

@@ -12,6 +12,7 @@ pub const KIND: Kind = Kind {
     identity: false,
     run_time: false,
     positional: true,
+    prioritized: false,
 };
 
 /// The deadline.

@@ -10,8 +10,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::clock::Clock;
-use crate::config::Setting;
 use crate::config::overrides::Values;
+use crate::config::{self, Setting};
 use crate::coordinator::registry::{Registered, Snapshot};
 use crate::coordinator::{self, Coordinator};
 use crate::ctx::CallCtx;
@@ -75,7 +75,7 @@ impl Values for RateValues {
             "rate" => Some(Setting::Number(self.rate)),
             "burst" => Some(Setting::Count(self.burst)),
             "shadow" => Some(Setting::Flag(self.shadow)),
-            _ => None,
+            _ => config::threshold(self.thresholds, key),
         }
     }
 
@@ -84,12 +84,16 @@ impl Values for RateValues {
             ("rate", Setting::Number(rate)) => self.rate = rate,
             ("burst", Setting::Count(burst)) => self.burst = burst,
             ("shadow", Setting::Flag(shadow)) => self.shadow = shadow,
-            _ => {}
+            _ => config::set_threshold(&mut self.thresholds, key, setting),
         }
     }
 
     fn lifetime(&self) -> Duration {
         Duration::from_secs_f64(f64::from(self.burst) / self.rate)
+    }
+
+    fn consistent(&self) -> bool {
+        self.thresholds.is_ordered()
     }
 }
 
