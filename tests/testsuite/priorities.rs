@@ -1,0 +1,108 @@
+//! A call's priority as the attributes carry it: from `caracal::with_priority` around the call,
+//! or from `priority = expr` on the policy, through every `#[retry]` attempt, into the
+//! admission and the body.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::common::{TestError, unique};
+use caracal::{Coordinator, Priority, bulkhead, rate_limit, retry, with_priority};
+
+/// What each attempt of a call saw, and how often its priority expression ran.
+#[derive(Default)]
+struct Attempts {
+    seen: Mutex<Vec<Priority>>,
+    evaluated: AtomicU32,
+}
+
+impl Attempts {
+    /// Records the attempt's priority; fails the first two attempts, so a call makes three.
+    fn attempt(&self) -> Result<(), TestError> {
+        let mut seen = self.seen.lock().expect("not poisoned");
+        seen.push(Priority::current());
+        if seen.len() < 3 {
+            return Err(TestError::Body("try again"));
+        }
+        Ok(())
+    }
+
+    /// The priority of a tenant's calls, counting each evaluation.
+    fn of(&self, tenant: &str) -> Priority {
+        self.evaluated.fetch_add(1, Ordering::SeqCst);
+        match tenant {
+            "checkout" => Priority::Critical,
+            _ => Priority::Sheddable,
+        }
+    }
+
+    fn seen(&self) -> Vec<Priority> {
+        self.seen.lock().expect("not poisoned").clone()
+    }
+}
+
+#[retry(max_attempts = 3)]
+#[bulkhead(limit = 5, scope = scope)]
+async fn inherits(scope: &str, attempts: &Attempts) -> Result<(), TestError> {
+    attempts.attempt()
+}
+
+/// The task-local set around the call holds in every attempt: a retry runs its attempts in
+/// the caller's task, and the backoff between them does not leave it.
+#[tokio::test(flavor = "current_thread")]
+async fn with_priority_holds_in_every_retry_attempt() {
+    let attempts = Attempts::default();
+    let scope = unique("inherits");
+    let result = Coordinator::in_memory()
+        .scoped(with_priority(
+            Priority::Sheddable,
+            inherits(&scope, &attempts),
+        ))
+        .await;
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(attempts.seen(), [Priority::Sheddable; 3]);
+}
+
+#[retry(max_attempts = 3)]
+#[bulkhead(limit = 5, scope = tenant, priority = attempts.of(tenant))]
+async fn chosen(tenant: &str, attempts: &Attempts) -> Result<(), TestError> {
+    attempts.attempt()
+}
+
+/// `priority = expr` is evaluated once per call, from the arguments, and every attempt runs
+/// with it, over whatever surrounds the call.
+#[tokio::test(flavor = "current_thread")]
+async fn a_priority_argument_is_evaluated_once_and_holds_in_every_attempt() {
+    let attempts = Attempts::default();
+    let result = Coordinator::in_memory()
+        .scoped(with_priority(
+            Priority::Sheddable,
+            chosen("checkout", &attempts),
+        ))
+        .await;
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(attempts.seen(), [Priority::Critical; 3]);
+    assert_eq!(attempts.evaluated.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        Priority::current(),
+        Priority::Normal,
+        "only inside the call"
+    );
+}
+
+#[rate_limit(
+    rate = 1000,
+    burst = 10,
+    scope = scope,
+    thresholds(normal = 0.8, sheddable = 0.5),
+    priority = Priority::Critical
+)]
+async fn limited(scope: &str) -> Result<Priority, TestError> {
+    Ok(Priority::current())
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_rate_limit_gives_its_priority_to_the_call() {
+    let scope = unique("limited");
+    let seen = Coordinator::in_memory().scoped(limited(&scope)).await;
+    assert_eq!(seen.ok(), Some(Priority::Critical));
+}
