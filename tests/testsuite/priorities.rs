@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::common::{TestError, unique};
 use caracal::{Coordinator, Priority, bulkhead, rate_limit, retry, with_priority};
+use caracal_tests::EventLog;
 
 /// What each attempt of a call saw, and how often its priority expression ran.
 #[derive(Default)]
@@ -69,9 +70,10 @@ async fn chosen(tenant: &str, attempts: &Attempts) -> Result<(), TestError> {
 }
 
 /// `priority = expr` is evaluated once per call, from the arguments, and every attempt runs
-/// with it, over whatever surrounds the call.
+/// with it, over whatever surrounds the call: each attempt's admission too, as its event says.
 #[tokio::test(flavor = "current_thread")]
 async fn a_priority_argument_is_evaluated_once_and_holds_in_every_attempt() {
+    let (log, _guard) = EventLog::capture_thread_default();
     let attempts = Attempts::default();
     let result = Coordinator::in_memory()
         .scoped(with_priority(
@@ -87,6 +89,12 @@ async fn a_priority_argument_is_evaluated_once_and_holds_in_every_attempt() {
         Priority::Normal,
         "only inside the call"
     );
+    let admitted = log.matching("bulkhead.admitted", |_| true);
+    let classes: Vec<_> = admitted
+        .iter()
+        .map(|event| event.field("priority"))
+        .collect();
+    assert_eq!(classes, [Some("critical"); 3]);
 }
 
 #[rate_limit(

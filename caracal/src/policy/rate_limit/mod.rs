@@ -337,11 +337,17 @@ mod events {
     use crate::events::{millis, policy_event, rejected_or_degraded};
     use crate::labels::At;
     use crate::metrics::{self, Stopwatch};
+    use crate::priority::Priority;
     use crate::summary;
 
     /// A rate limit admitted a call that reached it at `arrival`.
     pub(super) fn admitted(at: &At<'_>, arrival: Stopwatch) {
-        policy_event!(DEBUG, "rate_limit.admitted", at);
+        policy_event!(
+            DEBUG,
+            "rate_limit.admitted",
+            at,
+            priority = at.priority().map(Priority::as_str)
+        );
         metrics::admitted(at, "admitted", arrival);
     }
 
@@ -366,6 +372,7 @@ mod events {
             reason,
             retry_after_ms = retry_after.map(millis),
             retry_after_us = retry_after.map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
+            priority = at.priority().map(Priority::as_str),
             suppressed
         );
     }
