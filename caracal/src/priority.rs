@@ -128,7 +128,32 @@ impl core::str::FromStr for Priority {
 /// # }
 /// ```
 pub fn with_priority<F: Future>(priority: Priority, future: F) -> impl Future<Output = F::Output> {
+    scoped(priority, future)
+}
+
+/// [`with_priority`], as a type a `tower` service can name as its future.
+#[cfg(feature = "tower")]
+pub(crate) type Scoped<F> = tokio::task::futures::TaskLocalFuture<Priority, F>;
+
+/// [`with_priority`] with its type.
+fn scoped<F: Future>(
+    priority: Priority,
+    future: F,
+) -> tokio::task::futures::TaskLocalFuture<Priority, F> {
     PRIORITY.scope(priority, future)
+}
+
+/// Runs `future` with `priority`, as a `tower` service's future.
+#[cfg(feature = "tower")]
+pub(crate) fn scoped_future<F: Future>(priority: Priority, future: F) -> Scoped<F> {
+    scoped(priority, future)
+}
+
+/// Runs `f` with `priority` as the task's: for what decides before any future runs (a tower
+/// service's `call`, which may admit at once).
+#[cfg(feature = "tower")]
+pub(crate) fn in_scope<R>(priority: Priority, f: impl FnOnce() -> R) -> R {
+    PRIORITY.sync_scope(priority, f)
 }
 
 /// The share of a policy's limit each class may use: a call is admitted only while the fleet's
