@@ -114,3 +114,78 @@ async fn a_rate_limit_gives_its_priority_to_the_call() {
     let seen = Coordinator::in_memory().scoped(limited(&scope)).await;
     assert_eq!(seen.ok(), Some(Priority::Critical));
 }
+
+#[bulkhead(
+    name = "priorities-shares",
+    limit = 30,
+    thresholds(normal = 0.8, sheddable = 0.5)
+)]
+async fn shared_out() -> Result<(), TestError> {
+    Ok(())
+}
+
+/// The shares written on an attribute, and given to a layer, are the values in force the
+/// fleet sees (`caracal config get`).
+#[tokio::test(flavor = "current_thread")]
+async fn thresholds_from_an_attribute_or_a_layer_are_the_values_in_force() {
+    use caracal::Thresholds;
+    use caracal::tower::BulkheadLayer;
+    use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
+
+    let coordinator = Coordinator::in_memory();
+    coordinator.scoped(shared_out()).await.expect("admitted");
+    let layered = unique("priorities-layer");
+    let mut service = ServiceBuilder::new()
+        .layer(
+            BulkheadLayer::new(&layered)
+                .limit(10)
+                .thresholds(Thresholds::new(0.7, 0.25).expect("valid")),
+        )
+        .service(service_fn(|(): ()| async { Ok::<_, std::io::Error>(()) }));
+    let ready = service.ready().await.expect("ready");
+    coordinator.scoped(ready.call(())).await.expect("admitted");
+    let values = |policy: String| {
+        let admin = coordinator.admin();
+        async move {
+            let deadline = tokio::time::Instant::now() + crate::common::PATIENCE;
+            loop {
+                let values: Vec<(String, String)> = admin
+                    .config(Some(&policy))
+                    .await
+                    .expect("config get")
+                    .into_iter()
+                    .filter(|value| value.setting.contains(".thresholds."))
+                    .map(|value| (value.setting, value.value))
+                    .collect();
+                if !values.is_empty() {
+                    return values;
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "{policy} never listed"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        }
+    };
+    let pair = |name: &str, normal: &str, sheddable: &str| {
+        vec![
+            (
+                format!("bulkhead.{name}.thresholds.normal"),
+                normal.to_owned(),
+            ),
+            (
+                format!("bulkhead.{name}.thresholds.sheddable"),
+                sheddable.to_owned(),
+            ),
+        ]
+    };
+    assert_eq!(
+        values("bulkhead.priorities-shares".to_owned()).await,
+        pair("priorities-shares", "0.8", "0.5")
+    );
+    assert_eq!(
+        values(format!("bulkhead.{layered}")).await,
+        pair(&layered, "0.7", "0.25")
+    );
+}
