@@ -5,32 +5,64 @@ use std::fmt::Display;
 
 use caracal_spec::{Default, Function, Key};
 use proc_macro2::TokenStream;
-use quote::quote;
+use quote::{ToTokens, quote};
 use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream, Parser};
 use syn::punctuated::Punctuated;
-use syn::{Expr, ExprLit, Ident, Lit, LitStr, Path, Token};
+use syn::{Expr, ExprAssign, ExprLit, Ident, Lit, LitStr, Path, Token, parenthesized, token};
 
 use crate::errors::Errors;
 
-/// One `key = value` or bare `key`.
+/// One `key = value`, bare `key`, or `key(member = value, …)`.
 struct Arg {
     key: Ident,
     value: Option<(Token![=], Expr)>,
+    /// The members of a group of keys: `thresholds(normal = 0.8)`.
+    members: Option<Members>,
+}
+
+/// What is inside `key(…)`.
+struct Members {
+    paren: token::Paren,
+    list: Punctuated<Expr, Token![,]>,
 }
 
 impl Parse for Arg {
     fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
         // Keywords too, so `type = …` is reported as an unknown argument, not a syntax error.
         let key = input.call(Ident::parse_any)?;
-        let value = if input.peek(Token![=]) {
-            Some((input.parse()?, input.parse()?))
+        let (value, members) = if input.peek(Token![=]) {
+            (Some((input.parse()?, input.parse()?)), None)
+        } else if input.peek(token::Paren) {
+            let content;
+            let paren = parenthesized!(content in input);
+            let list = Punctuated::parse_terminated(&content)?;
+            (None, Some(Members { paren, list }))
         } else if input.is_empty() || input.peek(Token![,]) {
-            None
+            (None, None)
         } else {
             return Err(input.error(format!("expected `=` or `,` after `{key}`")));
         };
-        Ok(Arg { key, value })
+        Ok(Arg {
+            key,
+            value,
+            members,
+        })
+    }
+}
+
+impl Arg {
+    /// Everything written after the key: `= value` or `(…)`.
+    fn after_key(&self) -> TokenStream {
+        let value = self.value.as_ref().map(|(eq, value)| quote!(#eq #value));
+        let members = self.members.as_ref().map(|members| {
+            let mut tokens = TokenStream::new();
+            members
+                .paren
+                .surround(&mut tokens, |tokens| members.list.to_tokens(tokens));
+            tokens
+        });
+        quote!(#value #members)
     }
 }
 
@@ -104,9 +136,9 @@ impl Args {
         let Some(arg) = self.find(key) else {
             return false;
         };
-        if let Some((eq, value)) = &arg.value {
+        if arg.value.is_some() || arg.members.is_some() {
             let error = syn::Error::new_spanned(
-                quote!(#eq #value),
+                arg.after_key(),
                 format!("`{key}` is a bare flag: write `{key}`, not `{key} = …`"),
             );
             self.errors.push(error);
@@ -117,14 +149,65 @@ impl Args {
     /// The value of `key = value`, converted.
     pub(crate) fn get<T>(&mut self, key: &str, convert: impl Convert<T>) -> Option<T> {
         let arg = self.find(key)?;
-        let result = match &arg.value {
-            Some((_, value)) => convert(key, value),
-            None => Err(syn::Error::new_spanned(
+        let result = match (&arg.value, &arg.members) {
+            (Some((_, value)), _) => convert(key, value),
+            (None, Some(_)) => Err(syn::Error::new_spanned(
+                arg.after_key(),
+                format!("`{key}` takes one value: write `{key} = …`, not `{key}(…)`"),
+            )),
+            (None, None) => Err(syn::Error::new_spanned(
                 &arg.key,
                 format!("`{key}` needs a value: `{key} = …`"),
             )),
         };
         result.map_err(|error| self.errors.push(error)).ok()
+    }
+
+    /// The members of the group `key` (`key(member = value, …)`), each as its name and
+    /// value, in the order written; `example` shows the group written. Anything but
+    /// `name = value` inside is an error spanned on it; an empty group is one too.
+    pub(crate) fn members(&mut self, key: &str, example: &str) -> Option<Vec<(Ident, Expr)>> {
+        let arg = self.find(key)?;
+        let Some(members) = &arg.members else {
+            let (name, after) = (&arg.key, arg.after_key());
+            let error = syn::Error::new_spanned(quote!(#name #after), format!("write `{example}`"));
+            self.errors.push(error);
+            return None;
+        };
+        let mut named = Vec::with_capacity(members.list.len());
+        let mut errors = Vec::new();
+        for member in &members.list {
+            match member {
+                Expr::Assign(ExprAssign { left, right, .. }) => match &**left {
+                    Expr::Path(path) if path.path.get_ident().is_some() => {
+                        let name = path.path.get_ident().expect("checked").clone();
+                        named.push((name, (**right).clone()));
+                    }
+                    _ => errors.push(syn::Error::new_spanned(
+                        left,
+                        format!("expected a name, like `{example}`"),
+                    )),
+                },
+                _ => errors.push(syn::Error::new_spanned(
+                    member,
+                    format!("expected `name = value`, like `{example}`"),
+                )),
+            }
+        }
+        if members.list.is_empty() {
+            errors.push(syn::Error::new(
+                members.paren.span.join(),
+                format!("`{key}()` sets nothing: write `{example}`"),
+            ));
+        }
+        let valid = errors.is_empty();
+        errors.into_iter().for_each(|error| self.errors.push(error));
+        valid.then_some(named)
+    }
+
+    /// Records an error about an argument's value found by its reader.
+    pub(crate) fn error(&mut self, error: syn::Error) {
+        self.errors.push(error);
     }
 
     /// The value of the spec's `key`, converted by what `convert` makes for it.
@@ -170,10 +253,7 @@ impl Args {
     /// have been given.
     pub(crate) fn conflict(&mut self, key: &str, message: impl Display) {
         if let Some(arg) = self.find(key) {
-            let (key, value) = (
-                &arg.key,
-                arg.value.as_ref().map(|(eq, value)| quote!(#eq #value)),
-            );
+            let (key, value) = (&arg.key, arg.after_key());
             let error = syn::Error::new_spanned(quote!(#key #value), message);
             self.errors.push(error);
         }

@@ -173,7 +173,9 @@ impl Layer for Breaker {
     }
 
     fn wrap(&self, place: &Place, frame: &Frame<'_>, inner: TokenStream) -> TokenStream {
-        let Place { site, scope, ctx } = place;
+        let Place {
+            site, scope, ctx, ..
+        } = place;
         let classify = match &self.classify {
             Some(path) => typed_fn(
                 path,

@@ -12,6 +12,7 @@ use crate::args::{Args, Convert};
 use crate::durations::{self, duration};
 use crate::identity::Identity;
 use crate::layer::{Frame, Kind, Layer, Place, Written, pinned};
+use crate::priority::{Priority, Thresholds};
 use crate::values::{Value, boolean, integer};
 
 /// `limit = N`, or `limit = adaptive(min = …, initial = …, max = …)`.
@@ -114,6 +115,8 @@ struct Bulkhead {
     lease: Duration,
     max_wait: Option<Duration>,
     shadow: bool,
+    thresholds: Thresholds,
+    priority: Priority,
 }
 
 impl Bulkhead {
@@ -125,6 +128,8 @@ impl Bulkhead {
         let shadow = args
             .setting(&spec::SHADOW, boolean)
             .unwrap_or(spec::SHADOW.default.flag());
+        let thresholds = Thresholds::parse(&mut args);
+        let priority = Priority::parse(&mut args);
         if identity.local && matches!(limit, Some(Limit::Adaptive(..))) {
             args.conflict(
                 "limit",
@@ -145,6 +150,8 @@ impl Bulkhead {
                 lease: lease.unwrap_or(spec::LEASE.default.duration()),
                 max_wait,
                 shadow,
+                thresholds,
+                priority,
             })
         })
     }
@@ -176,6 +183,7 @@ impl Layer for Bulkhead {
         let lease = durations::tokens(self.lease);
         let max_wait = durations::optional_tokens(self.max_wait);
         let shadow = self.shadow;
+        let thresholds = self.thresholds.tokens();
         (
             quote!(::caracal::__private::BulkheadSite),
             quote!(::caracal::__private::BulkheadSite::new(::caracal::__private::BulkheadConfig {
@@ -185,14 +193,21 @@ impl Layer for Bulkhead {
                 lease: #lease,
                 max_wait: #max_wait,
                 shadow: #shadow,
-                thresholds: ::caracal::Thresholds::NONE,
+                thresholds: #thresholds,
             })),
         )
     }
 
+    fn per_call(&self, place: &Place) -> TokenStream {
+        self.priority.per_call(place)
+    }
+
     fn wrap(&self, place: &Place, _: &Frame<'_>, inner: TokenStream) -> TokenStream {
-        let Place { site, scope, ctx } = place;
+        let Place {
+            site, scope, ctx, ..
+        } = place;
         let inner = pinned(inner);
-        quote!(::caracal::__private::bulkhead(&#site, &#ctx, &#scope, #inner))
+        let admission = quote!(::caracal::__private::bulkhead(&#site, &#ctx, &#scope, #inner));
+        self.priority.wrap(place, admission)
     }
 }

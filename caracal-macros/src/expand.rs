@@ -469,7 +469,8 @@ fn assemble(
         identity: identity.of_call(&name),
         scope,
     };
-    // Scopes are evaluated once, before any layer runs, so every retry reuses them.
+    // Scopes (and priorities) are evaluated once, before any layer runs, so every retry reuses
+    // them.
     let scopes: TokenStream = layers
         .iter()
         .enumerate()
@@ -479,6 +480,12 @@ fn assemble(
             Some(quote!(let #name = #scope;))
         })
         .chain(std::iter::once(default_scope))
+        .chain(
+            layers
+                .iter()
+                .enumerate()
+                .map(|(index, layer)| layer::per_call(&**layer, index)),
+        )
         .collect();
     let verbatim = |tokens| Stmt::Expr(Expr::Verbatim(tokens), None);
     match shape.async_trait {

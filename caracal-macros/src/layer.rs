@@ -7,7 +7,7 @@ use quote::quote;
 use syn::{Path, Type};
 
 use crate::identity::Identity;
-use crate::names::{ctx_name, hygienic, scope_name, site_name};
+use crate::names::{ctx_name, hygienic, priority_name, scope_name, site_name};
 
 /// One attribute: how it is named and how its arguments become a layer.
 pub(crate) struct Kind {
@@ -68,6 +68,9 @@ pub(crate) struct Place {
     pub(crate) scope: syn::Ident,
     /// The variable holding the call's `CallCtx`.
     pub(crate) ctx: syn::Ident,
+    /// The variable holding the priority it gives the call (for a layer that takes
+    /// `priority = …`), set by its [`per_call`](Layer::per_call) statements.
+    pub(crate) priority: syn::Ident,
 }
 
 impl Place {
@@ -77,6 +80,7 @@ impl Place {
             site: site_name(index),
             scope: scope_name(index),
             ctx: ctx_name(),
+            priority: priority_name(index),
         }
     }
 }
@@ -92,6 +96,12 @@ pub(crate) trait Layer {
     /// The identity of a coordinated policy.
     fn identity(&self) -> Option<&Identity> {
         None
+    }
+
+    /// Statements evaluated once per call before any layer runs, as the scopes are: what its
+    /// [`wrap`](Self::wrap) reads from its [`Place`].
+    fn per_call(&self, _: &Place) -> TokenStream {
+        TokenStream::new()
     }
 
     /// The type and initializer of the call site's `static` holding the settings.
@@ -122,6 +132,11 @@ pub(crate) fn site(layer: &dyn Layer, index: usize, frame: &Frame<'_>) -> TokenS
     let (ty, init) = layer.site(frame);
     let name = site_name(index);
     quote!(static #name: #ty = #init;)
+}
+
+/// The per-call statements of the layer at `index`.
+pub(crate) fn per_call(layer: &dyn Layer, index: usize) -> TokenStream {
+    layer.per_call(&Place::at(index))
 }
 
 /// The layer at `index` wrapped around `inner`.

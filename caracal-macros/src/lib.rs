@@ -16,6 +16,7 @@ mod fallback;
 mod identity;
 mod layer;
 mod names;
+mod priority;
 mod rate_limit;
 mod retry;
 mod retry_budget;

@@ -26,6 +26,11 @@ pub(crate) fn function_scope_name() -> syn::Ident {
     hygienic("__caracal_function_scope")
 }
 
+/// The variable holding the priority the layer at `index` gives the call, evaluated up front.
+pub(crate) fn priority_name(index: usize) -> syn::Ident {
+    format_ident!("__caracal_priority_{}", index, span = Span::mixed_site())
+}
+
 /// The variable holding the call's `CallCtx`.
 pub(crate) fn ctx_name() -> syn::Ident {
     hygienic("__caracal_ctx")

@@ -7,6 +7,7 @@ use quote::quote;
 use crate::args::Args;
 use crate::identity::Identity;
 use crate::layer::{Frame, Kind, Layer, Place, Written, pinned};
+use crate::priority::{Priority, Thresholds};
 use crate::values::{Value, boolean, integer, number};
 
 /// The attribute.
@@ -24,12 +25,16 @@ fn parse(written: Written, function: &str) -> syn::Result<Box<dyn Layer>> {
     let shadow = args
         .setting(&spec::SHADOW, boolean)
         .unwrap_or(spec::SHADOW.default.flag());
+    let thresholds = Thresholds::parse(&mut args);
+    let priority = Priority::parse(&mut args);
     args.finish(|| {
         Some(Box::new(RateLimit {
             identity,
             rate: rate?,
             burst: burst.unwrap_or(Value::Literal(spec::BURST.default.integer())),
             shadow,
+            thresholds,
+            priority,
         }) as Box<dyn Layer>)
     })
 }
@@ -39,6 +44,8 @@ struct RateLimit {
     rate: Value<f64>,
     burst: Value<u32>,
     shadow: bool,
+    thresholds: Thresholds,
+    priority: Priority,
 }
 
 impl Layer for RateLimit {
@@ -55,6 +62,7 @@ impl Layer for RateLimit {
         let rate = self.rate.tokens();
         let burst = self.burst.tokens();
         let shadow = self.shadow;
+        let thresholds = self.thresholds.tokens();
         (
             quote!(::caracal::__private::RateLimitSite),
             quote!(::caracal::__private::RateLimitSite::new(::caracal::__private::RateLimitConfig {
@@ -62,14 +70,21 @@ impl Layer for RateLimit {
                 rate: #rate,
                 burst: #burst,
                 shadow: #shadow,
-                thresholds: ::caracal::Thresholds::NONE,
+                thresholds: #thresholds,
             })),
         )
     }
 
+    fn per_call(&self, place: &Place) -> TokenStream {
+        self.priority.per_call(place)
+    }
+
     fn wrap(&self, place: &Place, _: &Frame<'_>, inner: TokenStream) -> TokenStream {
-        let Place { site, scope, ctx } = place;
+        let Place {
+            site, scope, ctx, ..
+        } = place;
         let inner = pinned(inner);
-        quote!(::caracal::__private::rate_limit(&#site, &#ctx, &#scope, #inner))
+        let admission = quote!(::caracal::__private::rate_limit(&#site, &#ctx, &#scope, #inner));
+        self.priority.wrap(place, admission)
     }
 }

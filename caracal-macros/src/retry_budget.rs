@@ -77,7 +77,9 @@ impl Layer for Budget {
     }
 
     fn wrap(&self, place: &Place, _: &Frame<'_>, inner: TokenStream) -> TokenStream {
-        let Place { site, scope, ctx } = place;
+        let Place {
+            site, scope, ctx, ..
+        } = place;
         let inner = pinned(inner);
         quote!(::caracal::__private::retry_budget(&#site, &#ctx, &#scope, #inner))
     }

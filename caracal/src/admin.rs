@@ -417,12 +417,12 @@ impl Admin {
             }
         }
         if let Some(wanted) = setting {
+            // A policy's settings are those whose name is `wanted`'s: names and keys may both
+            // hold dots (`bulkhead.a.b.thresholds.normal` is the policy `a.b`'s).
             values.retain(|value| {
                 value.setting == wanted
-                    || value
-                        .setting
-                        .strip_prefix(wanted)
-                        .is_some_and(|rest| rest.starts_with('.') && !rest[1..].contains('.'))
+                    || OverrideKey::parse(&value.setting)
+                        .is_ok_and(|key| format!("{}.{}", key.kind, key.name) == wanted)
             });
         }
         if values.iter().any(|value| value.source == FLEET) {

@@ -111,7 +111,14 @@ macro_rules! would_reject {
         let at: &$crate::labels::At<'_> = $at;
         let reason: &'static str = $reason;
         if let Some(suppressed) = $crate::summary::repeat("would_reject", at, &[reason]) {
-            $crate::events::policy_event!(DEBUG, $event, at, reason, suppressed);
+            $crate::events::policy_event!(
+                DEBUG,
+                $event,
+                at,
+                reason,
+                priority = at.priority().map($crate::priority::Priority::as_str),
+                suppressed
+            );
         }
     }};
 }

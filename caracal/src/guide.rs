@@ -23,6 +23,8 @@ macro_rules! pages {
         #[doc = "[`caracal::Error`]: crate::Error"]
         #[doc = "[`CoordinatorFailure`]: crate::CoordinatorFailure"]
         #[doc = "[`caracal::fencing_token()`]: crate::fencing_token"]
+        #[doc = "[`caracal::Priority`]: crate::Priority"]
+        #[doc = "[`caracal::with_priority`]: crate::with_priority"]
         #[doc = "[`caracal::REDIS_ACL_RULES`]: crate::REDIS_ACL_RULES"]
         #[doc = include_str!(concat!("../docs/", $file))]
         pub mod $page {}

@@ -2,6 +2,8 @@
 //! policy decided: the types `events`, `metrics` and `tally` all read, so that none has to
 //! import another's.
 
+use crate::priority::Priority;
+
 /// Which policy instance an event or a metric is about.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct At<'a> {
@@ -25,6 +27,15 @@ impl At<'_> {
     /// The same instance, in shadow mode if `shadow`.
     pub(crate) fn shadowed(self, shadow: bool) -> Self {
         At { shadow, ..self }
+    }
+
+    /// The class of the call being decided, for a kind that shares its limit out by class
+    /// (as its spec says): the task's [`Priority`], which the decision runs under. `None` for
+    /// the other kinds, whose decisions do not depend on it.
+    pub(crate) fn priority(&self) -> Option<Priority> {
+        caracal_spec::kind(self.policy)
+            .is_some_and(|kind| kind.prioritized)
+            .then(Priority::current)
     }
 }
 

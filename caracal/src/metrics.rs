@@ -171,15 +171,23 @@ impl Stopwatch {
 pub(crate) fn decided(at: &At<'_>, decision: Decision, reason: &'static str) {
     crate::tally::count(at, decision, reason);
     #[cfg(feature = "metrics")]
-    ::metrics::counter!(
-        DECISIONS_TOTAL,
-        "policy" => at.policy,
-        "name" => at.name.to_owned(),
-        "operation" => at.operation.to_owned(),
-        "decision" => decision.as_str(),
-        "reason" => reason,
-    )
-    .increment(1);
+    {
+        use ::metrics::Label;
+        let mut labels = vec![
+            Label::new("policy", at.policy),
+            Label::new("name", at.name.to_owned()),
+            Label::new("operation", at.operation.to_owned()),
+            Label::new("decision", decision.as_str()),
+            Label::new("reason", reason),
+        ];
+        // Only the kinds that decide by class have the label: a breaker's decisions do not
+        // depend on it, and a label that always says `normal` would only multiply series.
+        labels.extend(
+            at.priority()
+                .map(|priority| Label::new("priority", priority.as_str())),
+        );
+        ::metrics::counter!(DECISIONS_TOTAL, labels).increment(1);
+    }
 }
 
 /// Counts one admission of a call that reached the policy at `arrival`, and how long it took.

@@ -128,7 +128,32 @@ impl core::str::FromStr for Priority {
 /// # }
 /// ```
 pub fn with_priority<F: Future>(priority: Priority, future: F) -> impl Future<Output = F::Output> {
+    scoped(priority, future)
+}
+
+/// [`with_priority`], as a type a `tower` service can name as its future.
+#[cfg(feature = "tower")]
+pub(crate) type Scoped<F> = tokio::task::futures::TaskLocalFuture<Priority, F>;
+
+/// [`with_priority`] with its type.
+fn scoped<F: Future>(
+    priority: Priority,
+    future: F,
+) -> tokio::task::futures::TaskLocalFuture<Priority, F> {
     PRIORITY.scope(priority, future)
+}
+
+/// Runs `future` with `priority`, as a `tower` service's future.
+#[cfg(feature = "tower")]
+pub(crate) fn scoped_future<F: Future>(priority: Priority, future: F) -> Scoped<F> {
+    scoped(priority, future)
+}
+
+/// Runs `f` with `priority` as the task's: for what decides before any future runs (a tower
+/// service's `call`, which may admit at once).
+#[cfg(feature = "tower")]
+pub(crate) fn in_scope<R>(priority: Priority, f: impl FnOnce() -> R) -> R {
+    PRIORITY.sync_scope(priority, f)
 }
 
 /// The share of a policy's limit each class may use: a call is admitted only while the fleet's
@@ -175,14 +200,44 @@ impl Thresholds {
         let normal = share("normal", normal)?;
         let sheddable = share("sheddable", sheddable)?;
         if sheddable > normal {
-            return Err(Error::config(format!(
-                "thresholds: `sheddable` ({}) is above `normal` ({}): a sheddable call would \
-                 be admitted where a normal one is refused",
-                f64::from(sheddable) / f64::from(WHOLE),
-                f64::from(normal) / f64::from(WHOLE),
-            )));
+            return Err(Error::config(
+                caracal_spec::THRESHOLDS_ORDERED
+                    .message(
+                        f64::from(sheddable) / f64::from(WHOLE),
+                        f64::from(normal) / f64::from(WHOLE),
+                    )
+                    .to_string(),
+            ));
         }
         Ok(Thresholds { normal, sheddable })
+    }
+
+    /// The shares in thousandths, as `#[bulkhead(thresholds(…))]` writes them into a `static`
+    /// after checking them; a pair [`Thresholds::new`] would refuse fails to compile.
+    #[doc(hidden)]
+    pub const fn from_thousandths(normal: u16, sheddable: u16) -> Thresholds {
+        assert!(
+            0 < sheddable && sheddable <= normal && normal <= WHOLE,
+            "thresholds: each share in (0, 1], sheddable at most normal"
+        );
+        Thresholds { normal, sheddable }
+    }
+
+    /// These thresholds with `priority`'s share set to `thousandths` (`Critical`'s cannot
+    /// change), unchecked: a configuration sets one share at a time, and the values it makes
+    /// are checked whole by [`is_ordered`](Self::is_ordered).
+    pub(crate) fn with(self, priority: Priority, thousandths: u16) -> Thresholds {
+        match priority {
+            Priority::Normal => Thresholds {
+                normal: thousandths,
+                ..self
+            },
+            Priority::Sheddable => Thresholds {
+                sheddable: thousandths,
+                ..self
+            },
+            Priority::Critical => self,
+        }
     }
 
     /// Whether every class may use the whole limit (no thresholds).
@@ -229,9 +284,15 @@ fn share(class: &str, value: f64) -> Result<u16, Error> {
             "thresholds: `{class}` must be a share of the limit in (0, 1], got {value}"
         )));
     }
-    // In (0, 1000] after the check above; a share below a thousandth still admits one call.
-    let thousandths = (value * f64::from(WHOLE)).round().max(1.0);
-    Ok(thousandths as u16)
+    Ok(thousandths(value))
+}
+
+/// A share in `(0, 1]` as thousandths, rounded; a share below a thousandth still admits one
+/// call. The macros round a written share the same way.
+pub(crate) fn thousandths(share: f64) -> u16 {
+    (share * f64::from(WHOLE))
+        .round()
+        .clamp(1.0, f64::from(WHOLE)) as u16
 }
 
 #[cfg(test)]

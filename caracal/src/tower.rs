@@ -45,6 +45,8 @@
 //! checked configuration. A layer used without its required value (`limit`, `rate`) panics when
 //! it wraps a service.
 
-pub use crate::guard::{Admission, Admit, BoxCall, Guarded, Permit, ResponseFuture};
+pub use crate::guard::{
+    Admission, Admit, BoxCall, Guarded, Permit, Prioritized, PriorityLayer, ResponseFuture,
+};
 // Each kind's layer, service, policy and permit, from the kind's own module.
 pub use crate::policy::layers::*;

@@ -41,6 +41,7 @@ mod macro_expansion;
 mod metrics;
 mod operator_audit;
 mod pipeline;
+mod priorities;
 mod rate_limit_fleet;
 mod retry_budget;
 mod runtime_edges;

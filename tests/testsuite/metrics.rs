@@ -705,3 +705,60 @@ async fn round_trips_to_redis_are_timed_by_script() {
     );
     coordinator.shutdown().await;
 }
+
+#[bulkhead(name = "metrics-priority", limit = 1)]
+async fn classed() -> Result<(), TestError> {
+    Ok(())
+}
+
+#[rate_limit(name = "metrics-priority-rate", rate = 1000, burst = 10)]
+async fn classed_rate() -> Result<(), TestError> {
+    Ok(())
+}
+
+#[circuit_breaker(name = "metrics-priority-breaker")]
+async fn classless() -> Result<(), TestError> {
+    Ok(())
+}
+
+/// The decisions of the kinds that decide by class carry the call's priority; a breaker's,
+/// which do not depend on it, have no such label.
+#[tokio::test(flavor = "current_thread")]
+async fn decisions_by_class_carry_the_calls_priority() {
+    use caracal::{Priority, with_priority};
+
+    let metrics = MetricsLog::global();
+    let coordinator = Coordinator::in_memory();
+    let (sheddable, normal, rate, breaker) = (
+        coordinator
+            .scoped(with_priority(Priority::Sheddable, classed()))
+            .await,
+        coordinator.scoped(classed()).await,
+        coordinator
+            .scoped(with_priority(Priority::Critical, classed_rate()))
+            .await,
+        coordinator
+            .scoped(with_priority(Priority::Critical, classless()))
+            .await,
+    );
+    for result in [sheddable, normal, rate, breaker] {
+        assert_eq!(code(&result), "ok");
+    }
+    let count = |name, priority| {
+        metrics.counter(DECISIONS_TOTAL, &[("name", name), ("priority", priority)])
+    };
+    assert_eq!(count("metrics-priority", "sheddable"), 1, "{metrics:?}");
+    assert_eq!(count("metrics-priority", "normal"), 1, "{metrics:?}");
+    assert_eq!(count("metrics-priority-rate", "critical"), 1, "{metrics:?}");
+    for priority in ["critical", "normal", "sheddable"] {
+        assert_eq!(
+            count("metrics-priority-breaker", priority),
+            0,
+            "{metrics:?}"
+        );
+    }
+    assert_eq!(
+        metrics.counter(DECISIONS_TOTAL, &[("name", "metrics-priority-breaker")]),
+        1
+    );
+}

@@ -155,3 +155,56 @@ async fn a_tower_layer_and_an_attribute_share_one_budget() {
     }
     coordinator.shutdown().await;
 }
+
+/// A request's class, chosen by `PriorityLayer` from its `x-priority` header, is the one the
+/// bulkheads below it decide by — a local one deciding in its `call`, a distributed one in the
+/// future it returns — and the inner service runs with.
+#[tokio::test(flavor = "current_thread")]
+async fn a_priority_layer_classes_requests_for_the_layers_and_service_below() {
+    use axum::http::Request;
+    use caracal::tower::{BulkheadLayer, PriorityLayer};
+    use caracal::{Coordinator, Priority};
+    use caracal_tests::EventLog;
+    use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
+
+    let (log, _guard) = EventLog::capture_thread_default();
+    let of = |req: &Request<()>| {
+        req.headers()
+            .get("x-priority")
+            .and_then(|value| value.to_str().ok()?.parse().ok())
+            .unwrap_or_default()
+    };
+    let mut service = ServiceBuilder::new()
+        .layer(PriorityLayer::new(of))
+        .layer(
+            BulkheadLayer::new(&unique("tower-classed-local"))
+                .limit(5)
+                .local(),
+        )
+        .layer(BulkheadLayer::new(&unique("tower-classed")).limit(5))
+        .service(service_fn(|_: Request<()>| async {
+            Ok::<_, std::io::Error>(Priority::current())
+        }));
+    let coordinator = Coordinator::in_memory();
+    for (header, class) in [(Some("critical"), "critical"), (None, "normal")] {
+        let mut request = Request::new(());
+        if let Some(header) = header {
+            request
+                .headers_mut()
+                .insert("x-priority", header.parse().expect("a header value"));
+        }
+        let ready = service.ready().await.expect("ready");
+        let seen = coordinator
+            .scoped(ready.call(request))
+            .await
+            .expect("admitted");
+        assert_eq!(seen.as_str(), class);
+        for coordination in ["local", "distributed"] {
+            let admitted = log.count_where("bulkhead.admitted", |fields| {
+                fields.get("coordination").map(String::as_str) == Some(coordination)
+                    && fields.get("priority").map(String::as_str) == Some(class)
+            });
+            assert_eq!(admitted, 1, "{coordination} {class}: {:?}", log.snapshot());
+        }
+    }
+}

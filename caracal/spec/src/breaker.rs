@@ -27,6 +27,7 @@ pub const KIND: Kind = Kind {
     run_time: true,
     positional: false,
     at_most: &[THROUGHPUT_FITS],
+    prioritized: false,
 };
 
 /// A threshold: a fraction of the window's observations.

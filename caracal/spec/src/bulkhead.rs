@@ -2,18 +2,26 @@
 
 use core::time::Duration;
 
-pub use crate::SHADOW;
 use crate::{Default, Key, Kind, MILLISECOND, Type};
+pub use crate::{SHADOW, THRESHOLDS_NORMAL, THRESHOLDS_ORDERED, THRESHOLDS_SHEDDABLE};
 
 /// The kind.
 pub const KIND: Kind = Kind {
     name: "bulkhead",
-    keys: &[LIMIT, LEASE, MAX_WAIT, SHADOW],
+    keys: &[
+        LIMIT,
+        LEASE,
+        MAX_WAIT,
+        SHADOW,
+        THRESHOLDS_NORMAL,
+        THRESHOLDS_SHEDDABLE,
+    ],
     functions: &[],
     identity: true,
     run_time: true,
     positional: false,
-    at_most: &[],
+    at_most: &[THRESHOLDS_ORDERED],
+    prioritized: true,
 };
 
 /// Bodies allowed at once.

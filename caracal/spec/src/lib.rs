@@ -150,6 +150,46 @@ pub const SHADOW: Key = Key {
     doc: "decide every call as enforcing would, but let the calls it would refuse run, and count them",
 };
 
+/// A share of a limit, as `thresholds(…)` takes it: at least a thousandth (shares are kept in
+/// thousandths), at most the whole limit.
+const SHARE: Type = Type::Float {
+    min: 0.001,
+    max: 1.0,
+    hint: " (a share of the limit: 0.8 is four fifths of it)",
+};
+
+/// `thresholds(normal = 0.8)`: a `Normal` call is admitted only while the fleet's use is below
+/// this share of the limit (of the burst, for a rate limit). Every kind with a limit that can
+/// be shared out by priority takes it, with [`THRESHOLDS_SHEDDABLE`].
+pub const THRESHOLDS_NORMAL: Key = Key {
+    name: "thresholds.normal",
+    ty: SHARE,
+    default: Default::Float(1.0),
+    doc: "the share of the limit `Normal` calls may use; `Critical` ones always have the whole of it",
+};
+
+/// `thresholds(sheddable = 0.5)`: like [`THRESHOLDS_NORMAL`], for `Sheddable` calls; at most
+/// the `normal` share.
+pub const THRESHOLDS_SHEDDABLE: Key = Key {
+    name: "thresholds.sheddable",
+    ty: SHARE,
+    default: Default::Float(1.0),
+    doc: "the share of the limit `Sheddable` calls may use, at most the `normal` one",
+};
+
+/// `thresholds.sheddable` at most `thresholds.normal`: the kinds that take thresholds keep
+/// their classes in order.
+pub const THRESHOLDS_ORDERED: AtMost = AtMost {
+    key: &THRESHOLDS_SHEDDABLE,
+    limit: &THRESHOLDS_NORMAL,
+    why: "a sheddable call would be admitted where a normal one is refused",
+};
+
+/// The argument naming a call's priority, `priority = expr` (a `caracal::Priority` evaluated
+/// once per call): code, so never set at run time. The kinds with
+/// [`prioritized`](Kind::prioritized) take it.
+pub const PRIORITY: &str = "priority";
+
 /// The most keys a kind has: the size of a table with one entry per key of any kind.
 pub const MAX_KEYS: usize = {
     let mut most = 0;
@@ -182,6 +222,8 @@ pub struct Kind {
     /// attribute at compile time, a configuration table, a fleet override against the values
     /// in force.
     pub at_most: &'static [AtMost],
+    /// Whether it takes [`PRIORITY`], after the identity's arguments.
+    pub prioritized: bool,
 }
 
 /// Two keys of one kind whose values must be in order: `key`'s at most `limit`'s.
@@ -239,20 +281,27 @@ impl Kind {
         self.keys.iter().find(|key| key.name == name)
     }
 
-    /// Every argument the attribute accepts, in the order messages list them: the keys, the
-    /// functions, then the identity's.
+    /// Every argument the attribute accepts, in the order messages list them: the keys (a
+    /// group of keys once, by its [`argument`](Key::argument)), the functions, the identity's,
+    /// then [`PRIORITY`].
     pub fn arguments(&self) -> impl Iterator<Item = &'static str> + use<> {
         let identity: &'static [&'static str] = if self.identity { IDENTITY } else { &[] };
+        let priority: &'static [&'static str] = if self.prioritized { &[PRIORITY] } else { &[] };
         let keys: &'static [Key] = self.keys;
         let functions: &'static [Function] = self.functions;
         keys.iter()
-            .map(|key| key.name)
+            .enumerate()
+            // A group's keys are listed together, so its first one stands for it.
+            .filter(move |(at, key)| *at == 0 || keys[at - 1].argument() != key.argument())
+            .map(|(_, key)| key.argument())
             .chain(functions.iter().map(|function| function.name))
             .chain(identity.iter().copied())
+            .chain(priority.iter().copied())
     }
 }
 
-/// One key: `limit = 20`, `open = "30s"`.
+/// One key: `limit = 20`, `open = "30s"`; or one of a group, `thresholds.normal`, which an
+/// attribute writes as `thresholds(normal = 0.8)` and configuration as `thresholds.normal`.
 #[derive(Debug)]
 pub struct Key {
     /// As the attribute, the configuration and the tower setter name it.
@@ -263,6 +312,25 @@ pub struct Key {
     pub default: Default,
     /// What it means, in one line.
     pub doc: &'static str,
+}
+
+impl Key {
+    /// The attribute's argument that gives it: its name, or its group's for a key of a group
+    /// (`thresholds` for `thresholds.normal`).
+    ///
+    /// ```
+    /// use caracal_spec::{THRESHOLDS_NORMAL, bulkhead};
+    /// assert_eq!(THRESHOLDS_NORMAL.argument(), "thresholds");
+    /// assert_eq!(bulkhead::LIMIT.argument(), "limit");
+    /// ```
+    pub fn argument(&self) -> &'static str {
+        self.group().map_or(self.name, |(group, _)| group)
+    }
+
+    /// Its group and its name inside it (`("thresholds", "normal")`), for a key of a group.
+    pub fn group(&self) -> Option<(&'static str, &'static str)> {
+        self.name.split_once('.')
+    }
 }
 
 /// What a key accepts.
@@ -558,6 +626,39 @@ mod tests {
             assert!(kind.positional <= (kind.keys.len() == 1 && kind.functions.is_empty()));
         }
         assert_eq!(super::kind("gauge").map(|kind| kind.name), None);
+    }
+
+    #[test]
+    fn a_groups_keys_are_one_argument_listed_where_its_first_key_is() {
+        let arguments: std::vec::Vec<_> = bulkhead::KIND.arguments().collect();
+        assert_eq!(
+            arguments,
+            [
+                "limit",
+                "lease",
+                "max_wait",
+                "shadow",
+                "thresholds",
+                "name",
+                "operation",
+                "scope",
+                "local",
+                "priority"
+            ]
+        );
+        for kind in KINDS {
+            for (at, key) in kind.keys.iter().enumerate() {
+                // Together, so `arguments` lists a group once.
+                let earlier = kind.keys[..at]
+                    .iter()
+                    .rposition(|other| other.argument() == key.argument());
+                assert!(
+                    earlier.is_none_or(|earlier| earlier + 1 == at),
+                    "{}",
+                    key.name
+                );
+            }
+        }
     }
 
     #[test]

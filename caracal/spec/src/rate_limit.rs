@@ -1,17 +1,18 @@
 //! `#[rate_limit]`: a shared GCRA rate.
 
-pub use crate::SHADOW;
 use crate::{Default, Key, Kind, Type};
+pub use crate::{SHADOW, THRESHOLDS_NORMAL, THRESHOLDS_ORDERED, THRESHOLDS_SHEDDABLE};
 
 /// The kind.
 pub const KIND: Kind = Kind {
     name: "rate_limit",
-    keys: &[RATE, BURST, SHADOW],
+    keys: &[RATE, BURST, SHADOW, THRESHOLDS_NORMAL, THRESHOLDS_SHEDDABLE],
     functions: &[],
     identity: true,
     run_time: true,
     positional: false,
-    at_most: &[],
+    at_most: &[THRESHOLDS_ORDERED],
+    prioritized: true,
 };
 
 /// Admissions per second.

@@ -13,6 +13,7 @@ pub const KIND: Kind = Kind {
     run_time: false,
     positional: false,
     at_most: &[],
+    prioritized: false,
 };
 
 /// Attempts in all.

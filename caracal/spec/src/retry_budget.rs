@@ -14,6 +14,7 @@ pub const KIND: Kind = Kind {
     run_time: true,
     positional: false,
     at_most: &[],
+    prioritized: false,
 };
 
 /// Retries per 100 first attempts.

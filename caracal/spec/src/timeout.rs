@@ -13,6 +13,7 @@ pub const KIND: Kind = Kind {
     run_time: false,
     positional: true,
     at_most: &[],
+    prioritized: false,
 };
 
 /// The deadline.

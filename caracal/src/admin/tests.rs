@@ -303,3 +303,37 @@ async fn who_forced_a_breaker_or_set_an_override_is_recorded_until_replaced() {
         "{refused:?}"
     );
 }
+
+/// A policy's settings include its dotted keys, and not those of a policy whose name extends
+/// its own.
+#[tokio::test(start_paused = true)]
+async fn config_of_a_policy_lists_its_dotted_keys_only() {
+    let coordinator = Coordinator::in_memory();
+    let admin = coordinator.admin();
+    for setting in [
+        "bulkhead.partner.thresholds.normal",
+        "bulkhead.partner.limit",
+        "bulkhead.partner.eu.limit",
+    ] {
+        admin.set_override(setting, "1").await.expect("set");
+    }
+    let settings = |values: Vec<ConfigValue>| -> Vec<String> {
+        values.into_iter().map(|value| value.setting).collect()
+    };
+    let partner = admin
+        .config(Some("bulkhead.partner"))
+        .await
+        .expect("config");
+    assert_eq!(
+        settings(partner),
+        [
+            "bulkhead.partner.limit",
+            "bulkhead.partner.thresholds.normal"
+        ]
+    );
+    let eu = admin
+        .config(Some("bulkhead.partner.eu"))
+        .await
+        .expect("config");
+    assert_eq!(settings(eu), ["bulkhead.partner.eu.limit"]);
+}

@@ -28,6 +28,7 @@ use self::keys::Read as _;
 pub(crate) use self::keys::Setting;
 use crate::error::Error;
 use crate::identity::{PolicyKind, check_part};
+use crate::priority::{self, Priority, Thresholds};
 
 /// One policy's overridden values, by key.
 pub(crate) type Table = BTreeMap<&'static str, Setting>;
@@ -67,7 +68,7 @@ pub struct Config {
 struct Place<'a> {
     file: Option<&'a Path>,
     table: Option<String>,
-    key: Option<&'a str>,
+    key: Option<String>,
 }
 
 impl Place<'_> {
@@ -79,7 +80,7 @@ impl Place<'_> {
         if let Some(table) = &self.table {
             place.push(format!("table [{table}]"));
         }
-        if let Some(key) = self.key {
+        if let Some(key) = &self.key {
             place.push(format!("key `{key}`"));
         }
         if place.is_empty() {
@@ -162,9 +163,9 @@ fn read_table<'a>(
     place: &mut Place<'a>,
 ) -> Result<Table, Error> {
     let mut table = Table::new();
-    for (key_name, value) in values {
-        place.key = Some(key_name);
-        let key = keys::find(kind, key_name).map_err(|why| place.error(why))?;
+    for (key_name, value) in flattened(values) {
+        place.key = Some(key_name.clone());
+        let key = keys::find(kind, &key_name).map_err(|why| place.error(why))?;
         let setting = key.read_toml(value).map_err(|why| place.error(why))?;
         table.insert(key.name, setting);
     }
@@ -173,9 +174,52 @@ fn read_table<'a>(
     Ok(table)
 }
 
+/// A policy's values with the keys of a group flattened: TOML reads `thresholds.normal = 0.7`
+/// (and `thresholds = { normal = 0.7 }`) as a table `thresholds` holding `normal`, which is
+/// the key `thresholds.normal`.
+fn flattened(values: &toml::Table) -> Vec<(String, &toml::Value)> {
+    let mut flat = Vec::with_capacity(values.len());
+    for (name, value) in values {
+        match value {
+            toml::Value::Table(group) => {
+                flat.extend(
+                    group
+                        .iter()
+                        .map(|(member, value)| (format!("{name}.{member}"), value)),
+                );
+            }
+            _ => flat.push((name.clone(), value)),
+        }
+    }
+    flat
+}
+
 /// What a table of `kind` must satisfy as a whole: the relations its spec declares.
 pub(crate) fn check_table(kind: PolicyKind, table: &Table) -> Result<(), String> {
     keys::out_of_order(kind, |key| table.get(key).copied()).map_or(Ok(()), Err)
+}
+
+/// The class a `thresholds.<class>` key shares the limit out to.
+fn threshold_class(key: &str) -> Option<Priority> {
+    let class: Priority = key.strip_prefix("thresholds.")?.parse().ok()?;
+    (class != Priority::Critical).then_some(class)
+}
+
+/// The value of `key` in `thresholds` if it is a `thresholds.<class>` key: the share of the
+/// limit, as configuration writes it.
+pub(crate) fn threshold(thresholds: Thresholds, key: &str) -> Option<Setting> {
+    let class = threshold_class(key)?;
+    Some(Setting::Number(
+        f64::from(thresholds.thousandths(class)) / 1000.0,
+    ))
+}
+
+/// Sets `key` in `thresholds` if it is a `thresholds.<class>` key; whether the two shares
+/// still make sense is the values' [`inconsistent`](overrides::Values::inconsistent) to say.
+pub(crate) fn set_threshold(thresholds: &mut Thresholds, key: &str, setting: Setting) {
+    if let (Some(class), Setting::Number(share)) = (threshold_class(key), setting) {
+        *thresholds = thresholds.with(class, priority::thousandths(share));
+    }
 }
 
 /// An error's reason without the "invalid configuration" prefix.
@@ -204,8 +248,18 @@ impl OverrideKey {
             ))
         };
         let (kind, rest) = text.split_once('.').ok_or_else(malformed)?;
-        let (name, key) = rest.rsplit_once('.').ok_or_else(malformed)?;
         let kind = crate::identity::policy_kind(kind)?;
+        // A name may hold dots, and so may a key (`thresholds.normal`): the key is the longest
+        // of the kind's that ends the text, else the last part (an unknown key, reported so).
+        let (name, key) = keys::keys(kind)
+            .iter()
+            .filter_map(|key| {
+                let name = rest.strip_suffix(key.name)?.strip_suffix('.')?;
+                Some((name, key.name))
+            })
+            .max_by_key(|(_, key)| key.len())
+            .or_else(|| rest.rsplit_once('.'))
+            .ok_or_else(malformed)?;
         check_part(name).map_err(|why| Error::config(format!("`{text}`: the name {why}")))?;
         let key = keys::find(kind, key).map_err(|why| Error::config(format!("`{text}`: {why}")))?;
         Ok(OverrideKey {

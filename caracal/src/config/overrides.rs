@@ -328,9 +328,13 @@ mod tests {
         );
         assert_eq!(
             resolved.values_text(),
-            "limit=1 lease=none max_wait=1s shadow=none"
+            "limit=1 lease=none max_wait=1s shadow=none thresholds.normal=none \
+             thresholds.sheddable=none"
         );
-        assert_eq!(resolved.sources_text(), "fleet attribute config attribute");
+        assert_eq!(
+            resolved.sources_text(),
+            "fleet attribute config attribute attribute attribute"
+        );
         assert_eq!(overrides.resolve("b", &attribute).values, attribute);
         overrides.set_fleet(Tables::new());
         assert_eq!(overrides.resolve("a", &attribute).values.limit, 5);
@@ -369,7 +373,7 @@ mod tests {
         );
         assert_eq!(
             resolved.sources_text(),
-            "attribute attribute fleet attribute"
+            "attribute attribute fleet attribute attribute attribute"
         );
     }
 }

@@ -168,6 +168,104 @@ fn a_file_is_named_in_its_errors() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A group's keys read the same however TOML spells them: dotted, as an inline table, or
+/// quoted whole.
+#[test]
+fn thresholds_read_dotted_inline_or_quoted() {
+    let config = Config::from_toml_str(
+        r#"
+        [bulkhead.dotted]
+        thresholds.normal = 0.7
+        thresholds.sheddable = 0.4
+
+        [bulkhead.inline]
+        thresholds = { normal = 0.7, sheddable = 0.4 }
+
+        [rate_limit.quoted]
+        "thresholds.normal" = 0.7
+        "thresholds.sheddable" = 0.4
+        "#,
+    )
+    .expect("valid");
+    for (kind, name) in [
+        (PolicyKind::Bulkhead, "dotted"),
+        (PolicyKind::Bulkhead, "inline"),
+        (PolicyKind::RateLimit, "quoted"),
+    ] {
+        let table = table(&config.tables, kind, name).expect("present");
+        assert_eq!(table["thresholds.normal"], Setting::Number(0.7), "{name}");
+        assert_eq!(
+            table["thresholds.sheddable"],
+            Setting::Number(0.4),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn thresholds_are_shares_with_sheddable_at_most_normal() {
+    let cases = [
+        (
+            "[bulkhead.a]\nthresholds.normal = 0.8\nthresholds.sheddable = 0.9",
+            "table [bulkhead.a]: `thresholds.sheddable` (0.9) is larger than `thresholds.normal` (0.8)",
+        ),
+        (
+            "[rate_limit.a]\nthresholds = { normal = 0.5, sheddable = 0.6 }",
+            "table [rate_limit.a]: `thresholds.sheddable` (0.6) is larger than",
+        ),
+        (
+            "[bulkhead.a]\nthresholds.normal = 0",
+            "key `thresholds.normal`: must be a number from 0.001 to 1 (a share of the limit",
+        ),
+        (
+            "[bulkhead.a]\nthresholds.sheddable = 1.5",
+            "key `thresholds.sheddable`: must be a number from 0.001 to 1",
+        ),
+        (
+            "[bulkhead.a]\nthresholds.critical = 0.5",
+            "key `thresholds.critical`: `Critical` calls always have the whole limit",
+        ),
+        (
+            "[circuit_breaker.a]\nthresholds.normal = 0.5",
+            "unknown key `thresholds.normal` for `circuit_breaker`",
+        ),
+        (
+            "[bulkhead.a]\npriority = \"critical\"",
+            "key `priority`: `priority` cannot be set at run time",
+        ),
+    ];
+    for (text, expected) in cases {
+        let reason = rejection(text);
+        assert!(
+            reason.contains(expected),
+            "{text:?}\n  gave {reason:?}\n  expected {expected:?}"
+        );
+    }
+}
+
+/// A key may hold a dot as a name may: the key is the kind's longest that ends the address.
+#[test]
+fn override_keys_find_a_dotted_key_after_a_dotted_name() {
+    for (text, name) in [
+        ("bulkhead.partner.api.thresholds.normal", "partner.api"),
+        ("bulkhead.thresholds.thresholds.normal", "thresholds"),
+        ("rate_limit.search.thresholds.sheddable", "search"),
+    ] {
+        let key = OverrideKey::parse(text).expect(text);
+        assert_eq!(key.name, name, "{text}");
+        assert!(key.key.name.starts_with("thresholds."), "{text}");
+        assert_eq!(key.to_string(), text);
+    }
+    let key = OverrideKey::parse("bulkhead.a.thresholds.normal").expect("valid");
+    assert_eq!(key.value("0.7").expect("valid"), Setting::Number(0.7));
+    assert!(key.value("0").is_err());
+    let unknown = OverrideKey::parse("bulkhead.a.thresholds.large").unwrap_err();
+    assert!(
+        unknown.to_string().contains("unknown key `large`"),
+        "{unknown}"
+    );
+}
+
 #[test]
 fn override_keys_are_kind_name_key() {
     let key = OverrideKey::parse("bulkhead.partner.api.limit").expect("valid");
@@ -246,6 +344,17 @@ fn accepts(ty: &caracal_spec::Type) -> String {
     }
 }
 
+/// A key as the attribute writes it: `limit`, or `thresholds(normal = …)` for a key of a group.
+fn written(key: &caracal_spec::Key) -> String {
+    match key.group() {
+        Some((group, member)) => format!("{group}({member} = …)"),
+        None => key.name.to_owned(),
+    }
+}
+
+/// What a call's priority is without `priority = …`, as the attributes' tables say it.
+const PRIORITY_DEFAULT: &str = "the task's";
+
 #[test]
 fn the_attributes_bounds_table_is_the_specs() {
     let mut table =
@@ -255,7 +364,7 @@ fn the_attributes_bounds_table_is_the_specs() {
             let argument = if kind.positional {
                 "(the one argument)".to_owned()
             } else {
-                format!("`{}`", key.name)
+                format!("`{}`", written(key))
             };
             let accepts = accepts(&key.ty);
             table += &format!(
@@ -267,6 +376,13 @@ fn the_attributes_bounds_table_is_the_specs() {
             table += &format!(
                 "| `#[{}]` | `{}` | a path to `{}` | {} |\n",
                 kind.name, function.name, function.shape, function.default
+            );
+        }
+        if kind.prioritized {
+            table += &format!(
+                "| `#[{}]` | `{}` | an expression of type `caracal::Priority` | {PRIORITY_DEFAULT} |\n",
+                kind.name,
+                caracal_spec::PRIORITY
             );
         }
     }
@@ -305,19 +421,29 @@ fn each_attributes_table_has_the_specs_defaults() {
                 Some((cells.next()?.strip_suffix('`')?, cells.next()?))
             })
             .collect();
-        let expected: Vec<(&str, String)> = kind
+        let priority = kind.prioritized.then(|| {
+            (
+                caracal_spec::PRIORITY.to_owned(),
+                PRIORITY_DEFAULT.to_owned(),
+            )
+        });
+        let expected: Vec<(String, String)> = kind
             .keys
             .iter()
-            .map(|key| (key.name, key.default.to_string()))
+            .map(|key| (written(key), key.default.to_string()))
             .chain(
                 kind.functions
                     .iter()
-                    .map(|function| (function.name, function.default.to_owned())),
+                    .map(|function| (function.name.to_owned(), function.default.to_owned())),
             )
+            .chain(priority)
             .collect();
         assert_eq!(
             rows.iter().map(|(name, _)| *name).collect::<Vec<_>>(),
-            expected.iter().map(|(name, _)| *name).collect::<Vec<_>>(),
+            expected
+                .iter()
+                .map(|(name, _)| name.as_str())
+                .collect::<Vec<_>>(),
             "the arguments of #[{}]",
             kind.name
         );

@@ -474,7 +474,7 @@ mod tests {
         );
         assert_eq!(
             values("user-100").as_deref(),
-            Some("rate=6 burst=none shadow=none")
+            Some("rate=6 burst=none shadow=none thresholds.normal=none thresholds.sheddable=none")
         );
     }
 

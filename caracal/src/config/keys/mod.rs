@@ -29,6 +29,7 @@ pub(crate) fn keys(kind: PolicyKind) -> &'static [Key] {
 /// a function of the user's), so never overridden.
 fn fixed(name: &str) -> bool {
     caracal_spec::IDENTITY.contains(&name)
+        || name == caracal_spec::PRIORITY
         || KINDS
             .iter()
             .any(|kind| kind.functions.iter().any(|function| function.name == name))
@@ -43,6 +44,14 @@ pub(crate) fn find(kind: PolicyKind, name: &str) -> Result<&'static Key, String>
         return Err(format!(
             "`{name}` cannot be set at run time: it is part of the call site"
         ));
+    }
+    if name == "thresholds.critical" && keys(kind).iter().any(|key| key.argument() == "thresholds")
+    {
+        return Err(
+            "`Critical` calls always have the whole limit: only `thresholds.normal` and \
+             `thresholds.sheddable` are set"
+                .to_owned(),
+        );
     }
     let expected: Vec<_> = keys(kind)
         .iter()

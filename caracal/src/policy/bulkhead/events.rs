@@ -8,13 +8,21 @@ use crate::error::Error;
 use crate::events::{self, millis, policy_event};
 use crate::labels::At;
 use crate::metrics::{self, InFlight, Stopwatch};
+use crate::priority::Priority;
 use crate::summary;
 
 /// A bulkhead admitted a call that reached it at `arrival`: the body counts as running while
 /// the returned guard is held.
 #[inline]
 pub(super) fn admitted(at: &At<'_>, occupancy: u32, limit: u32, arrival: Stopwatch) -> InFlight {
-    policy_event!(DEBUG, "bulkhead.admitted", at, occupancy, limit);
+    policy_event!(
+        DEBUG,
+        "bulkhead.admitted",
+        at,
+        occupancy,
+        limit,
+        priority = at.priority().map(Priority::as_str)
+    );
     metrics::admitted(at, "admitted", arrival);
     metrics::in_flight(at)
 }
@@ -49,6 +57,7 @@ pub(super) fn rejected(at: &At<'_>, reason: Refusal, occupancy: Option<u32>, lim
         reason,
         occupancy,
         limit,
+        priority = at.priority().map(Priority::as_str),
         suppressed
     );
 }

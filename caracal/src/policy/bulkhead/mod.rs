@@ -19,8 +19,8 @@ pub(crate) mod tower;
 use std::future::Future;
 use std::time::Duration;
 
-use crate::config::Setting;
 use crate::config::overrides::{Resolved, Values};
+use crate::config::{self, Setting};
 use crate::coordinator::Coordinator;
 use crate::ctx::CallCtx;
 use crate::error::Error;
@@ -111,7 +111,7 @@ impl Values for BulkheadValues {
             "lease" => Some(Setting::Duration(self.lease)),
             "max_wait" => self.max_wait.map(Setting::Duration),
             "shadow" => Some(Setting::Flag(self.shadow)),
-            _ => None,
+            _ => config::threshold(self.thresholds, key),
         }
     }
 
@@ -125,7 +125,7 @@ impl Values for BulkheadValues {
             ("lease", Setting::Duration(d)) => self.lease = d,
             ("max_wait", Setting::Duration(d)) => self.max_wait = Some(d),
             ("shadow", Setting::Flag(shadow)) => self.shadow = shadow,
-            _ => {}
+            _ => config::set_threshold(&mut self.thresholds, key, setting),
         }
     }
 

@@ -594,3 +594,40 @@ mod in_memory {
         assert_eq!(err.failure_kind(), Some(FailureKind::ShutDown));
     }
 }
+
+static SHARED_OUT: BulkheadSite = BulkheadSite::new(BulkheadConfig {
+    name: "unit-thresholds",
+    operation: "unit-thresholds",
+    limit: 30,
+    adaptive: None,
+    lease: LEASE,
+    max_wait: None,
+    local: true,
+    shadow: false,
+    thresholds: Thresholds::from_thousandths(800, 500),
+});
+
+/// A configured share replaces the attribute's alone; one that would put `sheddable` above
+/// `normal` is ignored, and the attribute's pair stays.
+#[tokio::test]
+async fn configured_thresholds_apply_unless_they_would_disorder_the_classes() {
+    let coordinator = Coordinator::in_memory();
+    let configure = |text: &str| {
+        coordinator.set_config(crate::config::Config::from_toml_str(text).expect("valid"));
+    };
+    configure("[bulkhead.unit-thresholds]\nthresholds.normal = 0.6");
+    let resolved = SHARED_OUT.resolve(Some(&coordinator));
+    assert_eq!(
+        resolved.values.thresholds,
+        Thresholds::new(0.6, 0.5).expect("valid")
+    );
+    assert!(
+        resolved
+            .values_text()
+            .ends_with("thresholds.normal=0.6 thresholds.sheddable=0.5")
+    );
+    configure("[bulkhead.unit-thresholds]\nthresholds.sheddable = 0.9");
+    let resolved = SHARED_OUT.resolve(Some(&coordinator));
+    assert_eq!(resolved.values.thresholds, SHARED_OUT.config.thresholds);
+    assert_eq!(resolved.ignored, ["thresholds.sheddable"]);
+}

@@ -26,6 +26,7 @@ pub struct BulkheadLayer<Req> {
     max_wait: Option<Duration>,
     local: bool,
     shadow: bool,
+    thresholds: Thresholds,
 }
 
 impl<Req> BulkheadLayer<Req> {
@@ -39,6 +40,7 @@ impl<Req> BulkheadLayer<Req> {
             max_wait: None,
             local: false,
             shadow: caracal_spec::SHADOW.default.flag(),
+            thresholds: Thresholds::NONE,
         }
     }
 
@@ -103,6 +105,26 @@ impl<Req> BulkheadLayer<Req> {
         self
     }
 
+    /// The share of the limit each class below `Critical` may use, as
+    /// `#[bulkhead(thresholds(…))]`: a request is admitted only while fewer than
+    /// [`cap`](Thresholds::cap) of its [`Priority`](crate::Priority) are in use. By default
+    /// every class has the whole limit. A request's class comes from
+    /// [`PriorityLayer`](crate::tower::PriorityLayer) above this layer.
+    ///
+    /// ```
+    /// use caracal::Thresholds;
+    /// use caracal::tower::BulkheadLayer;
+    ///
+    /// let shares = Thresholds::new(0.8, 0.5)?;
+    /// let layer = BulkheadLayer::<()>::new("partner-api").limit(30).thresholds(shares);
+    /// # let _ = layer;
+    /// # Ok::<(), caracal::Error>(())
+    /// ```
+    pub fn thresholds(mut self, thresholds: Thresholds) -> Self {
+        self.thresholds = thresholds;
+        self
+    }
+
     identity_setters!();
 }
 
@@ -152,7 +174,7 @@ impl<S, Req> Layer<S> for BulkheadLayer<Req> {
             max_wait: self.max_wait,
             local: self.local,
             shadow: self.shadow,
-            thresholds: Thresholds::NONE,
+            thresholds: self.thresholds,
         });
         let policy = BulkheadPolicy {
             site: Arc::new(site),

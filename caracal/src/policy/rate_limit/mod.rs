@@ -10,8 +10,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::clock::Clock;
-use crate::config::Setting;
 use crate::config::overrides::Values;
+use crate::config::{self, Setting};
 use crate::coordinator::registry::{Registered, Snapshot};
 use crate::coordinator::{self, Coordinator};
 use crate::ctx::CallCtx;
@@ -75,7 +75,7 @@ impl Values for RateValues {
             "rate" => Some(Setting::Number(self.rate)),
             "burst" => Some(Setting::Count(self.burst)),
             "shadow" => Some(Setting::Flag(self.shadow)),
-            _ => None,
+            _ => config::threshold(self.thresholds, key),
         }
     }
 
@@ -84,7 +84,7 @@ impl Values for RateValues {
             ("rate", Setting::Number(rate)) => self.rate = rate,
             ("burst", Setting::Count(burst)) => self.burst = burst,
             ("shadow", Setting::Flag(shadow)) => self.shadow = shadow,
-            _ => {}
+            _ => config::set_threshold(&mut self.thresholds, key, setting),
         }
     }
 
@@ -333,11 +333,17 @@ mod events {
     use crate::events::{millis, policy_event, rejected_or_degraded};
     use crate::labels::At;
     use crate::metrics::{self, Stopwatch};
+    use crate::priority::Priority;
     use crate::summary;
 
     /// A rate limit admitted a call that reached it at `arrival`.
     pub(super) fn admitted(at: &At<'_>, arrival: Stopwatch) {
-        policy_event!(DEBUG, "rate_limit.admitted", at);
+        policy_event!(
+            DEBUG,
+            "rate_limit.admitted",
+            at,
+            priority = at.priority().map(Priority::as_str)
+        );
         metrics::admitted(at, "admitted", arrival);
     }
 
@@ -362,6 +368,7 @@ mod events {
             reason,
             retry_after_ms = retry_after.map(millis),
             retry_after_us = retry_after.map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
+            priority = at.priority().map(Priority::as_str),
             suppressed
         );
     }

@@ -23,6 +23,7 @@ pub struct RateLimitLayer<Req> {
     burst: u32,
     local: bool,
     shadow: bool,
+    thresholds: Thresholds,
 }
 
 impl<Req> RateLimitLayer<Req> {
@@ -34,6 +35,7 @@ impl<Req> RateLimitLayer<Req> {
             burst: caracal_spec::rate_limit::BURST.default.integer(),
             local: false,
             shadow: caracal_spec::SHADOW.default.flag(),
+            thresholds: Thresholds::NONE,
         }
     }
 
@@ -46,6 +48,26 @@ impl<Req> RateLimitLayer<Req> {
     /// How many may be admitted at once after idle time (1).
     pub fn burst(mut self, burst: u32) -> Self {
         self.burst = count(PolicyKind::RateLimit, "burst", burst);
+        self
+    }
+
+    /// The share of the burst each class below `Critical` may use, as
+    /// `#[rate_limit(thresholds(…))]`: a request is admitted only while the burst used is below
+    /// [`cap`](Thresholds::cap) of its [`Priority`](crate::Priority). By default every class
+    /// has the whole burst. A request's class comes from
+    /// [`PriorityLayer`](crate::tower::PriorityLayer) above this layer.
+    ///
+    /// ```
+    /// use caracal::Thresholds;
+    /// use caracal::tower::RateLimitLayer;
+    ///
+    /// let shares = Thresholds::new(0.8, 0.5)?;
+    /// let layer = RateLimitLayer::<()>::new("search").rate(200.0).burst(20).thresholds(shares);
+    /// # let _ = layer;
+    /// # Ok::<(), caracal::Error>(())
+    /// ```
+    pub fn thresholds(mut self, thresholds: Thresholds) -> Self {
+        self.thresholds = thresholds;
         self
     }
 
@@ -105,7 +127,7 @@ impl<S, Req> Layer<S> for RateLimitLayer<Req> {
             burst: self.burst,
             local: self.local,
             shadow: self.shadow,
-            thresholds: Thresholds::NONE,
+            thresholds: self.thresholds,
         });
         let policy = RateLimitPolicy {
             site: Arc::new(site),
