@@ -159,7 +159,7 @@ pub struct Thresholds {
 }
 
 /// Thousandths in a whole limit.
-const WHOLE: u16 = 1000;
+pub(crate) const WHOLE: u16 = 1000;
 
 impl Thresholds {
     /// Every class up to the whole limit: what a policy without `thresholds` does.

@@ -61,6 +61,7 @@ use crate::identity::{Identity, PolicyKind, Scope};
 use crate::metrics::Stopwatch;
 use crate::policy::bulkhead::kernel::{self, LeaseAction, LeaseReply, LeaseStep, Release};
 use crate::policy::refuse;
+use crate::priority::{self, Priority};
 
 const FIRST_WAIT_PAUSE: Duration = Duration::from_millis(2);
 const MAX_WAIT_PAUSE: Duration = Duration::from_millis(50);
@@ -88,6 +89,8 @@ where
     F: Future<Output = Result<T, E>>,
 {
     let arrival = Stopwatch::start();
+    // Read once: the class the acquire is decided by is the one the call reports.
+    let priority = Priority::current();
     let config = &site.config;
     let coordinator = match coordinator::current() {
         Ok(coordinator) => coordinator,
@@ -123,7 +126,7 @@ where
         &values,
         &coordinator,
         &identity,
-        token,
+        (token, priority),
         adaptive.as_ref().map(|(view, _)| view),
     )
     .await
@@ -242,14 +245,14 @@ struct Grant {
     fence: u64,
 }
 
-/// Takes a lease, waiting up to `max_wait` for one. An adaptive limit's `view` learns the
-/// fleet occupancy each reply shows.
+/// Takes a lease for a call of `priority`, waiting up to `max_wait` for one. An adaptive
+/// limit's `view` learns the fleet occupancy each reply shows.
 async fn admit(
     site: &BulkheadSite,
     values: &BulkheadValues,
     coordinator: &Coordinator,
     identity: &Identity,
-    token: Uuid,
+    (token, priority): (Uuid, Priority),
     view: Option<&Arc<adaptive::View>>,
 ) -> Result<Grant, Error> {
     if coordinator.incarnation().waiting_after_loss(values.lease) {
@@ -273,6 +276,7 @@ async fn admit(
             token,
             ttl: values.lease,
             limit: values.limit,
+            share: values.thresholds.thousandths(priority),
         };
         // Until the reply is read, the acquire may have taken a lease nobody knows of: if this
         // call is dropped meanwhile, or the outcome stays unknown, it is released right away
@@ -488,6 +492,8 @@ impl Lease {
                     token: self.token,
                     ttl: self.ttl,
                     limit,
+                    // A renewal keeps a lease whatever the class: the share is not read.
+                    share: priority::WHOLE,
                 },
             ));
         }
@@ -502,6 +508,8 @@ struct LeaseCommand<'a> {
     token: Uuid,
     ttl: Duration,
     limit: u32,
+    /// The caller's class's share of the limit, in thousandths.
+    share: u16,
 }
 
 impl LeaseCommand<'_> {
@@ -516,6 +524,7 @@ impl LeaseCommand<'_> {
             ttl: u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX),
             limit: self.limit,
             known: 0,
+            share: self.share,
         }
     }
 }
