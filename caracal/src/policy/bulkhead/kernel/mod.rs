@@ -792,7 +792,7 @@ mod tests {
     /// one up to the whole limit.
     #[test]
     fn a_class_is_admitted_only_below_its_share_of_the_limit() {
-        let thresholds = crate::Thresholds::new(0.8, 0.5).expect("valid");
+        let thresholds = crate::priority::Thresholds::new(0.8, 0.5).expect("valid");
         let share = |priority| thresholds.thousandths(priority);
         let terms = Terms { limit: 30, ..TERMS };
         let mut set = LeaseSet::default();
