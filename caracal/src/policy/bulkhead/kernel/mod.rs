@@ -244,7 +244,7 @@ impl LeaseSet {
                     return Err(Refusal::Exhausted);
                 }
                 let mut replies = vec![LeaseReply::default(); tokens.len()];
-                for index in highest_share_first(tokens.iter().map(|&(_, share)| share)) {
+                for index in priority::highest_share_first(tokens.iter().map(|&(_, share)| share)) {
                     let (token, share) = tokens[index];
                     let cap = priority::cap(lease.limit, share);
                     replies[index] = self.acquire(now, token, lease.ttl, (cap, lease.limit), seen);
@@ -384,14 +384,6 @@ impl State for LeaseSet {
     fn forgettable(&self, now: Now) -> bool {
         (self.leases.is_empty() || now.ms > self.expires_at) && now.ms > self.fence_expires_at
     }
-}
-
-/// The indices of `shares` in the order a batch decides them: the highest share first, equal
-/// shares in their order (a stable sort), as `lease.lua` orders them.
-fn highest_share_first(shares: impl ExactSizeIterator<Item = u16>) -> Vec<usize> {
-    let mut order: Vec<(usize, u16)> = shares.enumerate().collect();
-    order.sort_by_key(|&(_, share)| core::cmp::Reverse(share));
-    order.into_iter().map(|(index, _)| index).collect()
 }
 
 /// An acquire or a renewal as a coordinator command.
