@@ -83,8 +83,10 @@ impl Holders {
             Some(coordinator) => tokio::spawn(coordinator.scoped(call)),
             None => tokio::spawn(call),
         };
+        // Sleeping, not yielding: paused time moves on, so a call that waits in line is
+        // refused at its `max_wait` rather than waited for forever.
         while self.admitted.load(Ordering::SeqCst) == before && !call.is_finished() {
-            tokio::task::yield_now().await;
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
         if call.is_finished() {
             return call.await.expect("the call");
