@@ -217,3 +217,39 @@ async fn a_local_waiter_is_not_woken_above_its_share() {
     assert_eq!(sheddable.load(Ordering::SeqCst), 1);
     let _ = normal.gate.send(true);
 }
+
+/// Waiters of every class for one distributed slot, in one process: the freed slot goes to the
+/// highest class, the lower ones holding back their retries while it waits.
+#[tokio::test(start_paused = true)]
+async fn distributed_waiters_are_served_highest_class_first() {
+    let coordinator = Coordinator::in_memory();
+    let site = site(
+        "classes-distributed-wait",
+        1,
+        false,
+        Some(Duration::from_secs(10)),
+        Thresholds::NONE,
+    );
+    let mut holders = Holders::new(site, Some(coordinator.clone()));
+    holders.hold(Priority::Sheddable).await.expect("the holder");
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for (i, priority) in [Priority::Sheddable, Priority::Normal, Priority::Critical]
+        .into_iter()
+        .enumerate()
+    {
+        let order = Arc::clone(&order);
+        let call = call(site, priority, async move {
+            order.lock().expect("order").push(i);
+            Ok(())
+        });
+        waiters.push(tokio::spawn(coordinator.scoped(call)));
+        // Refused once, and waiting.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let _ = holders.gate.send(true);
+    for waiter in waiters {
+        waiter.await.expect("waiter").expect("admitted");
+    }
+    assert_eq!(*order.lock().expect("order"), [2, 1, 0]);
+}

@@ -36,7 +36,10 @@
 //! - **`max_wait`**: a denied acquire is retried with the same token, after a pause that
 //!   starts at 2 ms and doubles up to 50 ms (capped by the time left), or at once when a lease
 //!   of the same identity is released in this process. Waiting costs one acquire round trip
-//!   per retry and holds nothing; waiters are not queued fairly across processes.
+//!   per retry and holds nothing; waiters are not queued fairly across processes. Within a
+//!   process a freed slot is for the highest class waiting: a waiter retries only while no
+//!   call of a higher class waits for the same identity here (the script keeps each class
+//!   below its own cap, so a lower one cannot be admitted above its share either).
 
 use std::future::Future;
 use std::pin::pin;
@@ -267,6 +270,8 @@ async fn admit(
     }
     let give_up = values.max_wait.map(|wait| Instant::now() + wait);
     let mut pause = FIRST_WAIT_PAUSE;
+    // Counted as waiting, as its class, from its first refusal until it is admitted or gives up.
+    let mut waiting = None;
     loop {
         // Registered before the attempt, so a release that lands during it is not missed.
         let released = give_up.map(|_| coordinator.released(&identity.key));
@@ -306,25 +311,31 @@ async fn admit(
             }
             Ok(LeaseAnswer { reply, .. }) => {
                 let now = Instant::now();
-                match give_up.zip(released) {
+                let retry = match give_up.zip(released) {
                     Some((give_up, released)) if now < give_up => {
+                        let waiting = waiting
+                            .get_or_insert_with(|| coordinator.waiting(&identity.key, priority));
                         let _ = tokio::time::timeout(pause.min(give_up - now), released).await;
                         pause = (pause * 2).min(MAX_WAIT_PAUSE);
+                        // A slot freed here is for the highest class waiting here: a lower
+                        // one tries again only once none waits.
+                        waiting.outranked_until(give_up).await
                     }
-                    _ => {
-                        let reason = if give_up.is_some() {
-                            Refusal::WaitTimeout
-                        } else {
-                            Refusal::Capacity
-                        };
-                        events::rejected(
-                            &identity.at().shadowed(values.shadow),
-                            reason,
-                            Some(reply.occupancy),
-                            values.limit,
-                        );
-                        return Err(site.full(&identity.scope, values.limit));
-                    }
+                    _ => false,
+                };
+                if !retry {
+                    let reason = if give_up.is_some() {
+                        Refusal::WaitTimeout
+                    } else {
+                        Refusal::Capacity
+                    };
+                    events::rejected(
+                        &identity.at().shadowed(values.shadow),
+                        reason,
+                        Some(reply.occupancy),
+                        values.limit,
+                    );
+                    return Err(site.full(&identity.scope, values.limit));
                 }
             }
             Err(error) => {
