@@ -13,15 +13,15 @@ use crate::__private::global_scope;
 use crate::coordinator::Coordinator;
 use crate::priority::{Priority, Thresholds, with_priority};
 
-/// A call site of its own (its budget or lease set shared with no other test).
-fn site(
+/// The settings of a call site of its own (its budget or lease set shared with no other test).
+fn config(
     name: &'static str,
     limit: u32,
     local: bool,
     max_wait: Option<Duration>,
     thresholds: Thresholds,
-) -> &'static BulkheadSite {
-    Box::leak(Box::new(BulkheadSite::new(BulkheadConfig {
+) -> BulkheadConfig {
+    BulkheadConfig {
         name,
         operation: name,
         limit,
@@ -31,7 +31,18 @@ fn site(
         local,
         shadow: false,
         thresholds,
-    })))
+    }
+}
+
+fn site(
+    name: &'static str,
+    limit: u32,
+    local: bool,
+    max_wait: Option<Duration>,
+    thresholds: Thresholds,
+) -> &'static BulkheadSite {
+    let config = config(name, limit, local, max_wait, thresholds);
+    Box::leak(Box::new(BulkheadSite::new(config)))
 }
 
 /// A call of `priority` through `site`'s bulkhead, as a task can own it.
@@ -49,12 +60,14 @@ fn usual() -> Thresholds {
     Thresholds::new(0.8, 0.5).expect("valid")
 }
 
-/// Calls that hold their slot until the gate opens, counting themselves once admitted.
+/// Calls that hold their slot until the gate opens, counting themselves once running, and
+/// those that run with a lease (a fencing token: not shadowed).
 struct Holders {
     site: &'static BulkheadSite,
     coordinator: Option<Coordinator>,
     gate: watch::Sender<bool>,
     admitted: Arc<AtomicUsize>,
+    leased: Arc<AtomicUsize>,
     calls: Vec<JoinHandle<Result<(), Error>>>,
 }
 
@@ -65,6 +78,7 @@ impl Holders {
             coordinator,
             gate: watch::channel(false).0,
             admitted: Arc::default(),
+            leased: Arc::default(),
             calls: Vec::new(),
         }
     }
@@ -74,8 +88,12 @@ impl Holders {
     async fn hold(&mut self, priority: Priority) -> Result<(), Error> {
         let before = self.admitted.load(Ordering::SeqCst);
         let (admitted, mut gate) = (Arc::clone(&self.admitted), self.gate.subscribe());
+        let leased = Arc::clone(&self.leased);
         let call = call(self.site, priority, async move {
             admitted.fetch_add(1, Ordering::SeqCst);
+            if crate::fencing::fencing_token().is_some() {
+                leased.fetch_add(1, Ordering::SeqCst);
+            }
             let _ = gate.wait_for(|&open| open).await;
             Ok(())
         });
@@ -252,4 +270,33 @@ async fn distributed_waiters_are_served_highest_class_first() {
         waiter.await.expect("waiter").expect("admitted");
     }
     assert_eq!(*order.lock().expect("order"), [2, 1, 0]);
+}
+
+/// A shadow bulkhead runs a call its class's share refuses, without a lease: `limit = 2,
+/// normal = 0.5` leases one `Normal` call; a second one runs unleased, and a `Critical` one
+/// still finds the second slot free.
+#[tokio::test(start_paused = true)]
+async fn a_shadow_bulkhead_runs_a_class_above_its_share_without_a_lease() {
+    let thresholds = Thresholds::new(0.5, 0.5).expect("valid");
+    let config = BulkheadConfig {
+        shadow: true,
+        ..config("classes-shadow", 2, false, None, thresholds)
+    };
+    let site: &'static BulkheadSite = Box::leak(Box::new(BulkheadSite::new(config)));
+    let mut holders = Holders::new(site, Some(Coordinator::in_memory()));
+    let mut leased = Vec::new();
+    for priority in [
+        Priority::Normal,
+        Priority::Normal,
+        Priority::Critical,
+        Priority::Critical,
+    ] {
+        holders
+            .hold(priority)
+            .await
+            .expect("a shadow bulkhead runs");
+        leased.push(holders.leased.load(Ordering::SeqCst));
+    }
+    assert_eq!(leased, [1, 1, 2, 2], "the shadowed ones without a lease");
+    let _ = holders.gate.send(true);
 }
