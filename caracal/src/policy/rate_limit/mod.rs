@@ -26,6 +26,8 @@ use crate::priority::{Priority, Thresholds};
 use crate::sync::lock;
 
 #[cfg(test)]
+mod classes;
+#[cfg(test)]
 pub(super) mod differential;
 pub(crate) mod kernel;
 #[cfg(feature = "tower")]
