@@ -111,7 +111,7 @@ impl Drop for Released<'_> {
 }
 
 /// A call waiting for a slot of its identity, as its class; see [`Wakeups::waiting`]. Dropped
-/// (admitted, or given up), it wakes the waiters it held back.
+/// (admitted, or given up), it wakes the waiters of its identity if a lower class waits.
 pub(crate) struct Waiting<'a> {
     wakeups: &'a Wakeups,
     key: KeyBase,
@@ -144,16 +144,23 @@ impl Waiting<'_> {
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        {
+        let held_back = {
             let mut classes = lock(&self.wakeups.classes);
-            if let Some(counts) = classes.get_mut(&self.key) {
-                counts[self.rank] -= 1;
-                if counts.iter().all(|&n| n == 0) {
-                    classes.remove(&self.key);
-                }
+            let Some(counts) = classes.get_mut(&self.key) else {
+                return;
+            };
+            counts[self.rank] -= 1;
+            let held_back = counts[..self.rank].iter().any(|&n| n > 0);
+            if counts.iter().all(|&n| n == 0) {
+                classes.remove(&self.key);
             }
+            held_back
+        };
+        // Only a lower class may have been held back: waking the others would only make them
+        // retry for nothing.
+        if held_back {
+            self.wakeups.wake(&self.key);
         }
-        self.wakeups.wake(&self.key);
     }
 }
 
