@@ -290,7 +290,8 @@ pub(crate) fn raw_args(sha: &str, key: &str, token: &str) -> Vec<String> {
         .map(str::to_owned)
         .into_iter()
         .chain([RAW_LEASE_MS.to_string(), RAW_LIMIT.to_string(), "0".into()])
-        .chain([token.to_owned()])
+        // The token, then its share of the limit: the whole of it, as without thresholds.
+        .chain([token.to_owned(), "1000".into()])
         .collect()
 }
 

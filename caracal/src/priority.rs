@@ -184,7 +184,7 @@ pub struct Thresholds {
 }
 
 /// Thousandths in a whole limit.
-const WHOLE: u16 = 1000;
+pub(crate) const WHOLE: u16 = 1000;
 
 impl Thresholds {
     /// Every class up to the whole limit: what a policy without `thresholds` does.
@@ -275,6 +275,17 @@ pub(crate) fn cap(limit: u32, thousandths: u16) -> u32 {
     u32::try_from(cap)
         .unwrap_or(limit)
         .clamp(limit.min(1), limit)
+}
+
+/// The indices of `shares` (thousandths) in the order a batch of calls decided together
+/// takes them: the highest share first, equal shares in their order (a stable sort). A batch
+/// gathers calls that queued together, so their order is an accident; a `Critical` call should
+/// not lose the last slot to a `Normal` one that happened to queue first. The scripts sort the
+/// same way; with every share whole (no thresholds) the order is the batch's.
+pub(crate) fn highest_share_first(shares: impl Iterator<Item = u16>) -> Vec<usize> {
+    let mut order: Vec<(usize, u16)> = shares.enumerate().collect();
+    order.sort_by_key(|&(_, share)| core::cmp::Reverse(share));
+    order.into_iter().map(|(index, _)| index).collect()
 }
 
 /// A share in `(0, 1]` as thousandths.

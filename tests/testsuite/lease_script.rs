@@ -29,6 +29,8 @@ impl<C: ConnectionLike> Lease<'_, C> {
             // No live fencing token known: the lease set's own semantics, as upstream's.
             .arg(0)
             .arg(token)
+            // Its share of the limit: the whole of it, as without thresholds.
+            .arg(1000)
             .invoke(self.conn)
             .expect("lease script");
         assert_eq!(

@@ -56,6 +56,7 @@ use crate::error::Error;
 use crate::identity::{Identity, KeyBase, PolicyKind, Scope};
 pub(crate) use crate::kernel::Stamped;
 use crate::kernel::{Kernel, Resent, Scripted};
+use crate::priority::Priority;
 
 /// Where distributed policies keep their shared state.
 ///
@@ -516,6 +517,13 @@ impl Coordinator {
     /// Completes when [`wake`](Self::wake) is next called for `key`; registered from the start.
     pub(crate) fn released(&self, key: &KeyBase) -> wakeups::Released<'_> {
         self.inner.wakeups.released(key)
+    }
+
+    /// Counts a call of `priority` as waiting for a lease of `key` in this process, until the
+    /// guard is dropped: a waiter of a lower class defers to it
+    /// ([`Waiting::outranked_until`](wakeups::Waiting::outranked_until)).
+    pub(crate) fn waiting(&self, key: &KeyBase, priority: Priority) -> wakeups::Waiting<'_> {
+        self.inner.wakeups.waiting(key, priority)
     }
 
     /// Wakes the tasks of this process waiting for a lease of `key` to be released.

@@ -1,5 +1,9 @@
 //! In-process wake-ups for tasks waiting on a distributed slot: when this process releases a
 //! lease, its own waiters for that identity retry at once instead of at their next poll.
+//!
+//! Waiters also say their class ([`Waiting`]): a freed slot is for the highest class waiting
+//! in this process, so a waiter of a lower class holds back its retries while a higher one
+//! waits for the same identity.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -10,8 +14,10 @@ use std::task::{Context, Poll};
 
 use tokio::sync::Notify;
 use tokio::sync::futures::OwnedNotified;
+use tokio::time::Instant;
 
 use crate::identity::KeyBase;
+use crate::priority::Priority;
 use crate::sync::lock;
 
 #[derive(Debug, Default)]
@@ -19,6 +25,17 @@ pub(super) struct Wakeups {
     waiting: Mutex<HashMap<KeyBase, Arc<Notify>>>,
     /// How many identities have waiters; lets a release skip the lock when nobody waits.
     keys: AtomicUsize,
+    /// How many calls of each class (indexed as [`Priority::ALL`]) wait per identity; an
+    /// identity nobody waits for has no entry.
+    classes: Mutex<HashMap<KeyBase, [usize; Priority::ALL.len()]>>,
+}
+
+/// Where `priority` is in [`Priority::ALL`] (lowest first).
+fn rank(priority: Priority) -> usize {
+    Priority::ALL
+        .iter()
+        .position(|&class| class == priority)
+        .unwrap_or(0)
 }
 
 impl Wakeups {
@@ -36,6 +53,16 @@ impl Wakeups {
             wakeups: self,
             key: key.clone(),
             notified: Some(notified),
+        }
+    }
+
+    /// Counts a call of `priority` as waiting for a slot of `key` until the guard is dropped.
+    pub(super) fn waiting(&self, key: &KeyBase, priority: Priority) -> Waiting<'_> {
+        lock(&self.classes).entry(key.clone()).or_default()[rank(priority)] += 1;
+        Waiting {
+            wakeups: self,
+            key: key.clone(),
+            rank: rank(priority),
         }
     }
 
@@ -83,6 +110,60 @@ impl Drop for Released<'_> {
     }
 }
 
+/// A call waiting for a slot of its identity, as its class; see [`Wakeups::waiting`]. Dropped
+/// (admitted, or given up), it wakes the waiters of its identity if a lower class waits.
+pub(crate) struct Waiting<'a> {
+    wakeups: &'a Wakeups,
+    key: KeyBase,
+    rank: usize,
+}
+
+impl Waiting<'_> {
+    /// Whether a call of a higher class waits for the same identity in this process.
+    fn outranked(&self) -> bool {
+        lock(&self.wakeups.classes)
+            .get(&self.key)
+            .is_some_and(|counts| counts[self.rank + 1..].iter().any(|&n| n > 0))
+    }
+
+    /// Waits while a higher class waits here, until `give_up`: whether the call may try again
+    /// (no higher class waits), or must give up (one still does at `give_up`).
+    pub(crate) async fn outranked_until(&self, give_up: Instant) -> bool {
+        loop {
+            // Registered before the check, so a higher waiter leaving in between is not missed.
+            let released = self.wakeups.released(&self.key);
+            if !self.outranked() {
+                return true;
+            }
+            if tokio::time::timeout_at(give_up, released).await.is_err() {
+                return false;
+            }
+        }
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let held_back = {
+            let mut classes = lock(&self.wakeups.classes);
+            let Some(counts) = classes.get_mut(&self.key) else {
+                return;
+            };
+            counts[self.rank] -= 1;
+            let held_back = counts[..self.rank].iter().any(|&n| n > 0);
+            if counts.iter().all(|&n| n == 0) {
+                classes.remove(&self.key);
+            }
+            held_back
+        };
+        // Only a lower class may have been held back: waking the others would only make them
+        // retry for nothing.
+        if held_back {
+            self.wakeups.wake(&self.key);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,5 +196,28 @@ mod tests {
         assert!(b_done.is_err());
         assert!(lock(&wakeups.waiting).is_empty());
         assert_eq!(wakeups.keys.load(Ordering::Relaxed), 0);
+    }
+
+    /// A waiter is held back while a higher class waits for its key (not another key's), and
+    /// let go when that one stops waiting.
+    #[tokio::test(start_paused = true)]
+    async fn a_lower_class_waits_until_no_higher_one_does() {
+        let wakeups = Wakeups::default();
+        let give_up = Instant::now() + std::time::Duration::from_secs(1);
+        let sheddable = wakeups.waiting(&key("a"), Priority::Sheddable);
+        let critical = wakeups.waiting(&key("a"), Priority::Critical);
+        let _elsewhere = wakeups.waiting(&key("b"), Priority::Critical);
+        assert!(critical.outranked_until(give_up).await, "nobody above");
+        assert!(!sheddable.outranked_until(give_up).await, "gave up");
+        let normal = wakeups.waiting(&key("a"), Priority::Normal);
+        let until = Instant::now() + std::time::Duration::from_secs(1);
+        let (let_go, ()) = tokio::join!(normal.outranked_until(until), async move {
+            tokio::task::yield_now().await;
+            drop(critical);
+        });
+        assert!(let_go, "let go before its deadline");
+        assert!(Instant::now() < until);
+        drop((normal, sheddable));
+        assert_eq!(lock(&wakeups.classes).len(), 1, "b's only");
     }
 }

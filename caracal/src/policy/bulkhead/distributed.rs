@@ -36,7 +36,10 @@
 //! - **`max_wait`**: a denied acquire is retried with the same token, after a pause that
 //!   starts at 2 ms and doubles up to 50 ms (capped by the time left), or at once when a lease
 //!   of the same identity is released in this process. Waiting costs one acquire round trip
-//!   per retry and holds nothing; waiters are not queued fairly across processes.
+//!   per retry and holds nothing; waiters are not queued fairly across processes. Within a
+//!   process a freed slot is for the highest class waiting: a waiter retries only while no
+//!   call of a higher class waits for the same identity here (the script keeps each class
+//!   below its own cap, so a lower one cannot be admitted above its share either).
 
 use std::future::Future;
 use std::pin::pin;
@@ -61,6 +64,7 @@ use crate::identity::{Identity, PolicyKind, Scope};
 use crate::metrics::Stopwatch;
 use crate::policy::bulkhead::kernel::{self, LeaseAction, LeaseReply, LeaseStep, Release};
 use crate::policy::refuse;
+use crate::priority::{self, Priority};
 
 const FIRST_WAIT_PAUSE: Duration = Duration::from_millis(2);
 const MAX_WAIT_PAUSE: Duration = Duration::from_millis(50);
@@ -88,6 +92,8 @@ where
     F: Future<Output = Result<T, E>>,
 {
     let arrival = Stopwatch::start();
+    // Read once: the class the acquire is decided by is the one the call reports.
+    let priority = Priority::current();
     let config = &site.config;
     let coordinator = match coordinator::current() {
         Ok(coordinator) => coordinator,
@@ -123,7 +129,7 @@ where
         &values,
         &coordinator,
         &identity,
-        token,
+        (token, priority),
         adaptive.as_ref().map(|(view, _)| view),
     )
     .await
@@ -242,14 +248,14 @@ struct Grant {
     fence: u64,
 }
 
-/// Takes a lease, waiting up to `max_wait` for one. An adaptive limit's `view` learns the
-/// fleet occupancy each reply shows.
+/// Takes a lease for a call of `priority`, waiting up to `max_wait` for one. An adaptive
+/// limit's `view` learns the fleet occupancy each reply shows.
 async fn admit(
     site: &BulkheadSite,
     values: &BulkheadValues,
     coordinator: &Coordinator,
     identity: &Identity,
-    token: Uuid,
+    (token, priority): (Uuid, Priority),
     view: Option<&Arc<adaptive::View>>,
 ) -> Result<Grant, Error> {
     if coordinator.incarnation().waiting_after_loss(values.lease) {
@@ -264,6 +270,8 @@ async fn admit(
     }
     let give_up = values.max_wait.map(|wait| Instant::now() + wait);
     let mut pause = FIRST_WAIT_PAUSE;
+    // Counted as waiting, as its class, from its first refusal until it is admitted or gives up.
+    let mut waiting = None;
     loop {
         // Registered before the attempt, so a release that lands during it is not missed.
         let released = give_up.map(|_| coordinator.released(&identity.key));
@@ -273,6 +281,7 @@ async fn admit(
             token,
             ttl: values.lease,
             limit: values.limit,
+            share: values.thresholds.thousandths(priority),
         };
         // Until the reply is read, the acquire may have taken a lease nobody knows of: if this
         // call is dropped meanwhile, or the outcome stays unknown, it is released right away
@@ -302,25 +311,31 @@ async fn admit(
             }
             Ok(LeaseAnswer { reply, .. }) => {
                 let now = Instant::now();
-                match give_up.zip(released) {
+                let retry = match give_up.zip(released) {
                     Some((give_up, released)) if now < give_up => {
+                        let waiting = waiting
+                            .get_or_insert_with(|| coordinator.waiting(&identity.key, priority));
                         let _ = tokio::time::timeout(pause.min(give_up - now), released).await;
                         pause = (pause * 2).min(MAX_WAIT_PAUSE);
+                        // A slot freed here is for the highest class waiting here: a lower
+                        // one tries again only once none waits.
+                        waiting.outranked_until(give_up).await
                     }
-                    _ => {
-                        let reason = if give_up.is_some() {
-                            Refusal::WaitTimeout
-                        } else {
-                            Refusal::Capacity
-                        };
-                        events::rejected(
-                            &identity.at().shadowed(values.shadow),
-                            reason,
-                            Some(reply.occupancy),
-                            values.limit,
-                        );
-                        return Err(site.full(&identity.scope, values.limit));
-                    }
+                    _ => false,
+                };
+                if !retry {
+                    let reason = if give_up.is_some() {
+                        Refusal::WaitTimeout
+                    } else {
+                        Refusal::Capacity
+                    };
+                    events::rejected(
+                        &identity.at().shadowed(values.shadow),
+                        reason,
+                        Some(reply.occupancy),
+                        values.limit,
+                    );
+                    return Err(site.full(&identity.scope, values.limit));
                 }
             }
             Err(error) => {
@@ -488,6 +503,8 @@ impl Lease {
                     token: self.token,
                     ttl: self.ttl,
                     limit,
+                    // A renewal keeps a lease whatever the class: the share is not read.
+                    share: priority::WHOLE,
                 },
             ));
         }
@@ -502,6 +519,8 @@ struct LeaseCommand<'a> {
     token: Uuid,
     ttl: Duration,
     limit: u32,
+    /// The caller's class's share of the limit, in thousandths.
+    share: u16,
 }
 
 impl LeaseCommand<'_> {
@@ -516,6 +535,7 @@ impl LeaseCommand<'_> {
             ttl: u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX),
             limit: self.limit,
             known: 0,
+            share: self.share,
         }
     }
 }

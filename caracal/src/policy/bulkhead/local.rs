@@ -1,10 +1,16 @@
-//! The local bulkhead: a counter of taken slots per identity in this process, and a FIFO
-//! queue of the callers waiting for one.
+//! The local bulkhead: a counter of taken slots per identity in this process, and a queue of
+//! the callers waiting for one, highest class first.
+//!
+//! A caller's class may use its share of the limit ([`crate::priority::Thresholds`]): it takes a
+//! slot only while fewer than its cap are taken (the whole limit without thresholds).
 //!
 //! While nobody waits, taking and freeing a slot are one atomic update each (no lock: this is
-//! the path every call takes). A freed slot passes straight to the longest waiter, so waiting
-//! callers are served in arrival order, and a newcomer can never barge past them: while
-//! anyone waits, the counter refuses newcomers and every change goes through the queue's lock.
+//! the path every call takes). A freed slot passes straight to the first waiter, whose class
+//! is the highest waiting (callers of one class in arrival order), if its cap allows; a waiter
+//! whose cap does not allow it holds back every waiter behind it, whose caps are no higher. So
+//! a lower class never takes a slot a higher one waits for, and a newcomer can never barge past
+//! the waiters: while anyone waits, the counter refuses newcomers and every change goes through
+//! the queue's lock, where a newcomer takes its place by class.
 
 use std::borrow::Borrow;
 use std::collections::VecDeque;
@@ -25,6 +31,7 @@ use crate::error::Error;
 use crate::identity::Scope;
 use crate::metrics::{InFlight, Stopwatch};
 use crate::policy::registry::{self, Held, Registry};
+use crate::priority::{self, Priority};
 use crate::sync::lock;
 
 /// The bit of [`Budget::state`] set while callers wait. While it is set, the state changes only
@@ -45,9 +52,19 @@ pub(super) struct Budget {
     /// Slots taken, and [`WAITING`].
     state: AtomicU64,
     limit: AtomicU32,
-    /// The callers waiting for a slot, oldest first. A slot is passed to one by a send; one
-    /// that has stopped waiting can no longer receive, and is skipped.
-    queue: Mutex<VecDeque<oneshot::Sender<()>>>,
+    /// The callers waiting for a slot: the highest class first, oldest first within a class.
+    /// A slot is passed to one by a send; one that has stopped waiting can no longer receive,
+    /// and is skipped.
+    queue: Mutex<VecDeque<Waiter>>,
+}
+
+/// A caller waiting in line: its class, its class's share of the limit (thousandths), and
+/// where its slot is sent.
+#[derive(Debug)]
+struct Waiter {
+    priority: Priority,
+    share: u16,
+    slot: oneshot::Sender<()>,
 }
 
 impl Budget {
@@ -64,38 +81,52 @@ impl Budget {
         taken(self.state.load(Ordering::Acquire))
     }
 
-    /// Takes a slot if one is free and nobody waits for one.
+    /// The most slots a caller of `share` may find taken, itself included.
     #[inline]
-    fn try_take(&self) -> bool {
-        let limit = self.limit.load(Ordering::Acquire);
+    fn cap(&self, share: u16) -> u32 {
+        priority::cap(self.limit.load(Ordering::Acquire), share)
+    }
+
+    /// Takes a slot for a caller of `share` if fewer than its cap are taken and nobody waits
+    /// for one.
+    #[inline]
+    fn try_take(&self, share: u16) -> bool {
+        let cap = self.cap(share);
         self.state
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |state| {
-                (state & WAITING == 0 && taken(state) < limit).then_some(state + 1)
+                (state & WAITING == 0 && taken(state) < cap).then_some(state + 1)
             })
             .is_ok()
     }
 
-    /// Waits in line, up to `wait`, for a slot.
-    async fn take_within(&self, wait: Duration) -> bool {
+    /// Waits in line, up to `wait`, for a slot its `share` allows, behind the waiters of its
+    /// `priority` and above.
+    async fn take_within(&self, (priority, share): (Priority, u16), wait: Duration) -> bool {
         let mut place = {
             let mut queue = lock(&self.queue);
             // Callers that gave up leave their place behind until it is passed over; clearing
             // them here keeps the line as long as the callers still in it.
-            queue.retain(|waiter| !waiter.is_closed());
-            if queue.is_empty() && self.try_take() {
+            queue.retain(|waiter| !waiter.slot.is_closed());
+            if queue.is_empty() && self.try_take(share) {
                 return true;
             }
             // Once the bit is set, a slot freed elsewhere comes through this lock to the queue;
-            // one freed since the attempt above shows in `before`. (The bit is set only now, so
-            // that newcomers are not turned away while a slot is free.)
+            // one freed since the attempt above shows in the state. (The bit is set only now,
+            // so that newcomers are not turned away while a slot is free.) Behind the waiters
+            // of its class and above, the newcomer is served now if the slots taken allow
+            // every caller before it and itself.
             let before = self.state.fetch_or(WAITING, Ordering::AcqRel);
-            if queue.is_empty() && taken(before) < self.limit.load(Ordering::Acquire) {
-                self.state
-                    .store(u64::from(taken(before)) + 1, Ordering::Release);
-                return true;
-            }
-            let (sender, granted) = oneshot::channel();
-            queue.push_back(sender);
+            let (slot, granted) = oneshot::channel();
+            let at = queue.partition_point(|ahead| ahead.priority >= priority);
+            queue.insert(
+                at,
+                Waiter {
+                    priority,
+                    share,
+                    slot,
+                },
+            );
+            self.serve(&mut queue, taken(before));
             Place {
                 budget: self,
                 granted,
@@ -135,8 +166,8 @@ impl Budget {
         }
     }
 
-    /// With `freed` slots just given back: hands slots to waiters, oldest first, while the
-    /// limit allows. Nothing to do when nobody waits (then `freed` is given back as usual).
+    /// With `freed` slots just given back: hands slots to waiters, highest class first, while
+    /// their caps allow. Nothing to do when nobody waits (then `freed` is given back as usual).
     fn pass_on(&self, freed: u32) {
         let mut queue = lock(&self.queue);
         let waiting = self
@@ -149,13 +180,24 @@ impl Budget {
             return;
         }
         // The bit is set and the lock held: nothing else changes the state now.
-        let limit = self.limit.load(Ordering::Acquire);
-        let mut taken = taken(self.state.load(Ordering::Acquire)) - freed;
-        while taken < limit {
-            let Some(waiter) = queue.pop_front() else {
-                break;
-            };
-            if waiter.send(()).is_ok() {
+        self.serve(
+            &mut queue,
+            taken(self.state.load(Ordering::Acquire)) - freed,
+        );
+    }
+
+    /// With `taken` slots taken, the bit set and the queue's lock held: hands slots to the
+    /// waiters in their order while the first one's cap allows it (a lower class, whose cap
+    /// is no higher, never takes a slot before a higher one), and stores what is taken then.
+    fn serve(&self, queue: &mut VecDeque<Waiter>, mut taken: u32) {
+        while queue
+            .front()
+            .is_some_and(|first| taken < self.cap(first.share))
+        {
+            if queue
+                .pop_front()
+                .is_some_and(|first| first.slot.send(()).is_ok())
+            {
                 taken += 1;
             }
         }
@@ -282,10 +324,12 @@ where
 {
     let arrival = Stopwatch::start();
     let (budget, values) = budget(site, scope);
+    let priority = Priority::current();
+    let share = values.thresholds.thousandths(priority);
     // Boxed: waiting in line is rare, and its timer would make every call's future larger.
-    let admitted = budget.try_take()
+    let admitted = budget.try_take(share)
         || match values.max_wait {
-            Some(wait) => Box::pin(budget.take_within(wait)).await,
+            Some(wait) => Box::pin(budget.take_within((priority, share), wait)).await,
             None => false,
         };
     let _slot = enter(site, scope, (budget, values), admitted, arrival)
@@ -307,7 +351,7 @@ pub(super) fn try_enter(
     }
     let arrival = Stopwatch::start();
     let (budget, values) = budget(site, &scope);
-    let admitted = budget.try_take();
+    let admitted = budget.try_take(values.thresholds.thousandths(Priority::current()));
     if !admitted && values.max_wait.is_some() {
         return Admission::Deferred(scope);
     }
@@ -327,15 +371,17 @@ pub(super) fn try_enter(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::priority::WHOLE;
 
     /// Callers that time out in line leave no trace that grows: with a body that never ends,
     /// the line stays as long as the callers still in it.
     #[tokio::test(start_paused = true)]
     async fn callers_that_gave_up_do_not_lengthen_the_line() {
         let budget = Budget::new(1);
-        assert!(budget.try_take(), "the body that never ends");
+        assert!(budget.try_take(WHOLE), "the body that never ends");
         for _ in 0..1000 {
-            assert!(!budget.take_within(Duration::from_millis(1)).await);
+            let waiting = budget.take_within((Priority::Normal, WHOLE), Duration::from_millis(1));
+            assert!(!waiting.await);
         }
         assert!(
             lock(&budget.queue).len() <= 1,
@@ -345,7 +391,7 @@ mod tests {
         budget.free();
         assert_eq!(budget.occupancy(), 0);
         assert!(
-            budget.try_take(),
+            budget.try_take(WHOLE),
             "the freed slot is not held for anyone who left"
         );
     }

@@ -236,3 +236,6 @@ async fn unfenced<F: Future>(body: F) -> F::Output {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod classes;

@@ -528,6 +528,7 @@ mod in_memory {
             ttl: 1000,
             limit: 2,
             known: 0,
+            share: crate::priority::WHOLE,
         };
         coordinator
             .run::<Lease>(identity, step)

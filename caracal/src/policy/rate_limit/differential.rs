@@ -1,7 +1,8 @@
 //! `rate_limit.lua` against the [`Gcra`] kernel: generated arrivals at one cell, with intervals
 //! from a nanosecond to seconds (so sums carry across whole seconds in the script's
 //! seconds:nanoseconds arithmetic) and clock moves to just before, at and after the moment
-//! the next arrival becomes admissible.
+//! the next arrival becomes admissible; each arrival with its class's share of the burst (the
+//! whole burst, the usual thresholds' or any), batches of mixed shares among them.
 
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -9,11 +10,13 @@ use proptest::test_runner::TestCaseError;
 use crate::coordinator::differential::{Connection, Env, clock, differential};
 use crate::kernel::{Kernel, Seen, Wire};
 use crate::policy::rate_limit::kernel::{Arrival, Branch, Cell, Gcra};
+use crate::priority::highest_share_first;
 
 #[derive(Debug, Clone)]
 enum Command {
-    /// This many arrivals in one script call, decided one after the other at one instant.
-    Arrive { count: usize },
+    /// Arrivals of these shares in one script call, decided one after the other at one
+    /// instant.
+    Arrive { shares: Vec<u16> },
     /// Moves the clock on by this many microseconds (the resolution of `TIME`).
     Advance { us: u64 },
     /// To the moment an arrival becomes admissible, offset by -1, 0 or 1 µs.
@@ -21,9 +24,17 @@ enum Command {
 }
 
 fn command() -> impl Strategy<Value = Command> {
+    let share = || {
+        prop_oneof![
+            4 => Just(1000u16),
+            2 => Just(800u16),
+            2 => Just(500u16),
+            1 => 1u16..=1000,
+        ]
+    };
     prop_oneof![
-        5 => Just(Command::Arrive { count: 1 }),
-        2 => (2usize..5).prop_map(|count| Command::Arrive { count }),
+        5 => share().prop_map(|share| Command::Arrive { shares: vec![share] }),
+        2 => prop::collection::vec(share(), 2..5).prop_map(|shares| Command::Arrive { shares }),
         2 => prop_oneof![0u64..2_000, 0u64..3_000_000].prop_map(|us| Command::Advance { us }),
         2 => (-1i8..=1).prop_map(|offset| Command::ToAdmissible { offset }),
     ]
@@ -50,18 +61,27 @@ pub(crate) fn run(conn: Connection, cases: u32) {
             let mut seen = Seen::default();
             let mut now_us = env.start_us;
             let key = env.key("rate:ns");
-            let arrival = Arrival { interval, burst };
             for command in commands {
                 match command {
-                    Command::Arrive { count } => {
-                        let want: Vec<_> = (0..count)
-                            .map(|_| Gcra::step(&mut cell, &arrival, clock(now_us), &mut seen))
+                    Command::Arrive { shares } => {
+                        let arrivals: Vec<Arrival> = shares
+                            .iter()
+                            .map(|&share| Arrival {
+                                interval,
+                                burst,
+                                share,
+                            })
                             .collect();
-                        let batch = vec![&arrival; count];
+                        let mut want = vec![Ok(()); arrivals.len()];
+                        for index in highest_share_first(shares.iter().copied()) {
+                            let arrival = &arrivals[index];
+                            want[index] = Gcra::step(&mut cell, arrival, clock(now_us), &mut seen);
+                        }
+                        let batch: Vec<&Arrival> = arrivals.iter().collect();
                         let got = env
                             .script::<Gcra>(&batch, Wire::default(), now_us)?
                             .map_err(|e| TestCaseError::fail(format!("rate_limit failed: {e}")))?;
-                        prop_assert_eq!(want, got, "{} arrivals at {} µs", count, now_us);
+                        prop_assert_eq!(want, got, "arrivals {:?} at {} µs", shares, now_us);
                     }
                     Command::Advance { us } => now_us += us,
                     Command::ToAdmissible { offset } => {

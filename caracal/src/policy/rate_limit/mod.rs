@@ -22,9 +22,11 @@ use crate::labels::At;
 use crate::policy::descriptor::{Decisions, Descriptor, Field, StatusValue, Unit};
 use crate::policy::rate_limit::kernel as gcra;
 use crate::policy::registry::{self, Registry};
-use crate::priority::Thresholds;
+use crate::priority::{Priority, Thresholds};
 use crate::sync::lock;
 
+#[cfg(test)]
+mod classes;
 #[cfg(test)]
 pub(super) mod differential;
 pub(crate) mod kernel;
@@ -60,11 +62,17 @@ pub(crate) struct RateValues {
     thresholds: Thresholds,
 }
 
-/// The decision for one arrival — `Ok(Ok(()))` admitted, `Ok(Err(wait))` rejected — and
-/// whether the rate limit is in shadow mode.
+/// The decision for one arrival — `Ok(Ok(()))` admitted, `Ok(Err(wait))` rejected — whether
+/// the rate limit is in shadow mode, and the class the arrival was decided as (read once per
+/// call, so what the call reports is what decided it).
 struct Decided {
     decision: Result<Result<(), Duration>, Error>,
     shadow: bool,
+    #[expect(
+        dead_code,
+        reason = "for the decision's telemetry, wired on branch prio-api"
+    )]
+    priority: Priority,
 }
 
 impl Values for RateValues {
@@ -188,6 +196,7 @@ impl RateLimitSite {
         if let Some(decided) = self.decide_locally(scope) {
             return decided;
         }
+        let priority = Priority::current();
         let config = &self.config;
         let coordinator = coordinator::current();
         let resolved = Coordinator::resolve(coordinator.as_ref().ok(), config.name, &self.values());
@@ -195,7 +204,7 @@ impl RateLimitSite {
             rate,
             burst,
             shadow,
-            thresholds: _,
+            thresholds,
         } = resolved.values;
         let coordinator = match coordinator {
             Ok(coordinator) => coordinator,
@@ -203,6 +212,7 @@ impl RateLimitSite {
                 return Decided {
                     decision: Err(error),
                     shadow,
+                    priority,
                 };
             }
         };
@@ -215,6 +225,7 @@ impl RateLimitSite {
                 gcra::Arrival {
                     interval: gcra::interval_ns(rate),
                     burst,
+                    share: thresholds.thousandths(priority),
                 },
             )
             .await
@@ -222,7 +233,11 @@ impl RateLimitSite {
             .inspect_err(|error| {
                 events::degraded(&self.at(scope), error);
             });
-        Decided { decision, shadow }
+        Decided {
+            decision,
+            shadow,
+            priority,
+        }
     }
 
     /// The attribute's values.
@@ -242,6 +257,7 @@ impl RateLimitSite {
         if !config.local {
             return None;
         }
+        let priority = Priority::current();
         // A local rate needs a coordinator only for its overrides.
         let coordinator = coordinator::overriding().ok_or(Error::NotInstalled);
         let resolved = Coordinator::resolve(coordinator.as_ref().ok(), config.name, &self.values());
@@ -249,15 +265,16 @@ impl RateLimitSite {
             rate,
             burst,
             shadow,
-            thresholds: _,
+            thresholds,
         } = resolved.values;
+        let terms = (burst, thresholds.thousandths(priority));
         let interval = gcra::interval_ns(rate);
         let identity = (config.name, config.operation, scope);
         let cell = CELLS.get(&self.local, identity, Cell::new);
         let decision = {
             let mut tat = lock(&cell.tat);
             let now = cell.clock.ns();
-            gcra::admit(*tat, now, interval, burst, &mut Seen::default())
+            gcra::admit(*tat, now, interval, terms, &mut Seen::default())
                 .map(|next| *tat = Some(next))
                 .map_err(Duration::from_nanos)
         };
@@ -265,6 +282,7 @@ impl RateLimitSite {
         Some(Decided {
             decision: Ok(decision),
             shadow,
+            priority,
         })
     }
 
@@ -275,7 +293,9 @@ impl RateLimitSite {
     fn settle(
         &self,
         scope: &Scope,
-        Decided { decision, shadow }: Decided,
+        Decided {
+            decision, shadow, ..
+        }: Decided,
         arrival: crate::metrics::Stopwatch,
     ) -> Result<(), Error> {
         let at = self.at(scope).shadowed(shadow);

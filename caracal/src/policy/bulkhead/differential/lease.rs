@@ -2,8 +2,10 @@
 //! acquires (single and batched), renewals and releases of a few tokens, with ttls of their
 //! own and clock moves to just before, at and after lease deadlines; callers that know a live
 //! fencing token (the counter's, or one above it: a lost set), and counters moved next to
-//! 2^53 − 1. Fencing tokens, refusals, the lease set, the counter and both keys' expiries are
-//! compared.
+//! 2^53 − 1. Every acquired token has its priority class's share (the whole limit, the usual
+//! thresholds' or any; batches of mixed shares), and an acquire may come with a limit of its
+//! own (an adaptive limit that moved). Fencing tokens, refusals, the lease set, the counter
+//! and both keys' expiries are compared.
 
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -41,11 +43,13 @@ impl Known {
 
 #[derive(Debug, Clone)]
 enum Command {
-    /// One script call acquiring every token in order.
+    /// One script call acquiring every token, each with its share of the limit.
     Acquire {
-        tokens: Vec<Pick>,
+        tokens: Vec<(Pick, u16)>,
         ttl_ms: u64,
         known: Known,
+        /// Added to the case's limit for this call: an adaptive limit that moved.
+        grown: u32,
     },
     Renew {
         token: Pick,
@@ -72,6 +76,15 @@ enum Command {
 fn command() -> impl Strategy<Value = Command> {
     let token = || prop::option::weighted(0.7, 0usize..6);
     let ttl = prop_oneof![Just(100u64), 100u64..2_000];
+    let share = || {
+        prop_oneof![
+            4 => Just(1000u16),
+            2 => Just(800u16),
+            2 => Just(500u16),
+            1 => 1u16..=1000,
+        ]
+    };
+    let grown = prop_oneof![3 => Just(0u32), 1 => 1u32..4];
     let known = || {
         prop_oneof![
             6 => Just(Known::Nothing),
@@ -80,10 +93,10 @@ fn command() -> impl Strategy<Value = Command> {
         ]
     };
     prop_oneof![
-        5 => (token(), ttl.clone(), known())
-            .prop_map(|(token, ttl_ms, known)| Command::Acquire { tokens: vec![token], ttl_ms, known }),
-        2 => (prop::collection::vec(token(), 2..6), ttl, known())
-            .prop_map(|(tokens, ttl_ms, known)| Command::Acquire { tokens, ttl_ms, known }),
+        5 => ((token(), share()), ttl.clone(), known(), grown.clone())
+            .prop_map(|(token, ttl_ms, known, grown)| Command::Acquire { tokens: vec![token], ttl_ms, known, grown }),
+        2 => (prop::collection::vec((token(), share()), 2..6), ttl, known(), grown)
+            .prop_map(|(tokens, ttl_ms, known, grown)| Command::Acquire { tokens, ttl_ms, known, grown }),
         3 => (token(), 100u64..2_000, known())
             .prop_map(|(token, ttl_ms, known)| Command::Renew { token, ttl_ms, known }),
         1 => (0u64..4).prop_map(|below| Command::NearTheEnd { below }),
@@ -95,7 +108,7 @@ fn command() -> impl Strategy<Value = Command> {
 
 /// One case: the limit every caller uses, and what they do.
 fn case() -> impl Strategy<Value = (u32, Vec<Command>)> {
-    (1u32..5, prop::collection::vec(command(), 1..50))
+    (1u32..6, prop::collection::vec(command(), 1..50))
 }
 
 /// A case's tokens: every one used so far, so later commands can pick them again.
@@ -123,18 +136,19 @@ type Answer = Result<Vec<LeaseReply>, Refusal>;
 fn script(
     env: &mut Env<'_>,
     action: LeaseAction,
-    tokens: &[Token],
+    tokens: &[(Token, u16)],
     terms: Terms,
     now_ms: u64,
 ) -> Result<Answer, TestCaseError> {
     let steps: Vec<LeaseStep> = tokens
         .iter()
-        .map(|&token| LeaseStep {
+        .map(|&(token, share)| LeaseStep {
             action,
             token,
             ttl: terms.ttl,
             limit: terms.limit,
             known: terms.known,
+            share,
         })
         .collect();
     let batch: Vec<&LeaseStep> = steps.iter().collect();
@@ -171,11 +185,15 @@ pub(crate) fn run(conn: Connection, cases: u32) {
                         tokens: picks,
                         ttl_ms,
                         known,
+                        grown,
                     } => {
-                        let batch: Vec<Token> = picks.into_iter().map(|p| tokens.pick(p)).collect();
+                        let batch: Vec<(Token, u16)> = picks
+                            .into_iter()
+                            .map(|(pick, share)| (tokens.pick(pick), share))
+                            .collect();
                         let terms = Terms {
                             ttl: ttl_ms,
-                            limit,
+                            limit: limit + grown,
                             known: known.of(model.fence),
                         };
                         let expected =
@@ -188,7 +206,8 @@ pub(crate) fn run(conn: Connection, cases: u32) {
                         ttl_ms,
                         known,
                     } => {
-                        let token = [tokens.pick(token)];
+                        // A renewal's share is not read: any will do.
+                        let token = [(tokens.pick(token), 500)];
                         let terms = Terms {
                             ttl: ttl_ms,
                             limit,

@@ -10,9 +10,10 @@
 //!
 //! | command | condition | branch | reply |
 //! |---------|-----------|--------|-------|
-//! | acquire | the set looks full (`len ≥ limit`) | [`Pruned`](Branch::Pruned) | expired leases (deadline ≤ now) are dropped first |
-//! | acquire | still full after pruning, token not held | [`Full`](Branch::Full) | not allowed |
-//! | acquire | still full after pruning, token held | [`FullButHeld`](Branch::FullButHeld) | allowed, deadline unchanged |
+//! | acquire | the set looks full for the token's class (`len ≥ cap`) | [`Pruned`](Branch::Pruned) | expired leases (deadline ≤ now) are dropped first |
+//! | acquire | still `len ≥ limit` after pruning, token not held | [`Full`](Branch::Full) | not allowed |
+//! | acquire | still `cap ≤ len < limit` after pruning, token not held | [`AboveShare`](Branch::AboveShare) | not allowed: the rest is kept for higher classes |
+//! | acquire | still full for its class after pruning, token held | [`FullButHeld`](Branch::FullButHeld) | allowed, deadline unchanged |
 //! | acquire | token absent | [`Admitted`](Branch::Admitted) | allowed, deadline `now + ttl` |
 //! | acquire | token held and live | [`AlreadyHeld`](Branch::AlreadyHeld) | allowed, deadline unchanged (idempotent) |
 //! | acquire | token held but expired, unpruned | [`Relet`](Branch::Relet) | allowed, deadline `now + ttl` |
@@ -24,8 +25,14 @@
 //! | acquire, renew | counter below `known` | [`Lost`](Branch::Lost) | refused whole, nothing changed |
 //! | acquire | counter + tokens past [`MAX_FENCE`] | [`Exhausted`](Branch::Exhausted) | refused whole |
 //!
-//! Expired leases are pruned only when the set looks full, so the occupancy a reply reports may
-//! still count leases that expired but were not in the way.
+//! Each acquire carries its priority class's share of the limit, in thousandths
+//! ([`crate::priority::Thresholds`]); its `cap` is `ceil(limit × share / 1000)`, at least 1
+//! ([`crate::priority::cap`]): a token is admitted only while fewer than `cap` leases are live.
+//! A share of 1000 (a `Critical` call, or any call without thresholds) has `cap = limit`, the
+//! rule as it was before priorities.
+//!
+//! Expired leases are pruned only when the set looks full for the acquiring class, so the
+//! occupancy a reply reports may still count leases that expired but were not in the way.
 //!
 //! The set itself expires (as its Redis key does) at [`LeaseSet::expires_at`]: set outright to
 //! the first lease's deadline, and moved later (never earlier) by every lease taken or renewed,
@@ -52,11 +59,15 @@
 //! data loss.
 //!
 //! Several tokens acquired in one command are decided one after the other at the same `now`,
-//! exactly as the same single acquires would be.
+//! exactly as the same single acquires would be: the highest share first, and tokens of one
+//! share in the command's order (a batch gathers acquires that queued together, so their
+//! order is an accident; a `Critical` one should not lose the last slot to a `Normal` one that
+//! happened to queue first). Every reply stays at its token's place.
 
 use crate::kernel::{
     Fence, Kernel, Malformed, Now, Plain, Resent, Script, Scripted, Seen, Sink, State, Undo, Wire,
 };
+use crate::priority;
 
 pub(crate) mod adaptive;
 
@@ -96,7 +107,7 @@ impl LeaseAction {
 }
 
 /// The answer to an acquire or a renewal, for one token.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct LeaseReply {
     /// Whether the token holds a lease afterwards.
     pub(crate) allowed: bool,
@@ -121,6 +132,7 @@ pub(crate) struct Terms {
 pub(crate) enum Branch {
     Pruned,
     Full,
+    AboveShare,
     FullButHeld,
     Admitted,
     AlreadyHeld,
@@ -137,9 +149,10 @@ pub(crate) enum Branch {
 impl Branch {
     /// Every branch, indexed as [`Seen`] records them.
     #[cfg(test)]
-    pub(crate) const ALL: [Branch; 13] = [
+    pub(crate) const ALL: [Branch; 14] = [
         Branch::Pruned,
         Branch::Full,
+        Branch::AboveShare,
         Branch::FullButHeld,
         Branch::Admitted,
         Branch::AlreadyHeld,
@@ -201,14 +214,16 @@ impl LeaseSet {
         self.leases.iter().position(|&(held, _)| held == token)
     }
 
-    /// Runs `action` at `now` for `tokens` (an acquire takes several, decided one after the
-    /// other; a renewal exactly one), for a caller that knows fencing token `known` to be live:
-    /// one reply per token, or the refusal of the whole command. See the module's table.
+    /// Runs `action` at `now` for `tokens`, each with its class's share of the limit in
+    /// thousandths (an acquire takes several, decided one after the other, the highest share
+    /// first; a renewal exactly one, whose share is not read), for a caller that knows fencing
+    /// token `known` to be live: one reply per token, in their order, or the refusal of the
+    /// whole command. See the module's table.
     pub(crate) fn command(
         &mut self,
         action: LeaseAction,
         now: u64,
-        tokens: &[Token],
+        tokens: &[(Token, u16)],
         lease: Terms,
         seen: &mut Seen,
     ) -> Result<Vec<LeaseReply>, Refusal> {
@@ -228,14 +243,17 @@ impl LeaseSet {
                     Branch::Exhausted.reach(seen);
                     return Err(Refusal::Exhausted);
                 }
-                Ok(tokens
-                    .iter()
-                    .map(|&token| self.acquire(now, token, lease.ttl, lease.limit, seen))
-                    .collect())
+                let mut replies = vec![LeaseReply::default(); tokens.len()];
+                for index in priority::highest_share_first(tokens.iter().map(|&(_, share)| share)) {
+                    let (token, share) = tokens[index];
+                    let cap = priority::cap(lease.limit, share);
+                    replies[index] = self.acquire(now, token, lease.ttl, (cap, lease.limit), seen);
+                }
+                Ok(replies)
             }
             LeaseAction::Renew => Ok(tokens
                 .iter()
-                .map(|&token| self.renew(now, token, lease.ttl, seen))
+                .map(|&(token, _)| self.renew(now, token, lease.ttl, seen))
                 .collect()),
         }
     }
@@ -261,25 +279,28 @@ impl LeaseSet {
         self.fence
     }
 
-    /// Acquires a lease for `token`: see the module's table.
+    /// Acquires a lease for `token`, of a class that may find at most `cap` of `limit` in use:
+    /// see the module's table.
     fn acquire(
         &mut self,
         now: u64,
         token: Token,
         ttl: u64,
-        limit: u32,
+        (cap, limit): (u32, u32),
         seen: &mut Seen,
     ) -> LeaseReply {
         let deadline = now.saturating_add(ttl);
-        if self.occupancy() >= limit {
+        if self.occupancy() >= cap {
             Branch::Pruned.reach(seen);
             self.leases.retain(|&(_, held_until)| held_until > now);
-            if self.occupancy() >= limit {
+            if self.occupancy() >= cap {
                 let held = self.position(token).is_some();
                 let branch = if held {
                     Branch::FullButHeld
-                } else {
+                } else if self.occupancy() >= limit {
                     Branch::Full
+                } else {
+                    Branch::AboveShare
                 };
                 branch.reach(seen);
                 return LeaseReply {
@@ -380,6 +401,9 @@ pub(crate) struct LeaseStep {
     /// The highest fencing token the caller knows to be live in the set (0: none). On Redis
     /// the backend sends what it knows when the call goes out ([`Wire::known`]).
     pub(crate) known: u64,
+    /// The caller's class's share of the limit, in thousandths (1000: the whole limit). An
+    /// acquire's own: acquires of different classes share a batch.
+    pub(crate) share: u16,
 }
 
 impl Kernel for Lease {
@@ -394,8 +418,14 @@ impl Kernel for Lease {
             limit: step.limit,
             known: step.known,
         };
-        set.command(step.action, now.ms, &[step.token], terms, seen)
-            .map(|replies| replies[0])
+        set.command(
+            step.action,
+            now.ms,
+            &[(step.token, step.share)],
+            terms,
+            seen,
+        )
+        .map(|replies| replies[0])
     }
 }
 
@@ -415,8 +445,9 @@ impl Scripted for Lease {
     const AFTER: &'static [Plain] = &[Release::PLAIN];
 
     /// The batch's shared action and settings, the live token the process knows, then every
-    /// token as @gkoos/caracal writes them (hyphenated lowercase UUIDs). A refusal of the whole
-    /// call comes back as a script error (`CARACAL_LOST`, `CARACAL_FENCE`), not as a reply.
+    /// token as @gkoos/caracal writes them (hyphenated lowercase UUIDs), then every token's
+    /// share in the same order. A refusal of the whole call comes back as a script error
+    /// (`CARACAL_LOST`, `CARACAL_FENCE`), not as a reply.
     fn encode(batch: &[&LeaseStep], wire: &Wire<'_>, sink: &mut dyn Sink) {
         let first = batch[0];
         sink.text(first.action.as_str());
@@ -425,6 +456,9 @@ impl Scripted for Lease {
         sink.int(wire.known);
         for step in batch {
             write_token(step.token, sink);
+        }
+        for step in batch {
+            sink.int(step.share.into());
         }
     }
 
@@ -493,6 +527,7 @@ impl Renewal {
             ttl: ttl_ms,
             limit,
             known: 0,
+            share: priority::WHOLE,
         };
         Renewal { step, ttl_ns }
     }
@@ -578,6 +613,7 @@ fn write_token(token: Token, sink: &mut dyn Sink) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::priority::{Priority, WHOLE};
 
     const TERMS: Terms = Terms {
         ttl: 1000,
@@ -586,7 +622,7 @@ mod tests {
     };
 
     fn one(set: &mut LeaseSet, action: LeaseAction, now: u64, token: Token) -> LeaseReply {
-        let replies = set.command(action, now, &[token], TERMS, &mut Seen::default());
+        let replies = set.command(action, now, &[(token, WHOLE)], TERMS, &mut Seen::default());
         replies.expect("not refused")[0]
     }
 
@@ -687,12 +723,18 @@ mod tests {
         for action in [LeaseAction::Acquire, LeaseAction::Renew] {
             set = LeaseSet::default();
             assert_eq!(
-                set.command(action, 5, &[1], known, &mut seen),
+                set.command(action, 5, &[(1, WHOLE)], known, &mut seen),
                 Err(Refusal::Lost)
             );
             assert_eq!(set, LeaseSet::default(), "nothing changed");
         }
-        let replies = set.command(LeaseAction::Acquire, 6, &[1, 2], TERMS, &mut seen);
+        let replies = set.command(
+            LeaseAction::Acquire,
+            6,
+            &[(1, WHOLE), (2, WHOLE)],
+            TERMS,
+            &mut seen,
+        );
         let fences: Vec<u64> = replies
             .expect("knows no token")
             .iter()
@@ -712,17 +754,103 @@ mod tests {
         };
         let mut seen = Seen::default();
         assert_eq!(
-            set.command(LeaseAction::Acquire, 5, &[1, 2, 3], TERMS, &mut seen),
+            set.command(
+                LeaseAction::Acquire,
+                5,
+                &[(1, WHOLE), (2, WHOLE), (3, WHOLE)],
+                TERMS,
+                &mut seen
+            ),
             Err(Refusal::Exhausted)
         );
-        let granted = set.command(LeaseAction::Acquire, 5, &[1, 2], TERMS, &mut seen);
+        let granted = set.command(
+            LeaseAction::Acquire,
+            5,
+            &[(1, WHOLE), (2, WHOLE)],
+            TERMS,
+            &mut seen,
+        );
         let fences: Vec<u64> = granted.expect("two fit").iter().map(|r| r.fence).collect();
         assert_eq!(fences, [MAX_FENCE - 1, MAX_FENCE]);
         assert_eq!(
-            set.command(LeaseAction::Acquire, 5, &[1], TERMS, &mut seen),
+            set.command(LeaseAction::Acquire, 5, &[(1, WHOLE)], TERMS, &mut seen),
             Err(Refusal::Exhausted),
             "even a token already held is not granted past the bound"
         );
+    }
+
+    /// Thresholds `normal = 0.8, sheddable = 0.5` on a limit of 30: a `Normal` call is admitted
+    /// while fewer than 24 leases are live, a `Sheddable` one while fewer than 15, a `Critical`
+    /// one up to the whole limit.
+    #[test]
+    fn a_class_is_admitted_only_below_its_share_of_the_limit() {
+        let thresholds = crate::priority::Thresholds::new(0.8, 0.5).expect("valid");
+        let share = |priority| thresholds.thousandths(priority);
+        let terms = Terms { limit: 30, ..TERMS };
+        let mut set = LeaseSet::default();
+        let mut seen = Seen::default();
+        let mut acquire = |set: &mut LeaseSet, token: Token, priority| {
+            let replies = set.command(
+                LeaseAction::Acquire,
+                0,
+                &[(token, share(priority))],
+                terms,
+                &mut seen,
+            );
+            let reply = replies.expect("not refused")[0];
+            (reply.allowed, reply.occupancy)
+        };
+        for token in 1..=14 {
+            assert!(acquire(&mut set, token, Priority::Sheddable).0);
+        }
+        assert_eq!(acquire(&mut set, 15, Priority::Sheddable), (true, 15));
+        assert_eq!(acquire(&mut set, 16, Priority::Sheddable), (false, 15));
+        for token in 16..=23 {
+            assert!(acquire(&mut set, token, Priority::Normal).0);
+        }
+        assert_eq!(acquire(&mut set, 24, Priority::Normal), (true, 24), "24th");
+        assert_eq!(acquire(&mut set, 25, Priority::Normal), (false, 24), "25th");
+        assert_eq!(
+            acquire(&mut set, 1, Priority::Sheddable),
+            (true, 24),
+            "held"
+        );
+        for token in 25..=30 {
+            assert_eq!(
+                acquire(&mut set, token, Priority::Critical),
+                (true, token as u32)
+            );
+        }
+        assert_eq!(acquire(&mut set, 31, Priority::Critical), (false, 30));
+    }
+
+    /// A batch decides its highest shares first, whatever order its acquires queued in, and
+    /// answers each at its place; without thresholds (every share whole) it keeps its order.
+    #[test]
+    fn a_batch_admits_its_highest_classes_first() {
+        let terms = Terms { limit: 3, ..TERMS };
+        let mut set = LeaseSet::default();
+        let mut seen = Seen::default();
+        set.command(LeaseAction::Acquire, 0, &[(9, WHOLE)], terms, &mut seen)
+            .expect("not refused");
+        // Normal's cap is 3 (ceil 2.4): in the batch's order the two would take the last slots.
+        let batch = [(1, 800), (2, 800), (3, WHOLE)];
+        let replies = set.command(LeaseAction::Acquire, 0, &batch, terms, &mut seen);
+        let answers: Vec<(bool, u32)> = replies
+            .expect("not refused")
+            .iter()
+            .map(|reply| (reply.allowed, reply.occupancy))
+            .collect();
+        assert_eq!(answers, [(true, 3), (false, 3), (true, 2)]);
+        let mut set = LeaseSet::default();
+        let whole = [(1, WHOLE), (2, WHOLE), (3, WHOLE), (4, WHOLE)];
+        let replies = set.command(LeaseAction::Acquire, 0, &whole, terms, &mut seen);
+        let allowed: Vec<bool> = replies
+            .expect("not refused")
+            .iter()
+            .map(|reply| reply.allowed)
+            .collect();
+        assert_eq!(allowed, [true, true, true, false], "in the batch's order");
     }
 
     /// A release's arguments, after the key: the token as @gkoos/caracal writes it.
