@@ -88,9 +88,7 @@ impl Thresholds {
         {
             args.error(syn::Error::new_spanned(
                 value,
-                THRESHOLDS_ORDERED
-                    .message(sheddable, normal)
-                    .to_string(),
+                THRESHOLDS_ORDERED.message(sheddable, normal).to_string(),
             ));
         }
         thresholds
