@@ -129,7 +129,7 @@ async fn shared_out() -> Result<(), TestError> {
 #[tokio::test(flavor = "current_thread")]
 async fn thresholds_from_an_attribute_or_a_layer_are_the_values_in_force() {
     use caracal::Thresholds;
-    use caracal::tower::BulkheadLayer;
+    use caracal::tower::{BulkheadLayer, RateLimitLayer};
     use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
 
     let coordinator = Coordinator::in_memory();
@@ -140,6 +140,17 @@ async fn thresholds_from_an_attribute_or_a_layer_are_the_values_in_force() {
             BulkheadLayer::new(&layered)
                 .limit(10)
                 .thresholds(Thresholds::new(0.7, 0.25).expect("valid")),
+        )
+        .service(service_fn(|(): ()| async { Ok::<_, std::io::Error>(()) }));
+    let ready = service.ready().await.expect("ready");
+    coordinator.scoped(ready.call(())).await.expect("admitted");
+    let rated = unique("priorities-rate");
+    let mut service = ServiceBuilder::new()
+        .layer(
+            RateLimitLayer::new(&rated)
+                .rate(100.0)
+                .burst(10)
+                .thresholds(Thresholds::new(0.9, 0.6).expect("valid")),
         )
         .service(service_fn(|(): ()| async { Ok::<_, std::io::Error>(()) }));
     let ready = service.ready().await.expect("ready");
@@ -168,24 +179,26 @@ async fn thresholds_from_an_attribute_or_a_layer_are_the_values_in_force() {
             }
         }
     };
-    let pair = |name: &str, normal: &str, sheddable: &str| {
+    let pair = |policy: &str, normal: &str, sheddable: &str| {
         vec![
+            (format!("{policy}.thresholds.normal"), normal.to_owned()),
             (
-                format!("bulkhead.{name}.thresholds.normal"),
-                normal.to_owned(),
-            ),
-            (
-                format!("bulkhead.{name}.thresholds.sheddable"),
+                format!("{policy}.thresholds.sheddable"),
                 sheddable.to_owned(),
             ),
         ]
     };
     assert_eq!(
         values("bulkhead.priorities-shares".to_owned()).await,
-        pair("priorities-shares", "0.8", "0.5")
+        pair("bulkhead.priorities-shares", "0.8", "0.5")
     );
-    assert_eq!(
-        values(format!("bulkhead.{layered}")).await,
-        pair(&layered, "0.7", "0.25")
-    );
+    for (policy, normal, sheddable) in [
+        (format!("bulkhead.{layered}"), "0.7", "0.25"),
+        (format!("rate_limit.{rated}"), "0.9", "0.6"),
+    ] {
+        assert_eq!(
+            values(policy.clone()).await,
+            pair(&policy, normal, sheddable)
+        );
+    }
 }
