@@ -258,6 +258,19 @@ fn now_ms() -> u64 {
         })
 }
 
+/// Which classes a policy that decides by class refused, when it refused any:
+/// `by class: critical 0.0, normal 5.0, sheddable 35.0`.
+fn by_class(classes: &[(String, f64, f64)]) -> Option<String> {
+    if classes.iter().all(|(_, _, rejected)| *rejected == 0.0) {
+        return None;
+    }
+    let shown: Vec<String> = classes
+        .iter()
+        .map(|(class, _, rejected)| format!("{class} {rejected:.1}"))
+        .collect();
+    Some(format!("by class: {}", shown.join(", ")))
+}
+
 /// `top`: per identity the fleet's rates, a bulkhead's occupancy of its limit, the others'
 /// state, and a breaker's failure rate over its window.
 pub(crate) fn top(identities: &[IdentityStatus], namespace: &str) -> String {
@@ -292,6 +305,7 @@ fn top_row(identity: &IdentityStatus) -> [String; 10] {
                 .iter()
                 .map(|(reason, rate)| format!("{reason} {rate:.1} (degraded)")),
         )
+        .chain(by_class(&rates.classes))
         .collect();
     // A shadow policy's refusals, which ran: apart from REJECTED/s, which were refused.
     let would_reject = if rates.would_reject.is_empty() {
@@ -381,5 +395,21 @@ mod tests {
     fn a_forced_state_shows_its_time_left() {
         assert_eq!(time_left(1_000_000 + 252_000, 1_000_000), "for 4m 12s more");
         assert_eq!(time_left(5, 10), "for 0s more");
+    }
+
+    #[test]
+    fn refusals_by_class_show_only_when_a_class_was_refused() {
+        let class = |name: &str, admitted, rejected| (name.to_owned(), admitted, rejected);
+        assert_eq!(
+            by_class(&[
+                class("critical", 12.0, 0.0),
+                class("normal", 20.0, 5.0),
+                class("sheddable", 1.0, 35.25)
+            ])
+            .as_deref(),
+            Some("by class: critical 0.0, normal 5.0, sheddable 35.2")
+        );
+        assert_eq!(by_class(&[class("critical", 12.0, 0.0)]), None);
+        assert_eq!(by_class(&[]), None);
     }
 }

@@ -169,7 +169,8 @@ impl Stopwatch {
 /// Counts one decision.
 #[inline]
 pub(crate) fn decided(at: &At<'_>, decision: Decision, reason: &'static str) {
-    crate::tally::count(at, decision, reason);
+    let priority = at.priority();
+    crate::tally::count(at, priority, decision, reason);
     #[cfg(feature = "metrics")]
     {
         use ::metrics::Label;
@@ -182,10 +183,7 @@ pub(crate) fn decided(at: &At<'_>, decision: Decision, reason: &'static str) {
         ];
         // Only the kinds that decide by class have the label: a breaker's decisions do not
         // depend on it, and a label that always says `normal` would only multiply series.
-        labels.extend(
-            at.priority()
-                .map(|priority| Label::new("priority", priority.as_str())),
-        );
+        labels.extend(priority.map(|priority| Label::new("priority", priority.as_str())));
         ::metrics::counter!(DECISIONS_TOTAL, labels).increment(1);
     }
 }

@@ -14,6 +14,7 @@ use std::sync::{LazyLock, Mutex, RwLock};
 use tokio::time::Instant;
 
 use crate::labels::{At, Decision};
+use crate::priority::Priority;
 use crate::sync::lock;
 
 /// The most identities counted at once: past it the counts start again (an identity's next
@@ -27,6 +28,9 @@ struct Counts {
     admitted: AtomicU64,
     /// Rejections and degraded decisions, by decision and reason.
     other: Mutex<Vec<(Decision, &'static str, u64)>>,
+    /// For a kind that decides by class: admitted and rejected calls per class, in
+    /// [`Priority::ALL`]'s order.
+    classes: [[AtomicU64; 2]; 3],
     since: Mutex<Instant>,
 }
 
@@ -44,8 +48,14 @@ fn same(counts: &Counts, parts: [&str; 4]) -> bool {
     counts.parts.iter().zip(parts).all(|(a, b)| a == b)
 }
 
-/// Counts one decision of the distributed identity at `at`.
-pub(crate) fn count(at: &At<'_>, decision: Decision, reason: &'static str) {
+/// Counts one decision of the distributed identity at `at`, of a call of class `priority`
+/// (for a kind that decides by class).
+pub(crate) fn count(
+    at: &At<'_>,
+    priority: Option<Priority>,
+    decision: Decision,
+    reason: &'static str,
+) {
     if at.coordination != "distributed" {
         return;
     }
@@ -54,6 +64,9 @@ pub(crate) fn count(at: &At<'_>, decision: Decision, reason: &'static str) {
     let add = |counts: &Counts| match decision {
         Decision::Admitted => {
             counts.admitted.fetch_add(1, Ordering::Relaxed);
+            if let Some(priority) = priority {
+                counts.classes[class(priority)][0].fetch_add(1, Ordering::Relaxed);
+            }
         }
         _ => {
             let mut other = lock(&counts.other);
@@ -63,6 +76,9 @@ pub(crate) fn count(at: &At<'_>, decision: Decision, reason: &'static str) {
             {
                 Some((_, _, n)) => *n += 1,
                 None => other.push((decision, reason, 1)),
+            }
+            if let (Some(priority), Decision::Rejected) = (priority, decision) {
+                counts.classes[class(priority)][1].fetch_add(1, Ordering::Relaxed);
             }
         }
     };
@@ -86,6 +102,7 @@ pub(crate) fn count(at: &At<'_>, decision: Decision, reason: &'static str) {
             parts: parts.map(str::to_owned),
             admitted: AtomicU64::new(0),
             other: Mutex::default(),
+            classes: Default::default(),
             since: Mutex::new(Instant::now()),
         });
     }
@@ -131,6 +148,17 @@ pub(crate) struct Rates {
     pub(crate) degraded: Vec<(&'static str, f64)>,
     /// Per reason: what a policy in shadow mode would have refused.
     pub(crate) would_reject: Vec<(&'static str, f64)>,
+    /// Per class that decided anything (a kind that decides by class), highest first:
+    /// admitted, rejected.
+    pub(crate) classes: Vec<(Priority, f64, f64)>,
+}
+
+/// Where `priority`'s counts are.
+fn class(priority: Priority) -> usize {
+    Priority::ALL
+        .iter()
+        .position(|class| *class == priority)
+        .unwrap_or_default()
 }
 
 /// Takes the decisions of the identity with these parts (kind, name, operation, scope) made
@@ -162,6 +190,15 @@ pub(crate) fn take(parts: [&str; 4]) -> Rates {
             _ => rates.rejected.push(rate),
         }
     }
+    // Highest class first, as `top` lists them.
+    for (priority, [admitted, rejected]) in Priority::ALL.into_iter().zip(&counts.classes).rev() {
+        let [admitted, rejected] = [admitted, rejected].map(|n| n.swap(0, Ordering::Relaxed));
+        if admitted + rejected > 0 {
+            rates
+                .classes
+                .push((priority, per_second(admitted), per_second(rejected)));
+        }
+    }
     rates
 }
 
@@ -184,20 +221,39 @@ mod tests {
     async fn decisions_are_taken_once_as_rates_over_the_time_since() {
         let scope = "tally-rates";
         let parts = ["bulkhead", "tally", "tally", scope];
+        let at = at(scope, "distributed");
         for _ in 0..20 {
-            count(&at(scope, "distributed"), Decision::Admitted, "admitted");
+            count(
+                &at,
+                Some(Priority::Critical),
+                Decision::Admitted,
+                "admitted",
+            );
         }
         for _ in 0..4 {
-            count(&at(scope, "distributed"), Decision::Rejected, "capacity");
+            count(
+                &at,
+                Some(Priority::Sheddable),
+                Decision::Rejected,
+                "capacity",
+            );
         }
-        count(&at(scope, "distributed"), Decision::Degraded, "fail_open");
-        count(&at(scope, "distributed"), Decision::WouldReject, "capacity");
+        count(&at, Some(Priority::Normal), Decision::Degraded, "fail_open");
+        count(&at, None, Decision::WouldReject, "capacity");
         tokio::time::sleep(std::time::Duration::from_secs(2)).await;
         let rates = take(parts);
         assert_eq!(rates.admitted, 10.0);
         assert_eq!(rates.rejected, [("capacity", 2.0)]);
         assert_eq!(rates.degraded, [("fail_open", 0.5)]);
         assert_eq!(rates.would_reject, [("capacity", 0.5)]);
+        assert_eq!(
+            rates.classes,
+            [
+                (Priority::Critical, 10.0, 0.0),
+                (Priority::Sheddable, 0.0, 2.0)
+            ],
+            "a degraded call is neither admitted nor refused by its class"
+        );
         tokio::time::sleep(std::time::Duration::from_secs(1)).await;
         assert_eq!(take(parts), Rates::default(), "taken already");
     }
@@ -205,7 +261,7 @@ mod tests {
     #[test]
     fn a_local_policy_is_not_counted() {
         let scope = "tally-local";
-        count(&at(scope, "local"), Decision::Admitted, "admitted");
+        count(&at(scope, "local"), None, Decision::Admitted, "admitted");
         assert_eq!(
             take(["bulkhead", "tally", "tally", scope]),
             Rates::default()

@@ -135,11 +135,32 @@ impl Serialize for Rates {
                 serializer.collect_map(self.0.iter().map(|(reason, rate)| (reason, rate)))
             }
         }
-        let mut map = serializer.serialize_map(Some(4))?;
+        /// `{"critical": {"admitted": …, "rejected": …}, …}`.
+        struct ByClass<'a>(&'a [(String, f64, f64)]);
+        impl Serialize for ByClass<'_> {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                let mut map = serializer.serialize_map(Some(self.0.len()))?;
+                for (class, admitted, rejected) in self.0 {
+                    map.serialize_entry(
+                        class,
+                        &ByReason(&[
+                            ("admitted".to_owned(), *admitted),
+                            ("rejected".to_owned(), *rejected),
+                        ]),
+                    )?;
+                }
+                map.end()
+            }
+        }
+        let mut map = serializer.serialize_map(Some(5))?;
         map.serialize_entry("admitted", &self.admitted)?;
         map.serialize_entry("rejected", &ByReason(&self.rejected))?;
         map.serialize_entry("degraded", &ByReason(&self.degraded))?;
         map.serialize_entry("would_reject", &ByReason(&self.would_reject))?;
+        // Only a kind that decides by class has them.
+        if !self.classes.is_empty() {
+            map.serialize_entry("classes", &ByClass(&self.classes))?;
+        }
         map.end()
     }
 }

@@ -98,6 +98,9 @@ pub struct Rates {
     pub degraded: Vec<(String, f64)>,
     /// Calls a policy in shadow mode would have turned away (and let run), by reason.
     pub would_reject: Vec<(String, f64)>,
+    /// For a kind that decides by priority class (bulkhead, rate limit): per class that
+    /// decided anything, `(class, admitted, rejected)`, highest class first.
+    pub classes: Vec<(String, f64, f64)>,
 }
 
 impl Rates {
@@ -117,6 +120,18 @@ impl Rates {
             }
             mine.sort_by(|a, b| a.0.cmp(&b.0));
         }
+        for (class, admitted, rejected) in &other.classes {
+            match self.classes.iter_mut().find(|(known, ..)| known == class) {
+                Some((_, mine_admitted, mine_rejected)) => {
+                    *mine_admitted += admitted;
+                    *mine_rejected += rejected;
+                }
+                None => self.classes.push((class.clone(), *admitted, *rejected)),
+            }
+        }
+        self.classes.sort_by_key(|(class, ..)| {
+            std::cmp::Reverse(class.parse::<crate::priority::Priority>().ok())
+        });
     }
 }
 
@@ -142,6 +157,21 @@ impl Reported {
         let mut out = Vec::with_capacity(128);
         out.extend_from_slice(br#"{"admitted":"#);
         write_json(&mut out, |out| serde_json::to_writer(out, &rates.admitted));
+        // Only a kind that decides by class has them: the others' reports stay as they were.
+        if !rates.classes.is_empty() {
+            out.extend_from_slice(br#","classes":{"#);
+            for (at, (class, admitted, rejected)) in rates.classes.iter().enumerate() {
+                if at > 0 {
+                    out.push(b',');
+                }
+                write_json(&mut out, |out| {
+                    serde_json::to_writer(&mut *out, class.as_str())?;
+                    out.push(b':');
+                    serde_json::to_writer(out, &[admitted, rejected])
+                });
+            }
+            out.push(b'}');
+        }
         out.extend_from_slice(br#","degraded":"#);
         write_by_reason(&mut out, &rates.degraded);
         out.extend_from_slice(br#","ignored":"#);
@@ -176,6 +206,16 @@ impl Reported {
                 rejected: by_reason("rejected"),
                 degraded: by_reason("degraded"),
                 would_reject: by_reason("would_reject"),
+                classes: extra["classes"]
+                    .as_object()
+                    .map_or_else(Vec::new, |classes| {
+                        classes
+                            .iter()
+                            .filter_map(|(class, rates)| {
+                                Some((class.clone(), rates[0].as_f64()?, rates[1].as_f64()?))
+                            })
+                            .collect()
+                    }),
             },
             ignored: extra["ignored"].as_array().map_or_else(Vec::new, |keys| {
                 keys.iter()

@@ -1,5 +1,6 @@
 use super::*;
 use crate::identity::{Identity, PolicyKind, Scope};
+use crate::priority::Priority;
 
 /// The reporting process of `reporter` (which names process and site alike here).
 fn process(reporter: &'static str) -> Reporting {
@@ -169,6 +170,10 @@ fn reports_carry_rates_and_ignored_keys_that_add_up_across_processes() {
         rejected: vec![("capacity", 2.0)],
         degraded: vec![],
         would_reject: vec![("open", 1.5)],
+        classes: vec![
+            (Priority::Critical, 8.0, 0.0),
+            (Priority::Sheddable, 2.0, 2.0),
+        ],
     };
     let extra = Reported::extra(&rates, &["minimum_throughput"], "attribute");
     let map = serde_json::json!({
@@ -194,6 +199,10 @@ fn reports_carry_rates_and_ignored_keys_that_add_up_across_processes() {
             rejected: vec![("capacity".to_owned(), 4.0)],
             degraded: vec![],
             would_reject: vec![("open".to_owned(), 3.0)],
+            classes: vec![
+                ("critical".to_owned(), 16.0, 0.0),
+                ("sheddable".to_owned(), 4.0, 4.0)
+            ],
         }
     );
     assert_eq!(
@@ -219,6 +228,7 @@ fn a_reports_extra_is_the_json_it_was() {
         rejected: vec![("timeout", 1.0), ("capacity", 2.25)],
         degraded: vec![],
         would_reject: vec![("open", 1.5)],
+        classes: vec![(Priority::Normal, 0.5, 1.0)],
     };
     assert_eq!(
         Reported::extra(
@@ -226,7 +236,7 @@ fn a_reports_extra_is_the_json_it_was() {
             &["minimum_throughput", "limit"],
             "attribute \"fleet\""
         ),
-        r#"{"admitted":null,"degraded":{},"ignored":["minimum_throughput","limit"],"rejected":{"capacity":2.25,"timeout":1.0},"sources":"attribute \"fleet\"","would_reject":{"open":1.5}}"#
+        r#"{"admitted":null,"classes":{"normal":[0.5,1.0]},"degraded":{},"ignored":["minimum_throughput","limit"],"rejected":{"capacity":2.25,"timeout":1.0},"sources":"attribute \"fleet\"","would_reject":{"open":1.5}}"#
     );
     let none = crate::tally::Rates::default();
     assert_eq!(

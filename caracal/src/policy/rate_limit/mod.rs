@@ -62,17 +62,12 @@ pub(crate) struct RateValues {
     thresholds: Thresholds,
 }
 
-/// The decision for one arrival — `Ok(Ok(()))` admitted, `Ok(Err(wait))` rejected — whether
-/// the rate limit is in shadow mode, and the class the arrival was decided as (read once per
-/// call, so what the call reports is what decided it).
+/// The decision for one arrival — `Ok(Ok(()))` admitted, `Ok(Err(wait))` rejected — and
+/// whether the rate limit is in shadow mode. (Its telemetry reads the arrival's class from the
+/// task, as the decision did.)
 struct Decided {
     decision: Result<Result<(), Duration>, Error>,
     shadow: bool,
-    #[expect(
-        dead_code,
-        reason = "for the decision's telemetry, wired on branch prio-api"
-    )]
-    priority: Priority,
 }
 
 impl Values for RateValues {
@@ -212,7 +207,6 @@ impl RateLimitSite {
                 return Decided {
                     decision: Err(error),
                     shadow,
-                    priority,
                 };
             }
         };
@@ -233,11 +227,7 @@ impl RateLimitSite {
             .inspect_err(|error| {
                 events::degraded(&self.at(scope), error);
             });
-        Decided {
-            decision,
-            shadow,
-            priority,
-        }
+        Decided { decision, shadow }
     }
 
     /// The attribute's values.
@@ -282,7 +272,6 @@ impl RateLimitSite {
         Some(Decided {
             decision: Ok(decision),
             shadow,
-            priority,
         })
     }
 
