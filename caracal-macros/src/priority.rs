@@ -82,7 +82,8 @@ impl Thresholds {
                 Err(error) => args.error(error),
             }
         }
-        // Only both written can be out of order: `normal` defaults to the whole limit.
+        // Only both written can be out of order: a `sheddable` left out (the whole limit) is
+        // `normal`'s.
         if let [Some((normal, _)), Some((sheddable, value))] = &written
             && thresholds.sheddable > thresholds.normal
         {

@@ -177,6 +177,10 @@ pub(crate) fn in_scope<R>(priority: Priority, f: impl FnOnce() -> R) -> R {
 /// assert_eq!(thresholds.cap(Priority::Sheddable, 25), 13, "below 12.5 in use");
 /// assert!(Thresholds::new(0.5, 0.8).is_err(), "sheddable above normal");
 /// ```
+///
+/// `Sheddable` never gets more than `Normal`: where its share is set above `Normal`'s — left at
+/// the whole limit beside `thresholds(normal = 0.8)`, or an override lowering `normal` alone —
+/// it has `Normal`'s. (A configuration that writes both out of order is refused.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Thresholds {
     normal: u16,
@@ -213,19 +217,18 @@ impl Thresholds {
     }
 
     /// The shares in thousandths, as `#[bulkhead(thresholds(…))]` writes them into a `static`
-    /// after checking them; a pair [`Thresholds::new`] would refuse fails to compile.
+    /// after checking them; a share out of range fails to compile.
     #[doc(hidden)]
     pub const fn from_thousandths(normal: u16, sheddable: u16) -> Thresholds {
         assert!(
-            0 < sheddable && sheddable <= normal && normal <= WHOLE,
-            "thresholds: each share in (0, 1], sheddable at most normal"
+            0 < sheddable && sheddable <= WHOLE && 0 < normal && normal <= WHOLE,
+            "thresholds: each share in (0, 1]"
         );
         Thresholds { normal, sheddable }
     }
 
     /// These thresholds with `priority`'s share set to `thousandths` (`Critical`'s cannot
-    /// change), unchecked: a configuration sets one share at a time, and the values it makes
-    /// are checked whole by [`is_ordered`](Self::is_ordered).
+    /// change): a configuration sets one share at a time.
     pub(crate) fn with(self, priority: Priority, thousandths: u16) -> Thresholds {
         match priority {
             Priority::Normal => Thresholds {
@@ -250,7 +253,7 @@ impl Thresholds {
         match priority {
             Priority::Critical => WHOLE,
             Priority::Normal => self.normal,
-            Priority::Sheddable => self.sheddable,
+            Priority::Sheddable => self.sheddable.min(self.normal),
         }
     }
 
@@ -326,6 +329,19 @@ mod tests {
         }
         assert_eq!(cap(30, 800), 24);
         assert_eq!(cap(u32::MAX, WHOLE), u32::MAX);
+    }
+
+    #[test]
+    fn sheddable_never_gets_more_than_normal() {
+        // As `thresholds(normal = 0.8)` writes it: `sheddable` left at the whole limit.
+        let normal_alone = Thresholds::from_thousandths(800, WHOLE);
+        assert_eq!(normal_alone.cap(Priority::Sheddable, 30), 24);
+        assert_eq!(normal_alone.cap(Priority::Normal, 30), 24);
+        // An override lowering `normal` below the attribute's `sheddable`.
+        let lowered = Thresholds::new(0.8, 0.5)
+            .unwrap()
+            .with(Priority::Normal, 300);
+        assert_eq!(lowered.cap(Priority::Sheddable, 30), 9);
     }
 
     #[tokio::test]

@@ -40,6 +40,12 @@ async fn local() -> Result<(), ApiError> {
     Ok(())
 }
 
+// `sheddable` left out: it has `normal`'s share.
+#[rate_limit(rate = 10, burst = 5, thresholds(normal = 0.8))]
+async fn normal_alone() -> Result<(), ApiError> {
+    Ok(())
+}
+
 struct Client {
     class: Priority,
 }
@@ -54,5 +60,6 @@ impl Client {
 fn main() {
     drop(both("checkout"));
     drop(local());
+    drop(normal_alone());
     drop(Client { class: Priority::Normal }.call());
 }

@@ -87,16 +87,47 @@ impl Budget {
         priority::cap(self.limit.load(Ordering::Acquire), share)
     }
 
-    /// Takes a slot for a caller of `share` if fewer than its cap are taken and nobody waits
-    /// for one.
+    /// Takes a slot for a caller of `priority` (and its `share`) if fewer than its cap are
+    /// taken and nobody of its class or above waits for one.
     #[inline]
-    fn try_take(&self, share: u16) -> bool {
+    fn try_take(&self, (priority, share): (Priority, u16)) -> bool {
         let cap = self.cap(share);
+        match self.take_unless_waited(cap) {
+            Ok(_) => true,
+            // Someone waits, and there is room under this caller's cap: the waiters may all
+            // be of lower classes, held at caps of their own (or have given up).
+            Err(state) if taken(state) < cap => self.take_past_waiters(priority, cap),
+            Err(_) => false,
+        }
+    }
+
+    /// Takes a slot if fewer than `cap` are taken and nobody waits; else the state found.
+    #[inline]
+    fn take_unless_waited(&self, cap: u32) -> Result<u64, u64> {
         self.state
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |state| {
                 (state & WAITING == 0 && taken(state) < cap).then_some(state + 1)
             })
-            .is_ok()
+    }
+
+    /// Takes a slot for a caller of `priority`, whose `cap` the slots taken may allow, past
+    /// the waiters in line if every one is of a lower class.
+    #[cold]
+    fn take_past_waiters(&self, priority: Priority, cap: u32) -> bool {
+        let mut queue = lock(&self.queue);
+        let state = self.state.load(Ordering::Acquire);
+        if state & WAITING == 0 {
+            // The line emptied meanwhile.
+            drop(queue);
+            return self.take_unless_waited(cap).is_ok();
+        }
+        // The bit is set and the lock held: nothing else changes the state now. Callers that
+        // gave up leave their place behind; cleared, those behind them may be served.
+        queue.retain(|waiter| !waiter.slot.is_closed());
+        let taken = taken(state);
+        let admitted = taken < cap && queue.front().is_none_or(|first| first.priority < priority);
+        self.serve(&mut queue, taken + u32::from(admitted));
+        admitted
     }
 
     /// Waits in line, up to `wait`, for a slot its `share` allows, behind the waiters of its
@@ -107,7 +138,7 @@ impl Budget {
             // Callers that gave up leave their place behind until it is passed over; clearing
             // them here keeps the line as long as the callers still in it.
             queue.retain(|waiter| !waiter.slot.is_closed());
-            if queue.is_empty() && self.try_take(share) {
+            if queue.is_empty() && self.try_take((priority, share)) {
                 return true;
             }
             // Once the bit is set, a slot freed elsewhere comes through this lock to the queue;
@@ -327,7 +358,7 @@ where
     let priority = Priority::current();
     let share = values.thresholds.thousandths(priority);
     // Boxed: waiting in line is rare, and its timer would make every call's future larger.
-    let admitted = budget.try_take(share)
+    let admitted = budget.try_take((priority, share))
         || match values.max_wait {
             Some(wait) => Box::pin(budget.take_within((priority, share), wait)).await,
             None => false,
@@ -351,7 +382,8 @@ pub(super) fn try_enter(
     }
     let arrival = Stopwatch::start();
     let (budget, values) = budget(site, &scope);
-    let admitted = budget.try_take(values.thresholds.thousandths(Priority::current()));
+    let priority = Priority::current();
+    let admitted = budget.try_take((priority, values.thresholds.thousandths(priority)));
     if !admitted && values.max_wait.is_some() {
         return Admission::Deferred(scope);
     }
@@ -378,7 +410,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn callers_that_gave_up_do_not_lengthen_the_line() {
         let budget = Budget::new(1);
-        assert!(budget.try_take(WHOLE), "the body that never ends");
+        assert!(
+            budget.try_take((Priority::Normal, WHOLE)),
+            "the body that never ends"
+        );
         for _ in 0..1000 {
             let waiting = budget.take_within((Priority::Normal, WHOLE), Duration::from_millis(1));
             assert!(!waiting.await);
@@ -391,7 +426,7 @@ mod tests {
         budget.free();
         assert_eq!(budget.occupancy(), 0);
         assert!(
-            budget.try_take(WHOLE),
+            budget.try_take((Priority::Normal, WHOLE)),
             "the freed slot is not held for anyone who left"
         );
     }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::*;
 use crate::__private::{global_scope, static_scope};
 use crate::coordinator::Coordinator;
+use crate::priority::Priority;
 
 const LEASE: Duration = Duration::from_secs(3);
 
@@ -608,10 +609,11 @@ static SHARED_OUT: BulkheadSite = BulkheadSite::new(BulkheadConfig {
     thresholds: Thresholds::from_thousandths(800, 500),
 });
 
-/// A configured share replaces the attribute's alone; one that would put `sheddable` above
-/// `normal` is ignored, and the attribute's pair stays.
+/// A configured share replaces the attribute's alone; both lowered apply together (`normal`
+/// first, below the attribute's `sheddable`, must not get the pair refused); a `sheddable`
+/// above `normal` has `normal`'s share.
 #[tokio::test]
-async fn configured_thresholds_apply_unless_they_would_disorder_the_classes() {
+async fn configured_thresholds_apply_and_sheddable_never_gets_more_than_normal() {
     let coordinator = Coordinator::in_memory();
     let configure = |text: &str| {
         coordinator.set_config(crate::config::Config::from_toml_str(text).expect("valid"));
@@ -627,8 +629,15 @@ async fn configured_thresholds_apply_unless_they_would_disorder_the_classes() {
             .values_text()
             .ends_with("thresholds.normal=0.6 thresholds.sheddable=0.5")
     );
+    configure("[bulkhead.unit-thresholds]\nthresholds.normal = 0.4\nthresholds.sheddable = 0.3");
+    let resolved = SHARED_OUT.resolve(Some(&coordinator));
+    assert_eq!(
+        resolved.values.thresholds,
+        Thresholds::new(0.4, 0.3).expect("valid")
+    );
+    assert!(resolved.ignored.is_empty(), "{:?}", resolved.ignored);
     configure("[bulkhead.unit-thresholds]\nthresholds.sheddable = 0.9");
     let resolved = SHARED_OUT.resolve(Some(&coordinator));
-    assert_eq!(resolved.values.thresholds, SHARED_OUT.config.thresholds);
-    assert_eq!(resolved.ignored, ["thresholds.sheddable"]);
+    assert_eq!(resolved.values.thresholds.cap(Priority::Sheddable, 30), 24);
+    assert!(resolved.ignored.is_empty(), "{:?}", resolved.ignored);
 }
