@@ -309,6 +309,19 @@ pub(crate) fn thousandths(share: f64) -> u16 {
         .clamp(1.0, f64::from(WHOLE)) as u16
 }
 
+/// A class's share as the differential tests draw it: mostly the whole limit (no thresholds)
+/// and the usual shares, sometimes any.
+#[cfg(test)]
+pub(crate) fn any_share() -> impl proptest::strategy::Strategy<Value = u16> {
+    use proptest::prelude::*;
+    prop_oneof![
+        4 => Just(WHOLE),
+        2 => Just(800u16),
+        2 => Just(500u16),
+        1 => 1u16..=WHOLE,
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,6 +4,17 @@ use std::time::Duration;
 
 use super::*;
 
+/// Each text is refused with a reason holding its expected part.
+fn assert_rejections(cases: &[(&str, &str)]) {
+    for (text, expected) in cases {
+        let reason = rejection(text);
+        assert!(
+            reason.contains(expected),
+            "{text:?}\n  gave {reason:?}\n  expected {expected:?}"
+        );
+    }
+}
+
 fn rejection(text: &str) -> String {
     match Config::from_toml_str(text) {
         Err(Error::InvalidConfig { reason }) => reason,
@@ -134,13 +145,7 @@ fn every_rejection_names_the_table_and_the_key() {
         ),
         ("[bulkhead.a]\nlimit = ", "line 2: "),
     ];
-    for (text, expected) in cases {
-        let reason = rejection(text);
-        assert!(
-            reason.contains(expected),
-            "{text:?}\n  gave {reason:?}\n  expected {expected:?}"
-        );
-    }
+    assert_rejections(&cases);
 }
 
 #[test]
@@ -234,13 +239,7 @@ fn thresholds_are_shares_with_sheddable_at_most_normal() {
             "key `priority`: `priority` cannot be set at run time",
         ),
     ];
-    for (text, expected) in cases {
-        let reason = rejection(text);
-        assert!(
-            reason.contains(expected),
-            "{text:?}\n  gave {reason:?}\n  expected {expected:?}"
-        );
-    }
+    assert_rejections(&cases);
 }
 
 /// A key may hold a dot as a name may: the key is the kind's longest that ends the address.

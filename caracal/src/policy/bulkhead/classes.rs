@@ -236,6 +236,49 @@ async fn a_local_waiter_is_not_woken_above_its_share() {
     let _ = normal.gate.send(true);
 }
 
+/// A caller without `max_wait` (or a tower layer's, deciding at once) whose class is above
+/// every waiter's takes a free slot under its cap: a `Sheddable` waiter held at its own cap
+/// does not turn it away. One of the waiter's class still does not pass it.
+#[tokio::test(start_paused = true)]
+async fn a_caller_above_every_waiters_class_is_not_turned_away() {
+    let thresholds = Thresholds::new(0.75, 0.5).expect("valid");
+    // Two sites of one identity: one budget.
+    let waits = site(
+        "classes-past",
+        4,
+        true,
+        Some(Duration::from_secs(10)),
+        thresholds,
+    );
+    let at_once = site("classes-past", 4, true, None, thresholds);
+    let mut critical = Holders::new(waits, None);
+    for _ in 0..2 {
+        critical.hold(Priority::Critical).await.expect("below 4");
+    }
+    let waiter = tokio::spawn(call(waits, Priority::Sheddable, async { Ok(()) }));
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert!(
+        !waiter.is_finished(),
+        "2 taken: the sheddable waits at its cap"
+    );
+    let mut above = Holders::new(at_once, None);
+    above.hold(Priority::Normal).await.expect("3, its cap");
+    above.hold(Priority::Critical).await.expect("4, the limit");
+    let mut alike = Holders::new(at_once, None);
+    assert!(
+        alike.hold(Priority::Critical).await.is_err(),
+        "the limit is the limit"
+    );
+    let _ = above.gate.send(true);
+    let _ = critical.gate.send(true);
+    waiter
+        .await
+        .expect("waiter")
+        .expect("admitted once the slots are freed");
+}
+
 /// Waiters of every class for one distributed slot, in one process: the freed slot goes to the
 /// highest class, the lower ones holding back their retries while it waits.
 #[tokio::test(start_paused = true)]

@@ -24,14 +24,7 @@ enum Command {
 }
 
 fn command() -> impl Strategy<Value = Command> {
-    let share = || {
-        prop_oneof![
-            4 => Just(1000u16),
-            2 => Just(800u16),
-            2 => Just(500u16),
-            1 => 1u16..=1000,
-        ]
-    };
+    let share = crate::priority::any_share;
     prop_oneof![
         5 => share().prop_map(|share| Command::Arrive { shares: vec![share] }),
         2 => prop::collection::vec(share(), 2..5).prop_map(|shares| Command::Arrive { shares }),

@@ -76,14 +76,7 @@ enum Command {
 fn command() -> impl Strategy<Value = Command> {
     let token = || prop::option::weighted(0.7, 0usize..6);
     let ttl = prop_oneof![Just(100u64), 100u64..2_000];
-    let share = || {
-        prop_oneof![
-            4 => Just(1000u16),
-            2 => Just(800u16),
-            2 => Just(500u16),
-            1 => 1u16..=1000,
-        ]
-    };
+    let share = crate::priority::any_share;
     let grown = prop_oneof![3 => Just(0u32), 1 => 1u32..4];
     let known = || {
         prop_oneof![
