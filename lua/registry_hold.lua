@@ -2,10 +2,12 @@
 -- registry by name whether or not a process uses it, so `caracal status` lists the state the
 -- operator stored (marked unused while no process reports it), not only identities in use.
 --
--- KEYS[1]  registry hash `caracal:v1:{<namespace>}:registry` (see registry_report.lua): this
---          writes the identity's `<tag>:d` (JSON [kind, name, operation, scope]) only, so a
---          reader tells an identity no process reported by its missing values
--- KEYS[2]  expiry sorted set `caracal:v1:{<namespace>}:registry:expiry`
+-- KEYS[1]  the registry's hashes' common prefix `caracal:v1:{<namespace>}:identities:` (the
+--          identity tagged T lives in the hash named KEYS[1] followed by T's first two hex
+--          digits, see registry_report.lua): this writes the identity's `<tag>:d` (JSON
+--          [kind, name, operation, scope]) only, so a reader tells an identity no process
+--          reported by its missing values
+-- KEYS[2]  expiry sorted set `caracal:v1:{<namespace>}:identities:expiry`
 -- ARGV     1 the identity's tag, 2 its description, 3 how long the stored state lasts (ms),
 --          4 how long processes' reports count as recent (ms, the drift window)
 -- Reply    the server's time (ms)
@@ -16,11 +18,12 @@
 -- Cost     O(log M) among M identities kept.
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-local registry, expiry = KEYS[1], KEYS[2]
+local expiry = KEYS[2]
 local tag, description, lasts, drift_ms = ARGV[1], ARGV[2], tonumber(ARGV[3]),
   tonumber(ARGV[4])
-redis.call('HSET', registry, tag .. ':d', description)
-local reported = tonumber(redis.call('HGET', registry, tag .. ':t'))
+local hash = KEYS[1] .. tag:sub(1, 2)
+redis.call('HSET', hash, tag .. ':d', description)
+local reported = tonumber(redis.call('HGET', hash, tag .. ':t'))
 if reported and now - reported < drift_ms then
   redis.call('ZADD', expiry, 'GT', now + lasts, tag)
 else

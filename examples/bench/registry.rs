@@ -18,6 +18,9 @@ use super::{BenchError, CONCURRENT_TASKS};
 const SCOPES: usize = 100_000;
 /// What the slow log keeps: every command that ran this long or longer.
 const LOGGED_FROM_US: u64 = 100;
+/// What the latency monitor keeps: every event (fork, expiry cycle, eviction…) of 1 ms or
+/// more.
+const MONITORED_FROM_MS: u64 = 1;
 /// Long enough for the process's reports to go round its uses twice (every 5 s).
 const REPORTS_SETTLE: Duration = Duration::from_secs(12);
 /// How long reading the whole slow log may take.
@@ -35,20 +38,23 @@ async fn scoped(scope: &str) -> Result<(), BenchError> {
 /// coordinator of its own on `url`.
 pub(super) async fn alone(url: &str) -> Result<(), caracal::Error> {
     let (coordinator, mut conn) = super::installed(url, "bench-registry").await?;
-    let kept: (u64, u64) = redis::pipe()
+    let kept: Vec<(String, u64)> = redis::pipe()
         .cmd("CONFIG")
         .arg("GET")
         .arg("slowlog-log-slower-than")
         .cmd("CONFIG")
         .arg("GET")
         .arg("slowlog-max-len")
+        .cmd("CONFIG")
+        .arg("GET")
+        .arg("latency-monitor-threshold")
         .query_async::<Vec<(String, u64)>>(&mut conn)
         .await
-        .map(|got| (got[0].1, got[1].1))
         .expect("slow log settings");
+    let kept = [kept[0].1, kept[1].1, kept[2].1];
     // Logged from the first call: the process reports its uses (10 000 a round, the
     // registry's bound) while it makes them and after, however long that takes.
-    configure(&mut conn, LOGGED_FROM_US, 100_000).await;
+    configure(&mut conn, [LOGGED_FROM_US, 100_000, MONITORED_FROM_MS]).await;
     let next = Arc::new(AtomicUsize::new(0));
     let tasks: Vec<_> = (0..CONCURRENT_TASKS)
         .map(|_| {
@@ -77,7 +83,8 @@ pub(super) async fn alone(url: &str) -> Result<(), caracal::Error> {
         status_ms.push(start.elapsed().as_secs_f64() * 1e3);
     }
     let logged = slow_log(&mut conn).await;
-    configure(&mut conn, kept.0, kept.1).await;
+    let events = latency_events(&mut conn).await;
+    configure(&mut conn, kept).await;
     let sha_of = |body: &str| redis::Script::new(body).get_hash().to_owned();
     let (report, read) = (sha_of(REGISTRY_REPORT), sha_of(REGISTRY_READ));
     let of = |sha: &str| -> Vec<u64> {
@@ -118,6 +125,37 @@ pub(super) async fn alone(url: &str) -> Result<(), caracal::Error> {
             ),
         ],
     );
+    // Per command and script (a key by its kind, whichever identity's): which passed the
+    // bar, how often, and by how much.
+    let mut by_name: std::collections::BTreeMap<(String, String), Vec<u64>> = Default::default();
+    for (us, args) in &logged {
+        let (command, what) = named(args);
+        let what = match what.split_once('{').zip(what.split_once('}')) {
+            Some(((before, _), (_, after))) => format!("{before}{{…}}{after}"),
+            None => what,
+        };
+        by_name.entry((command, what)).or_default().push(*us);
+    }
+    for ((command, what), us) in &by_name {
+        emit_labelled(
+            "command_us",
+            &[("command", command), ("what", what)],
+            &[
+                ("longest", longest(us)),
+                ("logged", us.len() as f64),
+                ("over_1ms", over_1ms(us)),
+            ],
+        );
+    }
+    // What the server itself noticed beside commands (a fork, an expiry cycle, an eviction,
+    // a defragmentation pass...), at 1 ms or more.
+    for (event, latest_ms, max_ms) in events {
+        emit_labelled(
+            "latency_event_ms",
+            &[("event", &event)],
+            &[("latest", latest_ms as f64), ("max", max_ms as f64)],
+        );
+    }
     let mut fields = vec![("rows", rows as f64)];
     let names = ["first", "second", "third"];
     fields.extend(names.iter().copied().zip(status_ms.iter().copied()));
@@ -126,8 +164,16 @@ pub(super) async fn alone(url: &str) -> Result<(), caracal::Error> {
     Ok(())
 }
 
-async fn configure(conn: &mut MultiplexedConnection, slower_than: u64, max_len: u64) {
+/// Sets the slow log's threshold (µs) and length and the latency monitor's threshold (ms),
+/// and empties both.
+async fn configure(conn: &mut MultiplexedConnection, [slower_than, max_len, monitor_ms]: [u64; 3]) {
     redis::pipe()
+        .cmd("CONFIG")
+        .arg("SET")
+        .arg("latency-monitor-threshold")
+        .arg(monitor_ms)
+        .cmd("LATENCY")
+        .arg("RESET")
         .cmd("CONFIG")
         .arg("SET")
         .arg("slowlog-log-slower-than")
@@ -141,6 +187,19 @@ async fn configure(conn: &mut MultiplexedConnection, slower_than: u64, max_len: 
         .exec_async(conn)
         .await
         .expect("slow log settings");
+}
+
+/// The server's latency events of the run (`LATENCY LATEST`): name, latest and longest ms.
+async fn latency_events(conn: &mut MultiplexedConnection) -> Vec<(String, u64, u64)> {
+    let events: Vec<(String, u64, u64, u64)> = redis::cmd("LATENCY")
+        .arg("LATEST")
+        .query_async(conn)
+        .await
+        .expect("the latency monitor");
+    events
+        .into_iter()
+        .map(|(event, _, latest, max)| (event, latest, max))
+        .collect()
 }
 
 /// The scripts a command of this bench may run by name: caracal's own, and the bulkhead's
@@ -214,7 +273,7 @@ async fn slow_log(conn: &mut MultiplexedConnection) -> Vec<(u64, Vec<String>)> {
         // tens of ms for a full log, and is no command caracal sends.
         .filter(|(_, args)| {
             let name = args.first().map(|name| name.to_ascii_uppercase());
-            !matches!(name.as_deref(), Some("SLOWLOG" | "CONFIG"))
+            !matches!(name.as_deref(), Some("SLOWLOG" | "CONFIG" | "LATENCY"))
         })
         .collect()
 }

@@ -722,19 +722,21 @@ async fn registry_scripts_handle_a_page_of_identities_whatever_their_number() {
     let server = RedisServer::start();
     let coordinator = common::redis(&server.url()).await;
     let mut conn = server.connection();
-    let registry = format!(
-        "{}registry",
-        common::namespace_key_base(coordinator.namespace())
+    let namespace = coordinator.namespace().to_owned();
+    let expiry = format!(
+        "{}identities:expiry",
+        common::namespace_key_base(&namespace)
     );
     // 100 000 identities reported by a fleet (say, older versions), far past the bound, and
-    // all to expire before those reported now: the bound forgets them first.
+    // all to expire before those reported now: the bound forgets them first. Their tags
+    // spread over the registry's hashes as hashes' do.
     let soon = common::server_time_ms(&mut conn) + 5_000;
     for chunk in 0..100 {
         let mut pipe = redis::pipe();
         for n in chunk * 1000..(chunk + 1) * 1000 {
-            let tag = format!("{n:064x}");
+            let tag = format!("{:02x}{n:062x}", n % 256);
             pipe.cmd("HSET")
-                .arg(&registry)
+                .arg(common::registry_hash(&namespace, &tag))
                 .arg(format!("{tag}:d"))
                 .arg(format!("[\"bulkhead\",\"old\",\"old\",\"s{n}\"]"))
                 .arg(format!("{tag}:v"))
@@ -745,7 +747,7 @@ async fn registry_scripts_handle_a_page_of_identities_whatever_their_number() {
                 ))
                 .ignore();
             pipe.cmd("ZADD")
-                .arg(format!("{registry}:expiry"))
+                .arg(&expiry)
                 .arg(soon + n / 10)
                 .arg(&tag)
                 .ignore();
@@ -760,22 +762,14 @@ async fn registry_scripts_handle_a_page_of_identities_whatever_their_number() {
             .await
             .expect("served");
     }
-    let last = format!(
-        "{}d",
-        common::key_base(
-            coordinator.namespace(),
-            "bulkhead",
-            "many-scopes",
-            "scope-249"
-        )
-    )
-    .replace("caracal:v1:{", "")
-    .replace("}:", ":");
+    let last = common::key_base(&namespace, "bulkhead", "many-scopes", "scope-249")
+        .replace("caracal:v1:{", "")
+        .replace("}:", "");
     let mut check = server.connection();
     eventually("the last scope to be reported", || {
         redis::cmd("HEXISTS")
-            .arg(&registry)
-            .arg(&last)
+            .arg(common::registry_hash(&namespace, &last))
+            .arg(format!("{last}:d"))
             .query(&mut check)
             .unwrap_or(false)
     })
@@ -803,7 +797,7 @@ async fn registry_scripts_handle_a_page_of_identities_whatever_their_number() {
     let report = caracal_tests::stats::script_source("registry_report");
     let read = caracal_tests::stats::script_source("registry_read");
     let identities = |args: &[String]| {
-        // sha numkeys, 4 keys, 6 arguments, then 8 per identity; the log keeps 32 arguments
+        // sha numkeys, 6 keys, 6 arguments, then 8 per identity; the log keeps 32 arguments
         // and says how many more there were.
         let more = args
             .last()
@@ -814,7 +808,7 @@ async fn registry_scripts_handle_a_page_of_identities_whatever_their_number() {
             Some(more) => args.len() - 1 + more,
             None => args.len(),
         };
-        (count - 12) / 8
+        (count - 14) / 8
     };
     let reports: Vec<(usize, usize, u64)> = log
         .runs_of(&report)
@@ -845,12 +839,13 @@ async fn registry_scripts_handle_a_page_of_identities_whatever_their_number() {
         "every scope reported: {reports:?}"
     );
     // Per call: TIME; the processes' expiry (ZRANGE, HDEL, ZREM) and this process (HSET,
-    // ZADD); the expired (ZRANGE, HDEL, ZREM); per identity HMGET, HSET, ZADD; the excess
-    // (ZCARD, ZRANGE, HDEL, ZREM).
+    // ZADD); the expired (ZRANGE, an HDEL per hash for at most 8, ZREM) and the earlier
+    // versions' (ZRANGE, HDEL, ZREM); per identity HMGET, HSET, ZADD; the excess (ZCARD,
+    // ZRANGE, an HDEL per hash for at most 8 + n, ZREM).
     assert!(
         reports
             .iter()
-            .all(|&(n, commands, _)| n <= REGISTRY_PAGE && commands <= 13 + 3 * n),
+            .all(|&(n, commands, _)| n <= REGISTRY_PAGE && commands <= 30 + 4 * n),
         "(identities, commands, µs) per report: {reports:?}"
     );
     // Per page: TIME, ZRANGE, then an HMGET per identity.
@@ -884,8 +879,8 @@ async fn a_report_reads_a_bounded_size_of_processes_values() {
     let server = RedisServer::start();
     let coordinator = common::redis(&server.url()).await;
     let mut conn = server.connection();
-    let base = common::namespace_key_base(coordinator.namespace());
-    let registry = format!("{base}registry");
+    let namespace = coordinator.namespace().to_owned();
+    let base = common::namespace_key_base(&namespace);
     let now = common::server_time_ms(&mut conn);
     // What a fleet of 100 processes reported of one identity a moment ago.
     let uses = (0..PROCESSES)
@@ -910,7 +905,7 @@ async fn a_report_reads_a_bounded_size_of_processes_values() {
     let direct: Vec<String> = (0..8).map(|n| format!("{n:064x}")).collect();
     for tag in tags.iter().chain(&direct) {
         let () = redis::cmd("HSET")
-            .arg(&registry)
+            .arg(common::registry_hash(&namespace, tag))
             .arg(format!("{tag}:u"))
             .arg(&uses)
             .query(&mut conn)
@@ -920,10 +915,12 @@ async fn a_report_reads_a_bounded_size_of_processes_values() {
     // The script alone: sent all 8, it handles the first until their maps reach the budget.
     let report = redis::Script::new(&caracal_tests::stats::script_source("registry_report"));
     let mut call = report.prepare_invoke();
-    call.key(&registry)
-        .key(format!("{registry}:expiry"))
+    call.key(format!("{base}identities:"))
+        .key(format!("{base}identities:expiry"))
         .key(format!("{base}processes"))
         .key(format!("{base}processes:expiry"))
+        .key(format!("{base}registry"))
+        .key(format!("{base}registry:expiry"))
         .arg(10_000)
         .arg(15_000)
         .arg("direct")
@@ -960,7 +957,7 @@ async fn a_report_reads_a_bounded_size_of_processes_values() {
     eventually("every scope to be reported", || {
         tags.iter().all(|tag| {
             redis::cmd("HEXISTS")
-                .arg(&registry)
+                .arg(common::registry_hash(&namespace, tag))
                 .arg(format!("{tag}:t"))
                 .query(&mut check)
                 .unwrap_or(false)

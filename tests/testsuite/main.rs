@@ -43,6 +43,7 @@ mod operator_audit;
 mod pipeline;
 mod priorities;
 mod rate_limit_fleet;
+mod registry_layout;
 mod retry_budget;
 mod runtime_edges;
 mod secrets;

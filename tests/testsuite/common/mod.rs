@@ -284,6 +284,12 @@ pub(crate) fn namespace_key_base(namespace: &str) -> String {
     hashed(&serde_json::json!(["namespace", namespace]).to_string())
 }
 
+/// The registry hash of `namespace` that holds the identity tagged `tag` (64 hex digits): one
+/// of 256, named by the tag's first two digits (`lua/registry_report.lua`).
+pub(crate) fn registry_hash(namespace: &str, tag: &str) -> String {
+    format!("{}identities:{}", namespace_key_base(namespace), &tag[..2])
+}
+
 fn hashed(json: &str) -> String {
     use sha2::{Digest, Sha256};
     let hex: String = Sha256::digest(json.as_bytes())

@@ -12,7 +12,23 @@ use crate::coordinator::registry::{
 use crate::error::Error;
 use crate::identity::KeyBase;
 
+/// The registry's keys: the prefix of its 256 hashes (an identity's is named by the first
+/// [`HASH_DIGITS`] hex digits of its tag, so no hash grows past a few hundred fields and
+/// Redis never resizes a large table inside a report) and their expiry set (see
+/// `lua/registry_report.lua`).
 fn registry_keys(base: &KeyBase) -> [String; 2] {
+    [base.key("identities:"), base.key("identities:expiry")]
+}
+
+/// How many of an identity's tag's hex digits name its registry hash (see [`registry_keys`]):
+/// what `lua/registry_report.lua` and `lua/registry_hold.lua` write by.
+const HASH_DIGITS: usize = 2;
+
+/// The single hash, and its expiry set, in which earlier versions kept every identity: their
+/// processes write it until they are upgraded, and what an operator held there stays listed
+/// until it ends, so it is read after the registry's hashes (with no digit naming a hash) and
+/// reports forget what expired in it until it is gone.
+fn earlier_registry_keys(base: &KeyBase) -> [String; 2] {
     [base.key("registry"), base.key("registry:expiry")]
 }
 
@@ -205,7 +221,15 @@ impl RedisBackend {
         }
         let [registry, expiry] = registry_keys(base);
         let [processes, processes_expiry] = process_keys(base);
-        let keys = [registry, expiry, processes, processes_expiry];
+        let [earlier, earlier_expiry] = earlier_registry_keys(base);
+        let keys = [
+            registry,
+            expiry,
+            processes,
+            processes_expiry,
+            earlier,
+            earlier_expiry,
+        ];
         let value = self.link.eval(script, base, &keys, args).await?;
         let handled = match &value {
             Value::Array(flags) if (1..=reports.len()).contains(&flags.len()) => flags.len(),
@@ -227,17 +251,35 @@ impl RedisBackend {
     /// time (see [`registry_report`](Self::registry_report)), the last to expire first and
     /// at most [`MAX_IDENTITIES`] (the registry's bound, which the fleet's reports restore a
     /// few pages at a time when a registry overflows it); one listed on two pages (it was
-    /// reported meanwhile) is listed once.
+    /// reported meanwhile) is listed once. Then those only the earlier versions' single hash
+    /// holds (see [`earlier_registry_keys`]), within the same bound.
     pub(in crate::coordinator) async fn registry_read(
         &self,
         base: &KeyBase,
     ) -> Result<Vec<Registered>, Error> {
-        paged(
-            u64::from(MAX_IDENTITIES),
-            |start| self.registry_read_page(base, start),
+        let most = u64::from(MAX_IDENTITIES);
+        let current = registry_keys(base);
+        let mut listed = paged(
+            most,
+            |start| self.registry_read_page(base, &current, HASH_DIGITS, start),
             |entry| entry.key.clone(),
         )
-        .await
+        .await?;
+        let earlier = earlier_registry_keys(base);
+        let only_earlier = paged(
+            most.saturating_sub(listed.len() as u64),
+            |start| self.registry_read_page(base, &earlier, 0, start),
+            |entry| entry.key.clone(),
+        )
+        .await?;
+        let known: std::collections::HashSet<KeyBase> =
+            listed.iter().map(|entry| entry.key.clone()).collect();
+        listed.extend(
+            only_earlier
+                .into_iter()
+                .filter(|entry| !known.contains(&entry.key)),
+        );
+        Ok(listed)
     }
 
     /// Enters the identity at `key` (`description`, as a report describes it) in the
@@ -263,17 +305,20 @@ impl RedisBackend {
         integer(script.name, value).map(drop)
     }
 
-    /// One page of the registry from `start`: where the next starts (`None` after the last),
+    /// One page from `start` of the registry at `keys`, whose identities' hashes are named by
+    /// their tags' first `digits` hex digits: where the next starts (`None` after the last),
     /// and its identities.
     async fn registry_read_page(
         &self,
         base: &KeyBase,
+        keys: &[String; 2],
+        digits: usize,
         start: u64,
     ) -> Result<Page<Registered>, Error> {
         let script = &scripts::REGISTRY_READ;
         let value = self
             .link
-            .eval(script, base, &registry_keys(base), (start, REGISTRY_PAGE))
+            .eval(script, base, keys, (start, REGISTRY_PAGE, digits))
             .await?;
         let (now, next, items) = page_of(script.name, value, start, 6)?;
         let mut listed = Vec::new();
