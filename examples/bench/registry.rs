@@ -203,10 +203,10 @@ async fn latency_events(conn: &mut MultiplexedConnection) -> Vec<(String, u64, u
 }
 
 /// The scripts a command of this bench may run by name: caracal's own, and the bulkhead's
-/// lease (the kernel the bench's calls go through).
+/// lease (the kernel the bench's calls go through) and status read (`status`'s).
 const REGISTRY_REPORT: &str = include_str!("../../caracal/lua/registry_report.lua");
 const REGISTRY_READ: &str = include_str!("../../caracal/lua/registry_read.lua");
-const SCRIPTS: [(&str, &str); 7] = [
+const SCRIPTS: [(&str, &str); 8] = [
     ("registry_report", REGISTRY_REPORT),
     ("registry_read", REGISTRY_READ),
     (
@@ -226,6 +226,10 @@ const SCRIPTS: [(&str, &str); 7] = [
         include_str!("../../caracal/lua/operators_read.lua"),
     ),
     ("bulkhead lease", super::LEASE_SCRIPT),
+    (
+        "bulkhead status",
+        include_str!("../../caracal/src/policy/bulkhead/kernel/status.lua"),
+    ),
 ];
 
 /// A logged command's name and what it worked on: for a script, which one (by its hash), or
