@@ -134,6 +134,15 @@ pub(super) async fn alone(url: &str) -> Result<(), caracal::Error> {
             Some(((before, _), (_, after))) => format!("{before}{{…}}{after}"),
             None => what,
         };
+        // The registry's 256 hashes as one.
+        let what = match what.rsplit_once(':') {
+            Some((head, tail))
+                if tail.len() == 2 && tail.bytes().all(|b| b.is_ascii_hexdigit()) =>
+            {
+                format!("{head}:<two hex digits>")
+            }
+            _ => what,
+        };
         by_name.entry((command, what)).or_default().push(*us);
     }
     for ((command, what), us) in &by_name {
