@@ -379,6 +379,21 @@ fn calls_admitted_in_a_dip_of_the_occupancy_do_not_teach_a_queued_base() {
     assert_steady(&fleet.run(halved, 30), 10, "capacity 10");
 }
 
+/// A process's first calls carry its warm-up (connections opened) and run while the fleet
+/// ramps up, at low occupancy: its first base is three times the downstream's latency. Calls
+/// near the limit faster than the base show it is too high at once, not after cuts.
+#[test]
+fn a_base_above_the_latency_near_the_limit_is_lowered_at_once() {
+    let mut fleet = Fleet::new();
+    for sampling in &mut fleet.sampling {
+        for _ in 0..20 {
+            sampling.body(true, 60_000, true);
+        }
+    }
+    let starting = fleet.run(CLEAN, 30);
+    assert_steady(&starting[5..], 20, "after a slow start");
+}
+
 #[test]
 fn a_change_that_is_not_congestion_is_measured_again_not_followed_down() {
     let slower = Process {

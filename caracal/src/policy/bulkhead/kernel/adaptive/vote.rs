@@ -124,6 +124,11 @@ impl Sampling {
                 base => base,
             };
         }
+        if high.samples >= MIN_VOTE && self.base_us > 0 {
+            // Queueing only adds latency: calls near the limit faster than the base show it
+            // too high (a first base taken from a process's warm-up), and lower it at once.
+            self.base_us = self.base_us.min((high.sum_us / high.samples).max(1));
+        }
         let judged = if high.calls() >= MIN_VOTE { high } else { low };
         if self.base_us > 0 && judged.calls() >= MIN_VOTE {
             observed
