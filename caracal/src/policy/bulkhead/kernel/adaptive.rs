@@ -19,6 +19,15 @@
 //!   to twice the base, so a slow class of requests (bimodal latency) cannot swamp the mean.
 //!   Its vote: *queued* above 1.25 ([`QUEUED_PM`]), *clear* below 1.1 ([`CLEAR_PM`]), else
 //!   *unsure*; weighted by the calls it judged, so a process weighs by its share of calls.
+//! - **A base rises only on a measurement**: a cut's calls, or a process's calls that all ran
+//!   below the limit. Outside a cut, a call admitted at low occupancy beside calls near the
+//!   limit came in a dip of the fleet's occupancy (a starved process or host releasing its
+//!   slots in a burst) and met the queue the calls before it left: it may lower the base, never
+//!   raise it. Learnt from such calls, a base is the queued latency, the process votes clear
+//!   on a queued downstream, and the limit climbs past the capacity on its probes. And a base
+//!   is never above the mean latency of the process's calls near the limit: queueing only adds
+//!   latency, so faster calls there show the base too high (a first base taken from a
+//!   process's warm-up, its connections opened while the fleet ramped up) and lower it at once.
 //! - **The fleet decides by majority of weight**, once a window (a second): queued → the target
 //!   is `L × 1.1 / ratio` (the ratio the queued voters saw, on average), which is `1.1 × C`
 //!   whatever `L` was; clear → the target is `1.2 × L` (a probe); no majority, or no vote → the

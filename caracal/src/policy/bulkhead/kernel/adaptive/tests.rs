@@ -46,6 +46,10 @@ struct Shape {
     fail_fast: bool,
     /// Calls the fleet offers at once (`None`: more than any limit).
     offered: Option<u32>,
+    /// One call in twenty is admitted while the fleet's occupancy dips below low occupancy for
+    /// a moment (a starved process releasing the slots it held in a burst), and meets the
+    /// downstream's queue all the same.
+    dips: bool,
 }
 
 const CLEAN: Shape = Shape {
@@ -58,6 +62,7 @@ const CLEAN: Shape = Shape {
     noise: Noise::None,
     fail_fast: false,
     offered: None,
+    dips: false,
 };
 
 /// The simulation's state: the fleet's estimate, each process's sampling, the limit in force.
@@ -186,7 +191,8 @@ impl Fleet {
                     Noise::Bimodal(slow_us) if call % 10 == 9 => slow_us,
                     Noise::Bimodal(_) => latency,
                 };
-                self.sampling[index].body(low, us, true);
+                let dipped = shape.dips && call % 20 == 19;
+                self.sampling[index].body(low || dipped, us, true);
             }
             served += (calls - fails) as f64;
             for _ in 0..fast_drops {
@@ -344,6 +350,48 @@ fn latency_that_does_not_grow_with_concurrency_does_not_lower_the_limit() {
         fleet.run(shape, 30);
         assert_steady(&fleet.run(shape, 60), 20, what);
     }
+}
+
+/// A starved process (its bodies keep their thread after the reply) holds slots outside the
+/// downstream and releases them in bursts: the others' calls admitted in those dips met the
+/// downstream's queue, and must not teach their bases the queued latency (the limit would
+/// then climb past the capacity on clear votes, and not follow it down).
+#[test]
+fn calls_admitted_in_a_dip_of_the_occupancy_do_not_teach_a_queued_base() {
+    let starved = Process {
+        extra_us: 8_000,
+        hold_us: 8_000,
+    };
+    let shape = Shape {
+        processes: [starved, Process::default(), Process::default()],
+        dips: true,
+        ..CLEAN
+    };
+    let mut fleet = Fleet::new();
+    fleet.run(shape, 30);
+    assert_steady(&fleet.run(shape, 60), 20, "capacity 20");
+    let halved = Shape {
+        capacity: 10,
+        ..shape
+    };
+    let following = fleet.run(halved, 10);
+    assert_steady(&following[5..], 10, "halved");
+    assert_steady(&fleet.run(halved, 30), 10, "capacity 10");
+}
+
+/// A process's first calls carry its warm-up (connections opened) and run while the fleet
+/// ramps up, at low occupancy: its first base is three times the downstream's latency. Calls
+/// near the limit faster than the base show it is too high at once, not after cuts.
+#[test]
+fn a_base_above_the_latency_near_the_limit_is_lowered_at_once() {
+    let mut fleet = Fleet::new();
+    for sampling in &mut fleet.sampling {
+        for _ in 0..20 {
+            sampling.body(true, 60_000, true);
+        }
+    }
+    let starting = fleet.run(CLEAN, 30);
+    assert_steady(&starting[5..], 20, "after a slow start");
 }
 
 #[test]

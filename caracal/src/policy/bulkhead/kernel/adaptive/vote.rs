@@ -112,12 +112,22 @@ impl Sampling {
             // at low occupancy are its calls.
             let unmoved = self.near_us == 0
                 || mean.abs_diff(self.near_us) * 1000 <= self.near_us * UNMOVED_PM;
+            // Outside a cut, calls at low occupancy beside calls near the limit were admitted
+            // in a dip of the fleet's occupancy (slots released in a burst, by a starved
+            // process or host) and met the queue the calls before them left: they may lower
+            // the base, never raise it.
+            let dipped = !cut && high.calls() >= MIN_VOTE;
             self.base_us = match self.base_us {
                 0 => mean,
-                _ if unmoved => mean,
+                _ if unmoved && !dipped => mean,
                 base if mean < base => (base + mean) / 2,
                 base => base,
             };
+        }
+        if high.samples >= MIN_VOTE && self.base_us > 0 {
+            // Queueing only adds latency: calls near the limit faster than the base show it
+            // too high (a first base taken from a process's warm-up), and lower it at once.
+            self.base_us = self.base_us.min((high.sum_us / high.samples).max(1));
         }
         let judged = if high.calls() >= MIN_VOTE { high } else { low };
         if self.base_us > 0 && judged.calls() >= MIN_VOTE {
