@@ -6,6 +6,7 @@ pub(crate) mod descriptor;
 #[cfg(test)]
 mod differential;
 pub(crate) mod fallback;
+mod hedge;
 pub(crate) mod rate_limit;
 mod registry;
 pub(crate) mod retry;
