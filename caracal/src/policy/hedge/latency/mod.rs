@@ -29,6 +29,8 @@
 
 #[cfg(test)]
 pub(crate) mod differential;
+#[cfg(test)]
+mod fleet;
 pub(crate) mod kernel;
 #[cfg(test)]
 mod tests;
