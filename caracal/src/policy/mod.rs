@@ -6,7 +6,7 @@ pub(crate) mod descriptor;
 #[cfg(test)]
 mod differential;
 pub(crate) mod fallback;
-mod hedge;
+pub(crate) mod hedge;
 pub(crate) mod rate_limit;
 mod registry;
 pub(crate) mod retry;
@@ -21,6 +21,7 @@ pub(crate) mod expansion {
     };
     pub use super::bulkhead::{AdaptiveLimit, BulkheadConfig, BulkheadSite, bulkhead};
     pub use super::fallback::{FallbackConfig, fallback};
+    pub use super::hedge::{Delay, HedgeConfig, HedgeSite, hedge};
     pub use super::rate_limit::{RateLimitConfig, RateLimitSite, rate_limit};
     pub use super::retry::{Retry, RetryBodyErrors, RetryConfig, RetryWhen};
     pub use super::retry_budget::{RetryBudgetConfig, RetryBudgetSite, retry_budget};

@@ -37,7 +37,7 @@ mod tests;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -60,7 +60,7 @@ pub(crate) fn fleet_latency(coordinator: &Coordinator, identity: &Identity) -> A
     let mut views = lock(&views.0);
     let view = views
         .entry(identity.key.clone())
-        .or_insert_with(|| Arc::new(FleetLatency::new(coordinator, identity.clone())));
+        .or_insert_with(|| FleetLatency::new(coordinator, identity.clone()));
     Arc::clone(view)
 }
 
@@ -83,6 +83,8 @@ impl ForgetsIdle for Views {
 /// samples not yet answered.
 #[derive(Debug)]
 pub(crate) struct FleetLatency {
+    /// Itself, for the batches `observe` starts.
+    this: Weak<FleetLatency>,
     identity: Identity,
     coordinator: WeakCoordinator,
     /// Samples recorded and not yet sent, by bucket.
@@ -103,20 +105,21 @@ struct Heard {
 }
 
 impl FleetLatency {
-    fn new(coordinator: &Coordinator, identity: Identity) -> Self {
-        FleetLatency {
+    fn new(coordinator: &Coordinator, identity: Identity) -> Arc<Self> {
+        Arc::new_cyclic(|this| FleetLatency {
+            this: this.clone(),
             identity,
             coordinator: WeakCoordinator::of(coordinator),
             unsent: (0..BUCKETS).map(|_| AtomicU32::new(0)).collect(),
             due: AtomicBool::new(false),
             born: Instant::now(),
             heard: Mutex::default(),
-        }
+        })
     }
 
     /// Records one finished attempt that took `latency`, and starts a batch unless one is due.
     /// Never waits.
-    pub(crate) fn observe(self: &Arc<Self>, latency: Duration) {
+    pub(crate) fn observe(&self, latency: Duration) {
         let us = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
         // SeqCst with `due`: a batch that clears `due` then finds no sample leaves this one to
         // the batch this call starts.
@@ -151,12 +154,12 @@ impl FleetLatency {
     }
 
     /// Starts the batches: they run while samples keep coming.
-    fn start(self: &Arc<Self>) {
-        let Some(coordinator) = self.coordinator.live() else {
+    fn start(&self) {
+        let (Some(coordinator), Some(this)) = (self.coordinator.live(), self.this.upgrade()) else {
             self.due.store(false, Ordering::SeqCst);
             return;
         };
-        let batches = Batches(Some(Arc::clone(self)));
+        let batches = Batches(Some(this));
         coordinator.in_background(batches.run());
     }
 

@@ -60,8 +60,8 @@ async fn own_samples_count_at_once_and_once_sent() {
 async fn two_processes_converge_on_the_merged_histogram() {
     let coordinator = Coordinator::in_memory();
     let identity = identity(&coordinator);
-    let fast = Arc::new(FleetLatency::new(&coordinator, identity.clone()));
-    let slow = Arc::new(FleetLatency::new(&coordinator, identity));
+    let fast = FleetLatency::new(&coordinator, identity.clone());
+    let slow = FleetLatency::new(&coordinator, identity);
     observe(&fast, 900, 5);
     observe(&slow, 100, 500);
     assert_eq!(fast.quantile(950), read_as(5));
