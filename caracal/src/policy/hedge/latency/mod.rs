@@ -124,6 +124,11 @@ impl FleetLatency {
         // SeqCst with `due`: a batch that clears `due` then finds no sample leaves this one to
         // the batch this call starts.
         self.unsent[buckets::bucket(us)].fetch_add(1, Ordering::SeqCst);
+        self.schedule();
+    }
+
+    /// Starts a batch unless one is due.
+    fn schedule(&self) {
         if !self.due.load(Ordering::SeqCst) && !self.due.swap(true, Ordering::SeqCst) {
             self.start();
         }
@@ -131,10 +136,17 @@ impl FleetLatency {
 
     /// The `per_mille` quantile of the fleet's recent latencies with this process's own
     /// samples not yet answered (see the module docs for the rule); `None` while too few
-    /// samples are known.
+    /// samples are known. A view that has not heard the fleet for a [`WINDOW`] starts a read
+    /// in the background (never awaited): a new process learns the fleet's latency before its
+    /// own first attempt ends.
     pub(crate) fn quantile(&self, per_mille: u16) -> Option<Duration> {
         let heard = lock(&self.heard);
-        let fresh = heard.at.is_some_and(|at| at.elapsed() < WINDOW);
+        let fresh = heard.fresh();
+        if !fresh {
+            // A process that has not heard the fleet lately (new, or whose calls all stopped
+            // short of an answer) asks for it: a batch without samples is a read.
+            self.schedule();
+        }
         let mut counts = [0u64; BUCKETS];
         for (bucket, count) in counts.iter_mut().enumerate() {
             let fleet = if fresh { heard.fleet.get(bucket) } else { None };
@@ -195,6 +207,13 @@ impl FleetLatency {
     }
 }
 
+impl Heard {
+    /// Whether the fleet's histogram was heard less than a [`WINDOW`] ago.
+    fn fresh(&self) -> bool {
+        self.at.is_some_and(|at| at.elapsed() < WINDOW)
+    }
+}
+
 /// A view's batches, one at a time: dropped unfinished (its runtime shut down), it leaves no
 /// batch due that nothing will send, which would keep every later sample unsent.
 struct Batches(Option<Arc<FleetLatency>>);
@@ -210,7 +229,7 @@ impl Batches {
                 return;
             };
             let samples = view.take();
-            if !samples.is_empty() {
+            if !samples.is_empty() || !lock(&view.heard).fresh() {
                 let record = Record {
                     window_ms: u64::try_from(WINDOW.as_millis()).unwrap_or(u64::MAX),
                     samples,

@@ -79,6 +79,23 @@ async fn two_processes_converge_on_the_merged_histogram() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_process_with_no_samples_reads_the_fleets_when_asked() {
+    let coordinator = Coordinator::in_memory();
+    let identity = identity(&coordinator);
+    let busy = FleetLatency::new(&coordinator, identity.clone());
+    let new = FleetLatency::new(&coordinator, identity);
+    observe(&busy, 200, 5);
+    one_batch().await;
+    assert_eq!(new.quantile(500), None, "nothing heard yet: a read starts");
+    one_batch().await;
+    assert_eq!(
+        new.quantile(500),
+        read_as(5),
+        "the fleet's, without a sample of its own"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_fleets_histogram_is_forgotten_a_window_after_it_was_heard() {
     let coordinator = Coordinator::in_memory();
     let view = fleet_latency(&coordinator, &identity(&coordinator));
