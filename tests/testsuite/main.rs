@@ -34,6 +34,7 @@ mod fallback;
 mod fleet_ops;
 mod fleet_truth;
 mod harness;
+mod hedge;
 mod install;
 mod lease_safety;
 mod lease_script;
