@@ -118,7 +118,7 @@ async fn spend_the_floor(scope: &str, attempts: &AtomicU32) -> Result<(), TestEr
 async fn hedged_on_the_fleet(scope: &str, attempts: &AtomicU32) -> Result<u32, TestError> {
     let attempt = attempts.fetch_add(1, Ordering::SeqCst);
     if attempt == 0 {
-        tokio::time::sleep(Duration::from_millis(30)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Ok(attempt)
 }
@@ -172,8 +172,17 @@ async fn hedges_withdraw_from_the_fleet_budget_the_retries_spent() {
     assert_eq!(window(&retrier, &scope, 1).await, (1, 60));
     // The other's hedges are refused once its view of that window is refreshed (by its first
     // calls' deposits): a budget of its own would allow it 60.
+    let metrics = MetricsLog::global();
+    let refusals = || {
+        let labels = [
+            ("name", "hedged_on_the_fleet"),
+            ("outcome", "refused_by_budget"),
+        ];
+        metrics.counter("caracal_hedges_total", &labels)
+    };
+    let refused = refusals();
     let (mut calls, mut sent) = (0, 0);
-    loop {
+    while refusals() == refused {
         assert!(
             calls < 60,
             "still hedging after {calls} calls ({sent} extra attempts)"
@@ -182,11 +191,7 @@ async fn hedges_withdraw_from_the_fleet_budget_the_retries_spent() {
         let answer = hedger.scoped(hedged_on_the_fleet(&scope, &attempts)).await;
         assert!(answer.is_ok());
         calls += 1;
-        let extra = attempts.load(Ordering::SeqCst) - 1;
-        sent += u64::from(extra);
-        if extra == 0 {
-            break;
-        }
+        sent += u64::from(attempts.load(Ordering::SeqCst) - 1);
     }
     // One deposit per call, one withdrawal per extra attempt sent.
     assert_eq!(
@@ -212,33 +217,67 @@ async fn budget_below(scope: &str, attempts: &AtomicU32) -> Result<u32, TestErro
     slow_first(attempts).await
 }
 
+/// The first attempt is slow (hedged) unless the task is [`FAST`] (answered before the delay).
 async fn slow_first(attempts: &AtomicU32) -> Result<u32, TestError> {
     let attempt = attempts.fetch_add(1, Ordering::SeqCst);
-    if attempt == 0 {
+    if attempt == 0 && !FAST.try_with(|fast| *fast).unwrap_or(false) {
         tokio::time::sleep(Duration::from_millis(30)).await;
     }
     Ok(attempt)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+tokio::task_local! {
+    /// Whether the calls' first attempts answer before the delay.
+    static FAST: bool;
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn a_budget_of_the_name_on_the_function_makes_the_one_deposit() {
     let coordinator = Coordinator::in_memory();
     for (which, scope) in [("above", unique("above")), ("below", unique("below"))] {
         let mut sent = 0;
-        for _ in 0..5 {
-            let attempts = AtomicU32::new(0);
-            let answer = match which {
-                "above" => coordinator.scoped(budget_above(&scope, &attempts)).await,
-                _ => coordinator.scoped(budget_below(&scope, &attempts)).await,
-            };
-            assert!(answer.is_ok());
-            sent += u64::from(attempts.load(Ordering::SeqCst) - 1);
+        // Five calls hedged, five answered before the delay.
+        for fast in [false, true] {
+            for _ in 0..5 {
+                let attempts = AtomicU32::new(0);
+                let answer = FAST.scope(fast, async {
+                    match which {
+                        "above" => coordinator.scoped(budget_above(&scope, &attempts)).await,
+                        _ => coordinator.scoped(budget_below(&scope, &attempts)).await,
+                    }
+                });
+                assert!(answer.await.is_ok());
+                sent += u64::from(attempts.load(Ordering::SeqCst) - 1);
+            }
         }
-        assert!(sent > 0, "{which}: the budget allowed hedges");
+        assert_eq!(sent, 5, "{which}: the budget allowed the hedges");
         assert_eq!(
-            window(&coordinator, &scope, 5).await,
-            (5, sent),
+            window(&coordinator, &scope, 10).await,
+            (10, 5),
             "{which}: one deposit per call"
         );
     }
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn the_tower_layer_hedges_a_slow_request() {
+    use caracal::tower::HedgeLayer;
+    use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
+
+    let calls = std::sync::Arc::new(AtomicU32::new(0));
+    let counted = std::sync::Arc::clone(&calls);
+    let mut service = ServiceBuilder::new()
+        .layer(HedgeLayer::new("hedge-tower").delay(Duration::from_millis(50)))
+        .service(service_fn(move |id: u64| {
+            let call = counted.fetch_add(1, Ordering::SeqCst);
+            async move {
+                if call == 0 {
+                    std::future::pending::<()>().await;
+                }
+                Ok::<_, std::io::Error>((id, call))
+            }
+        }));
+    let answer = service.ready().await.unwrap().call(7).await.unwrap();
+    assert_eq!(answer, (7, 1), "the second call's answer");
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
 }

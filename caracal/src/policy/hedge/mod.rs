@@ -37,6 +37,8 @@ mod delay;
 mod events;
 #[cfg(test)]
 mod tests;
+#[cfg(feature = "tower")]
+pub(crate) mod tower;
 
 pub use self::delay::Delay;
 
