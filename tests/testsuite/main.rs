@@ -34,6 +34,7 @@ mod fallback;
 mod fleet_ops;
 mod fleet_truth;
 mod harness;
+mod hedge;
 mod hedge_latency;
 mod install;
 mod lease_safety;

@@ -34,6 +34,7 @@ pub(crate) mod expansion {
 pub(crate) mod layers {
     pub use super::breaker::tower::{CircuitBreaker, CircuitBreakerLayer, CircuitBreakerPolicy};
     pub use super::bulkhead::tower::{Bulkhead, BulkheadLayer, BulkheadPermit, BulkheadPolicy};
+    pub use super::hedge::tower::{Hedge, HedgeLayer};
     pub use super::rate_limit::tower::{RateLimit, RateLimitLayer, RateLimitPolicy};
     pub use super::retry_budget::RetryBudget;
 }

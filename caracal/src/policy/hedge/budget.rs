@@ -25,9 +25,8 @@ use crate::policy::retry_budget::{self, RetryBudgetSite};
 /// One call's budget.
 #[derive(Debug)]
 pub(super) struct Budget<'a> {
+    hedge: &'static HedgeSite,
     scope: &'a Scope,
-    /// The named budget, if the hedge names one.
-    site: Option<&'static RetryBudgetSite>,
     /// The budget at the call's scope, once the hedge counted in it itself.
     own: Option<Gated>,
     /// Whether the call's deposit is settled (made by the hedge, or left to the gate).
@@ -35,67 +34,70 @@ pub(super) struct Budget<'a> {
 }
 
 impl<'a> Budget<'a> {
-    /// The budget of `site`'s calls at `scope`: resolved on first use (see the module docs).
-    pub(super) async fn of(site: &'static HedgeSite, scope: &'a Scope) -> Result<Self, Error> {
-        let budget = match site.config.budget {
-            None => None,
-            Some(name) => match site.budget.get() {
-                Some(found) => Some(*found),
-                None => {
-                    let found = find(name).await?;
-                    Some(*site.budget.get_or_init(|| found))
-                }
-            },
-        };
-        Ok(Budget {
+    /// The budget of `hedge`'s call at `scope`. Its budget is looked for when first needed:
+    /// by then a `#[retry_budget]` of the name below the hedge has run, and gates the call.
+    pub(super) fn of(hedge: &'static HedgeSite, scope: &'a Scope) -> Self {
+        Budget {
+            hedge,
             scope,
-            site: budget,
             own: None,
             settled: false,
-        })
+        }
     }
 
     /// Whether another attempt may be sent: always without a budget; else withdrawn from
     /// it, the call's deposit counted first.
-    pub(super) fn allows_another(&mut self, ctx: &CallCtx) -> bool {
-        let Some(site) = self.site else {
-            return true;
+    pub(super) async fn allows_another(&mut self, ctx: &CallCtx) -> Result<bool, Error> {
+        let Some(name) = self.hedge.config.budget else {
+            return Ok(true);
         };
-        if self.settled || ctx.gated_by(site.name()) {
+        if self.own.is_none() && ctx.gated_by(name) {
+            // A `#[retry_budget]` of the name gates the call: its gate counts the deposit,
+            // once per call, before the withdrawal.
             self.settled = true;
-            return match &self.own {
-                Some(own) => own.another(),
-                // A `#[retry_budget]` of the name gates the call: its gate counts the
-                // deposit, once per call, before the withdrawal.
-                None => ctx.another_attempt(),
-            };
+            return Ok(ctx.another_attempt());
         }
-        self.settled = true;
-        match site.budget(self.scope) {
-            Ok(own) => {
-                own.deposit();
-                let allowed = own.another();
-                self.own = Some(own);
-                allowed
-            }
-            // A budget that cannot be had (no coordinator any more) allows nothing: a hedge
-            // never runs uncoordinated.
-            Err(_) => false,
+        let settled = std::mem::replace(&mut self.settled, true);
+        let own = self.own().await?;
+        if !settled {
+            own.deposit();
         }
+        Ok(own.another())
     }
 
     /// Settles the call's deposit when it ends, `last` the rejection that ended it if any:
     /// made here unless a gate of the name makes it, and only if the call reached the
     /// downstream.
-    pub(super) fn settle(&mut self, ctx: &CallCtx, last: Option<&Taken>) {
-        let Some(site) = self.site else { return };
-        if self.settled || ctx.gated_by(site.name()) || !Taken::reached(last) {
-            return;
+    pub(super) async fn settle(
+        &mut self,
+        ctx: &CallCtx,
+        last: Option<&Taken>,
+    ) -> Result<(), Error> {
+        let Some(name) = self.hedge.config.budget else {
+            return Ok(());
+        };
+        if self.settled || ctx.gated_by(name) || !Taken::reached(last) {
+            return Ok(());
         }
         self.settled = true;
-        if let Ok(own) = site.budget(self.scope) {
-            own.deposit();
+        self.own().await?.deposit();
+        Ok(())
+    }
+
+    /// The budget at the call's scope that the hedge counts in itself.
+    async fn own(&mut self) -> Result<&Gated, Error> {
+        if self.own.is_none() {
+            let name = self.hedge.config.budget.expect("asked with a budget");
+            let site = match self.hedge.budget.get() {
+                Some(site) => *site,
+                None => {
+                    let found = find(name).await?;
+                    *self.hedge.budget.get_or_init(|| found)
+                }
+            };
+            self.own = Some(site.budget(self.scope)?);
         }
+        Ok(self.own.as_ref().expect("set above"))
     }
 }
 

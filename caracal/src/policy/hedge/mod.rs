@@ -38,6 +38,8 @@ mod events;
 pub(crate) mod latency;
 #[cfg(test)]
 mod tests;
+#[cfg(feature = "tower")]
+pub(crate) mod tower;
 
 pub use self::delay::Delay;
 
@@ -97,9 +99,7 @@ where
     let scope = ctx.scope(scope)?;
     let latency = delay::latency(site, scope).map_err(|error| ctx.reject(error))?;
     let delay = site.config.delay.now(latency.as_deref());
-    let mut budget = budget::Budget::of(site, scope)
-        .await
-        .map_err(|error| ctx.reject(error))?;
+    let mut budget = budget::Budget::of(site, scope);
     let timed = |index: u32| {
         let started = Instant::now();
         let attempt = attempt();
@@ -127,21 +127,25 @@ where
                         if index > 0 {
                             events::won(site);
                         }
-                        break Ok(value);
+                        break Ended::Answered(value);
                     }
                     Err(error) => {
                         failed = Some((error, rejection));
                         // Nothing left to wait for: a hedge waits beside a slow attempt, it
                         // does not retry a failed one.
                         if running.is_empty() {
-                            break Err(());
+                            break Ended::Failed;
                         }
                     }
                 }
             }
             () = async { next.as_mut().expect("checked by the guard").await }, if next.is_some() => {
                 started += 1;
-                if budget.allows_another(ctx) {
+                let allowed = match budget.allows_another(ctx).await {
+                    Ok(allowed) => allowed,
+                    Err(error) => break Ended::Unbudgeted(error),
+                };
+                if allowed {
                     events::sent(site, scope, started, delay);
                     running.push(timed(started));
                     next = (started < site.config.max_extra)
@@ -154,21 +158,33 @@ where
         }
     };
     drop(running);
-    match result {
-        Ok(value) => {
-            budget.settle(ctx, None);
-            Ok(value)
-        }
-        Err(()) => {
+    let (result, last) = match result {
+        Ended::Answered(value) => (Ok(value), None),
+        // The budget named nowhere: the call's error, whatever its attempts did.
+        Ended::Unbudgeted(error) => return Err(ctx.reject(error)),
+        Ended::Failed => {
             let (error, rejection) = failed.expect("an attempt failed");
-            budget.settle(ctx, rejection.as_ref());
-            ctx.put_back(rejection);
-            Err(error)
+            (Err(error), rejection)
         }
+    };
+    if let Err(error) = budget.settle(ctx, last.as_ref()).await {
+        return Err(ctx.reject(error));
     }
+    ctx.put_back(last);
+    result
 }
 
-/// The delay as [`Duration`] in events.
+/// How the attempts of a call ended.
+enum Ended<T> {
+    /// One answered `Ok`.
+    Answered(T),
+    /// Every attempt started failed.
+    Failed,
+    /// The named budget could not be had.
+    Unbudgeted(Error),
+}
+
+/// The delay in events.
 fn millis(delay: Duration) -> u64 {
     u64::try_from(delay.as_millis()).unwrap_or(u64::MAX)
 }

@@ -274,7 +274,7 @@ async fn a_budget_found_nowhere_is_invalid_config() {
     let error = result.unwrap_err();
     assert_eq!(error.code(), "invalid_config");
     assert!(error.to_string().contains("no-such-budget"), "{error}");
-    assert_eq!(started, 0);
+    assert_eq!(started, 1, "found missing when the call's deposit was due");
 }
 
 #[test]

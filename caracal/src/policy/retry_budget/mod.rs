@@ -336,11 +336,6 @@ impl RetryBudgetSite {
         }
     }
 
-    /// The budget's name.
-    pub(crate) fn name(&self) -> &'static str {
-        self.config.name
-    }
-
     /// Lists the site among the process's budgets, once.
     fn list(&'static self) {
         if !self.listed.load(Ordering::Relaxed) && !self.listed.swap(true, Ordering::Relaxed) {
