@@ -13,6 +13,7 @@ mod durations;
 mod errors;
 mod expand;
 mod fallback;
+mod hedge;
 mod identity;
 mod layer;
 mod names;
@@ -199,6 +200,32 @@ attributes! {
     /// # }
     /// ```
     fallback => fallback::KIND;
+
+    /// Hedges a slow call: after `delay` without an answer, another attempt of the layers
+    /// inside it starts beside the first (up to `max_extra`), and the first `Ok` is the
+    /// call's; `budget` names the `#[retry_budget]` each extra attempt withdraws from.
+    /// Arguments, defaults and the rule for `delay = p95`:
+    /// [`#[hedge]`](https://docs.rs/caracal/latest/caracal/guide/attributes/index.html#hedge--another-attempt-beside-a-slow-one).
+    ///
+    /// ```
+    /// use caracal::{bulkhead, hedge, retry_budget};
+    /// # #[derive(Debug, thiserror::Error)]
+    /// # #[error(transparent)]
+    /// # struct ApiError(#[from] caracal::Error);
+    ///
+    /// #[retry_budget(name = "partner-api", percent = 10)]
+    /// #[hedge(delay = "50ms", max_extra = 1, budget = "partner-api")]
+    /// #[bulkhead(name = "partner-api", limit = 20)]
+    /// async fn get_order(id: u64) -> Result<u64, ApiError> {
+    ///     Ok(id)
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # let order = caracal::Coordinator::in_memory().scoped(get_order(7)).await;
+    /// # assert_eq!(order.unwrap(), 7);
+    /// # }
+    /// ```
+    hedge => hedge::KIND;
 
     /// A deadline on the layers inside it. What happens when it elapses:
     /// [`#[timeout]`](https://docs.rs/caracal/latest/caracal/guide/attributes/index.html#timeout2s).

@@ -42,17 +42,18 @@ pub(crate) enum Gated {
 impl Gated {
     /// Counts the call's first attempt.
     pub(crate) fn deposit(&self) {
-        match self {
-            Gated::Kept(gate) => gate.deposit(),
-            Gated::Made(gate) => gate.deposit(),
-        }
+        self.gate().deposit();
     }
 
     /// Whether another attempt may run.
     pub(crate) fn another(&self) -> bool {
+        self.gate().another()
+    }
+
+    fn gate(&self) -> &dyn Gate {
         match self {
-            Gated::Kept(gate) => gate.another(),
-            Gated::Made(gate) => gate.another(),
+            Gated::Kept(gate) => *gate,
+            Gated::Made(gate) => &**gate,
         }
     }
 }
@@ -66,6 +67,25 @@ pub(crate) trait Gate: Send + Sync + std::fmt::Debug {
 
     /// Asked once per further attempt, which runs only if this says yes.
     fn another(&self) -> bool;
+
+    /// The name of the budget it draws from, which a `#[hedge]` naming it shares.
+    fn budget(&self) -> &str;
+}
+
+/// The rejection that ended an attempt, taken out of the context by a layer that runs
+/// attempts side by side (a hedge), and put back if that attempt's result becomes the call's.
+#[derive(Debug)]
+pub(crate) struct Taken {
+    rejection: Rejection,
+    error: Error,
+}
+
+impl Taken {
+    /// Whether the attempt reached the downstream (a budget counts it as a first attempt):
+    /// see [`CallCtx::deposit_first`].
+    pub(crate) fn reached(taken: Option<&Taken>) -> bool {
+        taken.is_none_or(|taken| taken.rejection == Rejection::Cut)
+    }
 }
 
 /// The rejections an outer layer distinguishes (part of the macro contract, not a public API).
@@ -172,6 +192,30 @@ impl CallCtx {
     /// The rejection that ended the last attempt, if caracal produced its `Err`.
     pub(crate) fn rejection(&self) -> Option<Rejection> {
         Rejection::from_code(self.rejection.load(Ordering::Relaxed))
+    }
+
+    /// Whether the call's gate draws from the budget `name`.
+    pub(crate) fn gated_by(&self, name: &str) -> bool {
+        lock(&self.gate)
+            .as_ref()
+            .is_some_and(|gate| gate.gate().budget() == name)
+    }
+
+    /// The rejection that ended the attempt which just returned, if caracal's, taken out.
+    pub(crate) fn take_rejection(&self) -> Option<Taken> {
+        let rejection = self.rejection()?;
+        let error = self.take_if(|_| true)?;
+        Some(Taken { rejection, error })
+    }
+
+    /// Makes `taken` (or no rejection) the one that ended the last attempt.
+    pub(crate) fn put_back(&self, taken: Option<Taken>) {
+        match taken {
+            Some(Taken { rejection, error }) => {
+                self.reject_as::<Error>(error, rejection);
+            }
+            None => self.clear(),
+        }
     }
 
     /// Forgets the previous attempt's rejection (a new attempt starts).

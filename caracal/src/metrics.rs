@@ -23,6 +23,8 @@ pub const CIRCUIT_BREAKER_SLOW_CALL_RATE: &str = "caracal_circuit_breaker_slow_c
 pub const RETRY_BUDGET_LOCAL_SHARE: &str = "caracal_retry_budget_local_share";
 /// The name of the retries counter.
 pub const RETRIES_TOTAL: &str = "caracal_retries_total";
+/// The name of the hedges counter.
+pub const HEDGES_TOTAL: &str = "caracal_hedges_total";
 /// The name of the timeouts counter.
 pub const TIMEOUTS_TOTAL: &str = "caracal_timeouts_total";
 /// The name of the fallbacks counter.
@@ -145,6 +147,37 @@ impl Retried {
 pub(crate) fn retried(name: &'static str, outcome: Retried) {
     #[cfg(feature = "metrics")]
     ::metrics::counter!(RETRIES_TOTAL, "name" => name, "outcome" => outcome.as_str()).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (name, outcome);
+}
+
+/// What a hedge did with an extra attempt.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Hedged {
+    /// Sent beside the attempts in flight.
+    Sent,
+    /// It answered `Ok` first: the call's result.
+    Won,
+    /// Not sent: the budget refused it.
+    Refused,
+}
+
+impl Hedged {
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    fn as_str(self) -> &'static str {
+        match self {
+            Hedged::Sent => "sent",
+            Hedged::Won => "won",
+            Hedged::Refused => "refused_by_budget",
+        }
+    }
+}
+
+/// Counts what the hedge of `name` did with an extra attempt.
+#[inline]
+pub(crate) fn hedged(name: &'static str, outcome: Hedged) {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!(HEDGES_TOTAL, "name" => name, "outcome" => outcome.as_str()).increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = (name, outcome);
 }

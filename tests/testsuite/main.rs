@@ -34,6 +34,8 @@ mod fallback;
 mod fleet_ops;
 mod fleet_truth;
 mod harness;
+mod hedge;
+mod hedge_latency;
 mod install;
 mod lease_safety;
 mod lease_script;

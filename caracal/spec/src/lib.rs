@@ -21,6 +21,7 @@ use core::time::Duration;
 
 pub mod breaker;
 pub mod bulkhead;
+pub mod hedge;
 pub mod rate_limit;
 pub mod retry;
 pub mod retry_budget;
@@ -120,6 +121,7 @@ pub const KINDS: &[&Kind] = &[
     &timeout::KIND,
     &retry::KIND,
     &retry_budget::KIND,
+    &hedge::KIND,
 ];
 
 /// The kind named `name` (as the attribute is named: `circuit_breaker`), if there is one.
@@ -364,6 +366,9 @@ pub enum Type {
     Choice(&'static [&'static str]),
     /// `true` or `false`.
     Flag,
+    /// The name of another policy's identity, a string (`budget = "partner-api"`): code
+    /// naming code, so never set at run time.
+    Name,
 }
 
 impl Type {
@@ -520,6 +525,7 @@ impl fmt::Display for Type {
                 Ok(())
             }
             Type::Flag => f.write_str("`true` or `false`"),
+            Type::Name => f.write_str("a name"),
         }
     }
 }

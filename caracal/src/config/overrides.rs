@@ -234,6 +234,14 @@ impl Overrides {
         resolved
     }
 
+    /// Whether the configuration or the fleet's overrides have a table for `kind` `name`.
+    pub(crate) fn names(&self, kind: PolicyKind, name: &str) -> bool {
+        let layers = self.snapshot();
+        [&layers.config, &layers.fleet]
+            .into_iter()
+            .any(|tables| table(tables, kind, name).is_some())
+    }
+
     /// Says, once per change of the overrides, that `key = setting` of the policy `name` is
     /// not applied here, and why.
     fn ignored(

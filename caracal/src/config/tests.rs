@@ -340,6 +340,7 @@ fn accepts(ty: &caracal_spec::Type) -> String {
         Type::Float { .. } => format!("a number, {ty}"),
         Type::Duration { .. } => format!("a duration, {ty}"),
         Type::Choice(_) | Type::Flag => format!("{ty}"),
+        Type::Name => "a string literal or a path to a `const &str`".to_owned(),
     }
 }
 

@@ -280,6 +280,12 @@ impl Coordinator {
         }
     }
 
+    /// Whether this process's configuration or the fleet's overrides name the policy `kind`
+    /// `name` (a table `[kind.name]`).
+    pub(crate) fn configures(&self, kind: PolicyKind, name: &str) -> bool {
+        self.inner.overrides.names(kind, name)
+    }
+
     /// Starts what a Redis coordinator runs for as long as it lives: the feed and the fleet
     /// overrides' sync; and applies the fleet's overrides before the first call. When the node
     /// holding them cannot be reached (one cluster primary down), the process serves on the

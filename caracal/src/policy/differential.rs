@@ -1,7 +1,7 @@
 //! Every kind's differential test on one cluster (it is the slowest thing to start); each kind
 //! also runs its own on a standalone server, in its folder.
 
-use super::{breaker, bulkhead, rate_limit, retry_budget};
+use super::{breaker, bulkhead, hedge, rate_limit, retry_budget};
 
 #[test]
 fn every_script_agrees_with_its_kernel_on_a_cluster() {
@@ -19,4 +19,5 @@ fn every_script_agrees_with_its_kernel_on_a_cluster() {
     breaker::differential::run(connection(), 150);
     retry_budget::differential::run(connection(), 100);
     bulkhead::differential::adaptive::run(connection(), 100);
+    hedge::latency::differential::run(connection(), 100);
 }

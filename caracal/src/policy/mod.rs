@@ -6,6 +6,7 @@ pub(crate) mod descriptor;
 #[cfg(test)]
 mod differential;
 pub(crate) mod fallback;
+pub(crate) mod hedge;
 pub(crate) mod rate_limit;
 mod registry;
 pub(crate) mod retry;
@@ -20,6 +21,7 @@ pub(crate) mod expansion {
     };
     pub use super::bulkhead::{AdaptiveLimit, BulkheadConfig, BulkheadSite, bulkhead};
     pub use super::fallback::{FallbackConfig, fallback};
+    pub use super::hedge::{Delay, HedgeConfig, HedgeSite, hedge};
     pub use super::rate_limit::{RateLimitConfig, RateLimitSite, rate_limit};
     pub use super::retry::{Retry, RetryBodyErrors, RetryConfig, RetryWhen};
     pub use super::retry_budget::{RetryBudgetConfig, RetryBudgetSite, retry_budget};
@@ -32,6 +34,7 @@ pub(crate) mod expansion {
 pub(crate) mod layers {
     pub use super::breaker::tower::{CircuitBreaker, CircuitBreakerLayer, CircuitBreakerPolicy};
     pub use super::bulkhead::tower::{Bulkhead, BulkheadLayer, BulkheadPermit, BulkheadPolicy};
+    pub use super::hedge::tower::{Hedge, HedgeLayer};
     pub use super::rate_limit::tower::{RateLimit, RateLimitLayer, RateLimitPolicy};
     pub use super::retry_budget::RetryBudget;
 }

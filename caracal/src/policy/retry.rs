@@ -125,10 +125,12 @@ impl<'a, W> Retry<'a, W> {
         self.attempt += 1;
         let delay = jitter(self.config.ceiling(self.attempt));
         events::retry_scheduled(&self.call(), self.attempt, delay);
+        // Cleared before the wait, not after: under a `#[hedge]` the call's other attempts
+        // run meanwhile, and one ending then must not find this attempt's rejection.
+        self.ctx.clear();
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }
-        self.ctx.clear();
         ControlFlow::Continue(())
     }
 

@@ -173,6 +173,13 @@ impl Read for Key {
                     .ok_or_else(|| malformed(self, text))?,
             ),
             Type::Flag => Setting::Flag(text.parse().map_err(|_| malformed(self, text))?),
+            // Only kinds that run-time configuration never reaches have one.
+            Type::Name => {
+                return Err(format!(
+                    "`{}` names code, it is not set at run time",
+                    self.name
+                ));
+            }
         };
         self.check(setting)
     }
@@ -210,6 +217,7 @@ fn expected(key: &Key) -> String {
             quoted.join(" or ")
         }
         Type::Flag => "`true` or `false`".to_owned(),
+        Type::Name => "a name".to_owned(),
     }
 }
 

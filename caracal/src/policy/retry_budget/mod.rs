@@ -44,9 +44,11 @@
 //! (so a window after an outage is tighter, never looser).
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
+
+use caracal_spec::retry_budget as spec;
 
 use crate::clock::Clock;
 use crate::config::Setting;
@@ -286,6 +288,41 @@ pub struct RetryBudgetSite {
     /// The fleet's budget at the global scope under the first coordinator the site met: every
     /// call there after the first reuses it, and its retries ask it with no allocation.
     fleet: OnceLock<Fleet>,
+    /// Whether the site is listed among the process's budgets ([`named`]).
+    listed: AtomicBool,
+}
+
+/// The budgets this process has used, by name: what a `#[hedge(budget = "name")]` draws
+/// from when one is here. The first site of a name stands for it.
+static NAMED: Mutex<Vec<&'static RetryBudgetSite>> = Mutex::new(Vec::new());
+
+/// The budget named `name` this process has used, if any.
+pub(crate) fn named(name: &str) -> Option<&'static RetryBudgetSite> {
+    lock(&NAMED)
+        .iter()
+        .copied()
+        .find(|site| site.config.name == name)
+}
+
+/// A budget site for `#[hedge]`s naming a budget used elsewhere in the fleet, with the values
+/// `reported` there (the attribute's defaults for any missing), kept for the program's life
+/// as an attribute's site is.
+pub(crate) fn adopted(name: &str, reported: Option<&Registered>) -> &'static RetryBudgetSite {
+    let name = crate::identity::intern(name);
+    let value = |key: &caracal_spec::Key| reported.and_then(|site| site.parsed::<u32>(key.name));
+    let window = reported
+        .and_then(|site| site.value(spec::WINDOW.name))
+        .and_then(|window| humantime::parse_duration(window).ok());
+    Box::leak(Box::new(RetryBudgetSite::new(RetryBudgetConfig {
+        name,
+        operation: name,
+        percent: value(&spec::PERCENT).unwrap_or(spec::PERCENT.default.integer()),
+        min_per_second: value(&spec::MIN_PER_SECOND)
+            .unwrap_or(spec::MIN_PER_SECOND.default.integer()),
+        window: window.unwrap_or(spec::WINDOW.default.duration()),
+        local: false,
+        shadow: spec::SHADOW.default.flag(),
+    })))
 }
 
 impl RetryBudgetSite {
@@ -295,6 +332,14 @@ impl RetryBudgetSite {
             config,
             local: registry::SiteCache::new(),
             fleet: OnceLock::new(),
+            listed: AtomicBool::new(false),
+        }
+    }
+
+    /// Lists the site among the process's budgets, once.
+    fn list(&'static self) {
+        if !self.listed.load(Ordering::Relaxed) && !self.listed.swap(true, Ordering::Relaxed) {
+            lock(&NAMED).push(self);
         }
     }
 
@@ -325,7 +370,8 @@ impl RetryBudgetSite {
 
     /// The budget at `scope` a call deposits in and its retries withdraw from:
     /// `NotInstalled` for a distributed budget without a coordinator.
-    fn budget(&'static self, scope: &Scope) -> Result<Gated, Error> {
+    pub(crate) fn budget(&'static self, scope: &Scope) -> Result<Gated, Error> {
+        self.list();
         if self.config.local {
             let coordinator = coordinator::overriding();
             let values =
@@ -470,6 +516,10 @@ impl Gate for Fleet {
     fn another(&self) -> bool {
         self.withdraw()
     }
+
+    fn budget(&self) -> &str {
+        self.site.config.name
+    }
 }
 
 /// The budget one call's retries withdraw from, made for the call: the call's gate.
@@ -516,6 +566,13 @@ impl Gate for Withdrawals {
                 };
                 site.decided(scope, decided, values.shadow)
             }
+        }
+    }
+
+    fn budget(&self) -> &str {
+        match self {
+            Withdrawals::Made(fleet) => fleet.site.config.name,
+            Withdrawals::Local { site, .. } => site.config.name,
         }
     }
 }
