@@ -69,8 +69,8 @@ fn delay(key: &'static caracal_spec::Key) -> impl Convert<Given> {
             return fixed(name, value).map(Given::Fixed);
         };
         let usage = format!(
-            "`{name}` is a duration (`\"50ms\"`) or a percentile of the fleet's latency, \
-             `p{}` to `p{}`",
+            "a duration string with a unit (`\"50ms\"`) or a percentile of the fleet's \
+             latency, `p{}` to `p{}`",
             spec::MIN_PERCENTILE,
             spec::MAX_PERCENTILE
         );

@@ -33,9 +33,8 @@ pub(crate) fn check_part(value: &str) -> Result<(), &'static str> {
 }
 
 /// `value` as a `&'static str`: each distinct value is kept once for the life of the process.
-/// Names and operations of identities built at run time (tower layers) live as long as those
-/// of attributes, and there are as few of them.
-#[cfg(feature = "tower")]
+/// Names and operations of identities built at run time (tower layers, the budgets hedges
+/// adopt) live as long as those of attributes, and there are as few of them.
 pub(crate) fn intern(value: &str) -> &'static str {
     static INTERNED: std::sync::Mutex<std::collections::BTreeSet<&'static str>> =
         std::sync::Mutex::new(std::collections::BTreeSet::new());
