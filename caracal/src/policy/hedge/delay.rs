@@ -16,8 +16,9 @@ use std::time::Duration;
 
 use super::HedgeSite;
 use super::latency::{FleetLatency, fleet_latency};
+use crate::coordinator::Coordinator;
 use crate::error::Error;
-use crate::identity::{PolicyKind, Scope};
+use crate::identity::{Identity, PolicyKind, Scope};
 
 /// How long an attempt goes unanswered before the next starts.
 #[doc(hidden)]
@@ -75,17 +76,21 @@ pub(super) fn latency(
         return Ok(Some(Arc::new(Unknown)));
     }
     crate::coordinator::with_current(|coordinator| {
-        let identity = &site.config.identity;
-        // The hedge is no kind with state of its own: its latency lives beside the bulkhead's
-        // identity of the same name (its keys' suffixes are its own).
-        let identity = coordinator.identity(
-            PolicyKind::Bulkhead,
-            identity.name,
-            identity.operation,
-            scope,
-        );
-        Some(fleet_latency(coordinator, &identity) as Arc<dyn Latency>)
+        Some(fleet_latency(coordinator, &identity(coordinator, site, scope)) as Arc<dyn Latency>)
     })
+}
+
+/// The identity whose latency `site` learns at `scope`.
+pub(super) fn identity(coordinator: &Coordinator, site: &HedgeSite, scope: &Scope) -> Identity {
+    let identity = &site.config.identity;
+    // The hedge is no kind with state of its own: its latency lives beside the bulkhead's
+    // identity of the same name (its keys' suffixes are its own).
+    coordinator.identity(
+        PolicyKind::Bulkhead,
+        identity.name,
+        identity.operation,
+        scope,
+    )
 }
 
 impl Latency for FleetLatency {

@@ -106,6 +106,8 @@ where
         async move { (index, started, attempt.await) }
     };
     let mut running = FuturesUnordered::new();
+    let mut unfinished = Unfinished::default();
+    unfinished.began(0);
     running.push(timed(0));
     let mut started = 0;
     let mut next = Some(Box::pin(tokio::time::sleep(delay)));
@@ -119,6 +121,7 @@ where
                 // Taken at once, in the poll that ended the attempt, before another attempt
                 // runs and could record a rejection of its own.
                 let rejection = ctx.take_rejection();
+                unfinished.ended(index);
                 if rejection.is_none() && let Some(latency) = &latency {
                     latency.observe(began.elapsed());
                 }
@@ -126,6 +129,9 @@ where
                     Ok(value) => {
                         if index > 0 {
                             events::won(site);
+                        }
+                        if let Some(latency) = &latency {
+                            unfinished.observe_outrun(began, latency.as_ref());
                         }
                         break Ended::Answered(value);
                     }
@@ -147,6 +153,7 @@ where
                 };
                 if allowed {
                     events::sent(site, scope, started, delay);
+                    unfinished.began(started);
                     running.push(timed(started));
                     next = (started < site.config.max_extra)
                         .then(|| Box::pin(tokio::time::sleep(delay)));
@@ -172,6 +179,37 @@ where
     }
     ctx.put_back(last);
     result
+}
+
+/// When each attempt still running began (the first and up to three extra).
+///
+/// An attempt dropped because another won never reports its latency, and those are the slow
+/// ones: left out, the fleet's percentile would drift down while hedges win, and hedge ever
+/// sooner. One that began before the winner has run longer than the winner's whole latency;
+/// the time it has run is recorded, a lower bound of its own, so the tail is never read
+/// shorter than the attempts showed. (One that began after the winner says nothing.)
+#[derive(Debug, Default)]
+struct Unfinished([Option<Instant>; 4]);
+
+impl Unfinished {
+    fn began(&mut self, index: u32) {
+        if let Some(slot) = self.0.get_mut(index as usize) {
+            *slot = Some(Instant::now());
+        }
+    }
+
+    fn ended(&mut self, index: u32) {
+        if let Some(slot) = self.0.get_mut(index as usize) {
+            *slot = None;
+        }
+    }
+
+    /// Records the attempts the winner, which began at `winner`, outran.
+    fn observe_outrun(&self, winner: Instant, latency: &dyn delay::Latency) {
+        for began in self.0.iter().flatten().filter(|began| **began < winner) {
+            latency.observe(began.elapsed());
+        }
+    }
 }
 
 /// How the attempts of a call ended.

@@ -300,3 +300,36 @@ fn a_percentile_delay_is_the_ceiling_until_known_and_clamped_after() {
     assert_eq!(delay.now(Some(&Known(Some(ms(900))))), ms(500));
     assert_eq!(Delay::Fixed(ms(7)).now(Some(&Known(Some(ms(1))))), ms(7));
 }
+
+static LEARNT: HedgeSite = HedgeSite::new(HedgeConfig {
+    delay: Delay::Percentile {
+        per_mille: 950,
+        floor: Duration::from_millis(1),
+        ceiling: DELAY,
+    },
+    ..config("unit-hedge-learnt", 1, None)
+});
+
+#[tokio::test(start_paused = true)]
+async fn the_attempts_a_hedge_outran_still_count_in_the_fleets_latency() {
+    let coordinator = Coordinator::in_memory();
+    for _ in 0..100 {
+        let (result, _) = coordinator
+            .scoped(call(&LEARNT, &CallCtx::new(), |index| match index {
+                0 => (Duration::from_secs(10), Ok(0)),
+                _ => (Duration::from_millis(1), Ok(index)),
+            }))
+            .await;
+        assert_eq!(result.unwrap(), 1);
+    }
+    let identity = delay::identity(&coordinator, &LEARNT, global_scope().as_ref().unwrap());
+    let median = latency::fleet_latency(&coordinator, &identity).quantile(500);
+    // Each call's winner took 1 ms, the attempt it outran at least the delay (50 ms): left
+    // out, the fleet would read only the winners, and hedge ever sooner.
+    assert!(
+        median.is_some_and(|median| median >= Duration::from_millis(1) && median < DELAY),
+        "{median:?}"
+    );
+    let tail = latency::fleet_latency(&coordinator, &identity).quantile(750);
+    assert!(tail.is_some_and(|tail| tail >= DELAY), "{tail:?}");
+}
