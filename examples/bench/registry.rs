@@ -5,7 +5,7 @@
 //! the time `Admin::status` takes to list the registry at its cap.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use caracal::bulkhead;
@@ -55,6 +55,17 @@ pub(super) async fn alone(url: &str) -> Result<(), caracal::Error> {
     // Logged from the first call: the process reports its uses (10 000 a round, the
     // registry's bound) while it makes them and after, however long that takes.
     configure(&mut conn, [LOGGED_FROM_US, 100_000, MONITORED_FROM_MS]).await;
+    let control = redis::Script::new(CONTROL);
+    let (done, sent) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let controls = tokio::spawn(controlled(
+        conn.clone(),
+        control.clone(),
+        Arc::clone(&done),
+        Arc::clone(&sent),
+    ));
     let next = Arc::new(AtomicUsize::new(0));
     let tasks: Vec<_> = (0..CONCURRENT_TASKS)
         .map(|_| {
@@ -74,6 +85,8 @@ pub(super) async fn alone(url: &str) -> Result<(), caracal::Error> {
         task.await.expect("a calling task");
     }
     tokio::time::sleep(REPORTS_SETTLE).await;
+    done.store(true, Ordering::Relaxed);
+    controls.await.expect("the control task");
     let admin = coordinator.admin();
     let mut status_ms = Vec::new();
     let mut rows = 0;
@@ -97,6 +110,27 @@ pub(super) async fn alone(url: &str) -> Result<(), caracal::Error> {
     let (reports, reads) = (of(&report), of(&read));
     let longest = |us: &[u64]| us.iter().copied().max().unwrap_or(0) as f64;
     let over_1ms = |us: &[u64]| us.iter().filter(|&&us| us >= 1_000).count() as f64;
+    // The baseline of the same run: how often a script that does nothing passed 1 ms. Where
+    // the server waited for its core (or the machine for its host), every command did alike,
+    // and no script's work can be shorter than this one's.
+    let controls = of(control.get_hash());
+    let sent = sent.load(Ordering::Relaxed) as f64;
+    emit(
+        "control_script_us",
+        &[
+            ("sent", sent),
+            ("longest", longest(&controls)),
+            ("over_1ms", over_1ms(&controls)),
+            (
+                "over_1ms_per_million",
+                over_1ms(&controls) / sent.max(1.0) * 1e6,
+            ),
+            (
+                "reports_over_1ms_per_million_logged",
+                over_1ms(&reports) / (reports.len().max(1) as f64) * 1e6,
+            ),
+        ],
+    );
     emit(
         "registry_scripts_us",
         &[
@@ -173,6 +207,29 @@ pub(super) async fn alone(url: &str) -> Result<(), caracal::Error> {
     Ok(())
 }
 
+/// A script that does nothing: the run's baseline.
+const CONTROL: &str = "return 1";
+/// How often the baseline runs while the registry is used.
+const CONTROL_EVERY: Duration = Duration::from_millis(2);
+
+/// Runs the baseline every [`CONTROL_EVERY`] until `done`, counting the calls in `sent`.
+async fn controlled(
+    mut conn: MultiplexedConnection,
+    control: redis::Script,
+    done: Arc<AtomicBool>,
+    sent: Arc<AtomicUsize>,
+) {
+    let mut every = tokio::time::interval(CONTROL_EVERY);
+    while !done.load(Ordering::Relaxed) {
+        every.tick().await;
+        let _: i64 = control
+            .invoke_async(&mut conn)
+            .await
+            .expect("the control script");
+        sent.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// Sets the slow log's threshold (µs) and length and the latency monitor's threshold (ms),
 /// and empties both.
 async fn configure(conn: &mut MultiplexedConnection, [slower_than, max_len, monitor_ms]: [u64; 3]) {
@@ -215,7 +272,8 @@ async fn latency_events(conn: &mut MultiplexedConnection) -> Vec<(String, u64, u
 /// lease (the kernel the bench's calls go through) and status read (`status`'s).
 const REGISTRY_REPORT: &str = include_str!("../../caracal/lua/registry_report.lua");
 const REGISTRY_READ: &str = include_str!("../../caracal/lua/registry_read.lua");
-const SCRIPTS: [(&str, &str); 8] = [
+const SCRIPTS: [(&str, &str); 9] = [
+    ("control (does nothing)", CONTROL),
     ("registry_report", REGISTRY_REPORT),
     ("registry_read", REGISTRY_READ),
     (
