@@ -20,7 +20,6 @@
 //! makes it.
 
 use std::future::Future;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -30,7 +29,6 @@ use tokio::time::Instant;
 use crate::ctx::{CallCtx, Taken};
 use crate::error::Error;
 use crate::identity::{FunctionIdentity, Scope};
-use crate::policy::retry_budget::RetryBudgetSite;
 
 mod budget;
 mod delay;
@@ -65,7 +63,7 @@ pub struct HedgeConfig {
 #[derive(Debug)]
 pub struct HedgeSite {
     config: HedgeConfig,
-    budget: OnceLock<&'static RetryBudgetSite>,
+    budget: budget::Resolved,
 }
 
 impl HedgeSite {
@@ -73,7 +71,7 @@ impl HedgeSite {
     pub const fn new(config: HedgeConfig) -> Self {
         HedgeSite {
             config,
-            budget: OnceLock::new(),
+            budget: budget::Resolved::new(),
         }
     }
 
@@ -174,9 +172,7 @@ where
             (Err(error), rejection)
         }
     };
-    if let Err(error) = budget.settle(ctx, last.as_ref()).await {
-        return Err(ctx.reject(error));
-    }
+    budget.settle(ctx, last.as_ref()).await;
     ctx.put_back(last);
     result
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::*;
 use crate::__private::global_scope;
 use crate::coordinator::Coordinator;
-use crate::policy::retry_budget::{RetryBudgetConfig, retry_budget};
+use crate::policy::retry_budget::{RetryBudgetConfig, RetryBudgetSite, retry_budget};
 
 const DELAY: Duration = Duration::from_millis(50);
 
@@ -264,17 +264,70 @@ async fn each_extra_attempt_withdraws_from_the_budget() {
 static NOWHERE: HedgeSite = HedgeSite::new(config("unit-hedge-nowhere", 1, Some("no-such-budget")));
 
 #[tokio::test(start_paused = true)]
-async fn a_budget_found_nowhere_is_invalid_config() {
+async fn a_budget_found_nowhere_is_invalid_config_for_an_extra_attempt() {
     let coordinator = Coordinator::in_memory();
+    let slow = |index| (DELAY * 2, Ok(index));
     let (result, started) = coordinator
-        .scoped(call(&NOWHERE, &CallCtx::new(), |index| {
-            (Duration::ZERO, Ok(index))
-        }))
+        .scoped(call(&NOWHERE, &CallCtx::new(), slow))
         .await;
     let error = result.unwrap_err();
     assert_eq!(error.code(), "invalid_config");
     assert!(error.to_string().contains("no-such-budget"), "{error}");
-    assert_eq!(started, 1, "found missing when the call's deposit was due");
+    assert_eq!(started, 1, "found missing when the extra attempt was due");
+}
+
+static NOWHERE_ANSWERED: HedgeSite = HedgeSite::new(config(
+    "unit-hedge-nowhere-answered",
+    1,
+    Some("no-such-budget-answered"),
+));
+
+#[tokio::test(start_paused = true)]
+async fn a_call_that_answered_is_not_failed_by_its_budget() {
+    let coordinator = Coordinator::in_memory();
+    let (result, started) = coordinator
+        .scoped(call(&NOWHERE_ANSWERED, &CallCtx::new(), |index| {
+            (Duration::ZERO, Ok(index))
+        }))
+        .await;
+    assert_eq!(
+        result.unwrap(),
+        0,
+        "the deposit is skipped, the answer kept"
+    );
+    assert_eq!(started, 1);
+}
+
+static LATER: HedgeSite = HedgeSite::new(config(
+    "unit-hedge-later",
+    1,
+    Some("budget-configured-later"),
+));
+
+#[tokio::test(start_paused = true)]
+async fn a_budget_found_nowhere_is_not_looked_for_again_before_its_back_off() {
+    let coordinator = Coordinator::in_memory();
+    let code = || async {
+        let slow = |index| (DELAY * 2, Ok(index));
+        let (result, _) = coordinator
+            .scoped(call(&LATER, &CallCtx::new(), slow))
+            .await;
+        result.map_err(|error| error.code())
+    };
+    assert_eq!(code().await, Err("invalid_config"));
+    let text = "[retry_budget.budget-configured-later]\npercent = 100";
+    coordinator.set_config(crate::Config::from_toml_str(text).expect("valid"));
+    assert_eq!(
+        code().await,
+        Err("invalid_config"),
+        "the failed look-up is kept for a second"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        code().await,
+        Ok(0),
+        "looked for again, found in the configuration"
+    );
 }
 
 #[test]
