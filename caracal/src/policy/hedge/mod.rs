@@ -4,7 +4,10 @@
 //! **Attempts.** The layers inside the hedge run once per attempt, each admitted on its own (a
 //! bulkhead below counts every attempt in flight). Extra attempt *k* starts `delay` after
 //! attempt *k − 1* while none has answered `Ok`, up to `max_extra`. An attempt that fails waits
-//! for the others; the call returns the last `Err` when every attempt started has failed. An
+//! for the others; the call returns the last `Err` when every attempt started has failed,
+//! preferring one that reached the downstream (an answer, or a timeout cutting it) over
+//! caracal's refusal of an attempt (admission, a breaker, a coordinator): a breaker or a retry
+//! above sees the downstream's failure rather than a hedge's refused extra. An
 //! attempt dropped because another won is cancelled like any dropped future: what it holds
 //! (leases, probe slots) is released by its guards.
 //!
@@ -134,7 +137,14 @@ where
                         break Ended::Answered(value);
                     }
                     Err(error) => {
-                        failed = Some((error, rejection));
+                        // A failure of the downstream outranks caracal's refusal of another
+                        // attempt: the layers above (a breaker, a retry) must see the real one.
+                        let outranks = failed.as_ref().is_none_or(|(_, earlier)| {
+                            Taken::reached(rejection.as_ref()) || !Taken::reached(earlier.as_ref())
+                        });
+                        if outranks {
+                            failed = Some((error, rejection));
+                        }
                         // Nothing left to wait for: a hedge waits beside a slow attempt, it
                         // does not retry a failed one.
                         if running.is_empty() {

@@ -201,6 +201,32 @@ async fn the_rejection_of_the_last_error_is_the_call_s() {
     assert_eq!(ctx.rejection(), Some(crate::ctx::Rejection::Cut));
 }
 
+#[tokio::test(start_paused = true)]
+async fn the_downstream_s_failure_outranks_a_later_refusal() {
+    let ctx = CallCtx::new();
+    let started = AtomicU32::new(0);
+    let result: Result<u32, Error> = hedge(&ONE, &ctx, &global_scope(), || {
+        let index = started.fetch_add(1, Ordering::SeqCst);
+        let ctx = &ctx;
+        async move {
+            // The first fails at the downstream; the extra, refused by a policy below,
+            // finishes last.
+            tokio::time::sleep(DELAY * (2 + index * 2)).await;
+            if index == 0 {
+                return failure(index);
+            }
+            let refused = Error::config("refused below");
+            Err(ctx.reject_as(refused, crate::ctx::Rejection::Admission))
+        }
+    })
+    .await;
+    assert!(
+        result.unwrap_err().to_string().contains("attempt 0 failed"),
+        "the downstream's failure is the call's"
+    );
+    assert_eq!(ctx.rejection(), None, "and no rejection of caracal's");
+}
+
 static EMPTY_BUDGET: RetryBudgetSite = RetryBudgetSite::new(RetryBudgetConfig {
     name: "unit-hedge-empty",
     operation: "unit-hedge-empty",
