@@ -18,7 +18,10 @@
 //! hedge or below it, gates the call already: the hedge withdraws through that gate, and the
 //! budget's layer makes the call's one deposit. Otherwise the hedge deposits itself, once per
 //! call that reached the downstream (the first extra attempt's withdrawal counts the first
-//! attempt, still in flight, as the `#[retry]`'s first retry does).
+//! attempt, still in flight, as the `#[retry]`'s first retry does). Which deposit is made is
+//! the call's ([`CallCtx::claim_deposit`]), not the hedge run's: a `#[retry]` above runs the
+//! hedge again without a second deposit, and a gate of the name installed below after the
+//! hedge deposited (an extra attempt due before the first reached the gate) makes none.
 
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -128,8 +131,6 @@ pub(super) struct Budget<'a> {
     scope: &'a Scope,
     /// The budget at the call's scope, once the hedge counted in it itself.
     own: Option<Gated>,
-    /// Whether the call's deposit is settled (made by the hedge, or left to the gate).
-    settled: bool,
 }
 
 impl<'a> Budget<'a> {
@@ -140,7 +141,6 @@ impl<'a> Budget<'a> {
             hedge,
             scope,
             own: None,
-            settled: false,
         }
     }
 
@@ -153,10 +153,8 @@ impl<'a> Budget<'a> {
         if self.own.is_none() && ctx.gated_by(name) {
             // A `#[retry_budget]` of the name gates the call: its gate counts the deposit,
             // once per call, before the withdrawal.
-            self.settled = true;
             return Ok(ctx.another_attempt());
         }
-        let settled = std::mem::replace(&mut self.settled, true);
         let own = match self.own().await {
             Ok(own) => own,
             Err(Unresolved::Invalid(error)) => return Err(error),
@@ -169,7 +167,7 @@ impl<'a> Budget<'a> {
                 return Ok(false);
             }
         };
-        if !settled {
+        if ctx.claim_deposit() {
             own.deposit();
         }
         Ok(own.another())
@@ -182,10 +180,9 @@ impl<'a> Budget<'a> {
         let Some(name) = self.hedge.config.budget else {
             return;
         };
-        if self.settled || ctx.gated_by(name) || !Taken::reached(last) {
+        if ctx.gated_by(name) || !Taken::reached(last) || !ctx.claim_deposit() {
             return;
         }
-        self.settled = true;
         if let Ok(own) = self.own().await {
             own.deposit();
         }

@@ -287,6 +287,101 @@ async fn each_extra_attempt_withdraws_from_the_budget() {
     );
 }
 
+static SHARE_BUDGET: RetryBudgetSite = RetryBudgetSite::new(RetryBudgetConfig {
+    name: "unit-hedge-share",
+    operation: "unit-hedge-share",
+    // One withdrawal per deposit, no floor.
+    percent: 100,
+    min_per_second: 0,
+    window: Duration::from_secs(60),
+    local: true,
+    shadow: false,
+});
+static ON_SHARE: HedgeSite =
+    HedgeSite::new(config("unit-hedge-share", 3, Some("unit-hedge-share")));
+
+#[tokio::test(start_paused = true)]
+async fn a_hedge_run_again_by_a_retry_above_makes_no_second_deposit() {
+    let used: Result<(), Error> =
+        retry_budget(&SHARE_BUDGET, &CallCtx::new(), &global_scope(), async {
+            Ok(())
+        })
+        .await;
+    used.unwrap();
+    let slow = |index| (Duration::from_secs(1), Ok(index));
+    // One call's context, its hedge run twice, as a `#[retry]` above would.
+    let ctx = CallCtx::new();
+    let (_, first) = call(&ON_SHARE, &ctx, slow).await;
+    assert_eq!(
+        first, 3,
+        "two deposits (the use above and this call's) allow two extras"
+    );
+    let (_, again) = call(&ON_SHARE, &ctx, slow).await;
+    assert_eq!(
+        again, 1,
+        "the call deposited once: no leave for another extra"
+    );
+}
+
+/// A gate that counts the deposits it is told of.
+#[derive(Debug, Default)]
+struct Counting(AtomicU32);
+
+impl crate::ctx::Gate for Counting {
+    fn deposit(&self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+    fn another(&self) -> bool {
+        true
+    }
+    fn budget(&self) -> &str {
+        "unit-hedge-gated"
+    }
+}
+
+static COUNTING: Counting = Counting(AtomicU32::new(0));
+static GATED_BUDGET: RetryBudgetSite = RetryBudgetSite::new(RetryBudgetConfig {
+    name: "unit-hedge-gated",
+    operation: "unit-hedge-gated",
+    percent: 100,
+    min_per_second: 0,
+    window: Duration::from_secs(60),
+    local: true,
+    shadow: false,
+});
+static ON_GATED: HedgeSite =
+    HedgeSite::new(config("unit-hedge-gated", 1, Some("unit-hedge-gated")));
+
+#[tokio::test(start_paused = true)]
+async fn a_gate_below_installed_after_the_hedge_deposited_makes_no_second_deposit() {
+    let used: Result<(), Error> =
+        retry_budget(&GATED_BUDGET, &CallCtx::new(), &global_scope(), async {
+            Ok(())
+        })
+        .await;
+    used.unwrap();
+    let ctx = CallCtx::new();
+    let result: Result<u32, Error> = hedge(&ON_GATED, &ctx, &global_scope(), || {
+        let ctx = &ctx;
+        async move {
+            // A layer above the budget's awaited past the first extra's due time; then the
+            // budget below installs its gate.
+            tokio::time::sleep(DELAY * 2).await;
+            ctx.gate(crate::ctx::Gated::Kept(&COUNTING));
+            Ok(0)
+        }
+    })
+    .await;
+    result.unwrap();
+    // The budget's layer settles its deposit when the call ends.
+    ctx.deposit_first();
+    assert_eq!(
+        COUNTING.0.load(Ordering::SeqCst),
+        0,
+        "the hedge deposited for the call already"
+    );
+}
+
 static NOWHERE: HedgeSite = HedgeSite::new(config("unit-hedge-nowhere", 1, Some("no-such-budget")));
 
 #[tokio::test(start_paused = true)]
