@@ -70,11 +70,18 @@ impl Resolved {
     /// The budget named `name`: this process's own at once, else the look-up kept, else a
     /// fresh one (see the module docs).
     async fn get(&self, name: &'static str) -> Result<&'static RetryBudgetSite, Unresolved> {
-        if let Some(site) = self.found.get() {
+        let found = self.found.get().copied();
+        if let Some(site) = found.filter(|site| !site.is_adopted()) {
             return Ok(site);
         }
+        // A budget of the name this process uses supersedes a stand-in adopted before it.
         if let Some(site) = retry_budget::named(name) {
-            return Ok(self.found.get_or_init(|| site));
+            // Kept unless a stand-in is (then looked up by name each call, with no round trip).
+            let _ = self.found.set(site);
+            return Ok(site);
+        }
+        if let Some(site) = found {
+            return Ok(site);
         }
         let now = Instant::now();
         let last = *lock(&self.failed);

@@ -382,6 +382,52 @@ async fn a_gate_below_installed_after_the_hedge_deposited_makes_no_second_deposi
     );
 }
 
+static ADOPTING: HedgeSite =
+    HedgeSite::new(config("unit-hedge-adopting", 1, Some("unit-hedge-adopted")));
+static ADOPTED_LATER: RetryBudgetSite = RetryBudgetSite::new(RetryBudgetConfig {
+    name: "unit-hedge-adopted",
+    operation: "unit-hedge-adopted",
+    // Refuses every extra attempt.
+    percent: 0,
+    min_per_second: 0,
+    window: Duration::from_secs(10),
+    local: true,
+    shadow: false,
+});
+
+#[tokio::test(start_paused = true)]
+async fn a_budget_the_process_uses_supersedes_one_adopted_before_it() {
+    let coordinator = Coordinator::in_memory();
+    // Named, with the attribute's defaults (a floor of 10 per second).
+    let text = "[retry_budget.unit-hedge-adopted]\nwindow = \"10s\"";
+    coordinator.set_config(crate::Config::from_toml_str(text).expect("valid"));
+    let slow = |index| (Duration::from_secs(1), Ok(index));
+    let (_, started) = coordinator
+        .scoped(call(&ADOPTING, &CallCtx::new(), slow))
+        .await;
+    assert_eq!(
+        started, 2,
+        "the configured budget, adopted, allowed the extra"
+    );
+    assert!(
+        crate::policy::retry_budget::named("unit-hedge-adopted").is_none(),
+        "a stand-in is not listed among the process's budgets"
+    );
+    let used: Result<(), Error> =
+        retry_budget(&ADOPTED_LATER, &CallCtx::new(), &global_scope(), async {
+            Ok(())
+        })
+        .await;
+    used.unwrap();
+    let (_, started) = coordinator
+        .scoped(call(&ADOPTING, &CallCtx::new(), slow))
+        .await;
+    assert_eq!(
+        started, 1,
+        "the attribute's budget, which refuses, is the name's now"
+    );
+}
+
 static NOWHERE: HedgeSite = HedgeSite::new(config("unit-hedge-nowhere", 1, Some("no-such-budget")));
 
 #[tokio::test(start_paused = true)]
