@@ -168,6 +168,14 @@ impl CallCtx {
         }
     }
 
+    /// Claims the call's one deposit for a layer that makes it itself (a `#[hedge]` no gate of
+    /// its budget gates): `true` if no deposit was settled yet, which the caller then makes. A
+    /// gate's [`deposit_first`](Self::deposit_first) after it, or the same hedge run again by a
+    /// retry above, finds it settled: one deposit per call.
+    pub(crate) fn claim_deposit(&self) -> bool {
+        !self.deposited.swap(true, Ordering::Relaxed)
+    }
+
     /// The call's scope, or its validation error as this attempt's rejection.
     pub(crate) fn scope<'a, E: From<Error>>(
         &self,

@@ -4,7 +4,10 @@
 //! **Attempts.** The layers inside the hedge run once per attempt, each admitted on its own (a
 //! bulkhead below counts every attempt in flight). Extra attempt *k* starts `delay` after
 //! attempt *k − 1* while none has answered `Ok`, up to `max_extra`. An attempt that fails waits
-//! for the others; the call returns the last `Err` when every attempt started has failed. An
+//! for the others; the call returns the last `Err` when every attempt started has failed,
+//! preferring one that reached the downstream (an answer, or a timeout cutting it) over
+//! caracal's refusal of an attempt (admission, a breaker, a coordinator): a breaker or a retry
+//! above sees the downstream's failure rather than a hedge's refused extra. An
 //! attempt dropped because another won is cancelled like any dropped future: what it holds
 //! (leases, probe slots) is released by its guards.
 //!
@@ -20,7 +23,6 @@
 //! makes it.
 
 use std::future::Future;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -30,7 +32,6 @@ use tokio::time::Instant;
 use crate::ctx::{CallCtx, Taken};
 use crate::error::Error;
 use crate::identity::{FunctionIdentity, Scope};
-use crate::policy::retry_budget::RetryBudgetSite;
 
 mod budget;
 mod delay;
@@ -65,7 +66,7 @@ pub struct HedgeConfig {
 #[derive(Debug)]
 pub struct HedgeSite {
     config: HedgeConfig,
-    budget: OnceLock<&'static RetryBudgetSite>,
+    budget: budget::Resolved,
 }
 
 impl HedgeSite {
@@ -73,7 +74,7 @@ impl HedgeSite {
     pub const fn new(config: HedgeConfig) -> Self {
         HedgeSite {
             config,
-            budget: OnceLock::new(),
+            budget: budget::Resolved::new(),
         }
     }
 
@@ -136,7 +137,14 @@ where
                         break Ended::Answered(value);
                     }
                     Err(error) => {
-                        failed = Some((error, rejection));
+                        // A failure of the downstream outranks caracal's refusal of another
+                        // attempt: the layers above (a breaker, a retry) must see the real one.
+                        let outranks = failed.as_ref().is_none_or(|(_, earlier)| {
+                            Taken::reached(rejection.as_ref()) || !Taken::reached(earlier.as_ref())
+                        });
+                        if outranks {
+                            failed = Some((error, rejection));
+                        }
                         // Nothing left to wait for: a hedge waits beside a slow attempt, it
                         // does not retry a failed one.
                         if running.is_empty() {
@@ -174,9 +182,7 @@ where
             (Err(error), rejection)
         }
     };
-    if let Err(error) = budget.settle(ctx, last.as_ref()).await {
-        return Err(ctx.reject(error));
-    }
+    budget.settle(ctx, last.as_ref()).await;
     ctx.put_back(last);
     result
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::*;
 use crate::__private::global_scope;
 use crate::coordinator::Coordinator;
-use crate::policy::retry_budget::{RetryBudgetConfig, retry_budget};
+use crate::policy::retry_budget::{RetryBudgetConfig, RetryBudgetSite, retry_budget};
 
 const DELAY: Duration = Duration::from_millis(50);
 
@@ -201,6 +201,32 @@ async fn the_rejection_of_the_last_error_is_the_call_s() {
     assert_eq!(ctx.rejection(), Some(crate::ctx::Rejection::Cut));
 }
 
+#[tokio::test(start_paused = true)]
+async fn the_downstream_s_failure_outranks_a_later_refusal() {
+    let ctx = CallCtx::new();
+    let started = AtomicU32::new(0);
+    let result: Result<u32, Error> = hedge(&ONE, &ctx, &global_scope(), || {
+        let index = started.fetch_add(1, Ordering::SeqCst);
+        let ctx = &ctx;
+        async move {
+            // The first fails at the downstream; the extra, refused by a policy below,
+            // finishes last.
+            tokio::time::sleep(DELAY * (2 + index * 2)).await;
+            if index == 0 {
+                return failure(index);
+            }
+            let refused = Error::config("refused below");
+            Err(ctx.reject_as(refused, crate::ctx::Rejection::Admission))
+        }
+    })
+    .await;
+    assert!(
+        result.unwrap_err().to_string().contains("attempt 0 failed"),
+        "the downstream's failure is the call's"
+    );
+    assert_eq!(ctx.rejection(), None, "and no rejection of caracal's");
+}
+
 static EMPTY_BUDGET: RetryBudgetSite = RetryBudgetSite::new(RetryBudgetConfig {
     name: "unit-hedge-empty",
     operation: "unit-hedge-empty",
@@ -261,20 +287,214 @@ async fn each_extra_attempt_withdraws_from_the_budget() {
     );
 }
 
+static SHARE_BUDGET: RetryBudgetSite = RetryBudgetSite::new(RetryBudgetConfig {
+    name: "unit-hedge-share",
+    operation: "unit-hedge-share",
+    // One withdrawal per deposit, no floor.
+    percent: 100,
+    min_per_second: 0,
+    window: Duration::from_secs(60),
+    local: true,
+    shadow: false,
+});
+static ON_SHARE: HedgeSite =
+    HedgeSite::new(config("unit-hedge-share", 3, Some("unit-hedge-share")));
+
+#[tokio::test(start_paused = true)]
+async fn a_hedge_run_again_by_a_retry_above_makes_no_second_deposit() {
+    let used: Result<(), Error> =
+        retry_budget(&SHARE_BUDGET, &CallCtx::new(), &global_scope(), async {
+            Ok(())
+        })
+        .await;
+    used.unwrap();
+    let slow = |index| (Duration::from_secs(1), Ok(index));
+    // One call's context, its hedge run twice, as a `#[retry]` above would.
+    let ctx = CallCtx::new();
+    let (_, first) = call(&ON_SHARE, &ctx, slow).await;
+    assert_eq!(
+        first, 3,
+        "two deposits (the use above and this call's) allow two extras"
+    );
+    let (_, again) = call(&ON_SHARE, &ctx, slow).await;
+    assert_eq!(
+        again, 1,
+        "the call deposited once: no leave for another extra"
+    );
+}
+
+/// A gate that counts the deposits it is told of.
+#[derive(Debug, Default)]
+struct Counting(AtomicU32);
+
+impl crate::ctx::Gate for Counting {
+    fn deposit(&self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+    fn another(&self) -> bool {
+        true
+    }
+    fn budget(&self) -> &str {
+        "unit-hedge-gated"
+    }
+}
+
+static COUNTING: Counting = Counting(AtomicU32::new(0));
+static GATED_BUDGET: RetryBudgetSite = RetryBudgetSite::new(RetryBudgetConfig {
+    name: "unit-hedge-gated",
+    operation: "unit-hedge-gated",
+    percent: 100,
+    min_per_second: 0,
+    window: Duration::from_secs(60),
+    local: true,
+    shadow: false,
+});
+static ON_GATED: HedgeSite =
+    HedgeSite::new(config("unit-hedge-gated", 1, Some("unit-hedge-gated")));
+
+#[tokio::test(start_paused = true)]
+async fn a_gate_below_installed_after_the_hedge_deposited_makes_no_second_deposit() {
+    let used: Result<(), Error> =
+        retry_budget(&GATED_BUDGET, &CallCtx::new(), &global_scope(), async {
+            Ok(())
+        })
+        .await;
+    used.unwrap();
+    let ctx = CallCtx::new();
+    let result: Result<u32, Error> = hedge(&ON_GATED, &ctx, &global_scope(), || {
+        let ctx = &ctx;
+        async move {
+            // A layer above the budget's awaited past the first extra's due time; then the
+            // budget below installs its gate.
+            tokio::time::sleep(DELAY * 2).await;
+            ctx.gate(crate::ctx::Gated::Kept(&COUNTING));
+            Ok(0)
+        }
+    })
+    .await;
+    result.unwrap();
+    // The budget's layer settles its deposit when the call ends.
+    ctx.deposit_first();
+    assert_eq!(
+        COUNTING.0.load(Ordering::SeqCst),
+        0,
+        "the hedge deposited for the call already"
+    );
+}
+
+static ADOPTING: HedgeSite =
+    HedgeSite::new(config("unit-hedge-adopting", 1, Some("unit-hedge-adopted")));
+static ADOPTED_LATER: RetryBudgetSite = RetryBudgetSite::new(RetryBudgetConfig {
+    name: "unit-hedge-adopted",
+    operation: "unit-hedge-adopted",
+    // Refuses every extra attempt.
+    percent: 0,
+    min_per_second: 0,
+    window: Duration::from_secs(10),
+    local: true,
+    shadow: false,
+});
+
+#[tokio::test(start_paused = true)]
+async fn a_budget_the_process_uses_supersedes_one_adopted_before_it() {
+    let coordinator = Coordinator::in_memory();
+    // Named, with the attribute's defaults (a floor of 10 per second).
+    let text = "[retry_budget.unit-hedge-adopted]\nwindow = \"10s\"";
+    coordinator.set_config(crate::Config::from_toml_str(text).expect("valid"));
+    let slow = |index| (Duration::from_secs(1), Ok(index));
+    let (_, started) = coordinator
+        .scoped(call(&ADOPTING, &CallCtx::new(), slow))
+        .await;
+    assert_eq!(
+        started, 2,
+        "the configured budget, adopted, allowed the extra"
+    );
+    assert!(
+        crate::policy::retry_budget::named("unit-hedge-adopted").is_none(),
+        "a stand-in is not listed among the process's budgets"
+    );
+    let used: Result<(), Error> =
+        retry_budget(&ADOPTED_LATER, &CallCtx::new(), &global_scope(), async {
+            Ok(())
+        })
+        .await;
+    used.unwrap();
+    let (_, started) = coordinator
+        .scoped(call(&ADOPTING, &CallCtx::new(), slow))
+        .await;
+    assert_eq!(
+        started, 1,
+        "the attribute's budget, which refuses, is the name's now"
+    );
+}
+
 static NOWHERE: HedgeSite = HedgeSite::new(config("unit-hedge-nowhere", 1, Some("no-such-budget")));
 
 #[tokio::test(start_paused = true)]
-async fn a_budget_found_nowhere_is_invalid_config() {
+async fn a_budget_found_nowhere_is_invalid_config_for_an_extra_attempt() {
     let coordinator = Coordinator::in_memory();
+    let slow = |index| (DELAY * 2, Ok(index));
     let (result, started) = coordinator
-        .scoped(call(&NOWHERE, &CallCtx::new(), |index| {
-            (Duration::ZERO, Ok(index))
-        }))
+        .scoped(call(&NOWHERE, &CallCtx::new(), slow))
         .await;
     let error = result.unwrap_err();
     assert_eq!(error.code(), "invalid_config");
     assert!(error.to_string().contains("no-such-budget"), "{error}");
-    assert_eq!(started, 1, "found missing when the call's deposit was due");
+    assert_eq!(started, 1, "found missing when the extra attempt was due");
+}
+
+static NOWHERE_ANSWERED: HedgeSite = HedgeSite::new(config(
+    "unit-hedge-nowhere-answered",
+    1,
+    Some("no-such-budget-answered"),
+));
+
+#[tokio::test(start_paused = true)]
+async fn a_call_that_answered_is_not_failed_by_its_budget() {
+    let coordinator = Coordinator::in_memory();
+    let (result, started) = coordinator
+        .scoped(call(&NOWHERE_ANSWERED, &CallCtx::new(), |index| {
+            (Duration::ZERO, Ok(index))
+        }))
+        .await;
+    assert_eq!(
+        result.unwrap(),
+        0,
+        "the deposit is skipped, the answer kept"
+    );
+    assert_eq!(started, 1);
+}
+
+static LATER: HedgeSite = HedgeSite::new(config(
+    "unit-hedge-later",
+    1,
+    Some("budget-configured-later"),
+));
+
+#[tokio::test(start_paused = true)]
+async fn a_budget_found_nowhere_is_not_looked_for_again_before_its_back_off() {
+    let coordinator = Coordinator::in_memory();
+    let code = || async {
+        let slow = |index| (DELAY * 2, Ok(index));
+        let (result, _) = coordinator
+            .scoped(call(&LATER, &CallCtx::new(), slow))
+            .await;
+        result.map_err(|error| error.code())
+    };
+    assert_eq!(code().await, Err("invalid_config"));
+    let text = "[retry_budget.budget-configured-later]\npercent = 100";
+    coordinator.set_config(crate::Config::from_toml_str(text).expect("valid"));
+    assert_eq!(
+        code().await,
+        Err("invalid_config"),
+        "the failed look-up is kept for a second"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        code().await,
+        Ok(0),
+        "looked for again, found in the configuration"
+    );
 }
 
 #[test]

@@ -22,6 +22,11 @@ use crate::sync::lock;
 /// `name`, operation = name, scope global): the request must be `Clone`, and the inner
 /// service too, each attempt going to a clone of it.
 ///
+/// Each service the layer makes (each [`Layer::layer`] call) keeps a call site of its own
+/// for the program's life, as an attribute's is compiled in, and resolves its `budget` once:
+/// build the stack at start-up and clone the service, rather than layering one per request
+/// or connection, which would leak a site and repeat the budget's look-up each time.
+///
 /// ```
 /// use std::time::Duration;
 /// use caracal::tower::HedgeLayer;
@@ -91,6 +96,9 @@ impl HedgeLayer {
     }
 
     /// The retry budget each extra attempt withdraws from (see `#[hedge]`'s `budget`).
+    ///
+    /// # Panics
+    /// On a `budget` that is no valid identity part, as [`new`](Self::new) on its name.
     pub fn budget(mut self, budget: &str) -> Self {
         self.budget = Some(intern(budget));
         self

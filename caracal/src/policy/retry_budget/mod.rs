@@ -290,6 +290,8 @@ pub struct RetryBudgetSite {
     fleet: OnceLock<Fleet>,
     /// Whether the site is listed among the process's budgets ([`named`]).
     listed: AtomicBool,
+    /// Whether it stands in for a budget of the fleet's ([`adopted`]).
+    adopted: bool,
 }
 
 /// The budgets this process has used, by name: what a `#[hedge(budget = "name")]` draws
@@ -305,24 +307,42 @@ pub(crate) fn named(name: &str) -> Option<&'static RetryBudgetSite> {
 }
 
 /// A budget site for `#[hedge]`s naming a budget used elsewhere in the fleet, with the values
-/// `reported` there (the attribute's defaults for any missing), kept for the program's life
-/// as an attribute's site is.
+/// and operation `reported` there (the attribute's defaults for any missing or out of its
+/// bounds), kept for the program's life as an attribute's site is. It is not listed among
+/// the process's budgets ([`named`]): a `#[retry_budget]` of the name used later stands for
+/// the name, not this stand-in.
 pub(crate) fn adopted(name: &str, reported: Option<&Registered>) -> &'static RetryBudgetSite {
     let name = crate::identity::intern(name);
-    let value = |key: &caracal_spec::Key| reported.and_then(|site| site.parsed::<u32>(key.name));
+    let value = |key: &caracal_spec::Key| {
+        let caracal_spec::Type::Integer { min, max } = key.ty else {
+            unreachable!("an integer key")
+        };
+        reported
+            .and_then(|site| site.parsed::<u32>(key.name))
+            .filter(|value| (min..=max).contains(value))
+    };
+    let caracal_spec::Type::Duration { min, max } = spec::WINDOW.ty else {
+        unreachable!("a duration key")
+    };
     let window = reported
         .and_then(|site| site.value(spec::WINDOW.name))
-        .and_then(|window| humantime::parse_duration(window).ok());
-    Box::leak(Box::new(RetryBudgetSite::new(RetryBudgetConfig {
-        name,
-        operation: name,
-        percent: value(&spec::PERCENT).unwrap_or(spec::PERCENT.default.integer()),
-        min_per_second: value(&spec::MIN_PER_SECOND)
-            .unwrap_or(spec::MIN_PER_SECOND.default.integer()),
-        window: window.unwrap_or(spec::WINDOW.default.duration()),
-        local: false,
-        shadow: spec::SHADOW.default.flag(),
-    })))
+        .and_then(|window| humantime::parse_duration(window).ok())
+        .filter(|window| (min..=max).contains(window));
+    let operation = reported.map_or(name, |site| crate::identity::intern(&site.operation));
+    Box::leak(Box::new(RetryBudgetSite {
+        adopted: true,
+        listed: AtomicBool::new(true),
+        ..RetryBudgetSite::new(RetryBudgetConfig {
+            name,
+            operation,
+            percent: value(&spec::PERCENT).unwrap_or(spec::PERCENT.default.integer()),
+            min_per_second: value(&spec::MIN_PER_SECOND)
+                .unwrap_or(spec::MIN_PER_SECOND.default.integer()),
+            window: window.unwrap_or(spec::WINDOW.default.duration()),
+            local: false,
+            shadow: spec::SHADOW.default.flag(),
+        })
+    }))
 }
 
 impl RetryBudgetSite {
@@ -333,7 +353,14 @@ impl RetryBudgetSite {
             local: registry::SiteCache::new(),
             fleet: OnceLock::new(),
             listed: AtomicBool::new(false),
+            adopted: false,
         }
+    }
+
+    /// Whether it stands in for a budget of the fleet's ([`adopted`]), which a budget of the
+    /// name this process uses supersedes.
+    pub(crate) fn is_adopted(&self) -> bool {
+        self.adopted
     }
 
     /// Lists the site among the process's budgets, once.

@@ -140,13 +140,14 @@ impl FleetLatency {
     /// in the background (never awaited): a new process learns the fleet's latency before its
     /// own first attempt ends.
     pub(crate) fn quantile(&self, per_mille: u16) -> Option<Duration> {
-        let heard = lock(&self.heard);
-        let fresh = heard.fresh();
+        let fresh = lock(&self.heard).fresh();
         if !fresh {
             // A process that has not heard the fleet lately (new, or whose calls all stopped
-            // short of an answer) asks for it: a batch without samples is a read.
+            // short of an answer) asks for it: a batch without samples is a read. Not under
+            // `heard`: a batch dropped during its first poll answers, which takes `heard`.
             self.schedule();
         }
+        let heard = lock(&self.heard);
         let mut counts = [0u64; BUCKETS];
         for (bucket, count) in counts.iter_mut().enumerate() {
             let fleet = if fresh { heard.fleet.get(bucket) } else { None };

@@ -47,7 +47,8 @@ pub(crate) const MIN_TAIL: u64 = 5;
 /// samples, in microseconds: the upper bound of the bucket holding the sample of rank
 /// ⌈n × per_mille / 1000⌉, so never below the true quantile and at most 12.5 % above it.
 /// `None` with fewer than [`MIN_SAMPLES`] samples, or fewer than [`MIN_TAIL`] ranked above
-/// it (a `per_mille` of 1000 or more never has one).
+/// it (a `per_mille` of 1000 or more never has one), or when that sample is in the last
+/// bucket: it has no upper bound, and any figure would read a longer tail too low.
 pub(crate) fn quantile_us(count: impl Fn(usize) -> u64, per_mille: u16) -> Option<u64> {
     let total: u64 = (0..BUCKETS).map(&count).fold(0, u64::saturating_add);
     let rank = total
@@ -58,10 +59,11 @@ pub(crate) fn quantile_us(count: impl Fn(usize) -> u64, per_mille: u16) -> Optio
         return None;
     }
     let mut below = 0u64;
-    (0..BUCKETS).find_map(|index| {
+    let index = (0..BUCKETS).find(|&index| {
         below = below.saturating_add(count(index));
-        (below >= rank).then(|| bounds(index).1)
-    })
+        below >= rank
+    })?;
+    (index < BUCKETS - 1).then(|| bounds(index).1)
 }
 
 #[cfg(test)]
@@ -118,5 +120,26 @@ mod tests {
         assert_eq!(quantile_us(of(499), 990), None, "p99 needs 500");
         assert_eq!(quantile_us(of(500), 990), Some(bounds(at).1));
         assert_eq!(quantile_us(of(0), 990), None);
+    }
+
+    #[test]
+    fn a_rank_in_the_open_last_bucket_says_nothing() {
+        // A true p95 of 60 s must not read as the last bucket's 16.8 s: nothing is known
+        // above 15.7 s, so the caller falls back to its ceiling.
+        let fast = bucket(5_000);
+        let slow = bucket(60_000_000);
+        assert_eq!(slow, BUCKETS - 1);
+        let count = |fast_n: u64| {
+            move |index: usize| match index {
+                i if i == fast => fast_n,
+                i if i == slow => 100 - fast_n,
+                _ => 0,
+            }
+        };
+        assert_eq!(quantile_us(count(90), 950), None);
+        assert_eq!(quantile_us(count(95), 950), Some(bounds(fast).1));
+        // The bucket just below the last still has a bound.
+        let below_last = |index: usize| if index == BUCKETS - 2 { 100 } else { 0 };
+        assert_eq!(quantile_us(below_last, 500), Some(bounds(BUCKETS - 2).1));
     }
 }
