@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use caracal::{hedge, retry, retry_budget};
-use caracal_examples::{Worker, emit, redis_url};
+use caracal_examples::{Fleet, emit, parse_seconds, redis_url};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::time::{Instant, MissedTickBehavior};
 
@@ -222,24 +222,13 @@ fn quantile_ms(sorted: &[u64], q: f64) -> f64 {
         .map_or(f64::NAN, |&us| us as f64 / 1000.0)
 }
 
-fn parse_seconds(args: &[String]) -> Result<u64> {
-    match args {
-        [] => Ok(DEFAULT_SECONDS),
-        [flag, value] if flag == "--seconds" => match value.parse() {
-            Ok(n) if n > 0 => Ok(n),
-            _ => Err(format!("--seconds {value}: want a positive whole number").into()),
-        },
-        _ => Err(format!("unknown arguments {args:?}").into()),
-    }
-}
-
 #[tokio::main]
 async fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("worker") {
         return worker(&args[1..]).await;
     }
-    let seconds = match parse_seconds(&args) {
+    let seconds = match parse_seconds(&args, DEFAULT_SECONDS) {
         Ok(seconds) => seconds,
         Err(error) => {
             eprintln!("{error}\n{USAGE}");
@@ -257,26 +246,15 @@ async fn main() -> Result<()> {
         ],
     );
     let namespace = format!("hedge-bench:{}", std::process::id());
-    let mut workers: Vec<Worker> = (0..PROCESSES)
-        .map(|_| Worker::start(["worker", namespace.as_str()]))
-        .collect::<Result<_, _>>()?;
-    for worker in &mut workers {
-        let line = worker.line().await?;
-        if line != "ready" {
-            return Err(format!("a worker said {line:?} instead of ready").into());
-        }
-    }
+    let mut fleet = Fleet::start(PROCESSES, &["worker", namespace.as_str()]).await?;
     for regime in REGIMES {
         for hedge in HEDGES {
             let scope = format!("{regime}-{hedge}");
-            for worker in &mut workers {
-                worker
-                    .send(&format!("{hedge} {regime} {seconds} {scope}"))
-                    .await?;
-            }
+            fleet
+                .send_all(&format!("{hedge} {regime} {seconds} {scope}"))
+                .await?;
             let (mut first, mut total, mut errors, mut latencies) = (0.0, 0.0, 0.0, Vec::new());
-            for worker in &mut workers {
-                let line = worker.line().await?;
+            for line in fleet.answers().await? {
                 let mut numbers = line.split(' ').map(str::parse::<u64>);
                 let mut next = || -> Result<u64> { Ok(numbers.next().ok_or("a short answer")??) };
                 first += next()? as f64;
@@ -305,8 +283,5 @@ async fn main() -> Result<()> {
             );
         }
     }
-    for worker in workers {
-        worker.finish().await?;
-    }
-    Ok(())
+    fleet.finish().await
 }

@@ -6,6 +6,7 @@
 //! cargo run --release -p caracal-examples --example retry_storm                 # 30 s a run
 //! cargo run --release -p caracal-examples --example retry_storm -- --seconds 5
 //! CARACAL_REDIS_URL=redis://host:port cargo run --release -p caracal-examples --example retry_storm
+//! cargo run --release -p caracal-examples --example retry_storm -- --outage stop   # or blackhole, restart
 //! ```
 //!
 //! The process starts three copies of itself (`retry_storm worker …`), each connected to the
@@ -42,16 +43,29 @@
 //! about half its `ttl` and its floor lets about twice `min_per_sec` through; at `low` the three
 //! local budgets then refuse nothing.
 //!
+//! **Outages** (`--outage stop|blackhole|restart`): the fleet's budget alone, at `high`, for
+//! 60 s, through a Redis the bench starts itself (a free port, no persistence) behind a TCP
+//! fault proxy (the test harness's `FaultProxy`): 15 s into the run the Redis is stopped for
+//! 15 s and started again empty (`stop`), the proxy forwards nothing for 15 s (`blackhole`),
+//! or the Redis restarts at once, its data lost (`restart`). One line per second (`{outage}_second`)
+//! gives the fleet's first attempts and retries in that second, and over the 10 s window ending
+//! with it, its retries ÷ the budget (`20 % × first + 10/s × 10 s`, all counted at the
+//! downstream). The `{outage}` line gives the worst window before the outage
+//! (`steady_worst_window_ratio`, against `1.1 + staleness_allowance ÷ budget`) and over the
+//! whole run (`worst_window_ratio`, against the documented outage bound, 1.3 × the budget:
+//! `within_outage_bound`).
+//!
 //! Caveats: the three processes share this machine's cores with Redis; the runs leave their
 //! keys in a namespace of their own on that Redis.
 
 use std::error::Error;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use caracal::{retry, retry_budget};
-use caracal_examples::{Worker, emit, redis_url};
+use caracal_examples::{Fleet, emit, emit_labelled, parse_seconds, redis_url};
+use caracal_tests::{FaultProxy, RedisServer};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::time::{Instant, MissedTickBehavior};
 use tower::retry::budget::{Budget, TpsBudget};
@@ -71,7 +85,17 @@ const ATTEMPT: Duration = Duration::from_millis(1);
 /// How far a view of the fleet's budget can be behind it (`retry_budget`'s module docs).
 const STALENESS: f64 = 0.2;
 const DEFAULT_SECONDS: u64 = 30;
-const USAGE: &str = "usage: retry_storm [--seconds N]";
+const USAGE: &str = "usage: retry_storm [--seconds N] | --outage stop|blackhole|restart";
+/// An outage run: how long before the outage, how long Redis is lost, how long after.
+const BEFORE_OUTAGE: Duration = Duration::from_secs(15);
+const OUTAGE: Duration = Duration::from_secs(15);
+const AFTER_OUTAGE: Duration = Duration::from_secs(30);
+/// The most any window may hold through an outage, as a multiple of the budget
+/// (`retry_budget`'s module docs, "The outage bound").
+const OUTAGE_BOUND: f64 = 1.3;
+/// What a steady state's worst window may hold, as a multiple of the budget, before the
+/// staleness allowance.
+const STEADY_BOUND: f64 = 1.1;
 
 /// The downstream: fails every attempt, and counts what it sees.
 #[derive(Default)]
@@ -164,14 +188,17 @@ const REGIMES: [(&str, [Option<f64>; PROCESSES]); 3] = [
 // ---------------------------------------------------------------------------------------------
 // The worker process.
 
-/// `retry_storm worker <namespace>`: connects, says `ready`, then runs each
+/// `retry_storm worker <namespace> [<redis url>]`: connects, says `ready`, then runs each
 /// `<guard> <rate, 0 for unpaced> <seconds> <scope>` line read on stdin and answers
-/// `<first> <total> <errors>`, until stdin closes.
+/// `<first> <total> <errors>` followed by both counts at the end of each second of the run,
+/// until stdin closes.
 async fn worker(args: &[String]) -> Result<()> {
-    let [namespace] = args else {
-        return Err(format!("worker arguments: {args:?}").into());
+    let (namespace, url) = match args {
+        [namespace] => (namespace, redis_url()),
+        [namespace, url] => (namespace, url.clone()),
+        _ => return Err(format!("worker arguments: {args:?}").into()),
     };
-    let coordinator = caracal::Coordinator::redis(redis_url())
+    let coordinator = caracal::Coordinator::redis(url)
         .namespace(namespace.as_str())
         .connect()
         .await?;
@@ -188,9 +215,13 @@ async fn worker(args: &[String]) -> Result<()> {
             .ok_or_else(|| format!("unknown budget {guard:?}"))?;
         let rate = Some(rate.parse::<f64>()?).filter(|&rate| rate > 0.0);
         let run = Duration::from_secs(seconds.parse()?);
-        let (down, errors) = storm(guard, rate, run, scope).await;
+        let (down, errors, seconds) = storm(guard, rate, run, scope).await;
+        let seconds: String = seconds
+            .iter()
+            .map(|(first, total)| format!(" {first} {total}"))
+            .collect();
         println!(
-            "{} {} {errors}",
+            "{} {} {errors}{seconds}",
             down.first.load(Ordering::Relaxed),
             down.total.load(Ordering::Relaxed)
         );
@@ -199,19 +230,39 @@ async fn worker(args: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// The downstream's first attempts and attempts so far at the end of each second.
+type Seconds = Vec<(u64, u64)>;
+
 /// `TASKS` tasks calling through `guard` for `run`, at `rate` calls per second in all (taking
-/// turns) or as fast as they go; returns the downstream and the calls caracal failed.
+/// turns) or as fast as they go; returns the downstream, the calls caracal failed and the
+/// downstream's counts at the end of each second.
 async fn storm(
     guard: Guard,
     rate: Option<f64>,
     run: Duration,
     scope: &str,
-) -> (Arc<Downstream>, u64) {
+) -> (Arc<Downstream>, u64, Seconds) {
     let down = Arc::new(Downstream::default());
     let budget = Arc::new(TpsBudget::new(WINDOW, MIN_PER_SECOND, PERCENT as f32));
     let scope: Arc<str> = scope.into();
     let start = Instant::now();
     let deadline = start + run;
+    let seconds = Arc::new(Mutex::new(Seconds::new()));
+    let sampler = {
+        let (down, seconds) = (Arc::clone(&down), Arc::clone(&seconds));
+        let second = Duration::from_secs(1);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval_at(start + second, second);
+            for _ in 0..run.as_secs() {
+                tick.tick().await;
+                let counts = (
+                    down.first.load(Ordering::Relaxed),
+                    down.total.load(Ordering::Relaxed),
+                );
+                seconds.lock().expect("the sampler").push(counts);
+            }
+        })
+    };
     let tasks: Vec<_> = (0..TASKS)
         .map(|task| {
             let (down, budget, scope) =
@@ -257,93 +308,238 @@ async fn storm(
         }
         errors += count;
     }
-    (down, errors)
+    sampler.await.expect("the sampler panicked");
+    let seconds = std::mem::take(&mut *seconds.lock().expect("the sampler"));
+    (down, errors, seconds)
 }
 
 // ---------------------------------------------------------------------------------------------
 // The parent: the three processes, the figures.
 
-/// The worker processes, talking over their stdin and stdout.
-struct Fleet {
-    workers: Vec<Worker>,
+/// What one worker answered for a run: its downstream's counts, the calls caracal failed,
+/// and its counts at the end of each second.
+struct Answer {
+    first: f64,
+    total: f64,
+    errors: f64,
+    seconds: Vec<(f64, f64)>,
 }
 
-impl Fleet {
-    /// Starts `PROCESSES` workers and waits until every one has connected.
-    async fn start(namespace: &str) -> Result<Fleet> {
-        let workers = (0..PROCESSES)
-            .map(|_| Worker::start(["worker", namespace]))
-            .collect::<Result<_, _>>()?;
-        let mut fleet = Fleet { workers };
-        for line in fleet.answers().await? {
-            if line != "ready" {
-                return Err(format!("a worker said {line:?} instead of ready").into());
-            }
+impl Answer {
+    fn read(line: &str) -> Result<Answer> {
+        let numbers = line
+            .split(' ')
+            .map(str::parse::<f64>)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| format!("a worker answered {line:?}"))?;
+        let [first, total, errors, ref seconds @ ..] = numbers[..] else {
+            return Err(format!("a worker answered {line:?}").into());
+        };
+        let seconds = seconds.chunks_exact(2).map(|c| (c[0], c[1])).collect();
+        Ok(Answer {
+            first,
+            total,
+            errors,
+            seconds,
+        })
+    }
+}
+
+/// Starts `guard` in every worker at once, worker `i` at `rates[i]`.
+async fn start_run(
+    fleet: &mut Fleet,
+    guard: Guard,
+    rates: [Option<f64>; PROCESSES],
+    seconds: u64,
+    scope: &str,
+) -> Result<()> {
+    let commands =
+        rates.map(|rate| format!("{} {} {seconds} {scope}", guard.name(), rate.unwrap_or(0.0)));
+    fleet.send_each(commands).await
+}
+
+/// Every worker's answer to the run started last.
+async fn answers(fleet: &mut Fleet) -> Result<Vec<Answer>> {
+    fleet
+        .answers()
+        .await?
+        .iter()
+        .map(|line| Answer::read(line))
+        .collect()
+}
+
+/// How the coordinator is lost in an outage run.
+#[derive(Clone, Copy)]
+enum Outage {
+    /// Redis stopped, then started again without its data.
+    Stop,
+    /// Nothing forwarded either way, connections kept open.
+    Blackhole,
+    /// Redis restarted at once, its data lost.
+    Restart,
+}
+
+impl Outage {
+    fn parse(name: &str) -> Result<Outage> {
+        match name {
+            "stop" => Ok(Outage::Stop),
+            "blackhole" => Ok(Outage::Blackhole),
+            "restart" => Ok(Outage::Restart),
+            _ => Err(format!("--outage {name}: want stop, blackhole or restart").into()),
         }
-        Ok(fleet)
     }
 
-    /// One line from every worker, in order.
-    async fn answers(&mut self) -> Result<Vec<String>> {
-        let mut lines = Vec::with_capacity(self.workers.len());
-        for worker in &mut self.workers {
-            lines.push(worker.line().await?);
+    fn name(self) -> &'static str {
+        match self {
+            Outage::Stop => "stop",
+            Outage::Blackhole => "blackhole",
+            Outage::Restart => "restart",
         }
-        Ok(lines)
     }
+}
 
-    /// Runs `guard` in every worker at once, worker `i` at `rates[i]`; returns each worker's
-    /// `[first, total, errors]`.
-    async fn run(
-        &mut self,
-        guard: Guard,
-        rates: [Option<f64>; PROCESSES],
-        seconds: u64,
-        scope: &str,
-    ) -> Result<Vec<[f64; 3]>> {
-        for (worker, rate) in self.workers.iter_mut().zip(rates) {
-            let command = format!("{} {} {seconds} {scope}", guard.name(), rate.unwrap_or(0.0));
-            worker.send(&command).await?;
-        }
-        self.answers()
-            .await?
-            .into_iter()
-            .map(|line| {
-                let numbers: Vec<f64> = line.split(' ').filter_map(|n| n.parse().ok()).collect();
-                <[f64; 3]>::try_from(numbers)
-                    .map_err(|_| format!("a worker answered {line:?}").into())
+/// The fleet's budget at `high` through `outage`, on a Redis of its own behind a fault proxy:
+/// a line per second and the worst windows.
+async fn outage_run(outage: Outage) -> Result<()> {
+    let mut server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let namespace = format!("retry-storm:{}", std::process::id());
+    let url = proxy.url();
+    let mut fleet = Fleet::start(PROCESSES, &["worker", namespace.as_str(), url.as_str()]).await?;
+    let run = BEFORE_OUTAGE + OUTAGE + AFTER_OUTAGE;
+    let scope = format!("outage-{}", outage.name());
+    start_run(
+        &mut fleet,
+        Guard::Fleet,
+        [None; PROCESSES],
+        run.as_secs(),
+        &scope,
+    )
+    .await?;
+    tokio::time::sleep(BEFORE_OUTAGE).await;
+    // The server's stop and start wait for the process: off the runtime's workers.
+    match outage {
+        Outage::Stop => tokio::task::block_in_place(|| server.stop()),
+        Outage::Blackhole => proxy.blackhole(),
+        Outage::Restart => tokio::task::block_in_place(|| server.restart()),
+    }
+    tokio::time::sleep(OUTAGE).await;
+    match outage {
+        Outage::Stop => tokio::task::block_in_place(|| server.restart()),
+        Outage::Blackhole => proxy.restore(),
+        Outage::Restart => {}
+    }
+    let answers = answers(&mut fleet).await?;
+    fleet.finish().await?;
+    // The fleet's counts at the end of each second, then in each second.
+    let seconds = answers.iter().map(|a| a.seconds.len()).min().unwrap_or(0);
+    let cumulative: Vec<(f64, f64)> = (0..seconds)
+        .map(|at| {
+            answers.iter().fold((0.0, 0.0), |(first, total), answer| {
+                (first + answer.seconds[at].0, total + answer.seconds[at].1)
             })
-            .collect()
-    }
-
-    /// Closes every worker's stdin and waits for it to shut down cleanly.
-    async fn finish(self) -> Result<()> {
-        for worker in self.workers {
-            worker.finish().await?;
+        })
+        .collect();
+    let per_second: Vec<(f64, f64)> = cumulative
+        .iter()
+        .scan((0.0, 0.0), |last, &now| {
+            let second = (now.0 - last.0, now.1 - last.1 - (now.0 - last.0));
+            *last = now;
+            Some(second)
+        })
+        .collect();
+    let window = WINDOW.as_secs() as usize;
+    let floor = f64::from(MIN_PER_SECOND) * WINDOW.as_secs_f64();
+    let label = [("outage", outage.name())];
+    let (mut worst, mut worst_end, mut steady, mut steady_allowance) = (0.0_f64, 0, 0.0_f64, 0.0);
+    for (at, &(first, retries)) in per_second.iter().enumerate() {
+        let from = (at + 1).saturating_sub(window);
+        let (window_first, window_retries) = per_second[from..=at]
+            .iter()
+            .fold((0.0, 0.0), |sum, s| (sum.0 + s.0, sum.1 + s.1));
+        let budget = PERCENT * window_first + floor;
+        let ratio = window_retries / budget;
+        let full = at + 1 >= window;
+        emit_labelled(
+            &format!("{}_second", outage.name()),
+            &label,
+            &[
+                ("second", (at + 1) as f64),
+                ("first", first),
+                ("retries", retries),
+                ("window_first", window_first),
+                ("window_retries", window_retries),
+                ("window_per_budget", if full { ratio } else { f64::NAN }),
+            ],
+        );
+        if !full {
+            continue;
         }
-        Ok(())
+        if ratio > worst {
+            (worst, worst_end) = (ratio, at + 1);
+        }
+        if at < BEFORE_OUTAGE.as_secs() as usize && ratio > steady {
+            steady = ratio;
+            // The overshoot the module docs bound, per window, at the rates of that window.
+            let attempts = window_first + window_retries;
+            steady_allowance =
+                STALENESS * (attempts + PERCENT * window_first) / WINDOW.as_secs_f64() / budget;
+        }
     }
+    let errors = answers.iter().map(|a| a.errors).sum::<f64>();
+    let (first, total) = answers
+        .iter()
+        .fold((0.0, 0.0), |sum, a| (sum.0 + a.first, sum.1 + a.total));
+    emit_labelled(
+        outage.name(),
+        &label,
+        &[
+            ("first", first),
+            ("retries", total - first),
+            ("steady_worst_window_ratio", steady),
+            ("steady_bound", STEADY_BOUND + steady_allowance),
+            ("worst_window_ratio", worst),
+            ("worst_window_end_s", worst_end as f64),
+            ("outage_bound", OUTAGE_BOUND),
+            (
+                "within_outage_bound",
+                f64::from(u8::from(worst <= OUTAGE_BOUND)),
+            ),
+            ("caracal_errors", errors),
+        ],
+    );
+    Ok(())
 }
 
-fn parse_seconds(args: &[String]) -> Result<u64> {
-    match args {
-        [] => Ok(DEFAULT_SECONDS),
-        [flag, value] if flag == "--seconds" => match value.parse() {
-            Ok(n) if n > 0 => Ok(n),
-            _ => Err(format!("--seconds {value}: want a positive whole number").into()),
-        },
-        _ => Err(format!("unknown arguments {args:?}").into()),
-    }
+/// `--outage NAME`, taken out of `args`.
+fn take_outage(args: &mut Vec<String>) -> Result<Option<Outage>> {
+    let Some(at) = args.iter().position(|arg| arg == "--outage") else {
+        return Ok(None);
+    };
+    let name = args
+        .get(at + 1)
+        .ok_or("--outage: want stop, blackhole or restart")?;
+    let outage = Outage::parse(name)?;
+    args.drain(at..at + 2);
+    Ok(Some(outage))
 }
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("worker") {
         return worker(&args[1..]).await;
     }
-    let seconds = match parse_seconds(&args) {
-        Ok(seconds) => seconds,
+    let outage_run_s = (BEFORE_OUTAGE + OUTAGE + AFTER_OUTAGE).as_secs();
+    let parsed = take_outage(&mut args).and_then(|outage| match outage {
+        Some(outage) if args.is_empty() => Ok((Some(outage), outage_run_s)),
+        Some(_) => {
+            Err(format!("an outage runs {outage_run_s} s: unknown arguments {args:?}").into())
+        }
+        None => Ok((None, parse_seconds(&args, DEFAULT_SECONDS)?)),
+    });
+    let (outage, seconds) = match parsed {
+        Ok(parsed) => parsed,
         Err(error) => {
             eprintln!("{error}\n{USAGE}");
             std::process::exit(2);
@@ -364,14 +560,18 @@ async fn main() -> Result<()> {
             ("seconds", seconds as f64),
         ],
     );
+    if let Some(outage) = outage {
+        return outage_run(outage).await;
+    }
     let namespace = format!("retry-storm:{}", std::process::id());
-    let mut fleet = Fleet::start(&namespace).await?;
+    let mut fleet = Fleet::start(PROCESSES, &["worker", namespace.as_str()]).await?;
     for (regime, rates) in REGIMES {
         let mut retries = [0.0; 3];
         for (index, guard) in GUARDS.into_iter().enumerate() {
-            let counts = fleet.run(guard, rates, seconds, regime).await?;
-            let [first, total, errors] = counts.iter().fold([0.0; 3], |sum, c| {
-                [sum[0] + c[0], sum[1] + c[1], sum[2] + c[2]]
+            start_run(&mut fleet, guard, rates, seconds, regime).await?;
+            let counts = answers(&mut fleet).await?;
+            let (first, total, errors) = counts.iter().fold((0.0, 0.0, 0.0), |sum, c| {
+                (sum.0 + c.first, sum.1 + c.total, sum.2 + c.errors)
             });
             retries[index] = total - first;
             let bound = (1.0 + PERCENT) * first + floor;
@@ -380,7 +580,7 @@ async fn main() -> Result<()> {
                 ("total", total),
                 ("retries", total - first),
                 ("total_per_first", total / first),
-                ("first_process_share", counts[0][0] / first),
+                ("first_process_share", counts[0].first / first),
                 ("bound", bound),
                 ("caracal_errors", errors),
             ];

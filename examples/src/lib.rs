@@ -1,6 +1,6 @@
 //! Runnable examples live beside this crate as `[[example]]` targets. What more than one of
-//! them needs lives here: the benchmarks' JSON lines, their reading of Redis' `INFO`, and the
-//! worker processes of the fleet benchmarks.
+//! them needs lives here: the benchmarks' JSON lines, their reading of Redis' `INFO`, their
+//! `--seconds` argument, and the worker processes of the fleet benchmarks.
 
 use std::error::Error;
 use std::ffi::OsStr;
@@ -144,5 +144,78 @@ impl Worker {
             return Err(format!("a worker exited: {status}").into());
         }
         Ok(())
+    }
+}
+
+/// Workers of the same example that say `ready` once connected, and answer each command with
+/// one line.
+pub struct Fleet {
+    workers: Vec<Worker>,
+}
+
+impl Fleet {
+    /// Starts `processes` workers with `args` and waits until every one has said `ready`.
+    pub async fn start<S: AsRef<OsStr>>(
+        processes: usize,
+        args: &[S],
+    ) -> Result<Fleet, Box<dyn Error>> {
+        let workers = (0..processes)
+            .map(|_| Worker::start(args))
+            .collect::<Result<_, _>>()?;
+        let mut fleet = Fleet { workers };
+        for line in fleet.answers().await? {
+            if line != "ready" {
+                return Err(format!("a worker said {line:?} instead of ready").into());
+            }
+        }
+        Ok(fleet)
+    }
+
+    /// Sends worker `i` the `i`-th of `commands`.
+    pub async fn send_each<I>(&mut self, commands: I) -> Result<(), Box<dyn Error>>
+    where
+        I: IntoIterator<Item = String>,
+    {
+        for (worker, command) in self.workers.iter_mut().zip(commands) {
+            worker.send(&command).await?;
+        }
+        Ok(())
+    }
+
+    /// Sends every worker `command`.
+    pub async fn send_all(&mut self, command: &str) -> Result<(), Box<dyn Error>> {
+        let count = self.workers.len();
+        self.send_each(std::iter::repeat_n(command.to_owned(), count))
+            .await
+    }
+
+    /// One line from every worker, in order.
+    pub async fn answers(&mut self) -> Result<Vec<String>, Box<dyn Error>> {
+        let mut lines = Vec::with_capacity(self.workers.len());
+        for worker in &mut self.workers {
+            lines.push(worker.line().await?);
+        }
+        Ok(lines)
+    }
+
+    /// Closes every worker's stdin and waits for it to shut down cleanly.
+    pub async fn finish(self) -> Result<(), Box<dyn Error>> {
+        for worker in self.workers {
+            worker.finish().await?;
+        }
+        Ok(())
+    }
+}
+
+/// Reads `[--seconds N]` (N positive), `default` without it; the rest of `args` is the
+/// example's own.
+pub fn parse_seconds(args: &[String], default: u64) -> Result<u64, Box<dyn Error>> {
+    match args {
+        [] => Ok(default),
+        [flag, value] if flag == "--seconds" => match value.parse() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(format!("--seconds {value}: want a positive whole number").into()),
+        },
+        _ => Err(format!("unknown arguments {args:?}").into()),
     }
 }
