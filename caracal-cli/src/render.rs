@@ -271,6 +271,19 @@ fn by_class(classes: &[(String, f64, f64)]) -> Option<String> {
     Some(format!("by class: {}", shown.join(", ")))
 }
 
+/// When a retry budget last ran on its local share (it could not learn the fleet's totals),
+/// if lately: `local share 12s, 40s ago`, or `local share 12s, now` while it still did.
+fn local_share(local_share: Option<(f64, f64)>) -> Option<String> {
+    let (ran, ago) = local_share?;
+    let seconds = |s: f64| humantime::format_duration(Duration::from_secs(s.round() as u64));
+    let when = if ago > 0.0 {
+        format!("{} ago", seconds(ago))
+    } else {
+        "now".to_owned()
+    };
+    Some(format!("local share {}, {when}", seconds(ran)))
+}
+
 /// `top`: per identity the fleet's rates, a bulkhead's occupancy of its limit, the others'
 /// state, and a breaker's failure rate over its window.
 pub(crate) fn top(identities: &[IdentityStatus], namespace: &str) -> String {
@@ -306,6 +319,7 @@ fn top_row(identity: &IdentityStatus) -> [String; 10] {
                 .map(|(reason, rate)| format!("{reason} {rate:.1} (degraded)")),
         )
         .chain(by_class(&rates.classes))
+        .chain(local_share(rates.local_share))
         .collect();
     // A shadow policy's refusals, which ran: apart from REJECTED/s, which were refused.
     let would_reject = if rates.would_reject.is_empty() {
@@ -411,5 +425,18 @@ mod tests {
         );
         assert_eq!(by_class(&[class("critical", 12.0, 0.0)]), None);
         assert_eq!(by_class(&[]), None);
+    }
+
+    #[test]
+    fn a_run_on_the_local_share_shows_how_long_and_when() {
+        assert_eq!(
+            local_share(Some((12.4, 40.2))).as_deref(),
+            Some("local share 12s, 40s ago")
+        );
+        assert_eq!(
+            local_share(Some((75.0, 0.0))).as_deref(),
+            Some("local share 1m 15s, now")
+        );
+        assert_eq!(local_share(None), None);
     }
 }

@@ -10,12 +10,17 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, RwLock};
+use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::labels::{At, Decision};
 use crate::priority::Priority;
 use crate::sync::lock;
+
+/// How long after a process last decided on a retry budget's local share its reports still
+/// say so: long enough for an operator to see an outage after it.
+const LOCAL_SHARE_SHOWN: Duration = Duration::from_secs(300);
 
 /// The most identities counted at once: past it the counts start again (an identity's next
 /// report then shows no decisions), so scopes made per call cannot grow the map for ever.
@@ -32,6 +37,17 @@ struct Counts {
     /// [`Priority::ALL`]'s order.
     classes: [[AtomicU64; 2]; 3],
     since: Mutex<Instant>,
+    /// A retry budget's latest run on its local share (not taken: it outlives reports).
+    local_share: Mutex<LocalShare>,
+}
+
+/// When a retry budget last ran on its local share.
+#[derive(Debug, Default)]
+struct LocalShare {
+    /// Since when it does, while it does.
+    since: Option<Instant>,
+    /// Its last run that ended: how long, and when it ended.
+    last: Option<(Duration, Instant)>,
 }
 
 /// Per hash of the identity's parts: hashes that collide share a bucket.
@@ -59,8 +75,6 @@ pub(crate) fn count(
     if at.coordination != "distributed" {
         return;
     }
-    let parts = [at.policy, at.name, at.operation, at.scope];
-    let hash = key(parts);
     let add = |counts: &Counts| match decision {
         Decision::Admitted => {
             counts.admitted.fetch_add(1, Ordering::Relaxed);
@@ -82,13 +96,40 @@ pub(crate) fn count(
             }
         }
     };
+    with_counts(at, add);
+}
+
+/// Notes whether the distributed retry budget at `at` decides on its local share now: its
+/// reports say how long it last did, and how long ago that ended.
+pub(crate) fn local_share(at: &At<'_>, on: bool) {
+    if at.coordination != "distributed" {
+        return;
+    }
+    with_counts(at, |counts| {
+        let mut local = lock(&counts.local_share);
+        let now = Instant::now();
+        match (on, local.since) {
+            (true, None) => local.since = Some(now),
+            (false, Some(since)) => {
+                local.since = None;
+                local.last = Some((now.duration_since(since), now));
+            }
+            _ => {}
+        }
+    });
+}
+
+/// Runs `f` on the counts of the identity at `at`, made on first use.
+fn with_counts(at: &At<'_>, f: impl FnOnce(&Counts)) {
+    let parts = [at.policy, at.name, at.operation, at.scope];
+    let hash = key(parts);
     {
         let buckets = TALLY.1.read().unwrap_or_else(|e| e.into_inner());
         if let Some(counts) = buckets
             .get(&hash)
             .and_then(|bucket| bucket.iter().find(|c| same(c, parts)))
         {
-            add(counts);
+            f(counts);
             return;
         }
     }
@@ -104,10 +145,11 @@ pub(crate) fn count(
             other: Mutex::default(),
             classes: Default::default(),
             since: Mutex::new(Instant::now()),
+            local_share: Mutex::default(),
         });
     }
     if let Some(counts) = bucket.iter().find(|c| same(c, parts)) {
-        add(counts);
+        f(counts);
     }
 }
 
@@ -121,6 +163,7 @@ pub(crate) fn forget_idle(idle: std::time::Duration) {
             counts.admitted.load(Ordering::Relaxed) > 0
                 || !lock(&counts.other).is_empty()
                 || now.duration_since(*lock(&counts.since)) < idle
+                || lock(&counts.local_share).since.is_some()
         });
         !bucket.is_empty()
     });
@@ -151,6 +194,10 @@ pub(crate) struct Rates {
     /// Per class that decided anything (a kind that decides by class), highest first:
     /// admitted, rejected.
     pub(crate) classes: Vec<(Priority, f64, f64)>,
+    /// A retry budget's latest run on its local share, if it ran on it within
+    /// [`LOCAL_SHARE_SHOWN`]: how long, and how long since it ended (0 while it runs), in
+    /// seconds.
+    pub(crate) local_share: Option<(f64, f64)>,
 }
 
 /// Where `priority`'s counts are.
@@ -172,14 +219,29 @@ pub(crate) fn take(parts: [&str; 4]) -> Rates {
         return Rates::default();
     };
     let now = Instant::now();
+    let local_share = {
+        let local = lock(&counts.local_share);
+        match (local.since, local.last) {
+            (Some(since), _) => Some((now.duration_since(since), Duration::ZERO)),
+            (None, Some((ran, ended))) if now.duration_since(ended) < LOCAL_SHARE_SHOWN => {
+                Some((ran, now.duration_since(ended)))
+            }
+            _ => None,
+        }
+    };
+    let local_share = local_share.map(|(ran, ago)| (ran.as_secs_f64(), ago.as_secs_f64()));
     let since = std::mem::replace(&mut *lock(&counts.since), now);
     let seconds = now.duration_since(since).as_secs_f64();
     if seconds <= 0.0 {
-        return Rates::default();
+        return Rates {
+            local_share,
+            ..Rates::default()
+        };
     }
     let per_second = |n: u64| n as f64 / seconds;
     let mut rates = Rates {
         admitted: per_second(counts.admitted.swap(0, Ordering::Relaxed)),
+        local_share,
         ..Rates::default()
     };
     for (decision, reason, n) in std::mem::take(&mut *lock(&counts.other)) {
@@ -256,6 +318,34 @@ mod tests {
         );
         tokio::time::sleep(std::time::Duration::from_secs(1)).await;
         assert_eq!(take(parts), Rates::default(), "taken already");
+    }
+
+    /// A retry budget's reports say how long it last ran on its local share and how long ago
+    /// that ended, for a while after it, and take nothing of it.
+    #[tokio::test(start_paused = true)]
+    async fn a_run_on_the_local_share_is_reported_until_long_after_it_ends() {
+        let scope = "tally-local-share";
+        let parts = ["retry_budget", "tally", "tally", scope];
+        let at = At {
+            policy: "retry_budget",
+            ..at(scope, "distributed")
+        };
+        let seconds = |n| tokio::time::sleep(Duration::from_secs(n));
+        local_share(&at, false);
+        seconds(1).await;
+        assert_eq!(take(parts).local_share, None, "never on it");
+        local_share(&at, true);
+        seconds(3).await;
+        local_share(&at, true);
+        seconds(9).await;
+        assert_eq!(take(parts).local_share, Some((12.0, 0.0)), "on it still");
+        local_share(&at, false);
+        seconds(40).await;
+        local_share(&at, false);
+        assert_eq!(take(parts).local_share, Some((12.0, 40.0)));
+        assert_eq!(take(parts).local_share, Some((12.0, 40.0)), "not taken");
+        seconds(300).await;
+        assert_eq!(take(parts).local_share, None, "long ago");
     }
 
     #[test]

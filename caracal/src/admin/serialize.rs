@@ -126,7 +126,8 @@ impl Serialize for Process {
     }
 }
 
-/// `admitted`, and `rejected` and `degraded` by reason: decisions per second.
+/// `admitted`, and `rejected` and `degraded` by reason: decisions per second; a retry budget's
+/// latest run on its local share as `local_share: {"seconds": …, "ago_seconds": …}`.
 impl Serialize for Rates {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         struct ByReason<'a>(&'a [(String, f64)]);
@@ -160,6 +161,16 @@ impl Serialize for Rates {
         // Only a kind that decides by class has them.
         if !self.classes.is_empty() {
             map.serialize_entry("classes", &ByClass(&self.classes))?;
+        }
+        // Only a retry budget that ran on its local share lately has it.
+        if let Some((seconds, ago_seconds)) = self.local_share {
+            map.serialize_entry(
+                "local_share",
+                &ByReason(&[
+                    ("seconds".to_owned(), seconds),
+                    ("ago_seconds".to_owned(), ago_seconds),
+                ]),
+            )?;
         }
         map.end()
     }

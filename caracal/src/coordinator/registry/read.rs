@@ -101,6 +101,11 @@ pub struct Rates {
     /// For a kind that decides by priority class (bulkhead, rate limit): per class that
     /// decided anything, `(class, admitted, rejected)`, highest class first.
     pub classes: Vec<(String, f64, f64)>,
+    /// For a retry budget: the latest run on its local share (its batches failed, so it
+    /// could not learn the fleet's totals) of any process, if one ran on it in the last five
+    /// minutes: `(seconds it lasted, seconds since it ended)`, the second 0 while it still
+    /// ran at that process's last report.
+    pub local_share: Option<(f64, f64)>,
 }
 
 impl Rates {
@@ -132,6 +137,18 @@ impl Rates {
         self.classes.sort_by_key(|(class, ..)| {
             std::cmp::Reverse(class.parse::<crate::priority::Priority>().ok())
         });
+        // The run that ended last; of two that ended together, the longer.
+        self.local_share = match (self.local_share, other.local_share) {
+            (Some(mine), Some(theirs)) => {
+                let later = |(ran, ago): (f64, f64)| (-ago, ran);
+                Some(if later(theirs) > later(mine) {
+                    theirs
+                } else {
+                    mine
+                })
+            }
+            (mine, theirs) => mine.or(theirs),
+        };
     }
 }
 
@@ -176,6 +193,11 @@ impl Reported {
         write_by_reason(&mut out, &rates.degraded);
         out.extend_from_slice(br#","ignored":"#);
         write_json(&mut out, |out| serde_json::to_writer(out, ignored));
+        // Only a retry budget that ran on its local share lately has it.
+        if let Some((ran, ago)) = rates.local_share {
+            out.extend_from_slice(br#","local_share":"#);
+            write_json(&mut out, |out| serde_json::to_writer(out, &[ran, ago]));
+        }
         out.extend_from_slice(br#","rejected":"#);
         write_by_reason(&mut out, &rates.rejected);
         out.extend_from_slice(br#","sources":"#);
@@ -216,6 +238,9 @@ impl Reported {
                             })
                             .collect()
                     }),
+                local_share: extra["local_share"][0]
+                    .as_f64()
+                    .zip(extra["local_share"][1].as_f64()),
             },
             ignored: extra["ignored"].as_array().map_or_else(Vec::new, |keys| {
                 keys.iter()
@@ -405,8 +430,15 @@ pub(super) fn fresh<'a>(
         .filter(|(_, (_, at, _))| now.saturating_sub(*at) < drift_ms)
         .map(|(process, (values, at, extra))| {
             let mut reported = Reported::read(process, values, extra);
-            if now.saturating_sub(at) > rates_ms {
+            let age_ms = now.saturating_sub(at);
+            if age_ms > rates_ms {
                 reported.rates = Rates::default();
+            }
+            // A run on the local share that had ended by the report ended longer ago now.
+            if let Some((_, ago)) = &mut reported.rates.local_share
+                && *ago > 0.0
+            {
+                *ago += age_ms as f64 / 1000.0;
             }
             reported
         })

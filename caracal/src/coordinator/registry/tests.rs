@@ -174,6 +174,7 @@ fn reports_carry_rates_and_ignored_keys_that_add_up_across_processes() {
             (Priority::Critical, 8.0, 0.0),
             (Priority::Sheddable, 2.0, 2.0),
         ],
+        local_share: None,
     };
     let extra = Reported::extra(&rates, &["minimum_throughput"], "attribute");
     let map = serde_json::json!({
@@ -203,6 +204,7 @@ fn reports_carry_rates_and_ignored_keys_that_add_up_across_processes() {
                 ("critical".to_owned(), 16.0, 0.0),
                 ("sheddable".to_owned(), 4.0, 4.0)
             ],
+            local_share: None,
         }
     );
     assert_eq!(
@@ -229,6 +231,7 @@ fn a_reports_extra_is_the_json_it_was() {
         degraded: vec![],
         would_reject: vec![("open", 1.5)],
         classes: vec![(Priority::Normal, 0.5, 1.0)],
+        local_share: None,
     };
     assert_eq!(
         Reported::extra(
@@ -242,5 +245,48 @@ fn a_reports_extra_is_the_json_it_was() {
     assert_eq!(
         Reported::extra(&none, &[], ""),
         r#"{"admitted":0.0,"degraded":{},"ignored":[],"rejected":{},"sources":"","would_reject":{}}"#
+    );
+}
+
+/// A retry budget's run on its local share reads back as it was sent, older by the report's
+/// age once it ended; the fleet's is the run that ended last.
+#[test]
+fn reports_carry_the_latest_run_on_the_local_share() {
+    let ran = |local_share| crate::tally::Rates {
+        local_share,
+        ..crate::tally::Rates::default()
+    };
+    let ended = Reported::extra(&ran(Some((12.0, 40.0))), &[], "attribute");
+    assert_eq!(
+        ended,
+        r#"{"admitted":0.0,"degraded":{},"ignored":[],"local_share":[12.0,40.0],"rejected":{},"sources":"attribute","would_reject":{}}"#
+    );
+    let map = serde_json::json!({
+        // Reported 2 s ago.
+        "p1": ["percent=20", 98_000, ended],
+        "p2": ["percent=20", 100_000, Reported::extra(&ran(Some((3.0, 30.0))), &[], "")],
+        "p3": ["percent=20", 100_000, Reported::extra(&ran(None), &[], "")],
+    });
+    let uses = uses_of(&map.to_string(), 100_000);
+    let local: Vec<_> = uses.iter().map(|u| u.rates.local_share).collect();
+    assert_eq!(local, [Some((12.0, 42.0)), Some((3.0, 30.0)), None]);
+    let entry = Registered::read(
+        &"0".repeat(64),
+        r#"["retry_budget","r","r","global"]"#,
+        ("percent=20".to_owned(), "attribute".to_owned()),
+        false,
+        uses,
+    )
+    .expect("readable");
+    assert_eq!(entry.rates().local_share, Some((3.0, 30.0)));
+    let on_it = Reported::extra(&ran(Some((5.0, 0.0))), &[], "");
+    let still = uses_of(
+        &serde_json::json!({"p": ["", 98_000, on_it]}).to_string(),
+        100_000,
+    );
+    assert_eq!(
+        still[0].rates.local_share,
+        Some((5.0, 0.0)),
+        "on it at its report"
     );
 }

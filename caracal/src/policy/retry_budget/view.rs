@@ -333,7 +333,9 @@ impl View {
                     known.failing = true;
                 }
             }
-            metrics::retry_budget_local_share(&self.identity.at(), known.failing);
+            let at = self.identity.at();
+            metrics::retry_budget_local_share(&at, known.failing);
+            crate::tally::local_share(&at, known.failing);
             std::mem::take(&mut known.waiting)
         };
         if !waiting {
