@@ -161,6 +161,13 @@ fn entries_read_values_and_sources_by_key() {
     );
 }
 
+/// The entry of the identity `description` whose `values` the attribute set, as `uses`
+/// reported it.
+fn reported_entry(description: &str, values: &str, uses: Vec<Reported>) -> Registered {
+    let values = (values.to_owned(), "attribute".to_owned());
+    Registered::read(&"0".repeat(64), description, values, false, uses).expect("readable")
+}
+
 /// What a process adds to its report reads back as it was sent, and the fleet's rates are
 /// the sum of its processes'.
 #[test]
@@ -185,14 +192,7 @@ fn reports_carry_rates_and_ignored_keys_that_add_up_across_processes() {
     });
     let uses = uses_of(&map.to_string(), 100_100);
     assert_eq!(uses.len(), 2, "{uses:?}");
-    let entry = Registered::read(
-        &"0".repeat(64),
-        r#"["bulkhead","b","b","global"]"#,
-        ("limit=3".to_owned(), "attribute".to_owned()),
-        false,
-        uses,
-    )
-    .expect("readable");
+    let entry = reported_entry(r#"["bulkhead","b","b","global"]"#, "limit=3", uses);
     assert_eq!(
         entry.rates(),
         Rates {
@@ -270,14 +270,7 @@ fn reports_carry_the_latest_run_on_the_local_share() {
     let uses = uses_of(&map.to_string(), 100_000);
     let local: Vec<_> = uses.iter().map(|u| u.rates.local_share).collect();
     assert_eq!(local, [Some((12.0, 42.0)), Some((3.0, 30.0)), None]);
-    let entry = Registered::read(
-        &"0".repeat(64),
-        r#"["retry_budget","r","r","global"]"#,
-        ("percent=20".to_owned(), "attribute".to_owned()),
-        false,
-        uses,
-    )
-    .expect("readable");
+    let entry = reported_entry(r#"["retry_budget","r","r","global"]"#, "percent=20", uses);
     assert_eq!(entry.rates().local_share, Some((3.0, 30.0)));
     let on_it = Reported::extra(&ran(Some((5.0, 0.0))), &[], "");
     let still = uses_of(
