@@ -36,8 +36,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use caracal::{hedge, retry, retry_budget};
-use caracal_examples::{Fleet, emit, parse_seconds, redis_url};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use caracal_examples::{Fleet, emit, parse_seconds, redis_url, serve_fleet};
 use tokio::time::{Instant, MissedTickBehavior};
 
 type Result<T, E = Box<dyn Error>> = std::result::Result<T, E>;
@@ -121,13 +120,7 @@ async fn worker(args: &[String]) -> Result<()> {
     let [namespace] = args else {
         return Err(format!("worker arguments: {args:?}").into());
     };
-    let coordinator = caracal::Coordinator::redis(redis_url())
-        .namespace(namespace.as_str())
-        .connect()
-        .await?;
-    caracal::install(coordinator.clone())?;
-    println!("ready");
-    let mut commands = BufReader::new(tokio::io::stdin()).lines();
+    let (coordinator, mut commands) = serve_fleet(redis_url(), namespace).await?;
     while let Some(line) = commands.next_line().await? {
         let [hedge, regime, seconds, scope] = line.split(' ').collect::<Vec<_>>()[..] else {
             return Err(format!("unknown command {line:?}").into());

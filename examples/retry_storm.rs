@@ -64,9 +64,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use caracal::{retry, retry_budget};
-use caracal_examples::{Fleet, emit, emit_labelled, parse_seconds, redis_url};
+use caracal_examples::{Fleet, emit, emit_labelled, parse_seconds, redis_url, serve_fleet};
 use caracal_tests::{FaultProxy, RedisServer};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::time::{Instant, MissedTickBehavior};
 use tower::retry::budget::{Budget, TpsBudget};
 
@@ -198,13 +197,7 @@ async fn worker(args: &[String]) -> Result<()> {
         [namespace, url] => (namespace, url.clone()),
         _ => return Err(format!("worker arguments: {args:?}").into()),
     };
-    let coordinator = caracal::Coordinator::redis(url)
-        .namespace(namespace.as_str())
-        .connect()
-        .await?;
-    caracal::install(coordinator.clone())?;
-    println!("ready");
-    let mut commands = BufReader::new(tokio::io::stdin()).lines();
+    let (coordinator, mut commands) = serve_fleet(url, namespace).await?;
     while let Some(line) = commands.next_line().await? {
         let [guard, rate, seconds, scope] = line.split(' ').collect::<Vec<_>>()[..] else {
             return Err(format!("unknown command {line:?}").into());

@@ -207,6 +207,21 @@ impl Fleet {
     }
 }
 
+/// The worker's side of a [`Fleet`]: connects to the Redis at `url` in `namespace`, installs
+/// the coordinator, says `ready`, and hands back the coordinator and the commands to come.
+pub async fn serve_fleet(
+    url: String,
+    namespace: &str,
+) -> Result<(caracal::Coordinator, Lines<BufReader<tokio::io::Stdin>>), Box<dyn Error>> {
+    let coordinator = caracal::Coordinator::redis(url)
+        .namespace(namespace)
+        .connect()
+        .await?;
+    caracal::install(coordinator.clone())?;
+    println!("ready");
+    Ok((coordinator, BufReader::new(tokio::io::stdin()).lines()))
+}
+
 /// Reads `[--seconds N]` (N positive), `default` without it; the rest of `args` is the
 /// example's own.
 pub fn parse_seconds(args: &[String], default: u64) -> Result<u64, Box<dyn Error>> {
