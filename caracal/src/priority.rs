@@ -272,7 +272,12 @@ impl Default for Thresholds {
 
 /// `ceil(limit × thousandths / 1000)`, at least 1 when `limit` is: the one formula the kernels
 /// and scripts mirror (in integers, so no rounding differs between them).
+#[inline]
 pub(crate) fn cap(limit: u32, thousandths: u16) -> u32 {
+    // The whole limit (no thresholds: every call of a plain bulkhead) needs no arithmetic.
+    if thousandths == WHOLE {
+        return limit;
+    }
     let scaled = u64::from(limit) * u64::from(thousandths);
     let cap = scaled.div_ceil(u64::from(WHOLE));
     u32::try_from(cap)
