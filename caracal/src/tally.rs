@@ -265,6 +265,21 @@ mod tests {
         assert_eq!(take(parts), Rates::default(), "taken already");
     }
 
+    /// What a policy counts through [`count`] carries its caller's class, read there.
+    #[tokio::test(start_paused = true)]
+    async fn a_decision_is_counted_under_the_callers_class() {
+        let scope = "tally-class";
+        let at = at(scope, "distributed");
+        crate::priority::with_priority(Priority::Sheddable, async {
+            count(&at, Decision::Admitted, "admitted");
+        })
+        .await;
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        let rates = take(["bulkhead", "tally", "tally", scope]);
+        assert_eq!(rates.admitted, 1.0);
+        assert_eq!(rates.classes, [(Priority::Sheddable, 1.0, 0.0)]);
+    }
+
     #[test]
     fn a_local_policy_is_not_counted() {
         let scope = "tally-local";
