@@ -248,6 +248,18 @@ impl Thresholds {
         self == Thresholds::NONE
     }
 
+    /// The share of the calling task's class, in thousandths. Without thresholds every
+    /// class's is whole, and the class (a task-local read) is not asked: a plain local
+    /// bulkhead's every call passes here.
+    #[inline]
+    pub(crate) fn current_share(self) -> u16 {
+        if self.is_none() {
+            WHOLE
+        } else {
+            self.thousandths(Priority::current())
+        }
+    }
+
     /// `priority`'s share of the limit, in thousandths.
     pub fn thousandths(self, priority: Priority) -> u16 {
         match priority {
