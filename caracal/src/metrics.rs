@@ -202,11 +202,11 @@ impl Stopwatch {
 /// Counts one decision.
 #[inline]
 pub(crate) fn decided(at: &At<'_>, decision: Decision, reason: &'static str) {
-    let priority = at.priority();
-    crate::tally::count(at, priority, decision, reason);
+    crate::tally::count(at, decision, reason);
     #[cfg(feature = "metrics")]
     {
         use ::metrics::Label;
+        let priority = at.priority();
         let mut labels = vec![
             Label::new("policy", at.policy),
             Label::new("name", at.name.to_owned()),

@@ -248,6 +248,18 @@ impl Thresholds {
         self == Thresholds::NONE
     }
 
+    /// The share of the calling task's class, in thousandths. Without thresholds every
+    /// class's is whole, and the class (a task-local read) is not asked: a plain local
+    /// bulkhead's every call passes here.
+    #[inline]
+    pub(crate) fn current_share(self) -> u16 {
+        if self.is_none() {
+            WHOLE
+        } else {
+            self.thousandths(Priority::current())
+        }
+    }
+
     /// `priority`'s share of the limit, in thousandths.
     pub fn thousandths(self, priority: Priority) -> u16 {
         match priority {
@@ -272,7 +284,12 @@ impl Default for Thresholds {
 
 /// `ceil(limit × thousandths / 1000)`, at least 1 when `limit` is: the one formula the kernels
 /// and scripts mirror (in integers, so no rounding differs between them).
+#[inline]
 pub(crate) fn cap(limit: u32, thousandths: u16) -> u32 {
+    // The whole limit (no thresholds: every call of a plain bulkhead) needs no arithmetic.
+    if thousandths == WHOLE {
+        return limit;
+    }
     let scaled = u64::from(limit) * u64::from(thousandths);
     let cap = scaled.div_ceil(u64::from(WHOLE));
     u32::try_from(cap)

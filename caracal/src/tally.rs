@@ -64,17 +64,24 @@ fn same(counts: &Counts, parts: [&str; 4]) -> bool {
     counts.parts.iter().zip(parts).all(|(a, b)| a == b)
 }
 
-/// Counts one decision of the distributed identity at `at`, of a call of class `priority`
+/// Counts one decision of the identity at `at` if it is distributed, with the call's class
 /// (for a kind that decides by class).
-pub(crate) fn count(
+// Inlined, the rest not: a local policy's every decision passes here, and its whole cost
+// should be this comparison (the class is not asked for what is not counted).
+#[inline(always)]
+pub(crate) fn count(at: &At<'_>, decision: Decision, reason: &'static str) {
+    if at.coordination == "distributed" {
+        count_distributed(at, at.priority(), decision, reason);
+    }
+}
+
+#[inline(never)]
+fn count_distributed(
     at: &At<'_>,
     priority: Option<Priority>,
     decision: Decision,
     reason: &'static str,
 ) {
-    if at.coordination != "distributed" {
-        return;
-    }
     let add = |counts: &Counts| match decision {
         Decision::Admitted => {
             counts.admitted.fetch_add(1, Ordering::Relaxed);
@@ -285,7 +292,7 @@ mod tests {
         let parts = ["bulkhead", "tally", "tally", scope];
         let at = at(scope, "distributed");
         for _ in 0..20 {
-            count(
+            count_distributed(
                 &at,
                 Some(Priority::Critical),
                 Decision::Admitted,
@@ -293,15 +300,15 @@ mod tests {
             );
         }
         for _ in 0..4 {
-            count(
+            count_distributed(
                 &at,
                 Some(Priority::Sheddable),
                 Decision::Rejected,
                 "capacity",
             );
         }
-        count(&at, Some(Priority::Normal), Decision::Degraded, "fail_open");
-        count(&at, None, Decision::WouldReject, "capacity");
+        count_distributed(&at, Some(Priority::Normal), Decision::Degraded, "fail_open");
+        count_distributed(&at, None, Decision::WouldReject, "capacity");
         tokio::time::sleep(std::time::Duration::from_secs(2)).await;
         let rates = take(parts);
         assert_eq!(rates.admitted, 10.0);
@@ -348,10 +355,25 @@ mod tests {
         assert_eq!(take(parts).local_share, None, "long ago");
     }
 
+    /// What a policy counts through [`count`] carries its caller's class, read there.
+    #[tokio::test(start_paused = true)]
+    async fn a_decision_is_counted_under_the_callers_class() {
+        let scope = "tally-class";
+        let at = at(scope, "distributed");
+        crate::priority::with_priority(Priority::Sheddable, async {
+            count(&at, Decision::Admitted, "admitted");
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let rates = take(["bulkhead", "tally", "tally", scope]);
+        assert_eq!(rates.admitted, 1.0);
+        assert_eq!(rates.classes, [(Priority::Sheddable, 1.0, 0.0)]);
+    }
+
     #[test]
     fn a_local_policy_is_not_counted() {
         let scope = "tally-local";
-        count(&at(scope, "local"), None, Decision::Admitted, "admitted");
+        count(&at(scope, "local"), Decision::Admitted, "admitted");
         assert_eq!(
             take(["bulkhead", "tally", "tally", scope]),
             Rates::default()

@@ -87,16 +87,16 @@ impl Budget {
         priority::cap(self.limit.load(Ordering::Acquire), share)
     }
 
-    /// Takes a slot for a caller of `priority` (and its `share`) if fewer than its cap are
-    /// taken and nobody of its class or above waits for one.
+    /// Takes a slot for a caller of `share` if fewer than its cap are taken and nobody of its
+    /// class (read by `priority`, only if someone waits) or above waits for one.
     #[inline]
-    fn try_take(&self, (priority, share): (Priority, u16)) -> bool {
+    fn try_take(&self, share: u16, priority: impl FnOnce() -> Priority) -> bool {
         let cap = self.cap(share);
         match self.take_unless_waited(cap) {
             Ok(_) => true,
             // Someone waits, and there is room under this caller's cap: the waiters may all
             // be of lower classes, held at caps of their own (or have given up).
-            Err(state) if taken(state) < cap => self.take_past_waiters(priority, cap),
+            Err(state) if taken(state) < cap => self.take_past_waiters(priority(), cap),
             Err(_) => false,
         }
     }
@@ -138,7 +138,7 @@ impl Budget {
             // Callers that gave up leave their place behind until it is passed over; clearing
             // them here keeps the line as long as the callers still in it.
             queue.retain(|waiter| !waiter.slot.is_closed());
-            if queue.is_empty() && self.try_take((priority, share)) {
+            if queue.is_empty() && self.try_take(share, || priority) {
                 return true;
             }
             // Once the bit is set, a slot freed elsewhere comes through this lock to the queue;
@@ -355,12 +355,11 @@ where
 {
     let arrival = Stopwatch::start();
     let (budget, values) = budget(site, scope);
-    let priority = Priority::current();
-    let share = values.thresholds.thousandths(priority);
+    let share = values.thresholds.current_share();
     // Boxed: waiting in line is rare, and its timer would make every call's future larger.
-    let admitted = budget.try_take((priority, share))
+    let admitted = budget.try_take(share, Priority::current)
         || match values.max_wait {
-            Some(wait) => Box::pin(budget.take_within((priority, share), wait)).await,
+            Some(wait) => Box::pin(budget.take_within((Priority::current(), share), wait)).await,
             None => false,
         };
     let _slot = enter(site, scope, (budget, values), admitted, arrival)
@@ -382,8 +381,7 @@ pub(super) fn try_enter(
     }
     let arrival = Stopwatch::start();
     let (budget, values) = budget(site, &scope);
-    let priority = Priority::current();
-    let admitted = budget.try_take((priority, values.thresholds.thousandths(priority)));
+    let admitted = budget.try_take(values.thresholds.current_share(), Priority::current);
     if !admitted && values.max_wait.is_some() {
         return Admission::Deferred(scope);
     }
@@ -411,7 +409,7 @@ mod tests {
     async fn callers_that_gave_up_do_not_lengthen_the_line() {
         let budget = Budget::new(1);
         assert!(
-            budget.try_take((Priority::Normal, WHOLE)),
+            budget.try_take(WHOLE, || Priority::Normal),
             "the body that never ends"
         );
         for _ in 0..1000 {
@@ -426,7 +424,7 @@ mod tests {
         budget.free();
         assert_eq!(budget.occupancy(), 0);
         assert!(
-            budget.try_take((Priority::Normal, WHOLE)),
+            budget.try_take(WHOLE, || Priority::Normal),
             "the freed slot is not held for anyone who left"
         );
     }
