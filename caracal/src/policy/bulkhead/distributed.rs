@@ -59,6 +59,7 @@ use futures_util::stream::FuturesUnordered;
 use tokio::time::Instant;
 use uuid::Uuid;
 
+use self::command::{LeaseAnswer, LeaseCommand, lease};
 use super::events::{self, Degraded, LeaseLoss, Refusal};
 use super::keep::Pool;
 use super::{BulkheadSite, BulkheadValues, adaptive};
@@ -69,9 +70,11 @@ use crate::error::FailureKind;
 use crate::fencing;
 use crate::identity::{Identity, PolicyKind, Scope};
 use crate::metrics::Stopwatch;
-use crate::policy::bulkhead::kernel::{self, LeaseAction, LeaseReply, LeaseStep, Release};
+use crate::policy::bulkhead::kernel::{LeaseAction, Release};
 use crate::policy::refuse;
 use crate::priority::{self, Priority};
+
+mod command;
 
 const FIRST_WAIT_PAUSE: Duration = Duration::from_millis(2);
 const MAX_WAIT_PAUSE: Duration = Duration::from_millis(50);
@@ -237,14 +240,14 @@ where
             }
         }
     };
-    if let (Ok(_), Some(keep), Some(pool)) = (&result, keep, pool) {
-        if lease.keepable(Instant::now(), values.limit) {
-            lease.parked = true;
-            events::lease_kept(&at, lease.occupancy.load(Ordering::Relaxed));
-            let coordinator = lease.coordinator.clone();
-            let key = lease.identity.key.clone();
-            pool.park(&coordinator, &key, lease, keep);
-        }
+    if let (Ok(_), Some(keep), Some(pool)) = (&result, keep, pool)
+        && lease.keepable(Instant::now(), values.limit)
+    {
+        lease.parked = true;
+        events::lease_kept(&at, lease.occupancy.load(Ordering::Relaxed));
+        let coordinator = lease.coordinator.clone();
+        let key = lease.identity.key.clone();
+        pool.park(&coordinator, &key, lease, keep);
     }
     result
 }
@@ -614,86 +617,6 @@ impl Lease {
                 },
             ));
         }
-    }
-}
-
-/// One lease command: `action` on `token`'s lease in `identity`'s lease set.
-#[derive(Debug, Clone, Copy)]
-struct LeaseCommand<'a> {
-    identity: &'a Identity,
-    action: LeaseAction,
-    token: Uuid,
-    ttl: Duration,
-    limit: u32,
-    /// The caller's class's share of the limit, in thousandths.
-    share: u16,
-}
-
-impl LeaseCommand<'_> {
-    /// The command as the lease kernel takes it. It knows no live fencing token: the Redis
-    /// backend sends the one it knows when the command goes out, and nothing is ever lost in
-    /// memory.
-    fn step(&self) -> LeaseStep {
-        LeaseStep {
-            action: self.action,
-            token: self.token.as_u128(),
-            // The ttl as the lease set keeps deadlines: whole milliseconds.
-            ttl: u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX),
-            limit: self.limit,
-            known: 0,
-            share: self.share,
-        }
-    }
-}
-
-/// A lease command's answer, and when the command was sent: the server set any deadline it
-/// granted after that. An acquire may wait in its identity's lane before its batch is sent, so
-/// this is later than when its caller asked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct LeaseAnswer {
-    reply: LeaseReply,
-    sent: Instant,
-}
-
-/// Runs one lease command: an acquire joins its identity's lane (batched with the acquires
-/// that queue while one is in flight), a renewal goes out at once.
-async fn lease(coordinator: &Coordinator, command: LeaseCommand<'_>) -> Result<LeaseAnswer, Error> {
-    let step = command.step();
-    let (reply, sent) = match command.action {
-        LeaseAction::Acquire => {
-            coordinator
-                .run_sent::<kernel::Lease>(command.identity, step)
-                .await?
-        }
-        LeaseAction::Renew => {
-            let LeaseStep {
-                token, ttl, limit, ..
-            } = step;
-            let renewal = kernel::Renewal::new(token, ttl, limit, nanos(command.ttl));
-            coordinator
-                .run_sent::<kernel::Renew>(command.identity, renewal)
-                .await?
-        }
-    };
-    Ok(LeaseAnswer {
-        reply: reply.map_err(lease_refused)?,
-        sent,
-    })
-}
-
-/// The error a lease command refused whole ends in.
-fn lease_refused(refusal: kernel::Refusal) -> Error {
-    match refusal {
-        kernel::Refusal::Lost => Error::unavailable(
-            FailureKind::DataLost,
-            "the identity's lease set was lost (flushed, evicted or deleted) while a lease in it \
-             was live",
-        ),
-        kernel::Refusal::Exhausted => Error::unavailable(
-            FailureKind::Server,
-            "the identity's fencing counter reached 2^53 - 1: no further lease can carry an exact \
-             token",
-        ),
     }
 }
 
