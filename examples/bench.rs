@@ -8,6 +8,7 @@
 //! cargo run --release -p caracal-examples --example bench -- local     # in-process figures only
 //! cargo run --release -p caracal-examples --example bench -- retry-budget
 //! cargo run --release -p caracal-examples --example bench -- registry
+//! cargo run --release -p caracal-examples --example bench -- keep      # `keep` on against off
 //! ```
 //!
 //! Figures: the wire's floor (one `EVALSHA` of the lease script written by hand on a blocking
@@ -40,6 +41,8 @@ use tower::{Service, ServiceExt};
 
 #[path = "bench/floor.rs"]
 mod floor;
+#[path = "bench/keep.rs"]
+mod keep;
 #[path = "bench/registry.rs"]
 mod registry;
 #[path = "bench/retry_budget.rs"]
@@ -711,6 +714,12 @@ async fn main() -> Result<(), caracal::Error> {
     // `bench registry`: the identity registry at 100 000 scopes, and `status` at its cap.
     if only.as_deref() == Some("registry") {
         return registry::alone(&url).await;
+    }
+    // `bench keep`: the bulkhead with `keep` against it without, in one run.
+    if only.as_deref() == Some("keep") {
+        return tokio::spawn(async move { keep::alone(&url).await })
+            .await
+            .expect("the keep figures' task");
     }
     local_figures().await;
     // `bench local`: the in-process figures only (no Redis needed; handy under a profiler).

@@ -114,6 +114,7 @@ struct Bulkhead {
     limit: Limit,
     lease: Duration,
     max_wait: Option<Duration>,
+    keep: Option<Duration>,
     shadow: bool,
     thresholds: Thresholds,
     priority: Priority,
@@ -125,6 +126,7 @@ impl Bulkhead {
         let limit = args.required(&spec::LIMIT, limit);
         let lease = args.setting(&spec::LEASE, duration);
         let max_wait = args.setting(&spec::MAX_WAIT, duration);
+        let keep = args.setting(&spec::KEEP, duration);
         let shadow = args
             .setting(&spec::SHADOW, boolean)
             .unwrap_or(spec::SHADOW.default.flag());
@@ -135,6 +137,12 @@ impl Bulkhead {
                 "limit",
                 "an adaptive limit is the fleet's, computed from every process's calls: a `local` \
                  bulkhead takes a number (`limit = 20`)",
+            );
+        }
+        if identity.local && args.has("keep") {
+            args.conflict(
+                "keep",
+                "`keep` has no effect on a `local` bulkhead: a local slot costs no round trip",
             );
         }
         if identity.local && args.has("lease") {
@@ -149,6 +157,7 @@ impl Bulkhead {
                 limit: limit?,
                 lease: lease.unwrap_or(spec::LEASE.default.duration()),
                 max_wait,
+                keep,
                 shadow,
                 thresholds,
                 priority,
@@ -182,6 +191,7 @@ impl Layer for Bulkhead {
         };
         let lease = durations::tokens(self.lease);
         let max_wait = durations::optional_tokens(self.max_wait);
+        let keep = durations::optional_tokens(self.keep);
         let shadow = self.shadow;
         let thresholds = self.thresholds.tokens();
         (
@@ -192,6 +202,7 @@ impl Layer for Bulkhead {
                 adaptive: #adaptive,
                 lease: #lease,
                 max_wait: #max_wait,
+                keep: #keep,
                 shadow: #shadow,
                 thresholds: #thresholds,
             })),

@@ -2,9 +2,19 @@
 //! downstream, not the lease, has the last word on a holder whose lease was lost.
 
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// A body's fencing token, and where reading it is noted when its lease may be handed to a
+/// later body (a kept lease): a token read is never handed on.
+#[derive(Debug, Clone)]
+pub(crate) struct Fence {
+    pub(crate) token: u64,
+    pub(crate) read: Option<Arc<AtomicBool>>,
+}
 
 tokio::task_local! {
-    static FENCE: Option<u64>;
+    static FENCE: Option<Fence>;
 }
 
 /// The fencing token of the lease the current call holds, inside the body of a distributed
@@ -13,7 +23,9 @@ tokio::task_local! {
 /// Tokens strictly increase with every lease granted for one identity across the fleet. A
 /// downstream that remembers the highest token it has accepted and refuses lower ones shuts
 /// out a holder whose lease expired while it was paused or partitioned — the one guarantee a
-/// lease alone cannot give. Nested bulkheads give the innermost one's token.
+/// lease alone cannot give. Nested bulkheads give the innermost one's token. A body never
+/// sees a token an earlier body saw: a bulkhead with `keep` hands a finished body's lease to
+/// the next caller only if that body did not read its token.
 ///
 /// How far that holds: each grant takes the identity's last token + 1, but never less than the
 /// server's clock (`TIME`) in whole milliseconds × 1000. The last token lives in Redis, and
@@ -47,11 +59,20 @@ tokio::task_local! {
 /// # }
 /// ```
 pub fn fencing_token() -> Option<u64> {
-    FENCE.try_with(|fence| *fence).ok().flatten()
+    FENCE
+        .try_with(|fence| {
+            let fence = fence.as_ref()?;
+            if let Some(read) = &fence.read {
+                read.store(true, Ordering::Relaxed);
+            }
+            Some(fence.token)
+        })
+        .ok()
+        .flatten()
 }
 
 /// Runs `body` with `fence` as its fencing token.
-pub(crate) fn scope<F: Future>(fence: Option<u64>, body: F) -> impl Future<Output = F::Output> {
+pub(crate) fn scope<F: Future>(fence: Option<Fence>, body: F) -> impl Future<Output = F::Output> {
     FENCE.scope(fence, body)
 }
 

@@ -37,7 +37,12 @@ impl SocketFloor {
         for arg in &args {
             command.extend(format!("${}\r\n{arg}\r\n", arg.len()).bytes());
         }
-        let counter_at = command.len() - 2 - 12;
+        // The token's last 12 digits, wherever it sits among the arguments (its share follows).
+        let counter_at = command
+            .windows(token.len())
+            .position(|window| window == token.as_bytes())?
+            + token.len()
+            - 12;
         Some(SocketFloor {
             stream: BufReader::new(stream),
             command,

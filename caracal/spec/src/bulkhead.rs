@@ -12,6 +12,7 @@ pub const KIND: Kind = Kind {
         LIMIT,
         LEASE,
         MAX_WAIT,
+        KEEP,
         SHADOW,
         THRESHOLDS_NORMAL,
         THRESHOLDS_SHEDDABLE,
@@ -52,4 +53,12 @@ pub const MAX_WAIT: Key = Key {
     ty: Type::duration(MILLISECOND),
     default: Default::Unset,
     doc: "how long to wait for a slot before rejecting; unset, reject at once",
+};
+
+/// How long a process keeps a finished body's lease for its next caller.
+pub const KEEP: Key = Key {
+    name: "keep",
+    ty: Type::duration(MILLISECOND),
+    default: Default::Unset,
+    doc: "how long a finished body's lease is kept for the next caller here; unset, released at once",
 };

@@ -643,6 +643,7 @@ mod tests {
                 "limit",
                 "lease",
                 "max_wait",
+                "keep",
                 "shadow",
                 "thresholds",
                 "name",

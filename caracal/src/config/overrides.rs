@@ -336,12 +336,12 @@ mod tests {
         );
         assert_eq!(
             resolved.values_text(),
-            "limit=1 lease=none max_wait=1s shadow=none thresholds.normal=none \
+            "limit=1 lease=none max_wait=1s keep=none shadow=none thresholds.normal=none \
              thresholds.sheddable=none"
         );
         assert_eq!(
             resolved.sources_text(),
-            "fleet attribute config attribute attribute attribute"
+            "fleet attribute config attribute attribute attribute attribute"
         );
         assert_eq!(overrides.resolve("b", &attribute).values, attribute);
         overrides.set_fleet(Tables::new());
@@ -381,7 +381,7 @@ mod tests {
         );
         assert_eq!(
             resolved.sources_text(),
-            "attribute attribute fleet attribute attribute attribute"
+            "attribute attribute fleet attribute attribute attribute attribute"
         );
     }
 }

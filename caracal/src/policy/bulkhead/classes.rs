@@ -28,6 +28,7 @@ fn config(
         adaptive: None,
         lease: Duration::from_secs(30),
         max_wait,
+        keep: None,
         local,
         shadow: false,
         thresholds,

@@ -40,11 +40,17 @@
 //!   process a freed slot is for the highest class waiting: a waiter retries only while no
 //!   call of a higher class waits for the same identity here (the script keeps each class
 //!   below its own cap, so a lower one cannot be admitted above its share either).
+//! - **`keep`**: a body that succeeded leaves its lease to the next caller of the identity in
+//!   this process, for up to `keep` ([`keep`](super::keep)); the caller starts on it with no
+//!   round trip. Only a lease with no renewal due yet (trusted for at least `lease − margin −
+//!   lease / 3` more), whose token its body did not read, and whose latest reply showed the
+//!   fleet below its limit (another process could be refused otherwise) is kept; with an
+//!   adaptive limit, thresholds or in shadow mode none is.
 
 use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -53,7 +59,9 @@ use futures_util::stream::FuturesUnordered;
 use tokio::time::Instant;
 use uuid::Uuid;
 
+use self::command::{LeaseAnswer, LeaseCommand, lease};
 use super::events::{self, Degraded, LeaseLoss, Refusal};
+use super::keep::Pool;
 use super::{BulkheadSite, BulkheadValues, adaptive};
 use crate::coordinator::{self, Coordinator};
 use crate::ctx::{CallCtx, Rejection};
@@ -62,9 +70,11 @@ use crate::error::FailureKind;
 use crate::fencing;
 use crate::identity::{Identity, PolicyKind, Scope};
 use crate::metrics::Stopwatch;
-use crate::policy::bulkhead::kernel::{self, LeaseAction, LeaseReply, LeaseStep, Release};
+use crate::policy::bulkhead::kernel::{LeaseAction, Release};
 use crate::policy::refuse;
 use crate::priority::{self, Priority};
+
+mod command;
 
 const FIRST_WAIT_PAUSE: Duration = Duration::from_millis(2);
 const MAX_WAIT_PAUSE: Duration = Duration::from_millis(50);
@@ -120,37 +130,55 @@ where
         }
         None => None,
     };
-    let token = crate::token::fresh();
-    // Read before the acquire is sent: a loss of data noticed at any point after that may
-    // have taken this lease with it.
-    let epoch = coordinator.incarnation().epoch();
-    let grant = match admit(
-        site,
-        &values,
-        &coordinator,
-        &identity,
-        (token, priority),
-        adaptive.as_ref().map(|(view, _)| view),
-    )
-    .await
-    {
-        Ok(grant) => grant,
-        Err(error) => return refuse(ctx, values.shadow, error, super::unfenced(body)).await,
+    let keep = keeping(&values);
+    let pool = keep.map(|_| Pool::<Lease>::of(&coordinator));
+    let reused = pool
+        .as_ref()
+        .and_then(|pool| pool.take(&identity.key, |lease| lease.reusable(Instant::now())));
+    let (mut lease, occupancy) = match reused {
+        Some(mut lease) => {
+            lease.parked = false;
+            events::lease_reused(&lease.identity.at());
+            let occupancy = lease.occupancy.load(Ordering::Relaxed);
+            (lease, occupancy)
+        }
+        None => {
+            let token = crate::token::fresh();
+            // Read before the acquire is sent: a loss of data noticed at any point after
+            // that may have taken this lease with it.
+            let epoch = coordinator.incarnation().epoch();
+            let grant = match admit(
+                site,
+                &values,
+                &coordinator,
+                &identity,
+                (token, priority),
+                adaptive.as_ref().map(|(view, _)| view),
+            )
+            .await
+            {
+                Ok(grant) => grant,
+                Err(error) => {
+                    return refuse(ctx, values.shadow, error, super::unfenced(body)).await;
+                }
+            };
+            let occupancy = grant.occupancy;
+            let lease = Lease::new(
+                (coordinator, identity, token),
+                values.lease,
+                grant,
+                epoch,
+                keep.is_some(),
+            );
+            (lease, occupancy)
+        }
     };
-    let lease = Lease::new(
-        coordinator,
-        identity,
-        token,
-        values.lease,
-        grant.sent,
-        epoch,
-    );
     let at = lease.identity.at().shadowed(values.shadow);
     if lease.check(Instant::now()).is_err() {
         events::rejected(
             &at,
             Refusal::AdmissionExpired,
-            Some(grant.occupancy),
+            Some(occupancy),
             values.limit,
         );
         if values.shadow {
@@ -161,53 +189,78 @@ where
         // The body never started: for an outer breaker this is a refusal, not a failure.
         return Err(ctx.reject_as(lost(site, scope), Rejection::Admission));
     }
-    let _running = events::admitted(&at, grant.occupancy, values.limit, arrival);
-    let mut keep = pin!(lease.keep(grant.sent, values.limit));
-    let mut body = pin!(fencing::scope(Some(grant.fence), body));
-    // Before each step of the body: the lease must still be trusted, and its renewals must not
-    // have found it gone.
-    let held = std::future::poll_fn(|cx| {
-        if let Err(cause) = lease.check(Instant::now()) {
-            return Poll::Ready(Err(cause));
-        }
-        if let Poll::Ready(cause) = keep.as_mut().poll(cx) {
-            return Poll::Ready(Err(cause));
-        }
-        body.as_mut().poll(cx).map(Ok)
-    });
-    // A body cut short from outside (an outer timeout, a caller gone) is congestion too.
-    let mut timing = adaptive.as_ref().map(|(view, learnt)| Timing {
-        view,
-        coordinator: &lease.coordinator,
-        low: learnt.low(grant.occupancy),
-        started: Instant::now(),
-        succeeded: Some(false),
-    });
-    // Awaited apart from the match: a shadow bulkhead goes on polling the body after a loss.
-    let held = held.await;
-    match held {
-        Ok(result) => {
-            if let Some(timing) = &mut timing {
-                // A failure or a timeout is congestion, not a latency; an inner policy's
-                // refusal says nothing about the downstream.
-                timing.succeeded = match (&result, ctx.rejection()) {
-                    (Ok(_), _) => Some(true),
-                    (Err(_), None | Some(Rejection::Cut)) => Some(false),
-                    (Err(_), Some(_)) => None,
-                };
+    let _running = events::admitted(&at, occupancy, values.limit, arrival);
+    // In a block of its own: what borrows the lease ends before the lease may be kept.
+    let result = {
+        let mut renewals = pin!(lease.keep(values.limit));
+        let mut body = pin!(fencing::scope(Some(lease.fence()), body));
+        // Before each step of the body: the lease must still be trusted, and its renewals must
+        // not have found it gone.
+        let held = std::future::poll_fn(|cx| {
+            if let Err(cause) = lease.check(Instant::now()) {
+                return Poll::Ready(Err(cause));
             }
-            result
-        }
-        Err(cause) => {
-            events::lease_lost(&at, cause);
-            if values.shadow {
-                // The enforcing bulkhead would cut the body short here; a shadow one lets it
-                // finish (the event above says the lease is gone).
-                return body.await;
+            if let Poll::Ready(cause) = renewals.as_mut().poll(cx) {
+                return Poll::Ready(Err(cause));
             }
-            Err(ctx.reject(lost(site, scope)))
+            body.as_mut().poll(cx).map(Ok)
+        });
+        // A body cut short from outside (an outer timeout, a caller gone) is congestion too.
+        let mut timing = adaptive.as_ref().map(|(view, learnt)| Timing {
+            view,
+            coordinator: &lease.coordinator,
+            low: learnt.low(occupancy),
+            started: Instant::now(),
+            succeeded: Some(false),
+        });
+        // Awaited apart from the match: a shadow bulkhead goes on polling the body after a
+        // loss.
+        let held = held.await;
+        match held {
+            Ok(result) => {
+                if let Some(timing) = &mut timing {
+                    // A failure or a timeout is congestion, not a latency; an inner policy's
+                    // refusal says nothing about the downstream.
+                    timing.succeeded = match (&result, ctx.rejection()) {
+                        (Ok(_), _) => Some(true),
+                        (Err(_), None | Some(Rejection::Cut)) => Some(false),
+                        (Err(_), Some(_)) => None,
+                    };
+                }
+                result
+            }
+            Err(cause) => {
+                events::lease_lost(&at, cause);
+                if values.shadow {
+                    // The enforcing bulkhead would cut the body short here; a shadow one lets
+                    // it finish (the event above says the lease is gone).
+                    return body.await;
+                }
+                return Err(ctx.reject(lost(site, scope)));
+            }
         }
+    };
+    if let (Ok(_), Some(keep), Some(pool)) = (&result, keep, pool)
+        && lease.keepable(Instant::now(), values.limit)
+    {
+        lease.parked = true;
+        events::lease_kept(&at, lease.occupancy.load(Ordering::Relaxed));
+        let coordinator = lease.coordinator.clone();
+        let key = lease.identity.key.clone();
+        pool.park(&coordinator, &key, lease, keep);
     }
+    result
+}
+
+/// How long a finished body's lease may be kept for the next caller: `keep`, except where a
+/// kept lease could change what a caller sees. An adaptive limit learns from every body's
+/// occupancy and latency, which a lease taken without a reply would skew; with thresholds, a
+/// lower class's kept lease would hold a slot a higher class's cap counts; a shadow
+/// bulkhead's refusals are counted, not enforced.
+fn keeping(values: &BulkheadValues) -> Option<Duration> {
+    values
+        .keep
+        .filter(|_| values.adaptive.is_none() && values.thresholds.is_none() && !values.shadow)
 }
 
 /// What an adaptive limit's view learns of one body, however it ends: how long it took, and
@@ -384,6 +437,15 @@ struct Lease {
     coordinator: Coordinator,
     identity: Identity,
     token: Uuid,
+    /// The fencing token its acquire was granted.
+    fence: u64,
+    /// Set when a body reads the token, where the lease may be kept: a lease whose token a
+    /// body read is never handed to another body.
+    read: Option<Arc<AtomicBool>>,
+    /// The occupancy the latest reply about the lease reported.
+    occupancy: AtomicU32,
+    /// Whether it waits in the pool of kept leases (its release then returns it).
+    parked: bool,
     /// Its time to live.
     ttl: Duration,
     /// The origin of the two times below, which are kept as nanoseconds since it so that the
@@ -393,31 +455,73 @@ struct Lease {
     trusted_until: AtomicU64,
     /// When the server has certainly expired the lease: latest successful reply + lease.
     expired_by: AtomicU64,
+    /// When the latest acquire or renewal of the lease was sent, answered or not.
+    last_sent: AtomicU64,
     /// The server's incarnation when the acquire was sent.
     epoch: u64,
 }
 
 impl Lease {
+    /// The lease `grant` gave `token`; `keepable` when it may be kept after its body (its
+    /// token's reads are then noted).
     fn new(
-        coordinator: Coordinator,
-        identity: Identity,
-        token: Uuid,
+        (coordinator, identity, token): (Coordinator, Identity, Uuid),
         ttl: Duration,
-        sent: Instant,
+        grant: Grant,
         epoch: u64,
+        keepable: bool,
     ) -> Self {
         let lease = Lease {
             coordinator,
             identity,
             token,
+            fence: grant.fence,
+            read: keepable.then(Arc::default),
+            occupancy: AtomicU32::new(grant.occupancy),
+            parked: false,
             ttl,
-            since: Instant::now(),
+            since: grant.sent,
             trusted_until: AtomicU64::new(0),
             expired_by: AtomicU64::new(0),
+            last_sent: AtomicU64::new(0),
             epoch,
         };
-        lease.confirmed(sent, lease.since);
+        lease.sent(grant.sent);
+        lease.confirmed(grant.sent, Instant::now());
         lease
+    }
+
+    /// The body's fencing token.
+    fn fence(&self) -> fencing::Fence {
+        fencing::Fence {
+            token: self.fence,
+            read: self.read.clone(),
+        }
+    }
+
+    /// Records that an acquire or a renewal of the lease was sent at `sent`.
+    fn sent(&self, sent: Instant) {
+        let since = sent.saturating_duration_since(self.since);
+        self.last_sent.fetch_max(nanos(since), Ordering::AcqRel);
+    }
+
+    /// Whether a new body may start on the lease at `now`: trusted, and with no renewal due
+    /// yet (trusted as long as a lease just granted), so that the body is as safe from a
+    /// late renewal as one on a fresh lease.
+    fn reusable(&self, now: Instant) -> bool {
+        let fresh = self.ttl - safety_margin(self.ttl) - self.ttl / 3;
+        self.check(now).is_ok() && now + fresh <= self.trusted_until()
+    }
+
+    /// Whether the lease may be kept after its body, at `now` under `limit`: reusable, its
+    /// token unread, and the fleet below its limit at the latest reply (else another process
+    /// may need the slot now).
+    fn keepable(&self, now: Instant, limit: u32) -> bool {
+        let read = self
+            .read
+            .as_ref()
+            .is_none_or(|read| read.load(Ordering::Relaxed));
+        !read && self.occupancy.load(Ordering::Relaxed) < limit && self.reusable(now)
     }
 
     /// Records that the server set the lease's deadline in answer to a request sent at `sent`
@@ -449,7 +553,8 @@ impl Lease {
     }
 
     /// Keeps the lease alive while the body runs; completes only when it is lost, with the
-    /// cause. `sent` is when the acquire was sent.
+    /// cause. The first renewal is due a third of the lease after the latest acquire or
+    /// renewal was sent (for a kept lease, maybe by an earlier body).
     ///
     /// A renewal is due a third of the lease after the previous one was sent, answered or
     /// not: on a link whose round trip is longer than that, waiting for each answer before
@@ -457,9 +562,10 @@ impl Lease {
     /// after the send of the one before, which a round trip near half the lease outran. A
     /// renewal only moves a deadline, so several in flight are harmless, and the trust
     /// deadline only ever moves later, whichever answer comes first.
-    async fn keep(&self, sent: Instant, limit: u32) -> LeaseLoss {
+    async fn keep(&self, limit: u32) -> LeaseLoss {
         let period = self.ttl / 3;
-        let mut due = sent + period;
+        let mut due =
+            self.since + Duration::from_nanos(self.last_sent.load(Ordering::Acquire)) + period;
         let mut in_flight = FuturesUnordered::new();
         loop {
             let reconnected = self.coordinator.incarnation().changed();
@@ -470,6 +576,7 @@ impl Lease {
                     match answer {
                         Ok(LeaseAnswer { reply, sent }) if reply.allowed => {
                             self.confirmed(sent, Instant::now());
+                            self.occupancy.store(reply.occupancy, Ordering::Relaxed);
                         }
                         Ok(_) => return LeaseLoss::NotHeld,
                         Err(error) => {
@@ -494,7 +601,9 @@ impl Lease {
             }
             // Counted from before the send: the next renewal is never later than a period
             // after this one went out.
-            due = Instant::now() + period;
+            let now = Instant::now();
+            due = now + period;
+            self.sent(now);
             in_flight.push(lease(
                 &self.coordinator,
                 LeaseCommand {
@@ -511,86 +620,6 @@ impl Lease {
     }
 }
 
-/// One lease command: `action` on `token`'s lease in `identity`'s lease set.
-#[derive(Debug, Clone, Copy)]
-struct LeaseCommand<'a> {
-    identity: &'a Identity,
-    action: LeaseAction,
-    token: Uuid,
-    ttl: Duration,
-    limit: u32,
-    /// The caller's class's share of the limit, in thousandths.
-    share: u16,
-}
-
-impl LeaseCommand<'_> {
-    /// The command as the lease kernel takes it. It knows no live fencing token: the Redis
-    /// backend sends the one it knows when the command goes out, and nothing is ever lost in
-    /// memory.
-    fn step(&self) -> LeaseStep {
-        LeaseStep {
-            action: self.action,
-            token: self.token.as_u128(),
-            // The ttl as the lease set keeps deadlines: whole milliseconds.
-            ttl: u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX),
-            limit: self.limit,
-            known: 0,
-            share: self.share,
-        }
-    }
-}
-
-/// A lease command's answer, and when the command was sent: the server set any deadline it
-/// granted after that. An acquire may wait in its identity's lane before its batch is sent, so
-/// this is later than when its caller asked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct LeaseAnswer {
-    reply: LeaseReply,
-    sent: Instant,
-}
-
-/// Runs one lease command: an acquire joins its identity's lane (batched with the acquires
-/// that queue while one is in flight), a renewal goes out at once.
-async fn lease(coordinator: &Coordinator, command: LeaseCommand<'_>) -> Result<LeaseAnswer, Error> {
-    let step = command.step();
-    let (reply, sent) = match command.action {
-        LeaseAction::Acquire => {
-            coordinator
-                .run_sent::<kernel::Lease>(command.identity, step)
-                .await?
-        }
-        LeaseAction::Renew => {
-            let LeaseStep {
-                token, ttl, limit, ..
-            } = step;
-            let renewal = kernel::Renewal::new(token, ttl, limit, nanos(command.ttl));
-            coordinator
-                .run_sent::<kernel::Renew>(command.identity, renewal)
-                .await?
-        }
-    };
-    Ok(LeaseAnswer {
-        reply: reply.map_err(lease_refused)?,
-        sent,
-    })
-}
-
-/// The error a lease command refused whole ends in.
-fn lease_refused(refusal: kernel::Refusal) -> Error {
-    match refusal {
-        kernel::Refusal::Lost => Error::unavailable(
-            FailureKind::DataLost,
-            "the identity's lease set was lost (flushed, evicted or deleted) while a lease in it \
-             was live",
-        ),
-        kernel::Refusal::Exhausted => Error::unavailable(
-            FailureKind::Server,
-            "the identity's fencing counter reached 2^53 - 1: no further lease can carry an exact \
-             token",
-        ),
-    }
-}
-
 fn nanos(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
@@ -601,6 +630,9 @@ fn micros(duration: Duration) -> u64 {
 
 impl Drop for Lease {
     fn drop(&mut self) {
+        if self.parked {
+            events::lease_returned(&self.identity.at());
+        }
         events::released(&self.identity.at(), None, self.since.elapsed());
         let coordinator = self.coordinator.clone();
         let identity = self.identity.clone();

@@ -89,6 +89,21 @@ pub(super) fn release_found_nothing(at: &At<'_>) {
     );
 }
 
+/// A finished body's lease was kept for the next caller (`keep`).
+pub(super) fn lease_kept(at: &At<'_>, occupancy: u32) {
+    policy_event!(DEBUG, "bulkhead.lease_kept", at, occupancy);
+}
+
+/// A call started on a kept lease, with no round trip.
+pub(super) fn lease_reused(at: &At<'_>) {
+    policy_event!(DEBUG, "bulkhead.lease_reused", at);
+}
+
+/// A kept lease found no caller in time (or no longer good to hand on): released.
+pub(super) fn lease_returned(at: &At<'_>) {
+    policy_event!(DEBUG, "bulkhead.lease_returned", at);
+}
+
 pub(super) fn lease_lost(at: &At<'_>, cause: LeaseLoss) {
     policy_event!(WARN, "bulkhead.lease_lost", at, cause = cause.as_str());
 }

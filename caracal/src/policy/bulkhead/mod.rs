@@ -11,6 +11,7 @@ pub(crate) mod descriptor;
 pub(super) mod differential;
 pub(crate) mod distributed;
 mod events;
+mod keep;
 pub(crate) mod kernel;
 mod local;
 #[cfg(feature = "tower")]
@@ -47,6 +48,8 @@ pub struct BulkheadConfig {
     pub lease: Duration,
     /// How long to wait for a slot before rejecting; `None` rejects at once.
     pub max_wait: Option<Duration>,
+    /// How long a finished body's lease is kept for the next caller; `None` releases it at once.
+    pub keep: Option<Duration>,
     /// Per-process only.
     pub local: bool,
     /// Shadow mode: a call it would refuse runs, without a slot, and is counted.
@@ -95,6 +98,7 @@ pub(crate) struct BulkheadValues {
     pub(crate) adaptive: Option<Bounds>,
     pub(crate) lease: Duration,
     pub(crate) max_wait: Option<Duration>,
+    pub(crate) keep: Option<Duration>,
     pub(crate) shadow: bool,
     pub(crate) thresholds: Thresholds,
 }
@@ -110,6 +114,7 @@ impl Values for BulkheadValues {
             }),
             "lease" => Some(Setting::Duration(self.lease)),
             "max_wait" => self.max_wait.map(Setting::Duration),
+            "keep" => self.keep.map(Setting::Duration),
             "shadow" => Some(Setting::Flag(self.shadow)),
             _ => config::threshold(self.thresholds, key),
         }
@@ -124,6 +129,7 @@ impl Values for BulkheadValues {
             }
             ("lease", Setting::Duration(d)) => self.lease = d,
             ("max_wait", Setting::Duration(d)) => self.max_wait = Some(d),
+            ("keep", Setting::Duration(d)) => self.keep = Some(d),
             ("shadow", Setting::Flag(shadow)) => self.shadow = shadow,
             _ => config::set_threshold(&mut self.thresholds, key, setting),
         }
@@ -176,6 +182,7 @@ impl BulkheadSite {
             adaptive: config.adaptive.map(AdaptiveLimit::bounds),
             lease: config.lease,
             max_wait: config.max_wait,
+            keep: config.keep,
             shadow: config.shadow,
             thresholds: config.thresholds,
         };

@@ -19,6 +19,7 @@ static DISTRIBUTED: BulkheadSite = BulkheadSite::new(BulkheadConfig {
     adaptive: None,
     lease: LEASE,
     max_wait: None,
+    keep: None,
     local: false,
     shadow: false,
     thresholds: Thresholds::NONE,
@@ -31,6 +32,7 @@ static WAITING: BulkheadSite = BulkheadSite::new(BulkheadConfig {
     adaptive: None,
     lease: LEASE,
     max_wait: Some(Duration::from_secs(10)),
+    keep: None,
     local: false,
     shadow: false,
     thresholds: Thresholds::NONE,
@@ -43,6 +45,7 @@ static LOCAL_FIFO: BulkheadSite = BulkheadSite::new(BulkheadConfig {
     adaptive: None,
     lease: LEASE,
     max_wait: Some(Duration::from_secs(10)),
+    keep: None,
     local: true,
     shadow: false,
     thresholds: Thresholds::NONE,
@@ -259,6 +262,7 @@ const fn reloaded(name: &'static str, local: bool) -> BulkheadSite {
         adaptive: None,
         lease: LEASE,
         max_wait: None,
+        keep: None,
         local,
         shadow: false,
         thresholds: Thresholds::NONE,
@@ -353,6 +357,7 @@ static CONTENDED: BulkheadSite = BulkheadSite::new(BulkheadConfig {
     adaptive: None,
     lease: LEASE,
     max_wait: Some(Duration::from_millis(2)),
+    keep: None,
     local: true,
     shadow: false,
     thresholds: Thresholds::NONE,
@@ -460,6 +465,7 @@ static PER_USER: BulkheadSite = BulkheadSite::new(BulkheadConfig {
     adaptive: None,
     lease: LEASE,
     max_wait: None,
+    keep: None,
     local: false,
     shadow: false,
     thresholds: Thresholds::NONE,
@@ -604,6 +610,7 @@ static SHARED_OUT: BulkheadSite = BulkheadSite::new(BulkheadConfig {
     adaptive: None,
     lease: LEASE,
     max_wait: None,
+    keep: None,
     local: true,
     shadow: false,
     thresholds: Thresholds::from_thousandths(800, 500),
@@ -640,4 +647,143 @@ async fn configured_thresholds_apply_and_sheddable_never_gets_more_than_normal()
     let resolved = SHARED_OUT.resolve(Some(&coordinator));
     assert_eq!(resolved.values.thresholds.cap(Priority::Sheddable, 30), 24);
     assert!(resolved.ignored.is_empty(), "{:?}", resolved.ignored);
+}
+
+/// `keep`: a finished body's lease stays in the lease set, serves the next call here without
+/// an acquire, and goes back to the fleet when `keep` passes, when the fleet is full, or once a
+/// body read its token. Probes acquire straight from the lease kernel, as another process
+/// would, to see the set.
+mod kept {
+    use uuid::Uuid;
+
+    use super::*;
+    use crate::identity::{Identity, PolicyKind};
+    use crate::policy::bulkhead::kernel::{Lease, LeaseAction, LeaseReply, LeaseStep};
+
+    const KEEP: Duration = Duration::from_secs(1);
+
+    static KEEPING: BulkheadSite = BulkheadSite::new(BulkheadConfig {
+        name: "unit-keep",
+        operation: "unit-keep",
+        limit: 2,
+        adaptive: None,
+        lease: LEASE,
+        max_wait: None,
+        keep: Some(KEEP),
+        local: false,
+        shadow: false,
+        thresholds: Thresholds::NONE,
+    });
+
+    fn identity(coordinator: &Coordinator) -> Identity {
+        coordinator.identity(
+            PolicyKind::Bulkhead,
+            "unit-keep",
+            "unit-keep",
+            &Scope::GLOBAL,
+        )
+    }
+
+    /// Another process's acquire of `token`.
+    async fn probe(coordinator: &Coordinator, token: Uuid) -> LeaseReply {
+        let step = LeaseStep {
+            action: LeaseAction::Acquire,
+            token: token.as_u128(),
+            ttl: 60_000,
+            limit: 2,
+            known: 0,
+            share: crate::priority::WHOLE,
+        };
+        let identity = identity(coordinator);
+        let reply = coordinator.run::<Lease>(&identity, step).await;
+        reply.expect("answered").expect("not refused")
+    }
+
+    async fn quiet() -> Result<(), Error> {
+        Ok(())
+    }
+
+    async fn reads_its_token() -> Result<u64, Error> {
+        Ok(crate::fencing_token().expect("inside the bulkhead"))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_kept_lease_serves_the_next_call_without_an_acquire() {
+        let coordinator = Coordinator::in_memory();
+        coordinator
+            .scoped(async {
+                guarded(&KEEPING, quiet()).await.expect("admitted");
+                let first = probe(&coordinator, Uuid::new_v4()).await;
+                assert_eq!(first.occupancy, 2, "the kept lease is in the set");
+                // Granted before the probe's: the call took no lease of its own.
+                let token = guarded(&KEEPING, reads_its_token()).await.expect("reused");
+                assert!(token < first.fence, "{token} {}", first.fence);
+                // Its token was read: released, not kept, so another process finds room.
+                let second = probe(&coordinator, Uuid::new_v4()).await;
+                assert!(second.allowed, "the read lease was released");
+            })
+            .await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_kept_lease_goes_back_to_the_fleet_after_keep() {
+        let coordinator = Coordinator::in_memory();
+        coordinator
+            .scoped(async {
+                guarded(&KEEPING, quiet()).await.expect("admitted");
+                tokio::time::sleep(KEEP + Duration::from_millis(1)).await;
+                let probe = probe(&coordinator, Uuid::new_v4()).await;
+                assert_eq!(probe.occupancy, 1, "returned once `keep` passed");
+            })
+            .await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_granted_in_a_full_fleet_is_not_kept() {
+        let coordinator = Coordinator::in_memory();
+        coordinator
+            .scoped(async {
+                probe(&coordinator, Uuid::new_v4()).await;
+                guarded(&KEEPING, quiet())
+                    .await
+                    .expect("admitted, filling the fleet");
+                let probe = probe(&coordinator, Uuid::new_v4()).await;
+                assert!(probe.allowed, "released at once: another process needs it");
+            })
+            .await;
+    }
+
+    /// However many callers share the kept leases, each lease runs one body at a time: the
+    /// bodies at once never exceed the limit.
+    #[tokio::test(start_paused = true)]
+    async fn kept_leases_never_run_more_bodies_than_the_limit() {
+        let coordinator = Coordinator::in_memory();
+        let running = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let most = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let mut tasks = Vec::new();
+        for task in 0..8u64 {
+            let (running, most) = (Arc::clone(&running), Arc::clone(&most));
+            tasks.push(tokio::spawn(coordinator.scoped(async move {
+                let mut admitted = 0;
+                for call in 0..20u64 {
+                    let body = async {
+                        let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis((task + call) % 3)).await;
+                        running.fetch_sub(1, Ordering::SeqCst);
+                        Ok(())
+                    };
+                    admitted += u32::from(guarded(&KEEPING, body).await.is_ok());
+                    tokio::task::yield_now().await;
+                }
+                admitted
+            })));
+        }
+        let mut admitted = 0;
+        for task in tasks {
+            admitted += task.await.expect("no panic");
+        }
+        assert!(admitted > 0);
+        assert!(most.load(Ordering::SeqCst) <= 2, "{most:?}");
+    }
 }

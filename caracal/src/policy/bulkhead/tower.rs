@@ -172,6 +172,7 @@ impl<S, Req> Layer<S> for BulkheadLayer<Req> {
             adaptive: self.adaptive,
             lease: self.lease,
             max_wait: self.max_wait,
+            keep: None,
             local: self.local,
             shadow: self.shadow,
             thresholds: self.thresholds,
