@@ -28,6 +28,11 @@
 //!   is never above the mean latency of the process's calls near the limit: queueing only adds
 //!   latency, so faster calls there show the base too high (a first base taken from a
 //!   process's warm-up, its connections opened while the fleet ramped up) and lower it at once.
+//!   A measurement raises the base only if its latency did not fall with the occupancy: by
+//!   less than a cut's quarter ([`DEEPER_PM`], Little's law), from the last report near the
+//!   limit and from their average alike (the average lags a capacity that just halved), the
+//!   latencies counted up to four times the base ([`vote::COMPARED_TIMES`]; at the vote's
+//!   cap of twice, a queue two to four times deep reads the same at both occupancies).
 //! - **The fleet decides by majority of weight**, once a window (a second): queued → the target
 //!   is `L × 1.1 / ratio` (the ratio the queued voters saw, on average), which is `1.1 × C`
 //!   whatever `L` was; clear → the target is `1.2 × L` (a probe); no majority, or no vote → the

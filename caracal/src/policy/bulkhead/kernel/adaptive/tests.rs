@@ -50,6 +50,10 @@ struct Shape {
     /// a moment (a starved process releasing the slots it held in a burst), and meets the
     /// downstream's queue all the same.
     dips: bool,
+    /// The fleet's slots go to whichever process asks first once one is freed, so each
+    /// process takes slots at the same rate and holds them in proportion to how long it keeps
+    /// each (a slow process holds most of them); otherwise each process holds a third.
+    contended: bool,
 }
 
 const CLEAN: Shape = Shape {
@@ -63,6 +67,7 @@ const CLEAN: Shape = Shape {
     fail_fast: false,
     offered: None,
     dips: false,
+    contended: false,
 };
 
 /// The simulation's state: the fleet's estimate, each process's sampling, the limit in force.
@@ -150,21 +155,22 @@ impl Fleet {
         let limit = self.learnt.limit;
         let occupancy = shape.offered.map_or(limit, |offered| offered.min(limit));
         let low = self.learnt.low(occupancy);
-        let slots = f64::from(occupancy) / 3.0;
         let capacity = f64::from(shape.capacity);
-        // The calls inside: each process's slots, for the part of their time they spend
-        // inside (not holding after the answer); the queueing that causes, to a fixed point.
+        // Each process's slots, the part of their time spent inside the downstream (not
+        // holding after the answer), and the queueing that causes, to a fixed point.
         let mut queue = 1.0;
         let mut inside = 0.0;
+        let mut slots = [f64::from(occupancy) / 3.0; 3];
         for _ in 0..20 {
-            inside = shape
+            let dwell = shape.service_us as f64 * queue;
+            let cycles = shape
                 .processes
-                .iter()
-                .map(|p| {
-                    let dwell = shape.service_us as f64 * queue;
-                    slots * dwell / (dwell + p.hold_us as f64 + p.extra_us as f64)
-                })
-                .sum::<f64>();
+                .map(|p| dwell + (p.hold_us + p.extra_us) as f64);
+            if shape.contended {
+                let total: f64 = cycles.iter().sum();
+                slots = cycles.map(|cycle| f64::from(occupancy) * cycle / total);
+            }
+            inside = (0..3).map(|i| slots[i] * dwell / cycles[i]).sum::<f64>();
             queue = if shape.fail_fast {
                 1.0
             } else {
@@ -180,7 +186,7 @@ impl Fleet {
         for (index, process) in shape.processes.iter().enumerate() {
             let latency = (shape.service_us as f64 * queue) as u64 + process.extra_us;
             let cycle = latency + process.hold_us;
-            let calls = (slots * TICK_US as f64 / cycle as f64).round() as u64;
+            let calls = (slots[index] * TICK_US as f64 / cycle as f64).round() as u64;
             let fails = (calls as f64 * failing).round() as u64;
             // A call failing fast frees its slot for many more: a millisecond each.
             let fast_drops = fails * (shape.service_us / 1_000);
@@ -377,6 +383,65 @@ fn calls_admitted_in_a_dip_of_the_occupancy_do_not_teach_a_queued_base() {
     let following = fleet.run(halved, 10);
     assert_steady(&following[5..], 10, "halved");
     assert_steady(&fleet.run(halved, 30), 10, "capacity 10");
+}
+
+/// One process's bodies keep their thread after the reply (8 ms of blocking, then a wait for
+/// its threads: its slots are held 2.5 times as long as a clean call's, outside the
+/// downstream). Slots go to whoever asks first, so it holds most of the fleet's: the limit
+/// must sit well above the capacity to fill the downstream, and when the capacity halves the
+/// cut still queues, two to three times the clean processes' base. Compared at latencies capped
+/// at twice the base, the limit's and the cut's read alike, the clean processes' bases learnt
+/// the queued latency, and the downstream stayed at 2.5 × C/2.
+#[test]
+fn one_slow_process_holding_most_slots_does_not_keep_a_halved_capacity_queued() {
+    let slow = Process {
+        extra_us: 30_000,
+        hold_us: 0,
+    };
+    let shape = Shape {
+        processes: [slow, Process::default(), Process::default()],
+        contended: true,
+        ..CLEAN
+    };
+    let halved = Shape {
+        capacity: 10,
+        ..shape
+    };
+    // Halved at every second of the cycle of cuts.
+    for warm in 30..40 {
+        let mut fleet = Fleet::new();
+        fleet.run(shape, warm);
+        assert_steady(&fleet.run(shape, 20), 20, "capacity 20");
+        let following = fleet.run(halved, 10);
+        assert_steady(&following[6..], 10, &format!("halved after {warm} s"));
+        assert_steady(&fleet.run(halved, 30), 10, "capacity 10");
+        let back = fleet.run(shape, 30);
+        assert_steady(&back[10..], 20, "doubled back");
+    }
+}
+
+/// A queue three times the base near the limit, and a cut that still queues at twice: the
+/// latencies are compared uncapped enough to see the cut was faster, so the base (20 ms) does
+/// not learn the cut's queued 42 ms, and the process votes queued.
+#[test]
+fn a_cut_still_queued_past_twice_the_base_does_not_teach_it() {
+    let mut sampling = Sampling::default();
+    let calls = |sampling: &mut Sampling, low: bool, us: u64| {
+        for _ in 0..10 {
+            sampling.body(low, us, true);
+        }
+    };
+    calls(&mut sampling, true, 20_000);
+    sampling.report(false);
+    calls(&mut sampling, false, 60_000);
+    sampling.report(false);
+    calls(&mut sampling, true, 42_000);
+    let votes = sampling.report(true).votes;
+    assert_eq!(
+        (votes.queued, votes.base_sum),
+        (10, 10 * 20_000),
+        "{votes:?}"
+    );
 }
 
 /// A process's first calls carry its warm-up (connections opened) and run while the fleet

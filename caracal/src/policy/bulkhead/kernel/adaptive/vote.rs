@@ -2,19 +2,34 @@
 //! keeps. Pure, like the fleet's step, and on the process's side of the wire: what goes out is
 //! a vote, never a raw latency that another process's would be compared with.
 
-use super::{MAX_LATENCY_US, MAX_RATIO_PM, Observed, add};
+use super::{DEEPER_PM, MAX_LATENCY_US, MAX_RATIO_PM, Observed, add};
 
 /// The fewest calls a vote judges: fewer say more about chance than about the downstream.
 pub(crate) const MIN_VOTE: u64 = 3;
 /// The fewest successes at low occupancy that move the base.
 pub(crate) const MIN_BASE: u64 = 3;
-/// Calls at low occupancy within this share (thousandths) of the latency near the limit, either
-/// way, were not made faster by the lower occupancy: latency that does not fall with the
-/// occupancy is not queueing (a busy host, a downstream slower for good), and the base follows
-/// them half-way. Otherwise it only falls: faster calls at low occupancy are the queueing the
-/// base must not learn, and slower ones mean the downstream changed since the latency near the
-/// limit was measured (a cut that still queued because the capacity fell below it).
+/// Calls at low occupancy at most this share (thousandths) slower than those near the limit,
+/// and faster by less than the occupancy fell ([`unmoved`]), were not made faster by the lower
+/// occupancy: latency that does not fall with the occupancy is not queueing (a busy host, a
+/// downstream slower for good), and the base follows them. Otherwise it only falls: faster
+/// calls at low occupancy are the queueing the base must not learn, and slower ones mean the
+/// downstream changed since the latency near the limit was measured (a cut that still queued
+/// because the capacity fell below it). Drop shares are compared within it either way.
 pub(crate) const UNMOVED_PM: u64 = 100;
+/// The latencies the two occupancies are compared by count up to this many times the base,
+/// not twice as the vote's do: capped at twice, a queue two to four times the base reads the
+/// same at the limit and at the cut (both at the cap), looks unmoved, and the base would learn
+/// the queued latency (a slow process holding slots outside the downstream keeps the fleet's
+/// limit there, and the cut still queues).
+pub(crate) const COMPARED_TIMES: u64 = 4;
+
+/// Whether calls at low occupancy averaging `low_us` were not made faster by the lower
+/// occupancy than calls near the limit averaging `near_us`: at most [`UNMOVED_PM`] slower, and
+/// faster by less than the occupancy fell (a cut at ¾ of a queued limit answers in ¾ of the
+/// time, Little's law: [`DEEPER_PM`], the fleet's test of a cut that still queued).
+fn unmoved(low_us: u64, near_us: u64) -> bool {
+    low_us * 1000 >= near_us * DEEPER_PM && low_us * 1000 <= near_us * (1000 + UNMOVED_PM)
+}
 
 /// Calls of one kind of admission since the last report.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -22,6 +37,8 @@ struct Bucket {
     samples: u64,
     /// The successes' latencies (each up to twice the base), in microseconds.
     sum_us: u64,
+    /// The same, each up to [`COMPARED_TIMES`] the base.
+    compared_us: u64,
     drops: u64,
     /// The drops' durations, likewise.
     drops_us: u64,
@@ -47,9 +64,12 @@ pub(crate) struct Sampling {
     peak: u64,
     /// The mean latency of its successes at low occupancy, averaged over reports (0: none yet).
     base_us: u64,
-    /// The mean latency of its successes near the limit, averaged half-way per report (0: none
-    /// yet).
+    /// The mean latency of its successes near the limit (each up to [`COMPARED_TIMES`] the
+    /// base), averaged half-way per report (0: none yet).
     near_us: u64,
+    /// The last report's mean near the limit, alone: the average lags a capacity that just
+    /// changed (0: none).
+    last_near_us: u64,
     /// The share of slot time its drops took at low occupancy (thousandths), averaged likewise
     /// and moved by the same rule as the base.
     drop_share_pm: u64,
@@ -63,15 +83,17 @@ impl Sampling {
     pub(crate) fn body(&mut self, low: bool, elapsed_us: u64, succeeded: bool) {
         // Up to twice the base: a slow class of requests, or a drop that waited for a timeout,
         // weighs as much as a call queued twice as long, at every occupancy alike.
-        let cap = match self.base_us {
+        let cap = |times: u64| match self.base_us {
             0 => MAX_LATENCY_US,
-            base => (base * 2).min(MAX_LATENCY_US),
+            base => (base * times).min(MAX_LATENCY_US),
         };
-        let us = elapsed_us.min(cap);
+        let us = elapsed_us.min(cap(2));
+        let compared = elapsed_us.min(cap(COMPARED_TIMES));
         let bucket = if low { &mut self.low } else { &mut self.high };
         if succeeded {
             bucket.samples += 1;
             add(&mut bucket.sum_us, us);
+            add(&mut bucket.compared_us, compared);
         } else {
             bucket.drops += 1;
             add(&mut bucket.drops_us, us);
@@ -110,8 +132,9 @@ impl Sampling {
             let mean = (low.sum_us / low.samples).max(1);
             // With no call near the limit to compare with, the fleet runs below it: its calls
             // at low occupancy are its calls.
+            let compared = low.compared_us / low.samples;
             let unmoved = self.near_us == 0
-                || mean.abs_diff(self.near_us) * 1000 <= self.near_us * UNMOVED_PM;
+                || unmoved(compared, self.near_us) && unmoved(compared, self.last_near_us);
             // Outside a cut, calls at low occupancy beside calls near the limit were admitted
             // in a dip of the fleet's occupancy (slots released in a burst, by a starved
             // process or host) and met the queue the calls before them left: they may lower
@@ -136,13 +159,15 @@ impl Sampling {
                 .add(judged.calls(), self.ratio_pm(&judged), self.base_us);
         }
         if high.samples >= MIN_VOTE {
-            let mean = high.sum_us / high.samples;
+            let mean = high.compared_us / high.samples;
             self.near_us = match self.near_us {
                 0 => mean,
                 near => (near + mean) / 2,
             };
+            self.last_near_us = mean;
         } else if !cut {
             self.near_us = 0;
+            self.last_near_us = 0;
         }
         if let Some(share) = low.drop_share_pm()
             && low.calls() >= MIN_BASE
