@@ -1027,3 +1027,55 @@ async fn processes_are_read_a_page_at_a_time() {
         "commands per page: {pages:?}"
     );
 }
+
+/// Issue 27, item 3: `caracal status` read the registry's pages one after another, a round
+/// trip each: at the registry's bound of 10 000 identities, 1 250 of them (about a second
+/// in a release build). Now it reads many pages at once: with every reply held at the
+/// proxy, the server runs several pages before any answer reaches the coordinator (one at a
+/// time, it could run only the first). Counted in the server's log, never timed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_reads_the_registrys_pages_together() {
+    /// 13 pages of 8.
+    const IDENTITIES: usize = 100;
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let coordinator = common::redis(&proxy.url()).await;
+    let namespace = coordinator.namespace().to_owned();
+    let mut conn = server.connection();
+    let expiry = format!(
+        "{}identities:expiry",
+        common::namespace_key_base(&namespace)
+    );
+    let until = common::server_time_ms(&mut conn) + 600_000;
+    let mut pipe = redis::pipe();
+    for n in 0..IDENTITIES {
+        let scope = format!("s{n}");
+        let tag = common::key_base(&namespace, "bulkhead", "paged", &scope)
+            .replace("caracal:v1:{", "")
+            .replace("}:", "");
+        pipe.cmd("HSET")
+            .arg(common::registry_hash(&namespace, &tag))
+            .arg(format!("{tag}:d"))
+            .arg(format!("[\"bulkhead\",\"paged\",\"paged\",\"{scope}\"]"))
+            .arg(format!("{tag}:v"))
+            .arg("limit=5 lease=30s max_wait=none")
+            .ignore();
+        pipe.cmd("ZADD").arg(&expiry).arg(until).arg(&tag).ignore();
+    }
+    let () = pipe.query(&mut conn).expect("fill the registry");
+    CommandLog::start(&mut conn);
+    proxy.hold_replies();
+    let admin = coordinator.admin();
+    let held = tokio::spawn(async move { admin.status().await });
+    let read = caracal_tests::stats::script_source("registry_read");
+    let mut check = server.connection();
+    eventually("several pages run before any answer", || {
+        CommandLog::read(&mut check).runs_of(&read).count() >= 2
+    })
+    .await;
+    held.abort();
+    proxy.restore();
+    let listed = coordinator.admin().status().await.expect("status");
+    let paged = listed.iter().filter(|row| row.name == "paged").count();
+    assert_eq!(paged, IDENTITIES, "every identity listed once");
+}
