@@ -134,7 +134,7 @@ where
     let pool = keep.map(|_| Pool::<Lease>::of(&coordinator));
     let reused = pool
         .as_ref()
-        .and_then(|pool| pool.take(&identity.key, |lease| lease.reusable(Instant::now())));
+        .and_then(|pool| pool.take(&identity.key, |lease| lease.reusable_under(&values)));
     let (mut lease, occupancy) = match reused {
         Some(mut lease) => {
             lease.parked = false;
@@ -165,7 +165,7 @@ where
             let occupancy = grant.occupancy;
             let lease = Lease::new(
                 (coordinator, identity, token),
-                values.lease,
+                &values,
                 grant,
                 epoch,
                 keep.is_some(),
@@ -448,6 +448,9 @@ struct Lease {
     parked: bool,
     /// Its time to live.
     ttl: Duration,
+    /// The limit in force when it was granted: a kept lease serves a new body only while the
+    /// same limit (and lease length) is in force, since a lowered limit must refuse new bodies.
+    limit: u32,
     /// The origin of the two times below, which are kept as nanoseconds since it so that the
     /// renewal loop can move them while the guard reads them.
     since: Instant,
@@ -466,7 +469,7 @@ impl Lease {
     /// token's reads are then noted).
     fn new(
         (coordinator, identity, token): (Coordinator, Identity, Uuid),
-        ttl: Duration,
+        values: &BulkheadValues,
         grant: Grant,
         epoch: u64,
         keepable: bool,
@@ -479,7 +482,8 @@ impl Lease {
             read: keepable.then(Arc::default),
             occupancy: AtomicU32::new(grant.occupancy),
             parked: false,
-            ttl,
+            ttl: values.lease,
+            limit: values.limit,
             since: grant.sent,
             trusted_until: AtomicU64::new(0),
             expired_by: AtomicU64::new(0),
@@ -511,6 +515,16 @@ impl Lease {
     fn reusable(&self, now: Instant) -> bool {
         let fresh = self.ttl - safety_margin(self.ttl) - self.ttl / 3;
         self.check(now).is_ok() && now + fresh <= self.trusted_until()
+    }
+
+    /// Whether a kept lease may serve a new body under the `values` in force now: granted under
+    /// the same limit and lease length, the fleet below that limit at the latest reply, and
+    /// reusable.
+    fn reusable_under(&self, values: &BulkheadValues) -> bool {
+        self.limit == values.limit
+            && self.ttl == values.lease
+            && self.occupancy.load(Ordering::Relaxed) < values.limit
+            && self.reusable(Instant::now())
     }
 
     /// Whether the lease may be kept after its body, at `now` under `limit`: reusable, its

@@ -753,6 +753,27 @@ mod kept {
             .await;
     }
 
+    /// A kept lease serves a new body only under the limit it was granted under: after the
+    /// limit changes, the next call takes a fresh lease (a token above the probe's).
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_kept_under_another_limit_is_not_reused() {
+        let coordinator = Coordinator::in_memory();
+        let configure = |text: &str| {
+            coordinator.set_config(crate::config::Config::from_toml_str(text).expect("valid"));
+        };
+        coordinator
+            .scoped(async {
+                configure("[bulkhead.unit-keep]\nlimit = 3");
+                guarded(&KEEPING, quiet()).await.expect("admitted at occupancy 1");
+                configure("[bulkhead.unit-keep]\nlimit = 2");
+                let probe = probe(&coordinator, Uuid::new_v4()).await;
+                assert!(probe.allowed);
+                let token = guarded(&KEEPING, reads_its_token()).await.expect("admitted");
+                assert!(token > probe.fence, "{token} {}: reused", probe.fence);
+            })
+            .await;
+    }
+
     /// However many callers share the kept leases, each lease runs one body at a time: the
     /// bodies at once never exceed the limit.
     #[tokio::test(start_paused = true)]
