@@ -44,7 +44,8 @@
 //!   this process, for up to `keep` ([`keep`](super::keep)); the caller starts on it with no
 //!   round trip. Only a lease with no renewal due yet (trusted for at least `lease − margin −
 //!   lease / 3` more), whose token its body did not read, and whose latest reply showed the
-//!   fleet below its limit (another process could be refused otherwise) is kept; with an
+//!   fleet below its limit (another process could be refused otherwise) is kept, and none while a
+//!   call of the identity waits here (released, it wakes that caller); with an
 //!   adaptive limit, thresholds or in shadow mode none is.
 
 use std::future::Future;
@@ -240,8 +241,11 @@ where
             }
         }
     };
+    // Never kept while a call of the identity waits here: released, the lease wakes it, where
+    // a kept one would go to the next newcomer and pass the waiter over.
     if let (Ok(_), Some(keep), Some(pool)) = (&result, keep, pool)
         && lease.keepable(Instant::now(), values.limit)
+        && !lease.coordinator.anyone_waits(&lease.identity.key)
     {
         lease.parked = true;
         events::lease_kept(&at, lease.occupancy.load(Ordering::Relaxed));

@@ -774,6 +774,52 @@ mod kept {
             .await;
     }
 
+    static KEEPING_WAITS: BulkheadSite = BulkheadSite::new(BulkheadConfig {
+        name: "unit-keep",
+        operation: "unit-keep",
+        limit: 2,
+        adaptive: None,
+        lease: LEASE,
+        max_wait: Some(Duration::from_millis(500)),
+        keep: Some(KEEP),
+        local: false,
+        shadow: false,
+        thresholds: Thresholds::NONE,
+    });
+
+    /// A call waiting here gets the lease a finished body leaves: it is released (which wakes
+    /// the waiter), not kept for the next newcomer.
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_is_not_kept_while_a_call_waits_for_it() {
+        let coordinator = Coordinator::in_memory();
+        coordinator
+            .scoped(async {
+                let (started, finish) = (Arc::new(tokio::sync::Notify::new()), Arc::new(tokio::sync::Notify::new()));
+                let holder = tokio::spawn(coordinator.scoped({
+                    let (started, finish) = (Arc::clone(&started), Arc::clone(&finish));
+                    async move {
+                        let body = async {
+                            started.notify_one();
+                            finish.notified().await;
+                            Ok(())
+                        };
+                        guarded(&KEEPING_WAITS, body).await
+                    }
+                }));
+                started.notified().await;
+                // Another process fills the fleet after the holder's acquire (occupancy 1).
+                assert!(probe(&coordinator, Uuid::new_v4()).await.allowed);
+                let waiter = tokio::spawn(
+                    coordinator.scoped(async { guarded(&KEEPING_WAITS, quiet()).await }),
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                finish.notify_one();
+                holder.await.expect("no panic").expect("admitted");
+                waiter.await.expect("no panic").expect("admitted within max_wait");
+            })
+            .await;
+    }
+
     /// However many callers share the kept leases, each lease runs one body at a time: the
     /// bodies at once never exceed the limit.
     #[tokio::test(start_paused = true)]
