@@ -148,6 +148,7 @@ where
             // Read before the acquire is sent: a loss of data noticed at any point after
             // that may have taken this lease with it.
             let epoch = coordinator.incarnation().epoch();
+            let reconnections = coordinator.incarnation().reconnections();
             let grant = match admit(
                 site,
                 &values,
@@ -168,7 +169,7 @@ where
                 (coordinator, identity, token),
                 &values,
                 grant,
-                epoch,
+                (epoch, reconnections),
                 keep.is_some(),
             );
             (lease, occupancy)
@@ -450,6 +451,10 @@ struct Lease {
     occupancy: AtomicU32,
     /// Whether it waits in the pool of kept leases (its release then returns it).
     parked: bool,
+    /// How many reconnections there had been when the latest request the server confirmed
+    /// was sent. A holder confirms its lease after each reconnection, but a kept lease has no
+    /// holder: it is handed on only if confirmed since the latest one.
+    confirmed_in: AtomicU64,
     /// Its time to live.
     ttl: Duration,
     /// The limit in force when it was granted: a kept lease serves a new body only while the
@@ -464,6 +469,8 @@ struct Lease {
     expired_by: AtomicU64,
     /// When the latest acquire or renewal of the lease was sent, answered or not.
     last_sent: AtomicU64,
+    /// When the latest acquire or renewal the server confirmed was sent.
+    last_confirmed: AtomicU64,
     /// The server's incarnation when the acquire was sent.
     epoch: u64,
 }
@@ -475,7 +482,7 @@ impl Lease {
         (coordinator, identity, token): (Coordinator, Identity, Uuid),
         values: &BulkheadValues,
         grant: Grant,
-        epoch: u64,
+        (epoch, reconnections): (u64, u64),
         keepable: bool,
     ) -> Self {
         let lease = Lease {
@@ -486,12 +493,14 @@ impl Lease {
             read: keepable.then(Arc::default),
             occupancy: AtomicU32::new(grant.occupancy),
             parked: false,
+            confirmed_in: AtomicU64::new(reconnections),
             ttl: values.lease,
             limit: values.limit,
             since: grant.sent,
             trusted_until: AtomicU64::new(0),
             expired_by: AtomicU64::new(0),
             last_sent: AtomicU64::new(0),
+            last_confirmed: AtomicU64::new(0),
             epoch,
         };
         lease.sent(grant.sent);
@@ -528,18 +537,24 @@ impl Lease {
         self.limit == values.limit
             && self.ttl == values.lease
             && self.occupancy.load(Ordering::Relaxed) < values.limit
+            && self.confirmed_in.load(Ordering::Acquire)
+                == self.coordinator.incarnation().reconnections()
             && self.reusable(Instant::now())
     }
 
-    /// Whether the lease may be kept after its body, at `now` under `limit`: reusable, its
-    /// token unread, and the fleet below its limit at the latest reply (else another process
+    /// Whether the lease may be kept after its body, at `now` under `limit`: reusable, every
+    /// renewal sent answered, its token unread, and the fleet below its limit at the latest reply (else another process
     /// may need the slot now).
     fn keepable(&self, now: Instant, limit: u32) -> bool {
         let read = self
             .read
             .as_ref()
             .is_none_or(|read| read.load(Ordering::Relaxed));
-        !read && self.occupancy.load(Ordering::Relaxed) < limit && self.reusable(now)
+        // A renewal still unanswered (the one sent at once after a reconnection, say) may yet
+        // say the lease is gone; its answer dies with the body's renewal loop.
+        let answered = self.last_confirmed.load(Ordering::Acquire)
+            >= self.last_sent.load(Ordering::Acquire);
+        !read && answered && self.occupancy.load(Ordering::Relaxed) < limit && self.reusable(now)
     }
 
     /// Records that the server set the lease's deadline in answer to a request sent at `sent`
@@ -552,6 +567,10 @@ impl Lease {
         self.trusted_until
             .fetch_max(nanos(trusted), Ordering::AcqRel);
         self.expired_by.fetch_max(nanos(expired), Ordering::AcqRel);
+        self.last_confirmed.fetch_max(
+            nanos(sent.saturating_duration_since(self.since)),
+            Ordering::AcqRel,
+        );
     }
 
     fn trusted_until(&self) -> Instant {
@@ -590,10 +609,11 @@ impl Lease {
             tokio::select! {
                 () = tokio::time::sleep_until(due.min(self.trusted_until())) => {}
                 () = reconnected => {}
-                Some(answer) = in_flight.next() => {
+                Some((reconnections, answer)) = in_flight.next() => {
                     match answer {
                         Ok(LeaseAnswer { reply, sent }) if reply.allowed => {
                             self.confirmed(sent, Instant::now());
+                            self.confirmed_in.fetch_max(reconnections, Ordering::AcqRel);
                             self.occupancy.store(reply.occupancy, Ordering::Relaxed);
                         }
                         Ok(_) => return LeaseLoss::NotHeld,
@@ -622,7 +642,8 @@ impl Lease {
             let now = Instant::now();
             due = now + period;
             self.sent(now);
-            in_flight.push(lease(
+            let reconnections = self.coordinator.incarnation().reconnections();
+            let renewal = lease(
                 &self.coordinator,
                 LeaseCommand {
                     identity: &self.identity,
@@ -633,7 +654,8 @@ impl Lease {
                     // A renewal keeps a lease whatever the class: the share is not read.
                     share: priority::WHOLE,
                 },
-            ));
+            );
+            in_flight.push(async move { (reconnections, renewal.await) });
         }
     }
 }

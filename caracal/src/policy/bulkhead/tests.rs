@@ -774,6 +774,42 @@ mod kept {
             .await;
     }
 
+    /// A lease kept before a reconnection is not handed on: its next caller takes a fresh one.
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_kept_before_a_reconnection_is_not_reused() {
+        let coordinator = Coordinator::in_memory();
+        coordinator
+            .scoped(async {
+                guarded(&KEEPING, quiet()).await.expect("admitted");
+                coordinator.incarnation().reconnected();
+                let probe = probe(&coordinator, Uuid::new_v4()).await;
+                assert!(probe.allowed);
+                let token = guarded(&KEEPING, reads_its_token()).await.expect("admitted");
+                assert!(token > probe.fence, "{token} {}: reused", probe.fence);
+            })
+            .await;
+    }
+
+    /// A reconnection while the body runs, just before it returns: its renewal loop never sends
+    /// the confirming renewal, so the lease is not handed on unconfirmed.
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_unconfirmed_since_a_reconnection_is_not_reused() {
+        let coordinator = Coordinator::in_memory();
+        coordinator
+            .scoped(async {
+                let body = async {
+                    coordinator.incarnation().reconnected();
+                    Ok(())
+                };
+                guarded(&KEEPING, body).await.expect("admitted");
+                let probe = probe(&coordinator, Uuid::new_v4()).await;
+                assert!(probe.allowed);
+                let token = guarded(&KEEPING, reads_its_token()).await.expect("admitted");
+                assert!(token > probe.fence, "{token} {}: reused", probe.fence);
+            })
+            .await;
+    }
+
     static KEEPING_WAITS: BulkheadSite = BulkheadSite::new(BulkheadConfig {
         name: "unit-keep",
         operation: "unit-keep",
