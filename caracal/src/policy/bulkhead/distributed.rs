@@ -44,9 +44,11 @@
 //!   this process, for up to `keep` ([`keep`](super::keep)); the caller starts on it with no
 //!   round trip. Only a lease with no renewal due yet (trusted for at least `lease − margin −
 //!   lease / 3` more), whose token its body did not read, and whose latest reply showed the
-//!   fleet below its limit (another process could be refused otherwise) is kept, and none while a
-//!   call of the identity waits here (released, it wakes that caller); with an
-//!   adaptive limit, thresholds or in shadow mode none is.
+//!   fleet below its limit (another process could be refused otherwise) is kept; none
+//!   is kept while a call of the identity waits here (released, it wakes that caller), and
+//!   with an adaptive limit, thresholds or in shadow mode none is. A kept lease is handed on
+//!   only while that reply is younger than [`FRESH_OCCUPANCY`] and under the limit and lease
+//!   length it was granted under.
 
 use std::future::Future;
 use std::pin::pin;
@@ -79,6 +81,14 @@ mod command;
 
 const FIRST_WAIT_PAUSE: Duration = Duration::from_millis(2);
 const MAX_WAIT_PAUSE: Duration = Duration::from_millis(50);
+/// How old the latest reply about a kept lease (the fleet's occupancy it showed) may be for the
+/// lease to serve a new body. Without a bound a lease handed body to body would hold its slot on
+/// the acquire's view of the fleet until it needed renewing (a third of the lease: 10 s at the
+/// default), while another process is refused; with it, a lease goes back to the fleet and is
+/// acquired afresh at least this often while it is reused. 100 ms keeps most of the round trips
+/// a steady caller saves (one acquire per lease per 100 ms instead of one per call), and bounds
+/// how long another process can be refused on a stale view to this plus a body plus `keep`.
+const FRESH_OCCUPANCY: Duration = Duration::from_millis(100);
 /// The least time between a failed renewal and the next attempt.
 const MIN_RENEWAL_RETRY: Duration = Duration::from_millis(10);
 
@@ -531,12 +541,14 @@ impl Lease {
     }
 
     /// Whether a kept lease may serve a new body under the `values` in force now: granted under
-    /// the same limit and lease length, the fleet below that limit at the latest reply, and
+    /// the same limit and lease length, the fleet below that limit at the latest reply, that
+    /// reply younger than [`FRESH_OCCUPANCY`], confirmed since the latest reconnection, and
     /// reusable.
     fn reusable_under(&self, values: &BulkheadValues) -> bool {
         self.limit == values.limit
             && self.ttl == values.lease
             && self.occupancy.load(Ordering::Relaxed) < values.limit
+            && Instant::now() < self.last_answered() + FRESH_OCCUPANCY
             && self.confirmed_in.load(Ordering::Acquire)
                 == self.coordinator.incarnation().reconnections()
             && self.reusable(Instant::now())
@@ -571,6 +583,14 @@ impl Lease {
             nanos(sent.saturating_duration_since(self.since)),
             Ordering::AcqRel,
         );
+    }
+
+    /// When the latest reply confirming the lease (and reading the fleet's occupancy) came.
+    fn last_answered(&self) -> Instant {
+        let expired_by = Duration::from_nanos(self.expired_by.load(Ordering::Acquire));
+        (self.since + expired_by)
+            .checked_sub(self.ttl)
+            .unwrap_or(self.since)
     }
 
     fn trusted_until(&self) -> Instant {

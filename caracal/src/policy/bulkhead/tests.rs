@@ -810,6 +810,23 @@ mod kept {
             .await;
     }
 
+    /// A lease whose latest reply (its view of the fleet) is older than 100 ms is not handed
+    /// on, even within `keep`: it goes back to the fleet and the next call acquires afresh.
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_with_a_stale_occupancy_is_not_reused() {
+        let coordinator = Coordinator::in_memory();
+        coordinator
+            .scoped(async {
+                guarded(&KEEPING, quiet()).await.expect("admitted");
+                tokio::time::sleep(Duration::from_millis(150)).await;
+                let probe = probe(&coordinator, Uuid::new_v4()).await;
+                assert!(probe.allowed);
+                let token = guarded(&KEEPING, reads_its_token()).await.expect("admitted");
+                assert!(token > probe.fence, "{token} {}: reused", probe.fence);
+            })
+            .await;
+    }
+
     static KEEPING_WAITS: BulkheadSite = BulkheadSite::new(BulkheadConfig {
         name: "unit-keep",
         operation: "unit-keep",
