@@ -9,6 +9,7 @@
 //! `keep`, after which its timer takes it out and drops it, which releases it.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,12 +28,17 @@ struct Parked<L> {
 /// The kept leases of one coordinator, per identity.
 pub(super) struct Pool<L> {
     parked: Mutex<HashMap<KeyBase, Vec<Parked<L>>>>,
+    /// Set when the coordinator shuts down: from then on nothing is kept or handed on (a
+    /// lease kept after the flush would be reused past shutdown, or its release sent after
+    /// the backend closed).
+    closed: AtomicBool,
 }
 
 impl<L> Default for Pool<L> {
     fn default() -> Self {
         Pool {
             parked: Mutex::new(HashMap::new()),
+            closed: AtomicBool::new(false),
         }
     }
 }
@@ -50,6 +56,9 @@ impl<L: Send + 'static> Pool<L> {
         let mut dropped = Vec::new();
         let found = {
             let mut parked = lock(&self.parked);
+            if self.closed.load(Ordering::Acquire) {
+                return None;
+            }
             let leases = parked.get_mut(key)?;
             let mut found = None;
             // The most recently kept first: it has the longest trust ahead.
@@ -71,7 +80,7 @@ impl<L: Send + 'static> Pool<L> {
     }
 
     /// Keeps `lease` of `key` for up to `keep`, after which a timer on `coordinator`'s
-    /// background work releases it unless a caller took it.
+    /// background work releases it unless a caller took it; once closed, releases it at once.
     pub(super) fn park(
         self: &Arc<Self>,
         coordinator: &Coordinator,
@@ -80,10 +89,20 @@ impl<L: Send + 'static> Pool<L> {
         keep: Duration,
     ) {
         let until = Instant::now() + keep;
-        lock(&self.parked)
-            .entry(key.clone())
-            .or_default()
-            .push(Parked { lease, until });
+        {
+            let mut parked = lock(&self.parked);
+            // Checked under the lock `drain` takes after closing: a lease is either drained or
+            // never parked.
+            if self.closed.load(Ordering::Acquire) {
+                drop(parked);
+                drop(lease);
+                return;
+            }
+            parked
+                .entry(key.clone())
+                .or_default()
+                .push(Parked { lease, until });
+        }
         let pool = Arc::downgrade(self);
         let key = key.clone();
         coordinator.in_background(async move {
@@ -111,8 +130,9 @@ impl<L: Send + 'static> Pool<L> {
         drop(expired);
     }
 
-    /// Drops (releases) every kept lease.
-    fn drain(&self) {
+    /// Drops (releases) every kept lease, and keeps none from then on.
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
         let all: Vec<_> = lock(&self.parked).drain().collect();
         drop(all);
     }
@@ -130,6 +150,6 @@ impl<L: Send + 'static> ForgetsIdle for Pool<L> {
     }
 
     fn flush_now(&self) {
-        self.drain();
+        self.close();
     }
 }

@@ -827,6 +827,38 @@ mod kept {
             .await;
     }
 
+    /// A body ending after shutdown does not keep its lease: the next call is not served from
+    /// the pool past shutdown, it is refused.
+    #[tokio::test(start_paused = true)]
+    async fn nothing_is_kept_after_shutdown() {
+        let coordinator = Coordinator::in_memory();
+        coordinator
+            .scoped(async {
+                let (started, finish) = (
+                    Arc::new(tokio::sync::Notify::new()),
+                    Arc::new(tokio::sync::Notify::new()),
+                );
+                let holder = tokio::spawn(coordinator.scoped({
+                    let (started, finish) = (Arc::clone(&started), Arc::clone(&finish));
+                    async move {
+                        let body = async {
+                            started.notify_one();
+                            finish.notified().await;
+                            Ok(())
+                        };
+                        guarded(&KEEPING, body).await
+                    }
+                }));
+                started.notified().await;
+                coordinator.shutdown().await;
+                finish.notify_one();
+                holder.await.expect("no panic").expect("admitted before shutdown");
+                let after = guarded(&KEEPING, quiet()).await;
+                assert!(after.is_err(), "served from the pool after shutdown");
+            })
+            .await;
+    }
+
     static KEEPING_WAITS: BulkheadSite = BulkheadSite::new(BulkheadConfig {
         name: "unit-keep",
         operation: "unit-keep",
