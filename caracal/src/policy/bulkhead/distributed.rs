@@ -262,6 +262,8 @@ where
         events::lease_kept(&at, lease.occupancy.load(Ordering::Relaxed));
         let coordinator = lease.coordinator.clone();
         let key = lease.identity.key.clone();
+        // Kept no longer than it could be handed on: past that it would hold a slot for nothing.
+        let keep = keep.min(lease.reusable_for(Instant::now()));
         pool.park(&coordinator, &key, lease, keep);
     }
     result
@@ -536,8 +538,25 @@ impl Lease {
     /// yet (trusted as long as a lease just granted), so that the body is as safe from a
     /// late renewal as one on a fresh lease.
     fn reusable(&self, now: Instant) -> bool {
-        let fresh = self.ttl - safety_margin(self.ttl) - self.ttl / 3;
-        self.check(now).is_ok() && now + fresh <= self.trusted_until()
+        self.check(now).is_ok() && now + self.fresh() <= self.trusted_until()
+    }
+
+    /// How long a lease just granted is trusted once its first renewal is due.
+    fn fresh(&self) -> Duration {
+        self.ttl - safety_margin(self.ttl) - self.period()
+    }
+
+    /// How often the lease is renewed.
+    fn period(&self) -> Duration {
+        self.ttl / 3
+    }
+
+    /// How much longer, from `now`, a kept lease could be handed on: while it is
+    /// [`reusable`](Self::reusable) and its latest reply younger than [`FRESH_OCCUPANCY`].
+    fn reusable_for(&self, now: Instant) -> Duration {
+        let trusted = (self.trusted_until().checked_sub(self.fresh())).unwrap_or(now);
+        let read = self.last_answered() + FRESH_OCCUPANCY;
+        trusted.min(read).saturating_duration_since(now)
     }
 
     /// Whether a kept lease may serve a new body under the `values` in force now: granted under
@@ -620,7 +639,7 @@ impl Lease {
     /// renewal only moves a deadline, so several in flight are harmless, and the trust
     /// deadline only ever moves later, whichever answer comes first.
     async fn keep(&self, limit: u32) -> LeaseLoss {
-        let period = self.ttl / 3;
+        let period = self.period();
         let mut due =
             self.since + Duration::from_nanos(self.last_sent.load(Ordering::Acquire)) + period;
         let mut in_flight = FuturesUnordered::new();

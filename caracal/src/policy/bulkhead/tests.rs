@@ -859,6 +859,22 @@ mod kept {
             .await;
     }
 
+    /// A kept lease goes back to the fleet once it could no longer be handed on (here, its
+    /// latest reply grew older than 100 ms), before `keep` runs out.
+    #[tokio::test(start_paused = true)]
+    async fn a_kept_lease_goes_back_once_it_could_not_be_reused() {
+        let coordinator = Coordinator::in_memory();
+        coordinator
+            .scoped(async {
+                guarded(&KEEPING, quiet()).await.expect("admitted");
+                tokio::time::sleep(Duration::from_millis(150)).await;
+                assert!(Duration::from_millis(150) < KEEP);
+                let probe = probe(&coordinator, Uuid::new_v4()).await;
+                assert_eq!(probe.occupancy, 1, "returned once it could not be handed on");
+            })
+            .await;
+    }
+
     static KEEPING_WAITS: BulkheadSite = BulkheadSite::new(BulkheadConfig {
         name: "unit-keep",
         operation: "unit-keep",
