@@ -175,12 +175,13 @@ where
                 }
             };
             let occupancy = grant.occupancy;
+            let highest_read = pool.as_ref().map(|pool| pool.highest_read(&identity.key));
             let lease = Lease::new(
                 (coordinator, identity, token),
                 &values,
                 grant,
                 (epoch, reconnections),
-                keep.is_some(),
+                highest_read,
             );
             (lease, occupancy)
         }
@@ -461,6 +462,9 @@ struct Lease {
     read: Option<Arc<AtomicBool>>,
     /// The occupancy the latest reply about the lease reported.
     occupancy: AtomicU32,
+    /// The highest token a body of the identity read in this process, where the lease may be
+    /// kept: one whose token is lower is not handed on.
+    highest_read: Option<Arc<AtomicU64>>,
     /// Whether it waits in the pool of kept leases (its release then returns it).
     parked: bool,
     /// How many reconnections there had been when the latest request the server confirmed
@@ -488,21 +492,22 @@ struct Lease {
 }
 
 impl Lease {
-    /// The lease `grant` gave `token`; `keepable` when it may be kept after its body (its
-    /// token's reads are then noted).
+    /// The lease `grant` gave `token`; with the identity's `highest_read` when it may be kept
+    /// after its body (its token's reads are then noted).
     fn new(
         (coordinator, identity, token): (Coordinator, Identity, Uuid),
         values: &BulkheadValues,
         grant: Grant,
         (epoch, reconnections): (u64, u64),
-        keepable: bool,
+        highest_read: Option<Arc<AtomicU64>>,
     ) -> Self {
         let lease = Lease {
             coordinator,
             identity,
             token,
             fence: grant.fence,
-            read: keepable.then(Arc::default),
+            read: highest_read.as_ref().map(|_| Arc::default()),
+            highest_read,
             occupancy: AtomicU32::new(grant.occupancy),
             parked: false,
             confirmed_in: AtomicU64::new(reconnections),
@@ -525,6 +530,7 @@ impl Lease {
         fencing::Fence {
             token: self.fence,
             read: self.read.clone(),
+            highest: self.highest_read.clone(),
         }
     }
 
@@ -561,13 +567,18 @@ impl Lease {
 
     /// Whether a kept lease may serve a new body under the `values` in force now: granted under
     /// the same limit and lease length, the fleet below that limit at the latest reply, that
-    /// reply younger than [`FRESH_OCCUPANCY`], confirmed since the latest reconnection, and
+    /// reply younger than [`FRESH_OCCUPANCY`], its token no lower than any a body of the
+    /// identity read here, confirmed since the latest reconnection, and
     /// reusable.
     fn reusable_under(&self, values: &BulkheadValues) -> bool {
         self.limit == values.limit
             && self.ttl == values.lease
             && self.occupancy.load(Ordering::Relaxed) < values.limit
             && Instant::now() < self.last_answered() + FRESH_OCCUPANCY
+            && self
+                .highest_read
+                .as_ref()
+                .is_none_or(|highest| self.fence >= highest.load(Ordering::Acquire))
             && self.confirmed_in.load(Ordering::Acquire)
                 == self.coordinator.incarnation().reconnections()
             && self.reusable(Instant::now())
@@ -583,8 +594,8 @@ impl Lease {
             .is_none_or(|read| read.load(Ordering::Relaxed));
         // A renewal still unanswered (the one sent at once after a reconnection, say) may yet
         // say the lease is gone; its answer dies with the body's renewal loop.
-        let answered = self.last_confirmed.load(Ordering::Acquire)
-            >= self.last_sent.load(Ordering::Acquire);
+        let answered =
+            self.last_confirmed.load(Ordering::Acquire) >= self.last_sent.load(Ordering::Acquire);
         !read && answered && self.occupancy.load(Ordering::Relaxed) < limit && self.reusable(now)
     }
 

@@ -9,7 +9,7 @@
 //! `keep`, after which its timer takes it out and drops it, which releases it.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -32,6 +32,8 @@ pub(super) struct Pool<L> {
     /// lease kept after the flush would be reused past shutdown, or its release sent after
     /// the backend closed).
     closed: AtomicBool,
+    /// Per identity, the highest fencing token a body read here (see [`Pool::highest_read`]).
+    reads: Mutex<HashMap<KeyBase, Arc<AtomicU64>>>,
 }
 
 impl<L> Default for Pool<L> {
@@ -39,6 +41,7 @@ impl<L> Default for Pool<L> {
         Pool {
             parked: Mutex::new(HashMap::new()),
             closed: AtomicBool::new(false),
+            reads: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -47,6 +50,13 @@ impl<L: Send + 'static> Pool<L> {
     /// The pool of `coordinator`'s kept leases of type `L`.
     pub(super) fn of(coordinator: &Coordinator) -> Arc<Self> {
         coordinator.kept_forgetting::<Self>()
+    }
+
+    /// Where the bodies of `key` note the highest fencing token they read. Every lease of the
+    /// identity holds it, so it is forgotten only once none is left: a lease granted after
+    /// that has a token above any read before.
+    pub(super) fn highest_read(&self, key: &KeyBase) -> Arc<AtomicU64> {
+        Arc::clone(lock(&self.reads).entry(key.clone()).or_default())
     }
 
     /// A kept lease of `key` that `usable` accepts, taken out of the pool. Those it rejects
@@ -143,6 +153,7 @@ impl<L: Send + 'static> ForgetsIdle for Pool<L> {
     /// stopped runtime's timer left behind to return.
     fn forget_idle(&self) {
         let now = Instant::now();
+        lock(&self.reads).retain(|_, highest| Arc::strong_count(highest) > 1);
         let keys: Vec<KeyBase> = lock(&self.parked).keys().cloned().collect();
         for key in keys {
             self.expire(&key, now);
