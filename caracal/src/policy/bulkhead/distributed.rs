@@ -47,7 +47,7 @@
 //!   fleet below its limit (another process could be refused otherwise) is kept; none
 //!   is kept while a call of the identity waits here (released, it wakes that caller), and
 //!   with an adaptive limit, thresholds or in shadow mode none is. A kept lease is handed on
-//!   only while that reply is younger than [`FRESH_OCCUPANCY`] and under the limit and lease
+//!   only while that reply is younger than 100 ms ([`reuse`]) and under the limit and lease
 //!   length it was granted under.
 
 use std::future::Future;
@@ -78,17 +78,10 @@ use crate::policy::refuse;
 use crate::priority::{self, Priority};
 
 mod command;
+mod reuse;
 
 const FIRST_WAIT_PAUSE: Duration = Duration::from_millis(2);
 const MAX_WAIT_PAUSE: Duration = Duration::from_millis(50);
-/// How old the latest reply about a kept lease (the fleet's occupancy it showed) may be for the
-/// lease to serve a new body. Without a bound a lease handed body to body would hold its slot on
-/// the acquire's view of the fleet until it needed renewing (a third of the lease: 10 s at the
-/// default), while another process is refused; with it, a lease goes back to the fleet and is
-/// acquired afresh at least this often while it is reused. 100 ms keeps most of the round trips
-/// a steady caller saves (one acquire per lease per 100 ms instead of one per call), and bounds
-/// how long another process can be refused on a stale view to this plus a body plus `keep`.
-const FRESH_OCCUPANCY: Duration = Duration::from_millis(100);
 /// The least time between a failed renewal and the next attempt.
 const MIN_RENEWAL_RETRY: Duration = Duration::from_millis(10);
 
@@ -540,13 +533,6 @@ impl Lease {
         self.last_sent.fetch_max(nanos(since), Ordering::AcqRel);
     }
 
-    /// Whether a new body may start on the lease at `now`: trusted, and with no renewal due
-    /// yet (trusted as long as a lease just granted), so that the body is as safe from a
-    /// late renewal as one on a fresh lease.
-    fn reusable(&self, now: Instant) -> bool {
-        self.check(now).is_ok() && now + self.fresh() <= self.trusted_until()
-    }
-
     /// How long a lease just granted is trusted once its first renewal is due.
     fn fresh(&self) -> Duration {
         self.ttl - safety_margin(self.ttl) - self.period()
@@ -555,48 +541,6 @@ impl Lease {
     /// How often the lease is renewed.
     fn period(&self) -> Duration {
         self.ttl / 3
-    }
-
-    /// How much longer, from `now`, a kept lease could be handed on: while it is
-    /// [`reusable`](Self::reusable) and its latest reply younger than [`FRESH_OCCUPANCY`].
-    fn reusable_for(&self, now: Instant) -> Duration {
-        let trusted = (self.trusted_until().checked_sub(self.fresh())).unwrap_or(now);
-        let read = self.last_answered() + FRESH_OCCUPANCY;
-        trusted.min(read).saturating_duration_since(now)
-    }
-
-    /// Whether a kept lease may serve a new body under the `values` in force now: granted under
-    /// the same limit and lease length, the fleet below that limit at the latest reply, that
-    /// reply younger than [`FRESH_OCCUPANCY`], its token no lower than any a body of the
-    /// identity read here, confirmed since the latest reconnection, and
-    /// reusable.
-    fn reusable_under(&self, values: &BulkheadValues) -> bool {
-        self.limit == values.limit
-            && self.ttl == values.lease
-            && self.occupancy.load(Ordering::Relaxed) < values.limit
-            && Instant::now() < self.last_answered() + FRESH_OCCUPANCY
-            && self
-                .highest_read
-                .as_ref()
-                .is_none_or(|highest| self.fence >= highest.load(Ordering::Acquire))
-            && self.confirmed_in.load(Ordering::Acquire)
-                == self.coordinator.incarnation().reconnections()
-            && self.reusable(Instant::now())
-    }
-
-    /// Whether the lease may be kept after its body, at `now` under `limit`: reusable, every
-    /// renewal sent answered, its token unread, and the fleet below its limit at the latest reply (else another process
-    /// may need the slot now).
-    fn keepable(&self, now: Instant, limit: u32) -> bool {
-        let read = self
-            .read
-            .as_ref()
-            .is_none_or(|read| read.load(Ordering::Relaxed));
-        // A renewal still unanswered (the one sent at once after a reconnection, say) may yet
-        // say the lease is gone; its answer dies with the body's renewal loop.
-        let answered =
-            self.last_confirmed.load(Ordering::Acquire) >= self.last_sent.load(Ordering::Acquire);
-        !read && answered && self.occupancy.load(Ordering::Relaxed) < limit && self.reusable(now)
     }
 
     /// Records that the server set the lease's deadline in answer to a request sent at `sent`
@@ -613,14 +557,6 @@ impl Lease {
             nanos(sent.saturating_duration_since(self.since)),
             Ordering::AcqRel,
         );
-    }
-
-    /// When the latest reply confirming the lease (and reading the fleet's occupancy) came.
-    fn last_answered(&self) -> Instant {
-        let expired_by = Duration::from_nanos(self.expired_by.load(Ordering::Acquire));
-        (self.since + expired_by)
-            .checked_sub(self.ttl)
-            .unwrap_or(self.since)
     }
 
     fn trusted_until(&self) -> Instant {
