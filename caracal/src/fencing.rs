@@ -3,7 +3,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// A body's fencing token, and where reading it is noted when its lease may be handed to a
 /// later body (a kept lease): a token read is never handed on.
@@ -11,6 +11,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 pub(crate) struct Fence {
     pub(crate) token: u64,
     pub(crate) read: Option<Arc<AtomicBool>>,
+    /// The highest token a body of the identity read in this process: a kept lease whose token
+    /// is lower is not handed on (its body's writes would be refused downstream).
+    pub(crate) highest: Option<Arc<AtomicU64>>,
 }
 
 tokio::task_local! {
@@ -25,7 +28,11 @@ tokio::task_local! {
 /// out a holder whose lease expired while it was paused or partitioned — the one guarantee a
 /// lease alone cannot give. Nested bulkheads give the innermost one's token. A body never
 /// sees a token an earlier body saw: a bulkhead with `keep` hands a finished body's lease to
-/// the next caller only if that body did not read its token.
+/// the next caller only if that body did not read its token, and only if no body of the
+/// identity in this process has read a higher token. A body on a kept lease may still get a
+/// token below one another *process* read meanwhile (granted after its lease was): its writes
+/// are then refused downstream as a stale holder's would be. Where that matters, leave `keep`
+/// unset on a bulkhead whose bodies write under their token.
 ///
 /// How far that holds: each grant takes the identity's last token + 1, but never less than the
 /// server's clock (`TIME`) in whole milliseconds × 1000. The last token lives in Redis, and
@@ -64,6 +71,9 @@ pub fn fencing_token() -> Option<u64> {
             let fence = fence.as_ref()?;
             if let Some(read) = &fence.read {
                 read.store(true, Ordering::Relaxed);
+            }
+            if let Some(highest) = &fence.highest {
+                highest.fetch_max(fence.token, Ordering::AcqRel);
             }
             Some(fence.token)
         })

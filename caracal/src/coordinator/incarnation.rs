@@ -125,6 +125,8 @@ pub(crate) struct Incarnation {
     /// Tells the other processes of a loss noticed here.
     announce: OnceLock<Box<dyn Fn() + Send + Sync>>,
     changed: Notify,
+    /// How many reconnections there have been.
+    reconnections: AtomicU64,
 }
 
 impl std::fmt::Debug for Incarnation {
@@ -154,6 +156,12 @@ impl Incarnation {
     pub(crate) fn waiting_after_loss(&self, lease: Duration) -> bool {
         let wait = self.after_loss.wait(lease);
         self.epoch() > 0 && lock(&self.lost_at).is_some_and(|at| at.elapsed() < wait)
+    }
+
+    /// How many reconnections there have been: a kept lease parked before the latest one is not
+    /// handed on unconfirmed.
+    pub(crate) fn reconnections(&self) -> u64 {
+        self.reconnections.load(Ordering::Acquire)
     }
 
     /// Completes at the next reconnection (or epoch change) after this call.
@@ -245,6 +253,7 @@ impl Incarnation {
 
     /// Wakes the holders after a reconnection, once what it found has been observed.
     pub(crate) fn reconnected(&self) {
+        self.reconnections.fetch_add(1, Ordering::AcqRel);
         self.changed.notify_waiters();
     }
 }

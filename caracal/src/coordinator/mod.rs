@@ -532,6 +532,12 @@ impl Coordinator {
         self.inner.wakeups.waiting(key, priority)
     }
 
+    /// Whether a call waits for a lease of `key` in this process (see
+    /// [`waiting`](Self::waiting)).
+    pub(crate) fn anyone_waits(&self, key: &KeyBase) -> bool {
+        self.inner.wakeups.anyone_waits(key)
+    }
+
     /// Wakes the tasks of this process waiting for a lease of `key` to be released.
     pub(crate) fn wake(&self, key: &KeyBase) {
         self.inner.wakeups.wake(key);

@@ -66,6 +66,11 @@ impl Wakeups {
         }
     }
 
+    /// Whether a call waits for a slot of `key` in this process.
+    pub(super) fn anyone_waits(&self, key: &KeyBase) -> bool {
+        lock(&self.classes).contains_key(key)
+    }
+
     pub(super) fn wake(&self, key: &KeyBase) {
         if self.keys.load(Ordering::Relaxed) == 0 {
             return;

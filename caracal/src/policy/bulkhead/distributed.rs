@@ -44,8 +44,11 @@
 //!   this process, for up to `keep` ([`keep`](super::keep)); the caller starts on it with no
 //!   round trip. Only a lease with no renewal due yet (trusted for at least `lease − margin −
 //!   lease / 3` more), whose token its body did not read, and whose latest reply showed the
-//!   fleet below its limit (another process could be refused otherwise) is kept; with an
-//!   adaptive limit, thresholds or in shadow mode none is.
+//!   fleet below its limit (another process could be refused otherwise) is kept; none
+//!   is kept while a call of the identity waits here (released, it wakes that caller), and
+//!   with an adaptive limit, thresholds or in shadow mode none is. A kept lease is handed on
+//!   only while that reply is younger than 100 ms ([`reuse`]) and under the limit and lease
+//!   length it was granted under.
 
 use std::future::Future;
 use std::pin::pin;
@@ -75,6 +78,7 @@ use crate::policy::refuse;
 use crate::priority::{self, Priority};
 
 mod command;
+mod reuse;
 
 const FIRST_WAIT_PAUSE: Duration = Duration::from_millis(2);
 const MAX_WAIT_PAUSE: Duration = Duration::from_millis(50);
@@ -134,7 +138,7 @@ where
     let pool = keep.map(|_| Pool::<Lease>::of(&coordinator));
     let reused = pool
         .as_ref()
-        .and_then(|pool| pool.take(&identity.key, |lease| lease.reusable(Instant::now())));
+        .and_then(|pool| pool.take(&identity.key, |lease| lease.reusable_under(&values)));
     let (mut lease, occupancy) = match reused {
         Some(mut lease) => {
             lease.parked = false;
@@ -147,6 +151,7 @@ where
             // Read before the acquire is sent: a loss of data noticed at any point after
             // that may have taken this lease with it.
             let epoch = coordinator.incarnation().epoch();
+            let reconnections = coordinator.incarnation().reconnections();
             let grant = match admit(
                 site,
                 &values,
@@ -163,12 +168,13 @@ where
                 }
             };
             let occupancy = grant.occupancy;
+            let highest_read = pool.as_ref().map(|pool| pool.highest_read(&identity.key));
             let lease = Lease::new(
                 (coordinator, identity, token),
-                values.lease,
+                &values,
                 grant,
-                epoch,
-                keep.is_some(),
+                (epoch, reconnections),
+                highest_read,
             );
             (lease, occupancy)
         }
@@ -240,13 +246,18 @@ where
             }
         }
     };
+    // Never kept while a call of the identity waits here: released, the lease wakes it, where
+    // a kept one would go to the next newcomer and pass the waiter over.
     if let (Ok(_), Some(keep), Some(pool)) = (&result, keep, pool)
         && lease.keepable(Instant::now(), values.limit)
+        && !lease.coordinator.anyone_waits(&lease.identity.key)
     {
         lease.parked = true;
         events::lease_kept(&at, lease.occupancy.load(Ordering::Relaxed));
         let coordinator = lease.coordinator.clone();
         let key = lease.identity.key.clone();
+        // Kept no longer than it could be handed on: past that it would hold a slot for nothing.
+        let keep = keep.min(lease.reusable_for(Instant::now()));
         pool.park(&coordinator, &key, lease, keep);
     }
     result
@@ -444,10 +455,20 @@ struct Lease {
     read: Option<Arc<AtomicBool>>,
     /// The occupancy the latest reply about the lease reported.
     occupancy: AtomicU32,
+    /// The highest token a body of the identity read in this process, where the lease may be
+    /// kept: one whose token is lower is not handed on.
+    highest_read: Option<Arc<AtomicU64>>,
     /// Whether it waits in the pool of kept leases (its release then returns it).
     parked: bool,
+    /// How many reconnections there had been when the latest request the server confirmed
+    /// was sent. A holder confirms its lease after each reconnection, but a kept lease has no
+    /// holder: it is handed on only if confirmed since the latest one.
+    confirmed_in: AtomicU64,
     /// Its time to live.
     ttl: Duration,
+    /// The limit in force when it was granted: a kept lease serves a new body only while the
+    /// same limit (and lease length) is in force, since a lowered limit must refuse new bodies.
+    limit: u32,
     /// The origin of the two times below, which are kept as nanoseconds since it so that the
     /// renewal loop can move them while the guard reads them.
     since: Instant,
@@ -457,33 +478,39 @@ struct Lease {
     expired_by: AtomicU64,
     /// When the latest acquire or renewal of the lease was sent, answered or not.
     last_sent: AtomicU64,
+    /// When the latest acquire or renewal the server confirmed was sent.
+    last_confirmed: AtomicU64,
     /// The server's incarnation when the acquire was sent.
     epoch: u64,
 }
 
 impl Lease {
-    /// The lease `grant` gave `token`; `keepable` when it may be kept after its body (its
-    /// token's reads are then noted).
+    /// The lease `grant` gave `token`; with the identity's `highest_read` when it may be kept
+    /// after its body (its token's reads are then noted).
     fn new(
         (coordinator, identity, token): (Coordinator, Identity, Uuid),
-        ttl: Duration,
+        values: &BulkheadValues,
         grant: Grant,
-        epoch: u64,
-        keepable: bool,
+        (epoch, reconnections): (u64, u64),
+        highest_read: Option<Arc<AtomicU64>>,
     ) -> Self {
         let lease = Lease {
             coordinator,
             identity,
             token,
             fence: grant.fence,
-            read: keepable.then(Arc::default),
+            read: highest_read.as_ref().map(|_| Arc::default()),
+            highest_read,
             occupancy: AtomicU32::new(grant.occupancy),
             parked: false,
-            ttl,
+            confirmed_in: AtomicU64::new(reconnections),
+            ttl: values.lease,
+            limit: values.limit,
             since: grant.sent,
             trusted_until: AtomicU64::new(0),
             expired_by: AtomicU64::new(0),
             last_sent: AtomicU64::new(0),
+            last_confirmed: AtomicU64::new(0),
             epoch,
         };
         lease.sent(grant.sent);
@@ -496,6 +523,7 @@ impl Lease {
         fencing::Fence {
             token: self.fence,
             read: self.read.clone(),
+            highest: self.highest_read.clone(),
         }
     }
 
@@ -505,23 +533,14 @@ impl Lease {
         self.last_sent.fetch_max(nanos(since), Ordering::AcqRel);
     }
 
-    /// Whether a new body may start on the lease at `now`: trusted, and with no renewal due
-    /// yet (trusted as long as a lease just granted), so that the body is as safe from a
-    /// late renewal as one on a fresh lease.
-    fn reusable(&self, now: Instant) -> bool {
-        let fresh = self.ttl - safety_margin(self.ttl) - self.ttl / 3;
-        self.check(now).is_ok() && now + fresh <= self.trusted_until()
+    /// How long a lease just granted is trusted once its first renewal is due.
+    fn fresh(&self) -> Duration {
+        self.ttl - safety_margin(self.ttl) - self.period()
     }
 
-    /// Whether the lease may be kept after its body, at `now` under `limit`: reusable, its
-    /// token unread, and the fleet below its limit at the latest reply (else another process
-    /// may need the slot now).
-    fn keepable(&self, now: Instant, limit: u32) -> bool {
-        let read = self
-            .read
-            .as_ref()
-            .is_none_or(|read| read.load(Ordering::Relaxed));
-        !read && self.occupancy.load(Ordering::Relaxed) < limit && self.reusable(now)
+    /// How often the lease is renewed.
+    fn period(&self) -> Duration {
+        self.ttl / 3
     }
 
     /// Records that the server set the lease's deadline in answer to a request sent at `sent`
@@ -534,6 +553,10 @@ impl Lease {
         self.trusted_until
             .fetch_max(nanos(trusted), Ordering::AcqRel);
         self.expired_by.fetch_max(nanos(expired), Ordering::AcqRel);
+        self.last_confirmed.fetch_max(
+            nanos(sent.saturating_duration_since(self.since)),
+            Ordering::AcqRel,
+        );
     }
 
     fn trusted_until(&self) -> Instant {
@@ -563,7 +586,7 @@ impl Lease {
     /// renewal only moves a deadline, so several in flight are harmless, and the trust
     /// deadline only ever moves later, whichever answer comes first.
     async fn keep(&self, limit: u32) -> LeaseLoss {
-        let period = self.ttl / 3;
+        let period = self.period();
         let mut due =
             self.since + Duration::from_nanos(self.last_sent.load(Ordering::Acquire)) + period;
         let mut in_flight = FuturesUnordered::new();
@@ -572,10 +595,11 @@ impl Lease {
             tokio::select! {
                 () = tokio::time::sleep_until(due.min(self.trusted_until())) => {}
                 () = reconnected => {}
-                Some(answer) = in_flight.next() => {
+                Some((reconnections, answer)) = in_flight.next() => {
                     match answer {
                         Ok(LeaseAnswer { reply, sent }) if reply.allowed => {
                             self.confirmed(sent, Instant::now());
+                            self.confirmed_in.fetch_max(reconnections, Ordering::AcqRel);
                             self.occupancy.store(reply.occupancy, Ordering::Relaxed);
                         }
                         Ok(_) => return LeaseLoss::NotHeld,
@@ -604,7 +628,8 @@ impl Lease {
             let now = Instant::now();
             due = now + period;
             self.sent(now);
-            in_flight.push(lease(
+            let reconnections = self.coordinator.incarnation().reconnections();
+            let renewal = lease(
                 &self.coordinator,
                 LeaseCommand {
                     identity: &self.identity,
@@ -615,7 +640,8 @@ impl Lease {
                     // A renewal keeps a lease whatever the class: the share is not read.
                     share: priority::WHOLE,
                 },
-            ));
+            );
+            in_flight.push(async move { (reconnections, renewal.await) });
         }
     }
 }

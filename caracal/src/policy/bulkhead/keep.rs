@@ -9,6 +9,7 @@
 //! `keep`, after which its timer takes it out and drops it, which releases it.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,12 +28,20 @@ struct Parked<L> {
 /// The kept leases of one coordinator, per identity.
 pub(super) struct Pool<L> {
     parked: Mutex<HashMap<KeyBase, Vec<Parked<L>>>>,
+    /// Set when the coordinator shuts down: from then on nothing is kept or handed on (a
+    /// lease kept after the flush would be reused past shutdown, or its release sent after
+    /// the backend closed).
+    closed: AtomicBool,
+    /// Per identity, the highest fencing token a body read here (see [`Pool::highest_read`]).
+    reads: Mutex<HashMap<KeyBase, Arc<AtomicU64>>>,
 }
 
 impl<L> Default for Pool<L> {
     fn default() -> Self {
         Pool {
             parked: Mutex::new(HashMap::new()),
+            closed: AtomicBool::new(false),
+            reads: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -43,6 +52,13 @@ impl<L: Send + 'static> Pool<L> {
         coordinator.kept_forgetting::<Self>()
     }
 
+    /// Where the bodies of `key` note the highest fencing token they read. Every lease of the
+    /// identity holds it, so it is forgotten only once none is left: a lease granted after
+    /// that has a token above any read before.
+    pub(super) fn highest_read(&self, key: &KeyBase) -> Arc<AtomicU64> {
+        Arc::clone(lock(&self.reads).entry(key.clone()).or_default())
+    }
+
     /// A kept lease of `key` that `usable` accepts, taken out of the pool. Those it rejects
     /// are dropped (released), and so are those whose time ran out.
     pub(super) fn take(&self, key: &KeyBase, usable: impl Fn(&L) -> bool) -> Option<L> {
@@ -50,6 +66,9 @@ impl<L: Send + 'static> Pool<L> {
         let mut dropped = Vec::new();
         let found = {
             let mut parked = lock(&self.parked);
+            if self.closed.load(Ordering::Acquire) {
+                return None;
+            }
             let leases = parked.get_mut(key)?;
             let mut found = None;
             // The most recently kept first: it has the longest trust ahead.
@@ -71,7 +90,7 @@ impl<L: Send + 'static> Pool<L> {
     }
 
     /// Keeps `lease` of `key` for up to `keep`, after which a timer on `coordinator`'s
-    /// background work releases it unless a caller took it.
+    /// background work releases it unless a caller took it; once closed, releases it at once.
     pub(super) fn park(
         self: &Arc<Self>,
         coordinator: &Coordinator,
@@ -80,10 +99,20 @@ impl<L: Send + 'static> Pool<L> {
         keep: Duration,
     ) {
         let until = Instant::now() + keep;
-        lock(&self.parked)
-            .entry(key.clone())
-            .or_default()
-            .push(Parked { lease, until });
+        {
+            let mut parked = lock(&self.parked);
+            // Checked under the lock `drain` takes after closing: a lease is either drained or
+            // never parked.
+            if self.closed.load(Ordering::Acquire) {
+                drop(parked);
+                drop(lease);
+                return;
+            }
+            parked
+                .entry(key.clone())
+                .or_default()
+                .push(Parked { lease, until });
+        }
         let pool = Arc::downgrade(self);
         let key = key.clone();
         coordinator.in_background(async move {
@@ -111,8 +140,9 @@ impl<L: Send + 'static> Pool<L> {
         drop(expired);
     }
 
-    /// Drops (releases) every kept lease.
-    fn drain(&self) {
+    /// Drops (releases) every kept lease, and keeps none from then on.
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
         let all: Vec<_> = lock(&self.parked).drain().collect();
         drop(all);
     }
@@ -123,6 +153,7 @@ impl<L: Send + 'static> ForgetsIdle for Pool<L> {
     /// stopped runtime's timer left behind to return.
     fn forget_idle(&self) {
         let now = Instant::now();
+        lock(&self.reads).retain(|_, highest| Arc::strong_count(highest) > 1);
         let keys: Vec<KeyBase> = lock(&self.parked).keys().cloned().collect();
         for key in keys {
             self.expire(&key, now);
@@ -130,6 +161,6 @@ impl<L: Send + 'static> ForgetsIdle for Pool<L> {
     }
 
     fn flush_now(&self) {
-        self.drain();
+        self.close();
     }
 }

@@ -753,6 +753,232 @@ mod kept {
             .await;
     }
 
+    /// A kept lease serves a new body only under the limit it was granted under: after the
+    /// limit changes, the next call takes a fresh lease (a token above the probe's).
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_kept_under_another_limit_is_not_reused() {
+        let coordinator = Coordinator::in_memory();
+        let configure = |text: &str| {
+            coordinator.set_config(crate::config::Config::from_toml_str(text).expect("valid"));
+        };
+        coordinator
+            .scoped(async {
+                configure("[bulkhead.unit-keep]\nlimit = 3");
+                guarded(&KEEPING, quiet())
+                    .await
+                    .expect("admitted at occupancy 1");
+                configure("[bulkhead.unit-keep]\nlimit = 2");
+                let probe = probe(&coordinator, Uuid::new_v4()).await;
+                assert!(probe.allowed);
+                let token = guarded(&KEEPING, reads_its_token())
+                    .await
+                    .expect("admitted");
+                assert!(token > probe.fence, "{token} {}: reused", probe.fence);
+            })
+            .await;
+    }
+
+    /// A lease kept before a reconnection is not handed on: its next caller takes a fresh one.
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_kept_before_a_reconnection_is_not_reused() {
+        let coordinator = Coordinator::in_memory();
+        coordinator
+            .scoped(async {
+                guarded(&KEEPING, quiet()).await.expect("admitted");
+                coordinator.incarnation().reconnected();
+                let probe = probe(&coordinator, Uuid::new_v4()).await;
+                assert!(probe.allowed);
+                let token = guarded(&KEEPING, reads_its_token())
+                    .await
+                    .expect("admitted");
+                assert!(token > probe.fence, "{token} {}: reused", probe.fence);
+            })
+            .await;
+    }
+
+    /// A reconnection while the body runs, just before it returns: its renewal loop never sends
+    /// the confirming renewal, so the lease is not handed on unconfirmed.
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_unconfirmed_since_a_reconnection_is_not_reused() {
+        let coordinator = Coordinator::in_memory();
+        coordinator
+            .scoped(async {
+                let body = async {
+                    coordinator.incarnation().reconnected();
+                    Ok(())
+                };
+                guarded(&KEEPING, body).await.expect("admitted");
+                let probe = probe(&coordinator, Uuid::new_v4()).await;
+                assert!(probe.allowed);
+                let token = guarded(&KEEPING, reads_its_token())
+                    .await
+                    .expect("admitted");
+                assert!(token > probe.fence, "{token} {}: reused", probe.fence);
+            })
+            .await;
+    }
+
+    /// A lease whose latest reply (its view of the fleet) is older than 100 ms is not handed
+    /// on, even within `keep`: it goes back to the fleet and the next call acquires afresh.
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_with_a_stale_occupancy_is_not_reused() {
+        let coordinator = Coordinator::in_memory();
+        coordinator
+            .scoped(async {
+                guarded(&KEEPING, quiet()).await.expect("admitted");
+                tokio::time::sleep(Duration::from_millis(150)).await;
+                let probe = probe(&coordinator, Uuid::new_v4()).await;
+                assert!(probe.allowed);
+                let token = guarded(&KEEPING, reads_its_token())
+                    .await
+                    .expect("admitted");
+                assert!(token > probe.fence, "{token} {}: reused", probe.fence);
+            })
+            .await;
+    }
+
+    /// A body ending after shutdown does not keep its lease: the next call is not served from
+    /// the pool past shutdown, it is refused.
+    #[tokio::test(start_paused = true)]
+    async fn nothing_is_kept_after_shutdown() {
+        let coordinator = Coordinator::in_memory();
+        coordinator
+            .scoped(async {
+                let (started, finish) = (
+                    Arc::new(tokio::sync::Notify::new()),
+                    Arc::new(tokio::sync::Notify::new()),
+                );
+                let holder = tokio::spawn(coordinator.scoped({
+                    let (started, finish) = (Arc::clone(&started), Arc::clone(&finish));
+                    async move {
+                        let body = async {
+                            started.notify_one();
+                            finish.notified().await;
+                            Ok(())
+                        };
+                        guarded(&KEEPING, body).await
+                    }
+                }));
+                started.notified().await;
+                coordinator.shutdown().await;
+                finish.notify_one();
+                holder
+                    .await
+                    .expect("no panic")
+                    .expect("admitted before shutdown");
+                let after = guarded(&KEEPING, quiet()).await;
+                assert!(after.is_err(), "served from the pool after shutdown");
+            })
+            .await;
+    }
+
+    /// A kept lease goes back to the fleet once it could no longer be handed on (here, its
+    /// latest reply grew older than 100 ms), before `keep` runs out.
+    #[tokio::test(start_paused = true)]
+    async fn a_kept_lease_goes_back_once_it_could_not_be_reused() {
+        let coordinator = Coordinator::in_memory();
+        coordinator
+            .scoped(async {
+                guarded(&KEEPING, quiet()).await.expect("admitted");
+                tokio::time::sleep(Duration::from_millis(150)).await;
+                assert!(Duration::from_millis(150) < KEEP);
+                let probe = probe(&coordinator, Uuid::new_v4()).await;
+                assert_eq!(
+                    probe.occupancy, 1,
+                    "returned once it could not be handed on"
+                );
+            })
+            .await;
+    }
+
+    /// A kept lease whose token is below one a body here read is not handed on: the next body
+    /// would be refused downstream. The next call takes a fresh lease instead.
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_below_a_token_read_here_is_not_reused() {
+        let coordinator = Coordinator::in_memory();
+        coordinator
+            .scoped(async {
+                let (started, finish) = (
+                    Arc::new(tokio::sync::Notify::new()),
+                    Arc::new(tokio::sync::Notify::new()),
+                );
+                let lower = tokio::spawn(coordinator.scoped({
+                    let (started, finish) = (Arc::clone(&started), Arc::clone(&finish));
+                    async move {
+                        let body = async {
+                            started.notify_one();
+                            finish.notified().await;
+                            Ok(())
+                        };
+                        guarded(&KEEPING, body).await
+                    }
+                }));
+                started.notified().await;
+                let read = guarded(&KEEPING, reads_its_token())
+                    .await
+                    .expect("admitted");
+                finish.notify_one();
+                lower.await.expect("no panic").expect("admitted, then kept");
+                let token = guarded(&KEEPING, reads_its_token())
+                    .await
+                    .expect("admitted");
+                assert!(token > read, "{token} {read}: a lower kept lease reused");
+            })
+            .await;
+    }
+
+    static KEEPING_WAITS: BulkheadSite = BulkheadSite::new(BulkheadConfig {
+        name: "unit-keep",
+        operation: "unit-keep",
+        limit: 2,
+        adaptive: None,
+        lease: LEASE,
+        max_wait: Some(Duration::from_millis(500)),
+        keep: Some(KEEP),
+        local: false,
+        shadow: false,
+        thresholds: Thresholds::NONE,
+    });
+
+    /// A call waiting here gets the lease a finished body leaves: it is released (which wakes
+    /// the waiter), not kept for the next newcomer.
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_is_not_kept_while_a_call_waits_for_it() {
+        let coordinator = Coordinator::in_memory();
+        coordinator
+            .scoped(async {
+                let (started, finish) = (
+                    Arc::new(tokio::sync::Notify::new()),
+                    Arc::new(tokio::sync::Notify::new()),
+                );
+                let holder = tokio::spawn(coordinator.scoped({
+                    let (started, finish) = (Arc::clone(&started), Arc::clone(&finish));
+                    async move {
+                        let body = async {
+                            started.notify_one();
+                            finish.notified().await;
+                            Ok(())
+                        };
+                        guarded(&KEEPING_WAITS, body).await
+                    }
+                }));
+                started.notified().await;
+                // Another process fills the fleet after the holder's acquire (occupancy 1).
+                assert!(probe(&coordinator, Uuid::new_v4()).await.allowed);
+                let waiter = tokio::spawn(
+                    coordinator.scoped(async { guarded(&KEEPING_WAITS, quiet()).await }),
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                finish.notify_one();
+                holder.await.expect("no panic").expect("admitted");
+                waiter
+                    .await
+                    .expect("no panic")
+                    .expect("admitted within max_wait");
+            })
+            .await;
+    }
+
     /// However many callers share the kept leases, each lease runs one body at a time: the
     /// bodies at once never exceed the limit.
     #[tokio::test(start_paused = true)]
