@@ -65,7 +65,7 @@ use std::time::Duration;
 
 use caracal::{retry, retry_budget};
 use caracal_examples::{Fleet, emit, emit_labelled, parse_seconds, redis_url, serve_fleet};
-use caracal_tests::{FaultProxy, RedisServer};
+use caracal_harness::{FaultProxy, RedisServer};
 use tokio::time::{Instant, MissedTickBehavior};
 use tower::retry::budget::{Budget, TpsBudget};
 

@@ -12,13 +12,14 @@ pub mod events;
 pub mod fenced;
 pub mod ledger;
 pub mod metrics;
-pub mod proxy;
 pub mod sentinel;
-pub mod server;
 pub mod stats;
 pub mod tls;
 pub mod wait;
 pub mod witness;
+
+// The servers and the fault proxy live in a crate of their own, which the benchmarks take too.
+pub use caracal_harness::{proxy, server};
 
 pub use cluster::RedisCluster;
 pub use events::{CapturedEvent, EventLog};

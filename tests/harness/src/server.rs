@@ -359,7 +359,7 @@ impl Drop for RedisServer {
 /// Sends one command over a fresh TCP connection and returns the reply as text (error
 /// replies become `Err`). Only simple, integer and bulk replies are understood, which is all
 /// the harness needs before a server is known to be up.
-pub(crate) fn raw_command(
+pub fn raw_command(
     addr: SocketAddr,
     args: &[&str],
     timeout: Duration,
@@ -412,7 +412,7 @@ pub(crate) fn raw_command(
 }
 
 /// Creates a fresh, uniquely named directory under the system temp dir.
-pub(crate) fn unique_temp_dir(prefix: &str) -> PathBuf {
+pub fn unique_temp_dir(prefix: &str) -> PathBuf {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     loop {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
@@ -442,13 +442,15 @@ static RESERVED_PORTS: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
 
 /// A port (and, for cluster nodes, its bus port) reserved for one server's lifetime.
 #[derive(Debug)]
-pub(crate) struct PortReservation {
-    pub(crate) port: u16,
+pub struct PortReservation {
+    /// The port reserved.
+    pub port: u16,
     bus: bool,
 }
 
 impl PortReservation {
-    pub(crate) fn take(bus: bool) -> Self {
+    /// Reserves a free port, and its cluster bus port with `bus`.
+    pub fn take(bus: bool) -> Self {
         let (low, high) = candidate_range();
         let mut reserved = RESERVED_PORTS.lock().unwrap_or_else(|e| e.into_inner());
         for _ in 0..10_000 {
