@@ -19,11 +19,13 @@
 //!   to twice the base, so a slow class of requests (bimodal latency) cannot swamp the mean.
 //!   Its vote: *queued* above 1.25 ([`QUEUED_PM`]), *clear* below 1.1 ([`CLEAR_PM`]), else
 //!   *unsure*; weighted by the calls it judged, so a process weighs by its share of calls.
-//! - **A base rises only on a measurement**: a cut's calls, or a process's calls that all ran
-//!   below the limit. Outside a cut, a call admitted at low occupancy beside calls near the
-//!   limit came in a dip of the fleet's occupancy (a starved process or host releasing its
-//!   slots in a burst) and met the queue the calls before it left: it may lower the base, never
-//!   raise it. Learnt from such calls, a base is the queued latency, the process votes clear
+//! - **A base, and the drop share at low occupancy, rise only on a measurement**: a cut's
+//!   calls, or a process's calls that all ran below the limit. Outside a cut, a call admitted
+//!   at low occupancy beside calls near the limit came in a dip of the fleet's occupancy (a
+//!   starved process or host releasing its slots in a burst, calls failing fast and backing
+//!   off) and met the queue, or the refusals, the calls before it left: it may lower the base
+//!   and the drop share, never raise them (a drop share learnt from a downstream failing fast
+//!   past its capacity is the overload's own, and the limit would climb on clear votes). Learnt from such calls, a base is the queued latency, the process votes clear
 //!   on a queued downstream, and the limit climbs past the capacity on its probes. And a base
 //!   is never above the mean latency of the process's calls near the limit: queueing only adds
 //!   latency, so faster calls there show the base too high (a first base taken from a

@@ -46,10 +46,11 @@ struct Shape {
     fail_fast: bool,
     /// Calls the fleet offers at once (`None`: more than any limit).
     offered: Option<u32>,
-    /// One call in twenty is admitted while the fleet's occupancy dips below low occupancy for
-    /// a moment (a starved process releasing the slots it held in a burst), and meets the
-    /// downstream's queue all the same.
-    dips: bool,
+    /// One call in this many (0: none) is admitted while the fleet's occupancy dips below low
+    /// occupancy for a moment (a starved process releasing the slots it held in a burst, calls
+    /// failing fast and backing off), and meets the downstream's queue, or its refusals, all
+    /// the same.
+    dips: u64,
     /// The fleet's slots go to whichever process asks first once one is freed, so each
     /// process takes slots at the same rate and holds them in proportion to how long it keeps
     /// each (a slow process holds most of them); otherwise each process holds a third.
@@ -66,9 +67,16 @@ const CLEAN: Shape = Shape {
     noise: Noise::None,
     fail_fast: false,
     offered: None,
-    dips: false,
+    dips: 0,
     contended: false,
 };
+
+impl Shape {
+    /// Whether a process's `call`th call of a tick was admitted in a dip of the occupancy.
+    fn dipped(&self, call: u64) -> bool {
+        self.dips > 0 && call % self.dips == self.dips - 1
+    }
+}
 
 /// The simulation's state: the fleet's estimate, each process's sampling, the limit in force.
 struct Fleet {
@@ -197,12 +205,11 @@ impl Fleet {
                     Noise::Bimodal(slow_us) if call % 10 == 9 => slow_us,
                     Noise::Bimodal(_) => latency,
                 };
-                let dipped = shape.dips && call % 20 == 19;
-                self.sampling[index].body(low || dipped, us, true);
+                self.sampling[index].body(low || shape.dipped(call), us, true);
             }
             served += (calls - fails) as f64;
-            for _ in 0..fast_drops {
-                self.sampling[index].body(low, 1_000, false);
+            for drop in 0..fast_drops {
+                self.sampling[index].body(low || shape.dipped(drop), 1_000, false);
             }
             self.sampling[index].occupancy(occupancy);
         }
@@ -315,6 +322,33 @@ fn a_downstream_failing_fast_past_its_capacity_is_followed_when_it_halves() {
     );
 }
 
+/// Calls failing fast free their slots at once and their tasks back off, so the fleet's
+/// occupancy dips all the time: a quarter of the calls are admitted below low occupancy, beside
+/// calls near the limit, and fail as often as those (the downstream is just as full). Those
+/// windows have calls at low occupancy, so no cut comes; the drop share learnt from the dips
+/// would be the overload's own, the processes would vote clear on it, and the limit would climb
+/// past a halved capacity instead of following it.
+#[test]
+fn drops_admitted_in_a_dip_of_the_occupancy_do_not_teach_the_drop_share() {
+    let fail_fast = Shape {
+        fail_fast: true,
+        dips: 4,
+        ..CLEAN
+    };
+    let mut fleet = Fleet::new();
+    fleet.run(fail_fast, 40);
+    let halved = Shape {
+        capacity: 10,
+        ..fail_fast
+    };
+    let following = fleet.run(halved, 15);
+    assert!(
+        following[10..].iter().all(|s| (8..=13).contains(&s.full)),
+        "halved: {}",
+        shown(&following)
+    );
+}
+
 #[test]
 fn latency_that_does_not_grow_with_concurrency_does_not_lower_the_limit() {
     let slow = Process {
@@ -370,7 +404,7 @@ fn calls_admitted_in_a_dip_of_the_occupancy_do_not_teach_a_queued_base() {
     };
     let shape = Shape {
         processes: [starved, Process::default(), Process::default()],
-        dips: true,
+        dips: 20,
         ..CLEAN
     };
     let mut fleet = Fleet::new();

@@ -128,6 +128,12 @@ impl Sampling {
         };
         add(&mut observed.sum_us, low.sum_us);
         add(&mut observed.sum_us, high.sum_us);
+        // Outside a cut, calls at low occupancy beside calls near the limit were admitted in a
+        // dip of the fleet's occupancy (slots released in a burst, by a starved process or
+        // host, or by calls failing fast and backing off) and met the queue, or the refusals,
+        // the calls before them left: they may lower the base and the drop share, never raise
+        // them.
+        let dipped = !cut && high.calls() >= MIN_VOTE;
         if low.samples >= MIN_BASE {
             let mean = (low.sum_us / low.samples).max(1);
             // With no call near the limit to compare with, the fleet runs below it: its calls
@@ -135,11 +141,6 @@ impl Sampling {
             let compared = low.compared_us / low.samples;
             let unmoved = self.near_us == 0
                 || unmoved(compared, self.near_us) && unmoved(compared, self.last_near_us);
-            // Outside a cut, calls at low occupancy beside calls near the limit were admitted
-            // in a dip of the fleet's occupancy (slots released in a burst, by a starved
-            // process or host) and met the queue the calls before them left: they may lower
-            // the base, never raise it.
-            let dipped = !cut && high.calls() >= MIN_VOTE;
             self.base_us = match self.base_us {
                 0 => mean,
                 _ if unmoved && !dipped => mean,
@@ -173,11 +174,12 @@ impl Sampling {
             && low.calls() >= MIN_BASE
         {
             // Drops that did not become rarer at low occupancy are not the downstream's
-            // overload (it fails that share whatever the load); rarer ones are.
+            // overload (it fails that share whatever the load); rarer ones are. In a dip they
+            // are as frequent as near the limit because the downstream is as full.
             let unmoved = self
                 .near_drop_pm
                 .is_none_or(|near| share.abs_diff(near) <= UNMOVED_PM);
-            if share < self.drop_share_pm || unmoved {
+            if share < self.drop_share_pm || unmoved && !dipped {
                 self.drop_share_pm = (self.drop_share_pm + share) / 2;
             }
         }
