@@ -2,12 +2,12 @@
 -- registry by name whether or not a process uses it, so `caracal status` lists the state the
 -- operator stored (marked unused while no process reports it), not only identities in use.
 --
--- KEYS[1]  the registry's hashes' common prefix `caracal:v1:{<namespace>}:identities:` (the
+-- KEYS[1]  the registry's hashes' common prefix `caracal:v1:{<namespace>}:entries:` (the
 --          identity tagged T lives in the hash named KEYS[1] followed by T's first two hex
---          digits, see registry_report.lua): this writes the identity's `<tag>:d` (JSON
---          [kind, name, operation, scope]) only, so a reader tells an identity no process
---          reported by its missing values
--- KEYS[2]  expiry sorted set `caracal:v1:{<namespace>}:identities:expiry`
+--          digits, see registry_prelude.lua): this writes the description in the identity's
+--          head only (a new head has no reporter and no values, so a reader tells an identity
+--          no process reported by its missing values)
+-- KEYS[2]  expiry sorted set `caracal:v1:{<namespace>}:entries:expiry`
 -- ARGV     1 the identity's tag, 2 its description, 3 how long the stored state lasts (ms),
 --          4 how long processes' reports count as recent (ms, the drift window)
 -- Reply    the server's time (ms)
@@ -21,10 +21,18 @@ local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local expiry = KEYS[2]
 local tag, description, lasts, drift_ms = ARGV[1], ARGV[2], tonumber(ARGV[3]),
   tonumber(ARGV[4])
-local hash = KEYS[1] .. tag:sub(1, 2)
-redis.call('HSET', hash, tag .. ':d', description)
-local reported = tonumber(redis.call('HGET', hash, tag .. ':t'))
-if reported and now - reported < drift_ms then
+local hash = KEYS[1] .. string.sub(tag, 1, 2)
+local seen = redis.call('HGET', hash, tag)
+local t, x, f, n, r, v, w = 0, 0, '0', 0, '', '', ''
+if seen then
+  -- One this version cannot read is entered again.
+  t, x, f, n, r, v, w = parts_of(seen)
+  if not t then
+    t, x, f, n, r, v, w = 0, 0, '0', 0, '', '', ''
+  end
+end
+redis.call('HSET', hash, tag, head_of(t, x, f, n, r, v, w, description))
+if now - t < drift_ms then
   redis.call('ZADD', expiry, 'GT', now + lasts, tag)
 else
   redis.call('ZADD', expiry, now + lasts, tag)

@@ -350,8 +350,14 @@ async fn latency_events(conn: &mut MultiplexedConnection) -> Vec<(String, u64, u
 
 /// The scripts a command of this bench may run by name: caracal's own, and the bulkhead's
 /// lease (the kernel the bench's calls go through) and status read (`status`'s).
-const REGISTRY_REPORT: &str = include_str!("../../caracal/lua/registry_report.lua");
-const REGISTRY_READ: &str = include_str!("../../caracal/lua/registry_read.lua");
+const REGISTRY_REPORT: &str = concat!(
+    include_str!("../../caracal/lua/registry_prelude.lua"),
+    include_str!("../../caracal/lua/registry_report.lua")
+);
+const REGISTRY_READ: &str = concat!(
+    include_str!("../../caracal/lua/registry_prelude.lua"),
+    include_str!("../../caracal/lua/registry_read.lua")
+);
 const SCRIPTS: [(&str, &str); 10] = [
     ("control (does nothing)", CONTROL),
     ("matched control (works as long as a report)", MATCHED),
@@ -359,7 +365,10 @@ const SCRIPTS: [(&str, &str); 10] = [
     ("registry_read", REGISTRY_READ),
     (
         "registry_hold",
-        include_str!("../../caracal/lua/registry_hold.lua"),
+        concat!(
+            include_str!("../../caracal/lua/registry_prelude.lua"),
+            include_str!("../../caracal/lua/registry_hold.lua")
+        ),
     ),
     (
         "processes_read",

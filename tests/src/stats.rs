@@ -352,9 +352,18 @@ impl CommandLog {
 /// script is sent after the breaker's prelude), the coordinator's own in `lua/`.
 const SCRIPTS: &[(&str, &[&str])] = &[
     ("acl_check", &["lua/acl_check.lua"]),
-    ("registry_report", &["lua/registry_report.lua"]),
-    ("registry_read", &["lua/registry_read.lua"]),
-    ("registry_hold", &["lua/registry_hold.lua"]),
+    (
+        "registry_report",
+        &[REGISTRY_PRELUDE, "lua/registry_report.lua"],
+    ),
+    (
+        "registry_read",
+        &[REGISTRY_PRELUDE, "lua/registry_read.lua"],
+    ),
+    (
+        "registry_hold",
+        &[REGISTRY_PRELUDE, "lua/registry_hold.lua"],
+    ),
     ("processes_read", &["lua/processes_read.lua"]),
     ("overrides_read", &["lua/overrides_read.lua"]),
     ("overrides_write", &["lua/overrides_write.lua"]),
@@ -382,6 +391,9 @@ const SCRIPTS: &[(&str, &[&str])] = &[
     ),
     ("breaker_status", &["src/policy/breaker/kernel/status.lua"]),
 ];
+
+/// What the registry's scripts are sent after: the layout of an identity's entry.
+const REGISTRY_PRELUDE: &str = "lua/registry_prelude.lua";
 
 /// What the breaker's scripts but its status read are sent after.
 const BREAKER_PRELUDE: &str = "src/policy/breaker/kernel/prelude.lua";

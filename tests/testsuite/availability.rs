@@ -723,10 +723,7 @@ async fn registry_scripts_handle_a_page_of_identities_whatever_their_number() {
     let coordinator = common::redis(&server.url()).await;
     let mut conn = server.connection();
     let namespace = coordinator.namespace().to_owned();
-    let expiry = format!(
-        "{}identities:expiry",
-        common::namespace_key_base(&namespace)
-    );
+    let expiry = common::registry_expiry(&namespace);
     // 100 000 identities reported by a fleet (say, older versions), far past the bound, and
     // all to expire before those reported now: the bound forgets them first. Their tags
     // spread over the registry's hashes as hashes' do.
@@ -737,10 +734,13 @@ async fn registry_scripts_handle_a_page_of_identities_whatever_their_number() {
             let tag = format!("{:02x}{n:062x}", n % 256);
             pipe.cmd("HSET")
                 .arg(common::registry_hash(&namespace, &tag))
-                .arg(format!("{tag}:d"))
-                .arg(format!("[\"bulkhead\",\"old\",\"old\",\"s{n}\"]"))
-                .arg(format!("{tag}:v"))
-                .arg("limit=5 lease=30s max_wait=none")
+                .arg(&tag)
+                .arg(common::registry_head(
+                    &format!("[\"bulkhead\",\"old\",\"old\",\"s{n}\"]"),
+                    (soon, &format!("p{n}/site")),
+                    "limit=5 lease=30s max_wait=none",
+                    1,
+                ))
                 .arg(format!("{tag}:u"))
                 .arg(format!(
                     r#"{{"p{n}":["limit=5 lease=30s max_wait=none",{soon},"{{}}"]}}"#
@@ -769,7 +769,7 @@ async fn registry_scripts_handle_a_page_of_identities_whatever_their_number() {
     eventually("the last scope to be reported", || {
         redis::cmd("HEXISTS")
             .arg(common::registry_hash(&namespace, &last))
-            .arg(format!("{last}:d"))
+            .arg(&last)
             .query(&mut check)
             .unwrap_or(false)
     })
@@ -797,7 +797,7 @@ async fn registry_scripts_handle_a_page_of_identities_whatever_their_number() {
     let report = caracal_tests::stats::script_source("registry_report");
     let read = caracal_tests::stats::script_source("registry_read");
     let identities = |args: &[String]| {
-        // sha numkeys, 6 keys, 6 arguments, then 8 per identity; the log keeps 32 arguments
+        // sha numkeys, 8 keys, 6 arguments, then 8 per identity; the log keeps 32 arguments
         // and says how many more there were.
         let more = args
             .last()
@@ -808,7 +808,7 @@ async fn registry_scripts_handle_a_page_of_identities_whatever_their_number() {
             Some(more) => args.len() - 1 + more,
             None => args.len(),
         };
-        (count - 14) / 8
+        (count - 16) / 8
     };
     let reports: Vec<(usize, usize, u64)> = log
         .runs_of(&report)
@@ -838,14 +838,15 @@ async fn registry_scripts_handle_a_page_of_identities_whatever_their_number() {
         reports.iter().map(|r| r.0).sum::<usize>() >= scopes.len(),
         "every scope reported: {reports:?}"
     );
-    // Per call: TIME; the processes' expiry (ZRANGE, HDEL, ZREM) and this process (HSET,
-    // ZADD); the expired (ZRANGE, an HDEL per hash for at most 8, ZREM) and the earlier
-    // versions' (ZRANGE, HDEL, ZREM); per identity HMGET, HSET, ZADD; the excess (ZCARD,
-    // ZRANGE, an HDEL per hash for at most 8 + n, ZREM).
+    // Per call: TIME; the processes' expiry (ZCOUNT, ZRANGE, HDEL, ZREMRANGEBYRANK) and this
+    // process (HSET, ZADD); the expired (ZCOUNT, ZRANGE, an HDEL per hash for at most 8,
+    // ZREMRANGEBYRANK) and each earlier layout's (ZCOUNT, ZRANGE, HDEL for at most 8,
+    // ZREMRANGEBYRANK); per identity HMGET, HSET; the expiries (ZADD); the excess (ZCARD,
+    // ZRANGE, an HDEL per hash for at most 8 + n, ZREMRANGEBYRANK).
     assert!(
         reports
             .iter()
-            .all(|&(n, commands, _)| n <= REGISTRY_PAGE && commands <= 30 + 4 * n),
+            .all(|&(n, commands, _)| n <= REGISTRY_PAGE && commands <= 43 + 3 * n),
         "(identities, commands, µs) per report: {reports:?}"
     );
     // Per page: TIME, ZRANGE, then an HMGET per identity.
@@ -903,9 +904,17 @@ async fn a_report_reads_a_bounded_size_of_processes_values() {
         })
         .collect();
     let direct: Vec<String> = (0..8).map(|n| format!("{n:064x}")).collect();
+    let head = common::registry_head(
+        r#"["bulkhead","shared-scopes","shared-scopes","s"]"#,
+        (now, "host-0.fleet.internal/40000/0f3c/site"),
+        "limit=5 lease=30s max_wait=none",
+        PROCESSES,
+    );
     for tag in tags.iter().chain(&direct) {
         let () = redis::cmd("HSET")
             .arg(common::registry_hash(&namespace, tag))
+            .arg(tag)
+            .arg(&head)
             .arg(format!("{tag}:u"))
             .arg(&uses)
             .query(&mut conn)
@@ -915,12 +924,14 @@ async fn a_report_reads_a_bounded_size_of_processes_values() {
     // The script alone: sent all 8, it handles the first until their maps reach the budget.
     let report = redis::Script::new(&caracal_tests::stats::script_source("registry_report"));
     let mut call = report.prepare_invoke();
-    call.key(format!("{base}identities:"))
-        .key(format!("{base}identities:expiry"))
+    call.key(format!("{base}entries:"))
+        .key(format!("{base}entries:expiry"))
         .key(format!("{base}processes"))
         .key(format!("{base}processes:expiry"))
         .key(format!("{base}registry"))
         .key(format!("{base}registry:expiry"))
+        .key(format!("{base}identities:"))
+        .key(format!("{base}identities:expiry"))
         .arg(10_000)
         .arg(15_000)
         .arg("direct")
@@ -954,13 +965,14 @@ async fn a_report_reads_a_bounded_size_of_processes_values() {
             .expect("served");
     }
     let mut check = server.connection();
+    // Each reported: its head is this process's report, no longer the fleet's.
     eventually("every scope to be reported", || {
         tags.iter().all(|tag| {
-            redis::cmd("HEXISTS")
+            redis::cmd("HGET")
                 .arg(common::registry_hash(&namespace, tag))
-                .arg(format!("{tag}:t"))
-                .query(&mut check)
-                .unwrap_or(false)
+                .arg(tag)
+                .query::<String>(&mut check)
+                .is_ok_and(|reported| reported != head)
         })
     })
     .await;
@@ -1042,10 +1054,7 @@ async fn status_reads_the_registrys_pages_together() {
     let coordinator = common::redis(&proxy.url()).await;
     let namespace = coordinator.namespace().to_owned();
     let mut conn = server.connection();
-    let expiry = format!(
-        "{}identities:expiry",
-        common::namespace_key_base(&namespace)
-    );
+    let expiry = common::registry_expiry(&namespace);
     let until = common::server_time_ms(&mut conn) + 600_000;
     let mut pipe = redis::pipe();
     for n in 0..IDENTITIES {
@@ -1055,10 +1064,13 @@ async fn status_reads_the_registrys_pages_together() {
             .replace("}:", "");
         pipe.cmd("HSET")
             .arg(common::registry_hash(&namespace, &tag))
-            .arg(format!("{tag}:d"))
-            .arg(format!("[\"bulkhead\",\"paged\",\"paged\",\"{scope}\"]"))
-            .arg(format!("{tag}:v"))
-            .arg("limit=5 lease=30s max_wait=none")
+            .arg(&tag)
+            .arg(common::registry_head(
+                &format!("[\"bulkhead\",\"paged\",\"paged\",\"{scope}\"]"),
+                (0, ""),
+                "limit=5 lease=30s max_wait=none",
+                0,
+            ))
             .ignore();
         pipe.cmd("ZADD").arg(&expiry).arg(until).arg(&tag).ignore();
     }

@@ -1,16 +1,19 @@
 //! Where the identity registry lives in Redis: 256 small hashes rather than one large one, so
 //! Redis never grows a table of tens of thousands of fields inside a report (one hash of
-//! 80 000 fields took over 1 ms to grow: issue 27, item 3); and the single hash earlier
-//! versions wrote, still listed and emptied as it expires during a rolling upgrade.
+//! 80 000 fields took over 1 ms to grow: issue 27, item 3), two fields per identity
+//! (`lua/registry_prelude.lua`); and the layouts earlier versions wrote (eight fields per
+//! identity in 256 hashes, and before that in a single hash), still listed and emptied as
+//! they expire during a rolling upgrade.
 
 use caracal::bulkhead;
+use caracal_tests::stats::CommandLog;
 use caracal_tests::{RedisCluster, RedisServer};
 use sha2::{Digest, Sha256};
 
 use crate::common::{self, TestError, eventually};
 
-/// The fields a report writes per identity (`lua/registry_report.lua`).
-const FIELDS: usize = 8;
+/// The fields a report writes per identity (`lua/registry_prelude.lua`).
+const FIELDS: usize = 2;
 /// The registry's hashes, named by the first two hex digits of their identities' tags.
 const HASHES: usize = 256;
 
@@ -24,7 +27,7 @@ fn tag(n: usize) -> String {
 
 /// How many fields each of `namespace`'s registry hashes holds, whatever their names.
 fn hash_sizes(conn: &mut redis::Connection, namespace: &str) -> Vec<usize> {
-    let pattern = format!("{}identities:*", common::namespace_key_base(namespace));
+    let pattern = format!("{}entries:*", common::namespace_key_base(namespace));
     let hashes: Vec<String> = redis::cmd("SCAN")
         .cursor_arg(0)
         .arg("MATCH")
@@ -45,7 +48,7 @@ fn hash_sizes(conn: &mut redis::Connection, namespace: &str) -> Vec<usize> {
 }
 
 /// Reports far past the registry's bound (2 048 identities, 1 000 kept) leave every identity
-/// kept in the hash its tag names and nothing of a forgotten one: the fields add up to 8 per
+/// kept in the hash its tag names and nothing of a forgotten one: the fields add up to 2 per
 /// identity kept, and no hash holds more than three times its share. Red with one hash for
 /// all (`tag:sub(1, 0)` in the report) or with forgetting from a hash the tag does not name.
 #[test]
@@ -59,12 +62,14 @@ fn reports_spread_the_registry_over_small_hashes_and_forget_from_them() {
     let report = redis::Script::new(&caracal_tests::stats::script_source("registry_report"));
     for page in 0..REPORTED / 8 {
         let mut call = report.prepare_invoke();
-        call.key(format!("{base}identities:"))
-            .key(format!("{base}identities:expiry"))
+        call.key(format!("{base}entries:"))
+            .key(format!("{base}entries:expiry"))
             .key(format!("{base}processes"))
             .key(format!("{base}processes:expiry"))
             .key(format!("{base}registry"))
             .key(format!("{base}registry:expiry"))
+            .key(format!("{base}identities:"))
+            .key(format!("{base}identities:expiry"))
             .arg(KEPT)
             .arg(15_000)
             .arg("p")
@@ -86,7 +91,7 @@ fn reports_spread_the_registry_over_small_hashes_and_forget_from_them() {
         assert_eq!(drifts.len(), 8);
     }
     let kept: usize = redis::cmd("ZCARD")
-        .arg(format!("{base}identities:expiry"))
+        .arg(common::registry_expiry(&namespace))
         .query(&mut conn)
         .expect("ZCARD");
     assert_eq!(kept, KEPT);
@@ -104,12 +109,16 @@ fn reports_spread_the_registry_over_small_hashes_and_forget_from_them() {
     // What the bound kept is the latest, each in the hash its tag names.
     for n in REPORTED - KEPT..REPORTED {
         let tag = tag(n);
-        let there: bool = redis::cmd("HEXISTS")
+        let there: (bool, bool) = redis::pipe()
+            .cmd("HEXISTS")
+            .arg(common::registry_hash(&namespace, &tag))
+            .arg(&tag)
+            .cmd("HEXISTS")
             .arg(common::registry_hash(&namespace, &tag))
             .arg(format!("{tag}:u"))
             .query(&mut conn)
             .expect("HEXISTS");
-        assert!(there, "identity {n} not in its hash");
+        assert_eq!(there, (true, true), "identity {n} not in its hash");
     }
 }
 
@@ -180,7 +189,7 @@ async fn an_earlier_versions_registry_is_listed_and_emptied_as_it_expires() {
             exists(
                 &mut conn,
                 &common::registry_hash(&namespace, &used),
-                format!("{used}:d"),
+                used.clone(),
             ) && !exists(&mut conn, &earlier, format!("{expired}:d"))
         },
     )
@@ -197,6 +206,103 @@ async fn an_earlier_versions_registry_is_listed_and_emptied_as_it_expires() {
     let mut names: Vec<&str> = status.iter().map(|row| row.name.as_str()).collect();
     names.sort_unstable();
     assert_eq!(names, ["layout-held", "layout-used"]);
+}
+
+#[bulkhead(name = "layout-both", limit = 5)]
+async fn both() -> Result<(), TestError> {
+    Ok(())
+}
+
+#[bulkhead(name = "layout-new", limit = 5)]
+async fn new_only() -> Result<(), TestError> {
+    Ok(())
+}
+
+/// A rolling upgrade: a process of the version before (eight fields per identity, its report
+/// as it shipped) and one of this version report at once. The reader lists each identity once,
+/// in use, whichever wrote it, and one both use with both processes' uses (the earlier
+/// process's rates added to this one's). Red without the read of the eight-field layout (the
+/// identity only the earlier process uses missing) or without adding the uses of an identity
+/// both layouts hold (its rates this process's alone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_earlier_writer_and_this_one_are_read_together() {
+    const EARLIER_RATE: f64 = 1_000.0;
+    let server = RedisServer::start();
+    let coordinator = common::redis(&server.url()).await;
+    let mut conn = server.connection();
+    let namespace = coordinator.namespace().to_owned();
+    let base = common::namespace_key_base(&namespace);
+    let tag_of = |name: &str| {
+        common::key_base(&namespace, "bulkhead", name, "global")
+            .replace("caracal:v1:{", "")
+            .replace("}:", "")
+    };
+    let earlier = redis::Script::new(include_str!("fixtures/registry_report_fields.lua"));
+    let mut call = earlier.prepare_invoke();
+    call.key(format!("{base}identities:"))
+        .key(format!("{base}identities:expiry"))
+        .key(format!("{base}processes"))
+        .key(format!("{base}processes:expiry"))
+        .key(format!("{base}registry"))
+        .key(format!("{base}registry:expiry"))
+        .arg(10_000)
+        .arg(15_000)
+        .arg("earlier")
+        .arg(r#"{"host":"h","pid":1,"version":"0.0.9","identities":2}"#)
+        .arg(30_000)
+        .arg(100);
+    for name in ["layout-old", "layout-both"] {
+        call.arg(tag_of(name))
+            .arg(format!(r#"["bulkhead","{name}","{name}","global"]"#))
+            .arg("limit=5 lease=30s max_wait=none")
+            .arg("attribute attribute attribute")
+            .arg("earlier/site")
+            .arg(600_000)
+            .arg(0)
+            .arg(format!(r#"{{"admitted":{EARLIER_RATE}}}"#));
+    }
+    let drifts: Vec<i64> = call
+        .invoke(&mut conn)
+        .expect("the earlier version's report");
+    assert_eq!(drifts, [0, 0]);
+
+    coordinator.scoped(both()).await.expect("served");
+    coordinator.scoped(new_only()).await.expect("served");
+    let mut check = server.connection();
+    eventually("this process's uses reported", || {
+        ["layout-both", "layout-new"].iter().all(|name| {
+            let tag = tag_of(name);
+            redis::cmd("HEXISTS")
+                .arg(common::registry_hash(&namespace, &tag))
+                .arg(&tag)
+                .query(&mut check)
+                .unwrap_or(false)
+        })
+    })
+    .await;
+    let status = coordinator.admin().status().await.expect("status");
+    let mut rows: Vec<(&str, bool)> = status
+        .iter()
+        .map(|row| (row.name.as_str(), row.in_use))
+        .collect();
+    rows.sort_unstable();
+    assert_eq!(
+        rows,
+        [
+            ("layout-both", true),
+            ("layout-new", true),
+            ("layout-old", true)
+        ]
+    );
+    let both = status
+        .iter()
+        .find(|row| row.name == "layout-both")
+        .expect("listed");
+    assert!(
+        both.rates.admitted >= EARLIER_RATE,
+        "the earlier process's rate not added: {:?}",
+        both.rates
+    );
 }
 
 #[bulkhead(name = "layout-cluster", limit = 5, scope = scope)]
@@ -230,4 +336,59 @@ async fn a_cluster_lists_what_its_processes_report() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
+}
+
+/// Issue 27: `status` read each identity's state with a script of its own, a round trip each
+/// (10 000 at the registry's bound, well past a second). Now each kind's identities are read
+/// many to a script: 40 bulkheads take a few scripts, each reading many lease sets. Counted in
+/// the server's log, never timed. Red with one identity per script (`STATUS_BATCH = 1`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_reads_many_identities_states_per_script() {
+    const IDENTITIES: usize = 40;
+    /// The most scripts the reads may take: 16 identities a script (`STATUS_BATCH`), each
+    /// maybe refused once before the server knew it (`EVALSHA`, then `EVAL`).
+    const MOST_SCRIPTS: usize = 2 * IDENTITIES.div_ceil(16);
+    let server = RedisServer::start();
+    let coordinator = common::redis(&server.url()).await;
+    let namespace = coordinator.namespace().to_owned();
+    let mut conn = server.connection();
+    let until = common::server_time_ms(&mut conn) + 600_000;
+    let mut pipe = redis::pipe();
+    for n in 0..IDENTITIES {
+        let scope = format!("s{n}");
+        let tag = common::key_base(&namespace, "bulkhead", "batched", &scope)
+            .replace("caracal:v1:{", "")
+            .replace("}:", "");
+        pipe.cmd("HSET")
+            .arg(common::registry_hash(&namespace, &tag))
+            .arg(&tag)
+            .arg(common::registry_head(
+                &format!(r#"["bulkhead","batched","batched","{scope}"]"#),
+                (0, ""),
+                "limit=5 lease=30s max_wait=none",
+                0,
+            ))
+            .ignore();
+        pipe.cmd("ZADD")
+            .arg(common::registry_expiry(&namespace))
+            .arg(until)
+            .arg(&tag)
+            .ignore();
+    }
+    let () = pipe.query(&mut conn).expect("fill the registry");
+    CommandLog::start(&mut conn);
+    let listed = coordinator.admin().status().await.expect("status");
+    assert_eq!(listed.len(), IDENTITIES, "every identity listed once");
+    let log = CommandLog::read(&mut conn);
+    let on_leases = |args: &&[String]| args.iter().any(|arg| arg.ends_with(":leases"));
+    let reads = log.calls_of("zcount").filter(on_leases).count();
+    assert_eq!(reads, IDENTITIES, "each identity's lease set read once");
+    let scripts = ["evalsha", "eval"]
+        .iter()
+        .map(|verb| log.calls_of(verb).filter(on_leases).count())
+        .sum::<usize>();
+    assert!(
+        (1..=MOST_SCRIPTS).contains(&scripts),
+        "{scripts} scripts read {IDENTITIES} identities' states"
+    );
 }

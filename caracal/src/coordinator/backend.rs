@@ -229,15 +229,18 @@ impl Backend {
         }
     }
 
-    /// Runs a kind's status read on the identity at `key`.
-    pub(super) async fn identity_read(
+    /// Runs a kind's status read on the identities at `keys`: one snapshot each, in order.
+    pub(super) async fn identity_reads(
         &self,
         read: &StatusRead,
-        key: &KeyBase,
-    ) -> Result<Snapshot, Error> {
+        keys: &[KeyBase],
+    ) -> Result<Vec<Snapshot>, Error> {
         match self {
-            Backend::Memory(memory) => memory.identity_read(read, key),
-            Backend::Redis(redis) => redis.identity_read(read, key).await,
+            Backend::Memory(memory) => keys
+                .iter()
+                .map(|key| memory.identity_read(read, key))
+                .collect(),
+            Backend::Redis(redis) => redis.identity_reads(read, keys).await,
         }
     }
 }

@@ -640,13 +640,13 @@ impl Coordinator {
         self.inner.backend.processes(&namespace).await
     }
 
-    /// Runs a kind's status read on the identity at `key`.
-    pub(crate) async fn identity_read(
+    /// Runs a kind's status read on the identities at `keys`: one snapshot each, in order.
+    pub(crate) async fn identity_reads(
         &self,
         read: &StatusRead,
-        key: &KeyBase,
-    ) -> Result<Snapshot, Error> {
-        self.inner.backend.identity_read(read, key).await
+        keys: &[KeyBase],
+    ) -> Result<Vec<Snapshot>, Error> {
+        self.inner.backend.identity_reads(read, keys).await
     }
 
     /// The fleet's overrides as this process applies them.

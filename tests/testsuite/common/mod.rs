@@ -285,9 +285,30 @@ pub(crate) fn namespace_key_base(namespace: &str) -> String {
 }
 
 /// The registry hash of `namespace` that holds the identity tagged `tag` (64 hex digits): one
-/// of 256, named by the tag's first two digits (`lua/registry_report.lua`).
+/// of 256, named by the tag's first two digits (`lua/registry_prelude.lua`).
 pub(crate) fn registry_hash(namespace: &str, tag: &str) -> String {
-    format!("{}identities:{}", namespace_key_base(namespace), &tag[..2])
+    format!("{}entries:{}", namespace_key_base(namespace), &tag[..2])
+}
+
+/// The registry's expiry set of `namespace` (`lua/registry_prelude.lua`).
+pub(crate) fn registry_expiry(namespace: &str) -> String {
+    format!("{}entries:expiry", namespace_key_base(namespace))
+}
+
+/// An identity's head in the registry (`lua/registry_prelude.lua`): `description`, reported
+/// last at `reported_ms` by `reporter` with `values`, its map holding `processes` processes,
+/// no drift, the fleet's overrides at version 0, no sources.
+pub(crate) fn registry_head(
+    description: &str,
+    (reported_ms, reporter): (u64, &str),
+    values: &str,
+    processes: usize,
+) -> String {
+    format!(
+        "{reported_ms} 0 0 {processes} {} {} 0 {reporter}{values}{description}",
+        reporter.len(),
+        values.len()
+    )
 }
 
 fn hashed(json: &str) -> String {

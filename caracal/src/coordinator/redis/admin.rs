@@ -8,30 +8,50 @@ use super::{RedisBackend, reply, scripts};
 use crate::coordinator::protocol::FleetOverrides;
 use crate::coordinator::registry::{
     self, DRIFT_WINDOW, MAX_IDENTITIES, MOST_PROCESSES_PER_IDENTITY, Process, Registered, Report,
-    Reporting, Snapshot, StatusRead,
+    Reporting,
 };
 use crate::error::Error;
 use crate::identity::KeyBase;
 
 /// The registry's keys: the prefix of its 256 hashes (an identity's is named by the first
-/// [`HASH_DIGITS`] hex digits of its tag, so no hash grows past a few hundred fields and
-/// Redis never resizes a large table inside a report) and their expiry set (see
-/// `lua/registry_report.lua`).
+/// two hex digits of its tag, so no hash grows past a few hundred fields and Redis never
+/// resizes a large table inside a report) and their expiry set (see
+/// `lua/registry_prelude.lua`).
 fn registry_keys(base: &KeyBase) -> [String; 2] {
-    [base.key("identities:"), base.key("identities:expiry")]
+    [base.key("entries:"), base.key("entries:expiry")]
 }
 
-/// How many of an identity's tag's hex digits name its registry hash (see [`registry_keys`]):
-/// what `lua/registry_report.lua` and `lua/registry_hold.lua` write by.
-const HASH_DIGITS: usize = 2;
-
-/// The single hash, and its expiry set, in which earlier versions kept every identity: their
-/// processes write it until they are upgraded, and what an operator held there stays listed
-/// until it ends, so it is read after the registry's hashes (with no digit naming a hash) and
-/// reports forget what expired in it until it is gone.
-fn earlier_registry_keys(base: &KeyBase) -> [String; 2] {
-    [base.key("registry"), base.key("registry:expiry")]
+/// Where a version kept its registry: the prefix of its hashes and their expiry set, how many
+/// of a tag's hex digits name an identity's hash, and how an entry is laid out (the
+/// `lua/registry_read.lua` argument).
+struct Layout {
+    keys: fn(&KeyBase) -> [String; 2],
+    digits: usize,
+    entry: &'static str,
 }
+
+/// Every layout the registry was kept in, this version's first. Processes of earlier versions
+/// write theirs until they are upgraded (a rolling upgrade has both at once), and what an
+/// operator held there stays listed until it ends, so a reader lists them after this one's,
+/// and reports forget what expired in them until they are gone: eight fields per identity in
+/// 256 hashes, and before that in a single hash (no digit naming it).
+const LAYOUTS: [Layout; 3] = [
+    Layout {
+        keys: registry_keys,
+        digits: 2,
+        entry: "head",
+    },
+    Layout {
+        keys: |base| [base.key("identities:"), base.key("identities:expiry")],
+        digits: 2,
+        entry: "fields",
+    },
+    Layout {
+        keys: |base| [base.key("registry"), base.key("registry:expiry")],
+        digits: 0,
+        entry: "fields",
+    },
+];
 
 fn process_keys(base: &KeyBase) -> [String; 2] {
     [base.key("processes"), base.key("processes:expiry")]
@@ -230,17 +250,19 @@ impl RedisBackend {
                 report.extra.clone(),
             ]);
         }
-        let [registry, expiry] = registry_keys(base);
+        let [current, earlier, earliest] = LAYOUTS.map(|layout| (layout.keys)(base));
         let [processes, processes_expiry] = process_keys(base);
-        let [earlier, earlier_expiry] = earlier_registry_keys(base);
         let keys = [
-            registry,
-            expiry,
-            processes,
-            processes_expiry,
-            earlier,
-            earlier_expiry,
-        ];
+            &current[0],
+            &current[1],
+            &processes,
+            &processes_expiry,
+            &earliest[0],
+            &earliest[1],
+            &earlier[0],
+            &earlier[1],
+        ]
+        .map(String::clone);
         let value = self.link.eval(script, base, &keys, args).await?;
         let handled = match &value {
             Value::Array(flags) if (1..=reports.len()).contains(&flags.len()) => flags.len(),
@@ -262,36 +284,35 @@ impl RedisBackend {
     /// time (see [`registry_report`](Self::registry_report)), the last to expire first and
     /// at most [`MAX_IDENTITIES`] (the registry's bound, which the fleet's reports restore a
     /// few pages at a time when a registry overflows it); one listed on two pages (it was
-    /// reported meanwhile) is listed once. Then those only the earlier versions' single hash
-    /// holds (see [`earlier_registry_keys`]), within the same bound.
+    /// reported meanwhile) is listed once. Then those only an earlier version's layout holds
+    /// (see [`LAYOUTS`]), within the same bound; of one in several, the processes' uses the
+    /// earlier layouts alone hold are added to it (processes of both versions use it).
     pub(in crate::coordinator) async fn registry_read(
         &self,
         base: &KeyBase,
     ) -> Result<Vec<Registered>, Error> {
         let most = u64::from(MAX_IDENTITIES);
-        let current = registry_keys(base);
-        let mut listed = paged(
-            most,
-            REGISTRY_PAGE,
-            |start| self.registry_read_page(base, &current, HASH_DIGITS, start),
-            |entry| entry.key.clone(),
-        )
-        .await?;
-        let earlier = earlier_registry_keys(base);
-        let only_earlier = paged(
-            most.saturating_sub(listed.len() as u64),
-            REGISTRY_PAGE,
-            |start| self.registry_read_page(base, &earlier, 0, start),
-            |entry| entry.key.clone(),
-        )
-        .await?;
-        let known: std::collections::HashSet<KeyBase> =
-            listed.iter().map(|entry| entry.key.clone()).collect();
-        listed.extend(
-            only_earlier
-                .into_iter()
-                .filter(|entry| !known.contains(&entry.key)),
-        );
+        let mut listed: Vec<Registered> = Vec::new();
+        let mut known: std::collections::HashMap<KeyBase, usize> = std::collections::HashMap::new();
+        for layout in &LAYOUTS {
+            let keys = (layout.keys)(base);
+            let read = paged(
+                most.saturating_sub(listed.len() as u64),
+                REGISTRY_PAGE,
+                |start| self.registry_read_page(base, &keys, layout, start),
+                |entry| entry.key.clone(),
+            )
+            .await?;
+            for entry in read {
+                match known.get(&entry.key) {
+                    Some(&at) => listed[at].add_uses(entry),
+                    None => {
+                        known.insert(entry.key.clone(), listed.len());
+                        listed.push(entry);
+                    }
+                }
+            }
+        }
         Ok(listed)
     }
 
@@ -318,21 +339,18 @@ impl RedisBackend {
         integer(script.name, value).map(drop)
     }
 
-    /// One page from `start` of the registry at `keys`, whose identities' hashes are named by
-    /// their tags' first `digits` hex digits: where the next starts (`None` after the last),
-    /// and its identities.
+    /// One page from `start` of the registry at `keys`, kept in `layout`: where the next
+    /// starts (`None` after the last), and its identities.
     async fn registry_read_page(
         &self,
         base: &KeyBase,
         keys: &[String; 2],
-        digits: usize,
+        layout: &Layout,
         start: u64,
     ) -> Result<Page<Registered>, Error> {
         let script = &scripts::REGISTRY_READ;
-        let value = self
-            .link
-            .eval(script, base, keys, (start, REGISTRY_PAGE, digits))
-            .await?;
+        let args = (start, REGISTRY_PAGE, layout.digits, layout.entry);
+        let value = self.link.eval(script, base, keys, args).await?;
         let (now, next, items) = page_of(script.name, value, start, 6)?;
         let mut listed = Vec::new();
         let mut items = items.into_iter();
@@ -506,27 +524,5 @@ impl RedisBackend {
             )
             .await?;
         integer(script.name, value).map(drop)
-    }
-
-    /// Runs a kind's status read on the identity at `key`: the server's time, then the
-    /// kind's figures.
-    pub(in crate::coordinator) async fn identity_read(
-        &self,
-        read: &StatusRead,
-        key: &KeyBase,
-    ) -> Result<Snapshot, Error> {
-        let script = read.script;
-        let keys: Vec<String> = read.keys.iter().map(|suffix| key.key(suffix)).collect();
-        let value = self.link.eval(script, key, &keys, &[] as &[&str]).await?;
-        let mut figures = reply::integer_groups::<1>(script.name, value, read.figures + 1)?
-            .into_iter()
-            .map(|[figure]| figure);
-        // At least the time: `integer_groups` checked the count.
-        let now_ms = unsigned(script.name, figures.next().unwrap_or(-1))?;
-        Ok(Snapshot {
-            script: script.name,
-            now_ms,
-            figures: figures.collect(),
-        })
     }
 }

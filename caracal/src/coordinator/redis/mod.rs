@@ -20,6 +20,7 @@ mod sentinel;
 mod server;
 mod shards;
 mod slot;
+mod status_reads;
 mod until;
 mod writer;
 

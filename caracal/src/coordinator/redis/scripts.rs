@@ -4,11 +4,14 @@
 use crate::kernel::Script;
 
 macro_rules! scripts {
-    ($($static:ident => $file:literal),* $(,)?) => {
+    ($($static:ident => $file:literal $(after $prelude:literal)?),* $(,)?) => {
         $(
             pub(crate) static $static: Script = Script::new(
                 $file,
-                &[include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/", $file, ".lua"))],
+                &[
+                    $(include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/", $prelude, ".lua")),)?
+                    include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/", $file, ".lua")),
+                ],
             );
         )*
     };
@@ -16,9 +19,10 @@ macro_rules! scripts {
 
 scripts! {
     ACL_CHECK => "acl_check",
-    REGISTRY_REPORT => "registry_report",
-    REGISTRY_READ => "registry_read",
-    REGISTRY_HOLD => "registry_hold",
+    // The layout of an identity's entry, shared by the three scripts that read or write it.
+    REGISTRY_REPORT => "registry_report" after "registry_prelude",
+    REGISTRY_READ => "registry_read" after "registry_prelude",
+    REGISTRY_HOLD => "registry_hold" after "registry_prelude",
     PROCESSES_READ => "processes_read",
     OVERRIDES_WRITE => "overrides_write",
     OVERRIDES_READ => "overrides_read",

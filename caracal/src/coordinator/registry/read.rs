@@ -275,6 +275,22 @@ impl Registered {
         })
     }
 
+    /// Adds the uses `other` (the same identity, as another layout of the registry holds it)
+    /// lists of processes this one does not: processes of two versions each write their
+    /// own during a rolling upgrade.
+    pub(crate) fn add_uses(&mut self, other: Registered) {
+        for reported in other.uses {
+            if !self
+                .uses
+                .iter()
+                .any(|mine| mine.process == reported.process)
+            {
+                self.uses.push(reported);
+            }
+        }
+        self.uses.sort_by(|a, b| a.values.cmp(&b.values));
+    }
+
     /// Whether a process reported it: one an operator steered that no process reported has
     /// no values (see `lua/registry_hold.lua`).
     pub(crate) fn reported(&self) -> bool {
