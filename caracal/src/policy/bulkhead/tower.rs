@@ -101,6 +101,12 @@ impl<Req> BulkheadLayer<Req> {
     /// attributes guide, "Kept leases"). Not with [`local`](Self::local): a local slot costs no
     /// round trip.
     ///
+    /// # Panics
+    ///
+    /// When the layer is applied, if `keep` is more than a third of the
+    /// [`lease`](Self::lease): a kept lease is handed on only until its first renewal is due,
+    /// so the rest would hold a slot for nothing (the attribute refuses it at compile time).
+    ///
     /// ```
     /// use std::time::Duration;
     ///
@@ -194,6 +200,12 @@ impl<S, Req> Layer<S> for BulkheadLayer<Req> {
             !(self.local && self.keep.is_some()),
             "caracal::tower: BulkheadLayer `{}`: `keep` has no effect on a local bulkhead: a \
              local slot costs no round trip",
+            self.identity.name
+        );
+        assert!(
+            self.keep.is_none_or(|keep| keep <= self.lease / 3),
+            "caracal::tower: BulkheadLayer `{}`: `keep` is more than a third of the lease: a kept \
+             lease is handed on only until its first renewal is due",
             self.identity.name
         );
         let site = BulkheadSite::new(BulkheadConfig {
