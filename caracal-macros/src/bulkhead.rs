@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use caracal_spec::Key;
 use caracal_spec::bulkhead as spec;
+use caracal_spec::{Human, Key};
 use proc_macro2::TokenStream;
 use quote::quote;
 use syn::Expr;
@@ -151,11 +151,27 @@ impl Bulkhead {
                 "`lease` has no effect on a `local` bulkhead: a local holder cannot outlive its process",
             );
         }
+        let lease = lease.unwrap_or(spec::LEASE.default.duration());
+        if let Some(keep) = keep
+            && args.all_valid()
+            && keep > lease / 3
+        {
+            args.conflict(
+                "keep",
+                format!(
+                    "`keep` ({}) is more than a third of the lease ({}): a kept lease is handed on \
+                     only until its first renewal is due, a third of the lease after the server \
+                     last confirmed it, so the rest of `keep` would hold a slot for nothing",
+                    Human(keep),
+                    Human(lease)
+                ),
+            );
+        }
         args.finish(|| {
             Some(Bulkhead {
                 identity,
                 limit: limit?,
-                lease: lease.unwrap_or(spec::LEASE.default.duration()),
+                lease,
                 max_wait,
                 keep,
                 shadow,

@@ -31,6 +31,9 @@ pub const TIMEOUTS_TOTAL: &str = "caracal_timeouts_total";
 pub const FALLBACKS_TOTAL: &str = "caracal_fallbacks_total";
 /// The name of the coordinator round-trip histogram.
 pub const COORDINATOR_SECONDS: &str = "caracal_coordinator_seconds";
+/// The name of the counter of what distributed bulkheads with `keep` did with their leases:
+/// kept, reused, returned.
+pub const BULKHEAD_KEPT_LEASES_TOTAL: &str = "caracal_bulkhead_kept_leases_total";
 
 #[cfg(feature = "metrics")]
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -117,6 +120,12 @@ pub fn describe() {
         Unit::Seconds,
         "One round trip to caracal's Redis coordinator, by script"
     );
+    describe_counter!(
+        BULKHEAD_KEPT_LEASES_TOTAL,
+        Unit::Count,
+        "Leases of caracal bulkheads with `keep`: kept after a body, reused by the next call \
+         with no round trip, or returned to the fleet unused"
+    );
 }
 
 /// What a retry loop did after a failed attempt it would retry: the `outcome` label of
@@ -180,6 +189,45 @@ pub(crate) fn hedged(name: &'static str, outcome: Hedged) {
     ::metrics::counter!(HEDGES_TOTAL, "name" => name, "outcome" => outcome.as_str()).increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = (name, outcome);
+}
+
+/// What a bulkhead with `keep` did with a lease: the `outcome` label of
+/// [`BULKHEAD_KEPT_LEASES_TOTAL`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum KeptLease {
+    /// A finished body's lease was kept for the next call.
+    Kept,
+    /// A call started on a kept lease, with no round trip.
+    Reused,
+    /// A kept lease went back to the fleet unused (its time ran out, it was no longer good to
+    /// hand on, or the coordinator shut down).
+    Returned,
+}
+
+impl KeptLease {
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    fn as_str(self) -> &'static str {
+        match self {
+            KeptLease::Kept => "kept",
+            KeptLease::Reused => "reused",
+            KeptLease::Returned => "returned",
+        }
+    }
+}
+
+/// Counts what the bulkhead at `at` did with a kept lease.
+#[inline]
+pub(crate) fn kept_lease(at: &At<'_>, outcome: KeptLease) {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!(
+        BULKHEAD_KEPT_LEASES_TOTAL,
+        "name" => at.name.to_owned(),
+        "operation" => at.operation.to_owned(),
+        "outcome" => outcome.as_str(),
+    )
+    .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (at, outcome);
 }
 
 /// When a call reached a policy, for the admission histogram; nothing without the feature.

@@ -2,7 +2,7 @@
 //! its reason, for each policy kind; the admission histogram; the bulkhead occupancy back to 0
 //! however calls end; the breaker state in a process that did not change it; the coordinator's
 //! connectivity; the limit in force, the breaker's rates, the retry, timeout and fallback
-//! counters and the coordinator's round trips.
+//! counters, the coordinator's round trips and the kept leases of a bulkhead with `keep`.
 //!
 //! The suites share one recorder ([`MetricsLog::global`]): each test reads only the series of
 //! policy names its own functions use. Label-less series (`caracal_coordinator_up`) and
@@ -13,10 +13,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use caracal::admin::{BreakerCommand, BreakerId};
 use caracal::metrics::{
-    ADMISSION_SECONDS, BULKHEAD_IN_FLIGHT, BULKHEAD_LIMIT, CIRCUIT_BREAKER_FAILURE_RATE,
-    CIRCUIT_BREAKER_FORCED_UNTIL, CIRCUIT_BREAKER_SLOW_CALL_RATE, CIRCUIT_BREAKER_STATE,
-    COORDINATOR_SECONDS, DECISIONS_TOTAL, FALLBACKS_TOTAL, LABELLED_SCOPES, OTHER_SCOPES,
-    RETRIES_TOTAL, TIMEOUTS_TOTAL,
+    ADMISSION_SECONDS, BULKHEAD_IN_FLIGHT, BULKHEAD_KEPT_LEASES_TOTAL, BULKHEAD_LIMIT,
+    CIRCUIT_BREAKER_FAILURE_RATE, CIRCUIT_BREAKER_FORCED_UNTIL, CIRCUIT_BREAKER_SLOW_CALL_RATE,
+    CIRCUIT_BREAKER_STATE, COORDINATOR_SECONDS, DECISIONS_TOTAL, FALLBACKS_TOTAL, LABELLED_SCOPES,
+    OTHER_SCOPES, RETRIES_TOTAL, TIMEOUTS_TOTAL,
 };
 use caracal::{Coordinator, bulkhead, circuit_breaker, fallback, rate_limit, retry, timeout};
 use caracal_tests::{FaultProxy, MetricsLog, RedisServer};
@@ -761,4 +761,40 @@ async fn decisions_by_class_carry_the_calls_priority() {
         metrics.counter(DECISIONS_TOTAL, &[("name", "metrics-priority-breaker")]),
         1
     );
+}
+
+#[bulkhead(name = "metrics-kept", limit = 2, keep = "50ms")]
+async fn kept() -> Result<(), TestError> {
+    Ok(())
+}
+
+/// A bulkhead with `keep` counts what it did with its leases: two calls in a row keep a lease
+/// each time and the second starts on the first's; the second's lease goes back to the fleet
+/// once `keep` passes.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn kept_leases_are_counted() {
+    let metrics = MetricsLog::global();
+    let name = "metrics-kept";
+    let leases = |outcome| {
+        metrics.counter(
+            BULKHEAD_KEPT_LEASES_TOTAL,
+            &[("name", name), ("operation", name), ("outcome", outcome)],
+        )
+    };
+    let coordinator = Coordinator::in_memory();
+    for _ in 0..2 {
+        assert_eq!(code(&coordinator.scoped(kept()).await), "ok");
+    }
+    assert_eq!(
+        (leases("kept"), leases("reused"), leases("returned")),
+        (2, 1, 0),
+        "{metrics:?}"
+    );
+    assert_eq!(
+        decisions(name, "admitted", None),
+        2,
+        "a reused call is admitted too"
+    );
+    eventually("the kept lease returned", || leases("returned") == 1).await;
+    assert_eq!((leases("kept"), leases("reused")), (2, 1));
 }

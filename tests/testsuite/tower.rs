@@ -208,3 +208,36 @@ async fn a_priority_layer_classes_requests_for_the_layers_and_service_below() {
         }
     }
 }
+
+/// `.keep(…)` on the layer keeps a finished request's lease, and the next request starts on
+/// it with no round trip, as `#[bulkhead(keep = …)]` does.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_bulkhead_layer_with_keep_hands_a_lease_to_the_next_request() {
+    use std::time::Duration;
+
+    use caracal::Coordinator;
+    use caracal::tower::BulkheadLayer;
+    use caracal_tests::EventLog;
+    use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
+
+    let (log, _guard) = EventLog::capture_thread_default();
+    let mut service = ServiceBuilder::new()
+        .layer(
+            BulkheadLayer::new(&unique("tower-keep"))
+                .limit(2)
+                .keep(Duration::from_millis(50)),
+        )
+        .service(service_fn(|(): ()| async { Ok::<_, std::io::Error>(()) }));
+    let coordinator = Coordinator::in_memory();
+    for _ in 0..2 {
+        let ready = service.ready().await.expect("ready");
+        coordinator.scoped(ready.call(())).await.expect("admitted");
+    }
+    assert_eq!(log.count("bulkhead.lease_kept"), 2, "{:?}", log.snapshot());
+    assert_eq!(
+        log.count("bulkhead.lease_reused"),
+        1,
+        "{:?}",
+        log.snapshot()
+    );
+}

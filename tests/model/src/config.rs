@@ -39,6 +39,30 @@ pub enum TrustFrom {
     Reply,
 }
 
+/// A rule of lease keeping ([`Config::keep`]) a test may switch off to see what breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KeepRule {
+    /// Kept and handed on only while the latest reply showed the fleet below its limit.
+    Occupancy,
+    /// Not kept once a body read its fencing token.
+    Unread,
+    /// Kept only when every renewal sent was answered.
+    Answered,
+    /// Handed on only in the epoch it was granted in (not once its process noticed a loss).
+    Epoch,
+    /// Handed on only while trusted with no renewal due (trusted as long as a lease just
+    /// granted).
+    Trusted,
+    /// Handed on only if confirmed by a request sent since the latest reconnection.
+    Confirmed,
+    /// Handed on only if its token is not below one a body of its process read.
+    HighestRead,
+    /// Kept in the server's lease set, counted there like a running body's lease. Without it,
+    /// keeping is the naive local cache: the slot goes back to the fleet and the process still
+    /// hands the lease on.
+    InSet,
+}
+
 /// The parameters of one run. Every duration is in ticks.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Config {
@@ -103,6 +127,17 @@ pub struct Config {
     /// Whether the limit property excuses holders admitted blind (see
     /// [`crate::properties`]): a test turns it off to show the overlap it stands for.
     pub excuse_blind: bool,
+    /// How long a finished body's lease may be kept for the next caller of its process
+    /// (`keep`; 0: off, as by default).
+    pub keep: u8,
+    /// How old the latest reply about a kept lease may be for it to be handed on (caracal's
+    /// `FRESH_OCCUPANCY`, 100 ms), counted from when the request it answered was sent.
+    pub fresh: u8,
+    /// How many shutdowns (a process's pool closed: every kept lease returned, none kept
+    /// after) the run may see.
+    pub closes: u8,
+    /// The keeping rules switched off, for a test.
+    pub skip: Vec<KeepRule>,
 }
 
 impl Config {
@@ -138,7 +173,33 @@ impl Config {
             carry_known: true,
             denied_renewal_is_loss: true,
             excuse_blind: true,
+            keep: 0,
+            fresh: 2,
+            closes: 0,
+            skip: Vec::new(),
         }
+    }
+
+    /// [`Config::base`] with lease keeping on: one process with two callers (one takes what
+    /// the other kept), a limit of 2 (a lease is kept only while the fleet is below its limit,
+    /// so at 1 none ever is), leases kept for up to 2 ticks (as long as one can be handed on
+    /// here), bodies writing, a shutdown, no loss. The bounded runs with a loss swap the
+    /// writes and the shutdown for a second process.
+    pub fn keeping() -> Config {
+        Config {
+            processes: 1,
+            limit: 2,
+            callers: vec![0, 0],
+            keep: 2,
+            losses: 0,
+            closes: 1,
+            ..Config::base()
+        }
+    }
+
+    /// Whether keeping rule `rule` is in force.
+    pub fn keeps_by(&self, rule: KeepRule) -> bool {
+        !self.skip.contains(&rule)
     }
 
     /// The deep runs (`#[ignore]`d in `cargo test`): a freeze and a partition on top of a loss

@@ -35,10 +35,16 @@
 //!   it hears no notice), the network's delays.
 //! - **A fencing downstream** ([`state::Downstream`]): each body writes once with its token;
 //!   the downstream refuses a token lower than one it accepted.
+//! - **Kept leases** ([`Config::keep`], off in the runs above it): a finished body's lease
+//!   stays in the set, owned by its process, and a new body of that process takes it with no
+//!   round trip; it is returned by its timer, at shutdown, when its process notices a loss, or
+//!   when a caller finds it unusable. The steps and their rules are in `keep.rs`; a run can
+//!   switch a rule off ([`KeepRule`]).
 //!
 //! The properties, and the named exceptions of the limit, are in [`properties`].
 
 pub mod config;
+mod keep;
 pub mod model;
 pub mod properties;
 pub mod state;
@@ -49,7 +55,7 @@ use std::time::{Duration, Instant};
 
 use stateright::{Checker, Model, Path};
 
-pub use config::{Config, LossKind, TrustFrom};
+pub use config::{Config, KeepRule, LossKind, TrustFrom};
 pub use model::{Action, LeaseModel};
 pub use state::State;
 

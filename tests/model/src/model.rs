@@ -21,7 +21,7 @@ use crate::config::{Config, LossKind, TrustFrom};
 use crate::properties;
 use crate::state::{
     Caller, CallerId, Command, Downstream, Faults, Fence, Flight, Holder, Lane, Phase, Proc,
-    ProcId, Renewal, Reply, Seen, Server, State, Tick, Write,
+    ProcId, Renewal, Reply, Seen, Server, State, Tick,
 };
 
 /// The lease protocol under the faults of a [`Config`].
@@ -66,6 +66,8 @@ pub enum Action {
     Cut(ProcId),
     /// A cut-off process reaches the server again.
     Heal(ProcId),
+    /// A process shuts down: its pool of kept leases closes.
+    Close(ProcId),
 }
 
 impl fmt::Display for Action {
@@ -87,6 +89,7 @@ impl fmt::Display for Action {
             Action::Thaw(p) => write!(f, "process {p} resumes"),
             Action::Cut(p) => write!(f, "process {p} is cut off from the server"),
             Action::Heal(p) => write!(f, "process {p} reaches the server again"),
+            Action::Close(p) => write!(f, "process {p} shuts down (its kept leases return)"),
         }
     }
 }
@@ -97,12 +100,12 @@ fn ids(count: usize) -> impl Iterator<Item = u8> {
 }
 
 /// A duration of the configuration, as a relative time.
-fn ticks(duration: u8) -> Tick {
+pub(crate) fn ticks(duration: u8) -> Tick {
     Tick::try_from(duration).unwrap_or(Tick::MAX)
 }
 
 /// A deadline one tick closer (0: passed).
-fn closer(deadline: Tick) -> Tick {
+pub(crate) fn closer(deadline: Tick) -> Tick {
     (deadline - 1).max(0)
 }
 
@@ -116,6 +119,12 @@ fn each_fence(s: &mut State, f: &mut impl FnMut(&mut Fence)) {
     s.server.counter.iter_mut().for_each(&mut *f);
     s.server.max_fence.iter_mut().for_each(&mut *f);
     s.downstream.max_fence.iter_mut().for_each(&mut *f);
+    for proc in &mut s.procs {
+        proc.highest_read.iter_mut().for_each(&mut *f);
+        proc.kept
+            .iter_mut()
+            .for_each(|kept| f(&mut kept.lease.fence));
+    }
     for caller in &mut s.callers {
         if let Phase::Holding(h) = &mut caller.phase {
             f(&mut h.fence);
@@ -142,6 +151,11 @@ fn each_fence(s: &mut State, f: &mut impl FnMut(&mut Fence)) {
 /// Calls `f` on every grant order in the state (ghost).
 fn each_order(s: &mut State, f: &mut impl FnMut(&mut u8)) {
     s.downstream.newest.iter_mut().for_each(&mut *f);
+    for proc in &mut s.procs {
+        proc.kept
+            .iter_mut()
+            .for_each(|kept| f(&mut kept.lease.order));
+    }
     for caller in &mut s.callers {
         if let Phase::Holding(h) = &mut caller.phase {
             f(&mut h.order);
@@ -161,7 +175,7 @@ fn each_order(s: &mut State, f: &mut impl FnMut(&mut u8)) {
 
 impl LeaseModel {
     /// The process of caller `c`.
-    fn proc_of(&self, c: CallerId) -> ProcId {
+    pub(crate) fn proc_of(&self, c: CallerId) -> ProcId {
         self.config.callers[usize::from(c)]
     }
 
@@ -221,17 +235,19 @@ impl LeaseModel {
         procs || callers
     }
 
-    /// The highest fencing token that process `p` trusts a lease of, and (ghost) the
-    /// incarnation that granted that lease; whether or not commands carry it.
+    /// The highest fencing token that process `p` trusts a lease of (held or kept), and
+    /// (ghost) the incarnation that granted that lease; whether or not commands carry it.
     fn trusted(&self, s: &State, p: ProcId) -> Option<(Fence, u8)> {
-        let epoch = s.procs[usize::from(p)].epoch;
-        self.callers_of(p)
+        let proc = &s.procs[usize::from(p)];
+        let held = self
+            .callers_of(p)
             .filter_map(|c| match &s.callers[usize::from(c)].phase {
-                Phase::Holding(h) if h.epoch == epoch && h.trust > 0 => {
-                    Some((h.fence, h.incarnation))
-                }
+                Phase::Holding(h) => Some(h),
                 _ => None,
-            })
+            });
+        held.chain(proc.kept.iter().map(|kept| &kept.lease))
+            .filter(|h| h.epoch == proc.epoch && h.trust > 0)
+            .map(|h| (h.fence, h.incarnation))
             .max()
     }
 
@@ -264,6 +280,7 @@ impl LeaseModel {
             known_incarnation,
             trusted: trusted.map(|(fence, _)| fence),
             by: ticks(self.config.net_delay),
+            conn: s.procs[usize::from(p)].reconnections,
         }
     }
 
@@ -292,7 +309,7 @@ impl LeaseModel {
 
     /// Holder `c` of process `p` sends its renewal if one is due (the renewal loop: it sleeps
     /// until the due time, which may have passed already when an answer arrives late).
-    fn renew_if_due(&self, s: &mut State, p: ProcId, c: CallerId) {
+    pub(crate) fn renew_if_due(&self, s: &mut State, p: ProcId, c: CallerId) {
         if let Phase::Holding(h) = &s.callers[usize::from(c)].phase
             && h.renewing.is_none()
             && h.renew_at == 0
@@ -305,14 +322,16 @@ impl LeaseModel {
     fn send_renewal(&self, s: &mut State, p: ProcId, c: CallerId) {
         let command = self.command(s, p);
         let reply = Self::dead(s, p).then_some(Reply::Failed);
+        let keeping = self.config.keep > 0;
         if let Phase::Holding(h) = &mut s.callers[usize::from(c)].phase {
             h.renewing = Some(Renewal { command, reply });
+            h.unanswered = keeping;
         }
     }
 
     /// Ends caller `c`'s hold on its lease: the release goes out in the background (a
     /// renewal in flight is then the same as one denied or lost: it changes nothing).
-    fn cancel(&self, s: &mut State, c: CallerId) {
+    pub(crate) fn cancel(&self, s: &mut State, c: CallerId) {
         let Phase::Holding(h) = &s.callers[usize::from(c)].phase else {
             return;
         };
@@ -369,6 +388,7 @@ impl LeaseModel {
                 self.cancel(s, c);
             }
         }
+        self.forget_kept(s, p);
         if publish && self.config.broadcast {
             let by = ticks(self.config.notice_delay);
             for q in s.procs.iter_mut().filter(|q| q.knows < incarnation) {
@@ -407,6 +427,7 @@ impl LeaseModel {
                 _ => {}
             }
         }
+        self.kept_timers(s, p);
     }
 
     /// A command a tick older: its send no older than trust counted from it could last.
@@ -440,6 +461,11 @@ impl LeaseModel {
             if let Some(flight) = &mut proc.lane.flight {
                 self.age(&mut flight.command);
             }
+            for kept in &mut proc.kept {
+                kept.lease.trust = closer(kept.lease.trust);
+                kept.lease.renew_at = closer(kept.lease.renew_at);
+                kept.until = closer(kept.until);
+            }
             // One tick past the grace: a refusal in its last tick is still told from none.
             proc.lost_at = proc.lost_at.map(|at| older(at, cfg.effective_grace() + 1));
             proc.check_by = proc.check_by.map(closer);
@@ -467,6 +493,10 @@ impl LeaseModel {
     fn start(&self, s: &mut State, c: CallerId) {
         let p = self.proc_of(c);
         s.callers[usize::from(c)].uses -= 1;
+        // The pool is looked at before anything else, as the library does.
+        if self.reuse(s, c) {
+            return;
+        }
         let proc = &s.procs[usize::from(p)];
         let grace = ticks(self.config.effective_grace());
         if proc.lost_at.is_some_and(|at| at > -grace) {
@@ -542,7 +572,7 @@ impl LeaseModel {
             return;
         };
         let reply = Self::refused(s, p, &renewal.command)
-            .unwrap_or_else(|| Self::renew(s, token, self.config.server_ttl()));
+            .unwrap_or_else(|| self.renew(s, token, self.config.server_ttl()));
         if let Phase::Holding(h) = &mut s.callers[usize::from(c)].phase
             && let Some(renewal) = &mut h.renewing
         {
@@ -576,17 +606,30 @@ impl LeaseModel {
             order,
             incarnation: server.incarnation,
             blind,
+            occupancy: self.occupancy(s),
+        }
+    }
+
+    /// The occupancy a reply carries: the set's size, read only where leases are kept (else
+    /// always 0, so that it adds no state).
+    fn occupancy(&self, s: &State) -> u8 {
+        if self.config.keep > 0 {
+            u8::try_from(s.server.leases.len()).unwrap_or(u8::MAX)
+        } else {
+            0
         }
     }
 
     /// Renew, for one token: pushed to `now + ttl` if live, else denied.
-    fn renew(s: &mut State, token: u8, ttl: Tick) -> Reply {
+    fn renew(&self, s: &mut State, token: u8, ttl: Tick) -> Reply {
         let server = &mut s.server;
         let Some(lease) = server.leases.iter_mut().find(|(held, _)| *held == token) else {
             return Reply::Denied;
         };
         lease.1 = ttl;
-        Reply::Renewed
+        Reply::Renewed {
+            occupancy: self.occupancy(s),
+        }
     }
 
     /// Process `p` reads its lane call's replies, answers each caller, and sends the next batch.
@@ -599,7 +642,7 @@ impl LeaseModel {
             _ => vec![Reply::Failed; flight.members.len()],
         };
         for (&c, reply) in flight.members.iter().zip(replies) {
-            self.answer_acquire(s, p, c, flight.command.sent, reply);
+            self.answer_acquire(s, p, c, &flight.command, reply);
         }
         self.next_batch(s, p);
     }
@@ -619,10 +662,13 @@ impl LeaseModel {
             _ => Reply::Failed,
         };
         match reply {
-            Reply::Renewed => {
+            Reply::Renewed { occupancy } => {
                 let start = self.trust_start(renewal.command.sent, renewal.command.sent);
                 h.trust = (start + ticks(cfg.ttl) - ticks(cfg.margin)).max(0);
                 h.renew_at = (start + ticks(cfg.renew_every)).max(0);
+                h.occupancy = occupancy;
+                h.unanswered = false;
+                h.conn = h.conn.max(renewal.command.conn);
                 s.callers[usize::from(c)].phase = Phase::Holding(h);
                 self.renew_if_due(s, p, c);
             }
@@ -645,9 +691,17 @@ impl LeaseModel {
         }
     }
 
-    /// Caller `c` reads the reply to its acquire, sent in a batch `sent` ago.
-    fn answer_acquire(&self, s: &mut State, p: ProcId, c: CallerId, sent: Tick, reply: Reply) {
+    /// Caller `c` reads the reply to its acquire, sent in a batch by `command`.
+    fn answer_acquire(
+        &self,
+        s: &mut State,
+        p: ProcId,
+        c: CallerId,
+        command: &Command,
+        reply: Reply,
+    ) {
         let cfg = &self.config;
+        let sent = command.sent;
         let Phase::Acquiring { epoch, joined } = s.callers[usize::from(c)].phase else {
             return;
         };
@@ -659,6 +713,7 @@ impl LeaseModel {
                 order,
                 incarnation,
                 blind,
+                occupancy,
             } => {
                 let start = self.trust_start(sent, joined);
                 let trust = start + ticks(cfg.ttl) - ticks(cfg.margin);
@@ -690,11 +745,15 @@ impl LeaseModel {
                         incarnation,
                         order,
                         blind,
+                        occupancy,
+                        unanswered: false,
+                        conn: command.conn,
+                        read_before: false,
                     })
                 }
             }
             Reply::Denied => Phase::Idle,
-            Reply::Failed | Reply::Renewed => {
+            Reply::Failed | Reply::Renewed { .. } => {
                 // The acquire may have taken a lease nobody knows of.
                 self.release(s, c, token, ticks(cfg.ttl) + delay);
                 return;
@@ -773,6 +832,9 @@ impl LeaseModel {
             s.procs[usize::from(p)].check_by = Some(ticks(self.config.check_period));
         }
         if reconnected {
+            if self.config.keep > 0 {
+                s.procs[usize::from(p)].reconnections += 1;
+            }
             for c in self.callers_of(p) {
                 if let Phase::Holding(h) = &mut s.callers[usize::from(c)].phase
                     && h.renewing.is_none()
@@ -869,16 +931,35 @@ impl LeaseModel {
             }
         }
         for p in ids(s.procs.len()) {
-            let current = s.procs[usize::from(p)].epoch;
+            let (current, conn) = {
+                let proc = &s.procs[usize::from(p)];
+                (proc.epoch, proc.reconnections)
+            };
             let rebase = |epoch: &mut u8| *epoch = u8::from(*epoch == current);
+            // Likewise, what a lease or a command compares of the reconnections is only
+            // whether they are still the latest.
+            let reconnected = |at: &mut u8| *at = u8::from(*at == conn);
+            let lease = |h: &mut Holder| {
+                rebase(&mut h.epoch);
+                reconnected(&mut h.conn);
+                if let Some(renewal) = &mut h.renewing {
+                    reconnected(&mut renewal.command.conn);
+                }
+            };
             for c in self.callers_of(p) {
                 match &mut s.callers[usize::from(c)].phase {
                     Phase::Acquiring { epoch, .. } => rebase(epoch),
-                    Phase::Holding(h) => rebase(&mut h.epoch),
+                    Phase::Holding(h) => lease(h),
                     _ => {}
                 }
             }
-            s.procs[usize::from(p)].epoch = 1;
+            let proc = &mut s.procs[usize::from(p)];
+            proc.kept.iter_mut().for_each(|kept| lease(&mut kept.lease));
+            if let Some(flight) = &mut proc.lane.flight {
+                reconnected(&mut flight.command.conn);
+            }
+            proc.epoch = 1;
+            proc.reconnections = 1;
         }
     }
 }
@@ -901,6 +982,10 @@ impl Model for LeaseModel {
             cut_off: false,
             noticed_late: false,
             told: 0,
+            kept: Vec::new(),
+            highest_read: None,
+            reconnections: 1,
+            closed: false,
         };
         vec![State {
             server: Server {
@@ -927,6 +1012,7 @@ impl Model for LeaseModel {
                 losses: cfg.losses,
                 freezes: cfg.freezes,
                 partitions: cfg.partitions,
+                closes: cfg.closes,
             },
             seen: 0,
             broken: 0,
@@ -991,6 +1077,9 @@ impl Model for LeaseModel {
             } else if s.faults.partitions > 0 {
                 actions.push(Action::Cut(p));
             }
+            if s.faults.closes > 0 && !proc.closed && !proc.frozen {
+                actions.push(Action::Close(p));
+            }
         }
         if s.faults.losses > 0 {
             actions.extend(
@@ -1008,18 +1097,8 @@ impl Model for LeaseModel {
         match action {
             Action::Tick => self.tick(&mut s),
             Action::Start(c) => self.start(&mut s, c),
-            Action::Finish(c) => self.cancel(&mut s, c),
-            Action::Write(c) => {
-                let caller = &mut s.callers[usize::from(c)];
-                if let Phase::Holding(h) = &mut caller.phase {
-                    h.wrote = true;
-                    caller.write = Some(Write {
-                        fence: h.fence,
-                        order: h.order,
-                        by: ticks(self.config.net_delay),
-                    });
-                }
-            }
+            Action::Finish(c) => self.finish(&mut s, c),
+            Action::Write(c) => self.write(&mut s, c),
             Action::Land(c) => Self::land(&mut s, c),
             Action::Serve(p) => self.serve(&mut s, p),
             Action::ServeRenewal(c) => self.serve_renewal(&mut s, c),
@@ -1062,6 +1141,7 @@ impl Model for LeaseModel {
                     self.timers(&mut s, p, false);
                 }
             }
+            Action::Close(p) => self.close(&mut s, p),
         }
         self.canonical(&mut s);
         Some(s)

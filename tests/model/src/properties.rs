@@ -38,6 +38,9 @@
 //! the server clock back, or erased a counter that had run ahead of the clock, before any
 //! command carrying a token its process trusted (which puts the counter back) reached it.
 //!
+//! [`TOKEN_READ_ONCE`], with kept leases ([`crate::Config::keep`]): a body never reads a fencing
+//! token an earlier body read (a lease whose token was read is not kept).
+//!
 //! # Availability
 //!
 //! [`NOTICED_IN_TIME`]: a process that could run and reach the server all along since a loss
@@ -69,6 +72,8 @@ pub const GRACE_ENDS_IN_TIME: &str =
 /// keeps no holder of a lease granted before that loss.
 pub const TOLD_HOLDERS_STOP: &str =
     "a process a denied renewal told of a loss keeps no holder of the lost leases";
+/// No body reads a fencing token an earlier body read (kept leases hand tokens on).
+pub const TOKEN_READ_ONCE: &str = "no body reads a fencing token an earlier body read";
 /// No process takes for a loss something that was none (or a loss it had noticed).
 pub const NO_FALSE_NOTICE: &str = "a process notices only a loss that happened, once";
 
@@ -150,6 +155,9 @@ pub fn all() -> Vec<Property<LeaseModel>> {
             !s.has_broken(Seen::LateRefusal)
         }),
         Property::always(TOLD_HOLDERS_STOP, told_holders_stop),
+        Property::always(TOKEN_READ_ONCE, |_: &LeaseModel, s: &State| {
+            !s.has_broken(Seen::TokenReread)
+        }),
         sometimes!("a loss is noticed", LossNoticed),
         sometimes!("a holder is cancelled by a loss", CancelledByLoss),
         sometimes!("a caller is refused for the grace", RefusedForGrace),
@@ -175,6 +183,18 @@ pub fn all() -> Vec<Property<LeaseModel>> {
         sometimes!(
             "an acquire is answered past its trust deadline",
             AdmissionExpired
+        ),
+        sometimes!("a finished body's lease is kept", Kept),
+        sometimes!("a new body starts on a kept lease", Reused),
+        sometimes!("a kept lease is returned by its timer", ReturnedByTimer),
+        sometimes!("a kept lease is returned at shutdown", ReturnedAtClose),
+        sometimes!(
+            "a kept lease the rules refuse is returned",
+            ReturnedUnusable
+        ),
+        sometimes!(
+            "a lease is released, not kept: the fleet was full",
+            NotKeptFull
         ),
     ]
 }

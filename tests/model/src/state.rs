@@ -83,6 +83,20 @@ pub enum Seen {
     /// A process that could reach the server all along refused a caller for the grace later
     /// than the loss + the check period + the grace.
     LateRefusal,
+    /// A finished body's lease was kept for the next caller of its process.
+    Kept,
+    /// A new body started on a kept lease, with no round trip.
+    Reused,
+    /// A kept lease was returned (released) by its timer.
+    ReturnedByTimer,
+    /// A kept lease was returned because its process shut down.
+    ReturnedAtClose,
+    /// A kept lease was returned by a caller that could not take it (the rules said no).
+    ReturnedUnusable,
+    /// A finished body's lease was released, not kept: the fleet was full at its latest reply.
+    NotKeptFull,
+    /// A body read a fencing token an earlier body had read.
+    TokenReread,
 }
 
 impl Seen {
@@ -90,7 +104,7 @@ impl Seen {
     pub fn breaks(self) -> bool {
         matches!(
             self,
-            Seen::FalseNotice | Seen::LateNotice | Seen::LateRefusal
+            Seen::FalseNotice | Seen::LateNotice | Seen::LateRefusal | Seen::TokenReread
         )
     }
 
@@ -176,6 +190,26 @@ pub struct Proc {
     /// Ghost: the latest incarnation of the server that a renewal of its revealed, by being
     /// denied for a lease still trusted (only a loss removes one), whether it noticed or not.
     pub told: u8,
+    /// Its pool of kept leases, the most recently kept last (handed on first).
+    pub kept: Vec<Kept>,
+    /// The highest fencing token a body of the identity read here (kept only with `keep`).
+    pub highest_read: Option<Fence>,
+    /// How many times it reconnected to the server; rebased to 1 after every step like the
+    /// epoch (a lease compares only whether it was confirmed since the latest).
+    pub reconnections: u8,
+    /// Shut down: its pool is closed, nothing is kept or handed on any more.
+    pub closed: bool,
+}
+
+/// A kept lease: a finished body's, owned by its process until a new body takes it or it is
+/// returned.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Kept {
+    /// The lease as its last holder left it (no renewal in flight: a lease is kept only with
+    /// every renewal answered).
+    pub lease: Holder,
+    /// Until when it waits for a caller (0: its timer returns it).
+    pub until: Tick,
 }
 
 /// An identity's acquire lane in one process: the call in flight and what waits behind it.
@@ -201,6 +235,8 @@ pub struct Command {
     pub trusted: Option<Fence>,
     /// By when it reaches the server (request) or its process (reply).
     pub by: Tick,
+    /// Its process's reconnections when it was sent.
+    pub conn: u8,
 }
 
 /// One acquire script call: a batch of tokens.
@@ -227,9 +263,14 @@ pub enum Reply {
         incarnation: u8,
         /// Ghost: granted after a loss the process had not noticed.
         blind: bool,
+        /// How many leases the set holds with it (kept only with `keep`).
+        occupancy: u8,
     },
     /// The lease was renewed.
-    Renewed,
+    Renewed {
+        /// How many leases the set holds (kept only with `keep`).
+        occupancy: u8,
+    },
     /// Refused: full (acquire) or gone (renew).
     Denied,
     /// The whole command was refused: the counter was below the process's live token.
@@ -300,6 +341,15 @@ pub struct Holder {
     /// Ghost: granted after a loss its process had not noticed, on a command whose trusted
     /// token, carried, would not have revealed it (see `LeaseModel::serve`).
     pub blind: bool,
+    /// The occupancy the latest reply about the lease showed (kept only with `keep`).
+    pub occupancy: u8,
+    /// A renewal was sent that no reply confirmed yet (a failed one stays unanswered until a
+    /// later one is confirmed).
+    pub unanswered: bool,
+    /// Its process's reconnections when the latest request the server confirmed was sent.
+    pub conn: u8,
+    /// Ghost: an earlier body on this lease read its fencing token.
+    pub read_before: bool,
 }
 
 /// A renewal in flight: renewals go out on their own, not through the lane.
@@ -342,4 +392,6 @@ pub struct Faults {
     pub freezes: u8,
     /// Partitions left.
     pub partitions: u8,
+    /// Shutdowns left.
+    pub closes: u8,
 }

@@ -8,17 +8,18 @@
 //! them with `--release -- --ignored`.
 
 use caracal_model::properties::{
-    FENCING, GRACE_ENDS_IN_TIME, LIMIT, NO_FALSE_NOTICE, NOTICED_IN_TIME, TOKENS_INCREASE,
-    TOLD_HOLDERS_STOP,
+    FENCING, GRACE_ENDS_IN_TIME, LIMIT, NO_FALSE_NOTICE, NOTICED_IN_TIME, TOKEN_READ_ONCE,
+    TOKENS_INCREASE, TOLD_HOLDERS_STOP,
 };
-use caracal_model::{Config, LeaseModel, LossKind, Outcome, TrustFrom, check, narrate};
+use caracal_model::{Config, KeepRule, LeaseModel, LossKind, Outcome, TrustFrom, check, narrate};
 
 /// The checker's threads: this machine has two cores.
 const THREADS: usize = 2;
 
 /// Every `always` property.
-const ALWAYS: [&str; 7] = [
+const ALWAYS: [&str; 8] = [
     LIMIT,
+    TOKEN_READ_ONCE,
     FENCING,
     TOKENS_INCREASE,
     NOTICED_IN_TIME,
@@ -446,7 +447,113 @@ fn a_flush_within_a_quantum_repeats_a_token() {
     );
 }
 
-/// The deep runs: every fault at once.
+#[test]
+fn kept_leases() {
+    holds(
+        "kept leases",
+        Config::keeping(),
+        33_000,
+        &[
+            "a finished body's lease is kept",
+            "a new body starts on a kept lease",
+            "a kept lease is returned by its timer",
+            "a kept lease is returned at shutdown",
+            "a lease is released, not kept: the fleet was full",
+        ],
+    );
+}
+
+/// Kept leases through a flush, two processes with a caller each that calls twice (its second
+/// call takes the lease its first kept): a lease kept before the loss is returned, not handed
+/// on, once its process noticed.
+#[test]
+fn kept_leases_through_a_flush() {
+    holds(
+        "kept leases through a flush",
+        Config {
+            processes: 2,
+            callers: vec![0, 1],
+            uses: 2,
+            losses: 1,
+            loss_kinds: vec![LossKind::Flush],
+            closes: 0,
+            writes: false,
+            ..Config::keeping()
+        },
+        161_000,
+        &[
+            "a new body starts on a kept lease",
+            "a kept lease the rules refuse is returned",
+            "a loss is noticed",
+            "a caller is admitted blind after a loss",
+        ],
+    );
+}
+
+/// Kept leases through a restart, with three callers (two in one process) on a limit of 2:
+/// the limit is checked where a third body could exceed it.
+#[test]
+fn kept_leases_through_a_restart() {
+    holds(
+        "kept leases through a restart",
+        Config {
+            processes: 2,
+            callers: vec![0, 0, 1],
+            losses: 1,
+            loss_kinds: vec![LossKind::Restart],
+            closes: 0,
+            writes: false,
+            ..Config::keeping()
+        },
+        61_000,
+        &[
+            "a new body starts on a kept lease",
+            "a holder is cancelled by a loss",
+            "a caller is admitted after the grace",
+        ],
+    );
+}
+
+/// A lease whose token its body read must not be kept: kept, the next body reads the same
+/// token.
+#[test]
+fn keeping_a_read_lease_hands_its_token_on() {
+    let story = breaks(
+        "a read lease kept",
+        Config {
+            skip: vec![KeepRule::Unread],
+            ..Config::keeping()
+        },
+        TOKEN_READ_ONCE,
+    );
+    assert!(story.contains("writes"), "a body read the token first");
+}
+
+/// A kept lease must stay in the lease set: the naive local cache, which gives the slot back
+/// to the fleet and still hands the lease on, lets another process fill the slot while a body
+/// here runs on it. At a limit of 1 the occupancy rule keeps nothing (the fleet is full with
+/// the lease itself), so it is off here too; off alone, it breaks nothing (the lease is still
+/// counted in the set: it is a fairness rule).
+#[test]
+fn a_kept_lease_outside_the_set_overlaps() {
+    let story = breaks(
+        "a kept lease outside the set",
+        Config {
+            processes: 2,
+            limit: 1,
+            callers: vec![0, 0, 1],
+            closes: 0,
+            writes: false,
+            skip: vec![KeepRule::Occupancy, KeepRule::InSet],
+            ..Config::keeping()
+        },
+        LIMIT,
+    );
+    assert!(story.contains("body ends"), "a body left its lease first");
+}
+
+/// The deep runs: every fault at once; and kept leases through a partition (a lease kept
+/// before a reconnection is not handed on), alone and with a flush.
 /// `cargo test -p caracal-model --release deep -- --ignored --nocapture`.
 #[test]
 #[ignore = "every fault at once: some ten minutes on two cores, past CI's budget"]
@@ -454,4 +561,29 @@ fn deep() {
     let [faults, lane] = Config::deep();
     holds("deep: every fault, writes", faults, 0, &[]);
     holds("deep: every fault, a lane of two", lane, 0, &[]);
+    let partitioned = Config {
+        processes: 2,
+        callers: vec![0, 1],
+        uses: 2,
+        partitions: 1,
+        closes: 0,
+        writes: false,
+        ..Config::keeping()
+    };
+    holds(
+        "deep: kept leases through a partition",
+        partitioned.clone(),
+        0,
+        &["a new body starts on a kept lease", "a release is retried"],
+    );
+    holds(
+        "deep: kept leases through a partition and a flush",
+        Config {
+            losses: 1,
+            loss_kinds: vec![LossKind::Flush],
+            ..partitioned
+        },
+        0,
+        &["a new body starts on a kept lease", "a loss is noticed"],
+    );
 }

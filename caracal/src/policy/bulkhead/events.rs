@@ -7,7 +7,7 @@ use super::kernel::adaptive::Learnt;
 use crate::error::Error;
 use crate::events::{self, millis, policy_event};
 use crate::labels::At;
-use crate::metrics::{self, InFlight, Stopwatch};
+use crate::metrics::{self, InFlight, KeptLease, Stopwatch};
 use crate::priority::Priority;
 use crate::summary;
 
@@ -92,16 +92,19 @@ pub(super) fn release_found_nothing(at: &At<'_>) {
 /// A finished body's lease was kept for the next caller (`keep`).
 pub(super) fn lease_kept(at: &At<'_>, occupancy: u32) {
     policy_event!(DEBUG, "bulkhead.lease_kept", at, occupancy);
+    metrics::kept_lease(at, KeptLease::Kept);
 }
 
 /// A call started on a kept lease, with no round trip.
 pub(super) fn lease_reused(at: &At<'_>) {
     policy_event!(DEBUG, "bulkhead.lease_reused", at);
+    metrics::kept_lease(at, KeptLease::Reused);
 }
 
 /// A kept lease found no caller in time (or no longer good to hand on): released.
 pub(super) fn lease_returned(at: &At<'_>) {
     policy_event!(DEBUG, "bulkhead.lease_returned", at);
+    metrics::kept_lease(at, KeptLease::Returned);
 }
 
 pub(super) fn lease_lost(at: &At<'_>, cause: LeaseLoss) {

@@ -24,6 +24,7 @@ pub struct BulkheadLayer<Req> {
     adaptive: Option<AdaptiveLimit>,
     lease: Duration,
     max_wait: Option<Duration>,
+    keep: Option<Duration>,
     local: bool,
     shadow: bool,
     thresholds: Thresholds,
@@ -38,6 +39,7 @@ impl<Req> BulkheadLayer<Req> {
             adaptive: None,
             lease: caracal_spec::bulkhead::LEASE.default.duration(),
             max_wait: None,
+            keep: None,
             local: false,
             shadow: caracal_spec::SHADOW.default.flag(),
             thresholds: Thresholds::NONE,
@@ -88,6 +90,35 @@ impl<Req> BulkheadLayer<Req> {
     /// Wait up to this long for a slot before rejecting (by default, reject at once).
     pub fn max_wait(mut self, max_wait: Duration) -> Self {
         self.max_wait = Some(duration(PolicyKind::Bulkhead, "max_wait", max_wait));
+        self
+    }
+
+    /// Keep a finished request's lease up to this long for the next request of the identity
+    /// in this process, which then starts on it without a round trip, as
+    /// `#[bulkhead(keep = "5ms")]` does (by default a lease is released at once). The kept
+    /// lease stays in the fleet's lease set, so the limit holds across the fleet; the rules
+    /// for when a lease is kept, handed on or returned are the attribute's (see the
+    /// attributes guide, "Kept leases"). Not with [`local`](Self::local): a local slot costs no
+    /// round trip.
+    ///
+    /// # Panics
+    ///
+    /// When the layer is applied, if `keep` is more than a third of the
+    /// [`lease`](Self::lease): a kept lease is handed on only until its first renewal is due,
+    /// so the rest would hold a slot for nothing (the attribute refuses it at compile time).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// use caracal::tower::BulkheadLayer;
+    ///
+    /// let layer = BulkheadLayer::<()>::new("partner-api")
+    ///     .limit(20)
+    ///     .keep(Duration::from_millis(5));
+    /// # let _ = layer;
+    /// ```
+    pub fn keep(mut self, keep: Duration) -> Self {
+        self.keep = Some(duration(PolicyKind::Bulkhead, "keep", keep));
         self
     }
 
@@ -165,6 +196,18 @@ impl<S, Req> Layer<S> for BulkheadLayer<Req> {
              every process's calls; a local bulkhead takes `.limit(n)`",
             self.identity.name
         );
+        assert!(
+            !(self.local && self.keep.is_some()),
+            "caracal::tower: BulkheadLayer `{}`: `keep` has no effect on a local bulkhead: a \
+             local slot costs no round trip",
+            self.identity.name
+        );
+        assert!(
+            self.keep.is_none_or(|keep| keep <= self.lease / 3),
+            "caracal::tower: BulkheadLayer `{}`: `keep` is more than a third of the lease: a kept \
+             lease is handed on only until its first renewal is due",
+            self.identity.name
+        );
         let site = BulkheadSite::new(BulkheadConfig {
             name: self.identity.name,
             operation: self.identity.operation(),
@@ -172,7 +215,7 @@ impl<S, Req> Layer<S> for BulkheadLayer<Req> {
             adaptive: self.adaptive,
             lease: self.lease,
             max_wait: self.max_wait,
-            keep: None,
+            keep: self.keep,
             local: self.local,
             shadow: self.shadow,
             thresholds: self.thresholds,
