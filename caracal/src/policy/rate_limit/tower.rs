@@ -21,6 +21,7 @@ pub struct RateLimitLayer<Req> {
     identity: Identity<Req>,
     rate: Option<f64>,
     burst: u32,
+    prefetch: u32,
     local: bool,
     shadow: bool,
     thresholds: Thresholds,
@@ -33,6 +34,7 @@ impl<Req> RateLimitLayer<Req> {
             identity: Identity::new(name),
             rate: None,
             burst: caracal_spec::rate_limit::BURST.default.integer(),
+            prefetch: caracal_spec::rate_limit::PREFETCH.default.integer(),
             local: false,
             shadow: caracal_spec::SHADOW.default.flag(),
             thresholds: Thresholds::NONE,
@@ -48,6 +50,21 @@ impl<Req> RateLimitLayer<Req> {
     /// How many may be admitted at once after idle time (1).
     pub fn burst(mut self, burst: u32) -> Self {
         self.burst = count(PolicyKind::RateLimit, "burst", burst);
+        self
+    }
+
+    /// Emissions a request that asks the coordinator takes at once, as
+    /// `#[rate_limit(prefetch = …)]`: the next requests in this process are admitted on them
+    /// with no round trip while they are due (1, the default: its own only).
+    ///
+    /// ```
+    /// use caracal::tower::RateLimitLayer;
+    ///
+    /// let layer = RateLimitLayer::<()>::new("search").rate(200.0).burst(20).prefetch(4);
+    /// # let _ = layer;
+    /// ```
+    pub fn prefetch(mut self, prefetch: u32) -> Self {
+        self.prefetch = count(PolicyKind::RateLimit, "prefetch", prefetch);
         self
     }
 
@@ -125,6 +142,7 @@ impl<S, Req> Layer<S> for RateLimitLayer<Req> {
             operation: self.identity.operation(),
             rate,
             burst: self.burst,
+            prefetch: self.prefetch,
             local: self.local,
             shadow: self.shadow,
             thresholds: self.thresholds,

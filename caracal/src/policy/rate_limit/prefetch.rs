@@ -1,0 +1,226 @@
+//! Prefetch (`prefetch = k`): a call that asks the coordinator takes up to `k` emissions in that
+//! one script call ([`take`](super::kernel::take)), and the process hands the ones beyond its
+//! own to its next callers of the identity without a round trip.
+//!
+//! The rules that keep the admissions those of a GCRA:
+//! - every emission taken is admitted by the script, at its time, exactly as an arrival then
+//!   would be, and only while the burst allows (never one early by the server's clock);
+//! - emission `j` is handed out only until its slot starts (the TAT before it), measured on this
+//!   process's clock from when the take was *sent*: the script ran after that, so a hand-out is
+//!   never later, on the server's clock, than the slot's start (past it, a caller elsewhere may
+//!   already have been admitted on the emissions after it, and a late one would be one more
+//!   than the window allows);
+//! - each emission is taken out of the pool, under its lock, by one caller: never handed out
+//!   twice;
+//! - when one expires unused while later ones remain, the rest go back by a compare-and-set
+//!   ([`give_back`](super::kernel::give_back)): only while nobody took an emission since, else
+//!   they expire unused.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::events;
+use super::kernel::Taken;
+use super::kernel::give_back::{GiveBack, Unused};
+use crate::coordinator::{Coordinator, ForgetsIdle, WeakCoordinator, timer};
+use crate::identity::{Identity, KeyBase};
+use crate::sync::lock;
+
+/// The emissions one take left this process, not yet handed out.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    /// The settings it was taken under: a hand-out under others would mix two schedules.
+    interval: u64,
+    burst: u32,
+    /// When the take was sent: the emissions' deadlines count from here.
+    sent: Instant,
+    taken: Taken,
+    /// The next emission to hand out (1 is the first beyond the caller's own).
+    next: u32,
+}
+
+impl Held {
+    /// Until when emission `j` may be handed out: when its slot starts.
+    fn deadline(&self, j: u32) -> Instant {
+        let later = u64::from(self.taken.extra + 1 - j).saturating_mul(self.interval);
+        self.sent + Duration::from_nanos(self.taken.ahead.saturating_sub(later))
+    }
+
+    /// Emissions not handed out yet.
+    fn left(&self) -> u32 {
+        self.taken.extra + 1 - self.next
+    }
+
+    /// Passes over the emissions expired at `now` (counted in `expired`); whether one is left.
+    fn skip_expired(&mut self, now: Instant, expired: &mut u32) -> bool {
+        while self.left() > 0 && self.deadline(self.next) < now {
+            self.next += 1;
+            *expired += 1;
+        }
+        self.left() > 0
+    }
+}
+
+/// The emissions one coordinator's process holds, per identity.
+#[derive(Default)]
+pub(super) struct Pool {
+    held: Mutex<HashMap<KeyBase, Vec<Held>>>,
+    /// Set when the coordinator shuts down: nothing is held or handed out from then on.
+    closed: AtomicBool,
+}
+
+impl Pool {
+    /// The pool of `coordinator`'s process.
+    pub(super) fn of(coordinator: &Coordinator) -> Arc<Self> {
+        coordinator.kept_forgetting::<Self>()
+    }
+
+    /// Takes an emission of `identity` taken under `interval` and `burst` out of the pool, if
+    /// one is still due: whether one was.
+    pub(super) fn hand_out(&self, identity: &Identity, interval: u64, burst: u32) -> bool {
+        let now = Instant::now();
+        let mut expired = 0;
+        let found = {
+            let mut held = lock(&self.held);
+            if self.closed.load(Ordering::Acquire) {
+                return false;
+            }
+            let Some(takes) = held.get_mut(&identity.key) else {
+                return false;
+            };
+            takes.retain_mut(|take| {
+                (take.interval, take.burst) == (interval, burst)
+                    && take.skip_expired(now, &mut expired)
+            });
+            let found = takes.first_mut().map(|take| take.next += 1).is_some();
+            takes.retain(|take| take.left() > 0);
+            if takes.is_empty() {
+                held.remove(&identity.key);
+            }
+            found
+        };
+        if expired > 0 {
+            events::prefetch_expired(&identity.at(), expired);
+        }
+        if found {
+            events::prefetch_used(&identity.at());
+        }
+        found
+    }
+
+    /// Holds what `taken` took beyond its caller's own, sent at `sent` under `interval` and
+    /// `burst`; a timer on `coordinator`'s background work gives them back when one expires
+    /// unused.
+    pub(super) fn hold(
+        self: &Arc<Self>,
+        coordinator: &Coordinator,
+        identity: &Identity,
+        (interval, burst): (u64, u32),
+        sent: Instant,
+        taken: Taken,
+    ) {
+        let take = Held {
+            interval,
+            burst,
+            sent,
+            taken,
+            next: 1,
+        };
+        {
+            let mut held = lock(&self.held);
+            if self.closed.load(Ordering::Acquire) {
+                return;
+            }
+            held.entry(identity.key.clone()).or_default().push(take);
+        }
+        events::prefetched(&identity.at(), taken.extra);
+        let (pool, weak) = (Arc::downgrade(self), WeakCoordinator::of(coordinator));
+        let identity = identity.clone();
+        coordinator.in_background(async move {
+            let next = || pool.upgrade()?.next_deadline(&identity.key, taken.tat);
+            while let Some(deadline) = next() {
+                // Due until its deadline inclusive: expired past it, at the timer's next tick.
+                timer::sleep_until(deadline + Duration::from_nanos(1)).await;
+                let Some(unused) = pool
+                    .upgrade()
+                    .and_then(|pool| pool.expired(&identity.key, taken.tat, Instant::now()))
+                else {
+                    continue;
+                };
+                match weak.live() {
+                    // Later emissions are left: worth a round trip to let others have them.
+                    Some(coordinator) if unused.count > 1 => {
+                        give_back(&coordinator, &identity, unused).await;
+                    }
+                    _ => events::prefetch_expired(&identity.at(), unused.count),
+                }
+                return;
+            }
+        });
+    }
+
+    /// The deadline of the next emission of the take that left `tat`, while it is held.
+    fn next_deadline(&self, key: &KeyBase, tat: u64) -> Option<Instant> {
+        let held = lock(&self.held);
+        let take = held.get(key)?.iter().find(|take| take.taken.tat == tat)?;
+        Some(take.deadline(take.next))
+    }
+
+    /// Whether the next emission of the take that left `tat` expired unused by `now`: if so,
+    /// the take leaves the pool, and what is left of it (the expired emission and those after
+    /// it) is what to give back.
+    fn expired(&self, key: &KeyBase, tat: u64, now: Instant) -> Option<Unused> {
+        let mut held = lock(&self.held);
+        let takes = held.get_mut(key)?;
+        let at = takes.iter().position(|take| take.taken.tat == tat)?;
+        let take = takes[at];
+        if take.deadline(take.next) >= now {
+            return None;
+        }
+        takes.remove(at);
+        if takes.is_empty() {
+            held.remove(key);
+        }
+        Some(Unused {
+            interval: take.interval,
+            count: take.left(),
+            tat,
+        })
+    }
+}
+
+/// Gives `unused` back; whatever the answer, they are out of the pool (expired, if the TAT
+/// moved).
+async fn give_back(coordinator: &Coordinator, identity: &Identity, unused: Unused) {
+    let returned = coordinator.run::<GiveBack>(identity, unused).await;
+    let at = identity.at();
+    match returned {
+        Ok(true) => events::prefetch_returned(&at, unused.count),
+        // Nobody else can tell: what did not go back expires.
+        Ok(false) | Err(_) => events::prefetch_expired(&at, unused.count),
+    }
+}
+
+impl ForgetsIdle for Pool {
+    /// A take's emissions all expire within `k` intervals; what a stopped runtime's timer left
+    /// behind goes here.
+    fn forget_idle(&self) {
+        let now = Instant::now();
+        let mut expired = 0;
+        let mut held = lock(&self.held);
+        for takes in held.values_mut() {
+            takes.retain_mut(|take| take.skip_expired(now, &mut expired));
+        }
+        held.retain(|_, takes| !takes.is_empty());
+    }
+
+    /// Shutting down: what is held expires unused (a give-back would be sent after the flush).
+    fn flush_now(&self) {
+        self.closed.store(true, Ordering::Release);
+        lock(&self.held).clear();
+    }
+}

@@ -1,0 +1,159 @@
+//! Prefetch at a distributed rate's site, on the in-memory coordinator and paused time: the
+//! round trips it saves, the admissions it keeps exact, and the give-back's compare-and-set.
+
+use std::time::Duration;
+
+use tokio::time::{Instant, sleep};
+
+use super::*;
+use crate::__private::global_scope;
+use crate::ctx::CallCtx;
+use crate::identity::Identity;
+
+/// 100 a second: one emission every 10 ms.
+const INTERVAL: Duration = Duration::from_millis(10);
+
+/// A call site of its own (its identity shared with no other test): 100 a second.
+fn site(name: &'static str, burst: u32, prefetch: u32) -> &'static RateLimitSite {
+    Box::leak(Box::new(RateLimitSite::new(RateLimitConfig {
+        name,
+        operation: name,
+        rate: 100.0,
+        burst,
+        local: false,
+        shadow: false,
+        thresholds: Thresholds::NONE,
+        prefetch,
+    })))
+}
+
+/// One call at `site`: whether it was admitted.
+async fn call(site: &RateLimitSite) -> bool {
+    let (ctx, scope) = (CallCtx::new(), global_scope());
+    rate_limit(site, &ctx, &scope, async { Ok::<_, Error>(()) })
+        .await
+        .is_ok()
+}
+
+/// `site`'s identity on `coordinator`.
+fn identity(coordinator: &Coordinator, site: &RateLimitSite) -> Identity {
+    let scope = global_scope().expect("the global scope");
+    coordinator.identity(
+        PolicyKind::RateLimit,
+        site.config.name,
+        site.config.name,
+        &scope,
+    )
+}
+
+/// An arrival of another process at `site`'s identity: what it took.
+async fn elsewhere(coordinator: &Coordinator, site: &RateLimitSite) -> gcra::Taken {
+    let arrival = gcra::Arrival {
+        interval: gcra::interval_ns(site.config.rate),
+        burst: site.config.burst,
+        share: crate::priority::WHOLE,
+        take: 1,
+    };
+    coordinator
+        .run::<gcra::Gcra>(&identity(coordinator, site), arrival)
+        .await
+        .expect("the in-memory coordinator answers")
+        .expect("admitted")
+}
+
+/// A lone caller calling once an interval, at its rate, for 20 calls: every call admitted, in 4
+/// round trips with `prefetch = 5` (each emission handed out as its slot starts) where it takes
+/// 20 without.
+#[tokio::test(start_paused = true)]
+async fn a_lone_caller_at_its_rate_pays_one_round_trip_per_k_calls() {
+    let coordinator = Coordinator::in_memory();
+    coordinator
+        .scoped(async {
+            let site = site("prefetch-lone", 10, 5);
+            let before = coordinator.runs_in_memory();
+            for _ in 0..20 {
+                assert!(call(site).await, "under its rate");
+                sleep(INTERVAL).await;
+            }
+            assert_eq!(coordinator.runs_in_memory() - before, 4);
+        })
+        .await;
+}
+
+/// Many tasks calling in bursts with pauses, some calls on emissions taken ahead: ordered by
+/// the clock the coordinator decides on, no window of any length `w` holds more admissions than
+/// a GCRA allows, `burst + floor(w / interval)`, and the tasks get past the burst.
+#[tokio::test(start_paused = true)]
+async fn admissions_with_prefetch_stay_within_the_rate_in_every_window() {
+    let coordinator = Coordinator::in_memory();
+    let admitted = coordinator
+        .scoped(async {
+            let site = site("prefetch-exact", 4, 4);
+            let start = Instant::now();
+            let tasks: Vec<_> = (0..3u64)
+                .map(|task| {
+                    tokio::spawn(coordinator.scoped(async move {
+                        let mut admitted = Vec::new();
+                        for round in 0..60u64 {
+                            if call(site).await {
+                                admitted.push(Instant::now());
+                            }
+                            // Bursts and pauses of several intervals: an emission handed out
+                            // after its slot started would show as one too many.
+                            let pause = [0, 3, 0, 27, 1, 55][((round + task) % 6) as usize];
+                            sleep(Duration::from_millis(pause)).await;
+                        }
+                        admitted
+                    }))
+                })
+                .collect();
+            let mut admitted = Vec::new();
+            for task in tasks {
+                admitted.extend(task.await.expect("the task ran"));
+            }
+            admitted.sort();
+            admitted
+                .into_iter()
+                .map(|at| at - start)
+                .collect::<Vec<_>>()
+        })
+        .await;
+    assert!(admitted.len() > 4 * 3, "{} admitted", admitted.len());
+    for intervals in [0, 1, 2, 5, 20] {
+        let window = INTERVAL * intervals;
+        let allowed = 4 + intervals as usize;
+        for (i, &from) in admitted.iter().enumerate() {
+            let within = admitted[i..].iter().take_while(|&&at| at <= from + window);
+            assert!(
+                within.count() <= allowed,
+                "more than {allowed} admitted within {window:?} of {from:?}: {admitted:?}"
+            );
+        }
+    }
+}
+
+/// A take of 4 at 0 ms whose second emission (due until 10 ms) expires unused: its rest goes
+/// back — the next arrival finds the cell idle — unless another process took an emission in
+/// between, when the TAT stays where that one left it.
+#[tokio::test(start_paused = true)]
+async fn unused_emissions_go_back_only_while_nobody_took_one_since() {
+    let coordinator = Coordinator::in_memory();
+    coordinator
+        .scoped(async {
+            let alone = site("prefetch-give-back", 8, 4);
+            assert!(call(alone).await);
+            sleep(INTERVAL * 2).await;
+            // Given back: the cell is idle, so the arrival's TAT is one interval ahead.
+            assert_eq!(elsewhere(&coordinator, alone).await.ahead, 10_000_000);
+
+            let shared = site("prefetch-give-back-moved", 8, 4);
+            assert!(call(shared).await);
+            // Another process takes the fifth emission: the TAT is 50 ms, not the 40 ms the
+            // take left.
+            assert_eq!(elsewhere(&coordinator, shared).await.ahead, 50_000_000);
+            sleep(INTERVAL * 2).await;
+            // Not given back: the arrival at 20 ms moves the TAT from 50 ms to 60 ms.
+            assert_eq!(elsewhere(&coordinator, shared).await.ahead, 40_000_000);
+        })
+        .await;
+}
