@@ -157,3 +157,27 @@ async fn unused_emissions_go_back_only_while_nobody_took_one_since() {
         })
         .await;
 }
+
+/// Burst 4, `prefetch = 4`: a take at 0 ms holds emissions whose slots start at 10, 20 and 30 ms;
+/// calls at 10 and 20 ms use two, and the third expires at 30 ms. At 40 ms the cell is idle, so
+/// a burst of 5 calls gets the whole burst, 4, afresh: the third emission, handed out after its
+/// slot started, would be a fifth at one instant.
+#[tokio::test(start_paused = true)]
+async fn an_emission_is_handed_out_only_until_its_slot_starts() {
+    let coordinator = Coordinator::in_memory();
+    coordinator
+        .scoped(async {
+            let site = site("prefetch-deadline", 4, 4);
+            for _ in 0..3 {
+                assert!(call(site).await);
+                sleep(INTERVAL).await;
+            }
+            sleep(INTERVAL).await;
+            let mut admitted = 0;
+            for _ in 0..5 {
+                admitted += usize::from(call(site).await);
+            }
+            assert_eq!(admitted, 4, "the burst at one instant");
+        })
+        .await;
+}

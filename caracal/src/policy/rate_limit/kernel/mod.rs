@@ -274,6 +274,24 @@ mod tests {
         );
     }
 
+    /// A take of 5 at burst 3 gets what 5 arrivals at that instant would: 3 when idle, its own
+    /// only with one in use, nothing (the wait until one) with the burst spent.
+    #[test]
+    fn a_take_gets_only_what_the_burst_allows_now() {
+        let (interval, now) = (1_000, 1);
+        let take = |tat| take(tat, now, interval, (3, WHOLE), 5, &mut Seen::default());
+        let taken = |extra, tat| {
+            Ok(Taken {
+                extra,
+                ahead: tat - now,
+                tat,
+            })
+        };
+        assert_eq!(take(None), taken(2, 3_001));
+        assert_eq!(take(Some(2_001)), taken(0, 3_001));
+        assert_eq!(take(Some(3_001)), Err(1_000));
+    }
+
     /// Thresholds `normal = 0.8, sheddable = 0.5` on a burst of 30 arriving at once: the 15th
     /// `Sheddable` and the 24th `Normal` arrival are admitted, the next of each refused (with
     /// the wait until its class would be), while `Critical` ones get in up to the whole burst.
