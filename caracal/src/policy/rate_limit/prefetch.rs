@@ -12,9 +12,12 @@
 //!   than the window allows);
 //! - each emission is taken out of the pool, under its lock, by one caller: never handed out
 //!   twice;
-//! - when one expires unused while later ones remain, the rest go back by a compare-and-set
-//!   ([`give_back`](super::kernel::give_back)): only while nobody took an emission since, else
-//!   they expire unused.
+//! - when one expires unused while later ones remain and none was handed out for
+//!   [`IDLE_INTERVALS`] intervals (the callers here stopped, or come far slower than the rate),
+//!   the rest go back by a compare-and-set ([`give_back`](super::kernel::give_back)): only while
+//!   nobody took an emission since, else they expire unused. A caller only somewhat slower than
+//!   the rate skips an emission now and then; giving the rest back then would cost it a round
+//!   trip for each.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,6 +33,9 @@ use crate::coordinator::{Coordinator, ForgetsIdle, WeakCoordinator, timer};
 use crate::identity::{Identity, KeyBase};
 use crate::sync::lock;
 
+/// How many intervals without a hand-out make a take's rest worth a give-back.
+const IDLE_INTERVALS: u32 = 2;
+
 /// The emissions one take left this process, not yet handed out.
 #[derive(Debug, Clone, Copy)]
 struct Held {
@@ -41,6 +47,8 @@ struct Held {
     taken: Taken,
     /// The next emission to hand out (1 is the first beyond the caller's own).
     next: u32,
+    /// When the latest was handed out (the take's send, for its caller's own).
+    last: Instant,
 }
 
 impl Held {
@@ -96,7 +104,10 @@ impl Pool {
                 (take.interval, take.burst) == (interval, burst)
                     && take.skip_expired(now, &mut expired)
             });
-            let found = takes.first_mut().map(|take| take.next += 1).is_some();
+            let found = takes
+                .first_mut()
+                .map(|take| (take.next, take.last) = (take.next + 1, now))
+                .is_some();
             takes.retain(|take| take.left() > 0);
             if takes.is_empty() {
                 held.remove(&identity.key);
@@ -129,6 +140,7 @@ impl Pool {
             sent,
             taken,
             next: 1,
+            last: sent,
         };
         {
             let mut held = lock(&self.held);
@@ -145,20 +157,19 @@ impl Pool {
             while let Some(deadline) = next() {
                 // Due until its deadline inclusive: expired past it, at the timer's next tick.
                 timer::sleep_until(deadline + Duration::from_nanos(1)).await;
-                let Some(unused) = pool
+                let expiry = pool
                     .upgrade()
-                    .and_then(|pool| pool.expired(&identity.key, taken.tat, Instant::now()))
-                else {
-                    continue;
-                };
-                match weak.live() {
-                    // Later emissions are left: worth a round trip to let others have them.
-                    Some(coordinator) if unused.count > 1 => {
-                        give_back(&coordinator, &identity, unused).await;
+                    .and_then(|pool| pool.expired(&identity.key, taken.tat, Instant::now()));
+                match (expiry, weak.live()) {
+                    (None, _) => {}
+                    (Some(Expiry::Idle(unused)), Some(coordinator)) => {
+                        return give_back(&coordinator, &identity, unused).await;
                     }
-                    _ => events::prefetch_expired(&identity.at(), unused.count),
+                    (Some(Expiry::Idle(unused)), None) => {
+                        return events::prefetch_expired(&identity.at(), unused.count);
+                    }
+                    (Some(Expiry::Skipped), _) => events::prefetch_expired(&identity.at(), 1),
                 }
-                return;
             }
         });
     }
@@ -170,27 +181,44 @@ impl Pool {
         Some(take.deadline(take.next))
     }
 
-    /// Whether the next emission of the take that left `tat` expired unused by `now`: if so,
-    /// the take leaves the pool, and what is left of it (the expired emission and those after
-    /// it) is what to give back.
-    fn expired(&self, key: &KeyBase, tat: u64, now: Instant) -> Option<Unused> {
+    /// Whether the next emission of the take that left `tat` expired unused by `now`, and
+    /// what follows: the take leaves the pool with the rest to give back when later ones are
+    /// left and none was handed out for [`IDLE_INTERVALS`] intervals; else that one is skipped.
+    fn expired(&self, key: &KeyBase, tat: u64, now: Instant) -> Option<Expiry> {
         let mut held = lock(&self.held);
         let takes = held.get_mut(key)?;
         let at = takes.iter().position(|take| take.taken.tat == tat)?;
-        let take = takes[at];
+        let take = &mut takes[at];
         if take.deadline(take.next) >= now {
             return None;
         }
-        takes.remove(at);
+        let quiet = Duration::from_nanos(take.interval) * IDLE_INTERVALS;
+        let expiry = if take.left() > 1 && now.duration_since(take.last) > quiet {
+            let unused = Unused {
+                interval: take.interval,
+                count: take.left(),
+                tat,
+            };
+            take.next = take.taken.extra + 1;
+            Expiry::Idle(unused)
+        } else {
+            take.next += 1;
+            Expiry::Skipped
+        };
+        takes.retain(|take| take.left() > 0);
         if takes.is_empty() {
             held.remove(key);
         }
-        Some(Unused {
-            interval: take.interval,
-            count: take.left(),
-            tat,
-        })
+        Some(expiry)
     }
+}
+
+/// What became of a take's next emission at its deadline.
+enum Expiry {
+    /// It expired unused, and so may the rest: they are to go back.
+    Idle(Unused),
+    /// It expired unused; the next may yet be handed out.
+    Skipped,
 }
 
 /// Gives `unused` back; whatever the answer, they are out of the pool (expired, if the TAT

@@ -132,9 +132,10 @@ async fn admissions_with_prefetch_stay_within_the_rate_in_every_window() {
     }
 }
 
-/// A take of 4 at 0 ms whose second emission (due until 10 ms) expires unused: its rest goes
-/// back — the next arrival finds the cell idle — unless another process took an emission in
-/// between, when the TAT stays where that one left it.
+/// A take of 4 at 0 ms whose second and third emissions (due until 10 and 20 ms) expire unused,
+/// no call coming for two intervals: its rest goes back — the next arrival finds the cell idle —
+/// unless another process took an emission in between, when the TAT stays where that one left
+/// it.
 #[tokio::test(start_paused = true)]
 async fn unused_emissions_go_back_only_while_nobody_took_one_since() {
     let coordinator = Coordinator::in_memory();
@@ -142,7 +143,7 @@ async fn unused_emissions_go_back_only_while_nobody_took_one_since() {
         .scoped(async {
             let alone = site("prefetch-give-back", 8, 4);
             assert!(call(alone).await);
-            sleep(INTERVAL * 2).await;
+            sleep(INTERVAL * 3).await;
             // Given back: the cell is idle, so the arrival's TAT is one interval ahead.
             assert_eq!(elsewhere(&coordinator, alone).await.ahead, 10_000_000);
 
@@ -151,9 +152,9 @@ async fn unused_emissions_go_back_only_while_nobody_took_one_since() {
             // Another process takes the fifth emission: the TAT is 50 ms, not the 40 ms the
             // take left.
             assert_eq!(elsewhere(&coordinator, shared).await.ahead, 50_000_000);
-            sleep(INTERVAL * 2).await;
-            // Not given back: the arrival at 20 ms moves the TAT from 50 ms to 60 ms.
-            assert_eq!(elsewhere(&coordinator, shared).await.ahead, 40_000_000);
+            sleep(INTERVAL * 3).await;
+            // Not given back: the arrival at 30 ms moves the TAT from 50 ms to 60 ms.
+            assert_eq!(elsewhere(&coordinator, shared).await.ahead, 30_000_000);
         })
         .await;
 }
@@ -178,6 +179,25 @@ async fn an_emission_is_handed_out_only_until_its_slot_starts() {
                 admitted += usize::from(call(site).await);
             }
             assert_eq!(admitted, 4, "the burst at one instant");
+        })
+        .await;
+}
+
+/// A caller a little slower than the rate (every 12 ms at 10 ms an interval) skips an emission
+/// now and then; the rest of its take stays for it: 20 calls cost 5 takes and no give-back, where
+/// giving the rest back at each skip would cost more round trips than no prefetch.
+#[tokio::test(start_paused = true)]
+async fn a_caller_slower_than_the_rate_keeps_the_rest_of_its_take() {
+    let coordinator = Coordinator::in_memory();
+    coordinator
+        .scoped(async {
+            let site = site("prefetch-slower", 10, 5);
+            let before = coordinator.runs_in_memory();
+            for _ in 0..20 {
+                assert!(call(site).await, "under its rate");
+                sleep(Duration::from_millis(12)).await;
+            }
+            assert_eq!(coordinator.runs_in_memory() - before, 5);
         })
         .await;
 }
