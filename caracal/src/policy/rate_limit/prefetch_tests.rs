@@ -201,3 +201,34 @@ async fn a_caller_slower_than_the_rate_keeps_the_rest_of_its_take() {
         })
         .await;
 }
+
+/// Prefetch is off with thresholds and in shadow mode, whatever the knob says: 5 calls at one
+/// instant make 5 round trips at either.
+#[tokio::test(start_paused = true)]
+async fn prefetch_is_off_with_thresholds_and_in_shadow_mode() {
+    let coordinator = Coordinator::in_memory();
+    coordinator
+        .scoped(async {
+            let classed = Box::leak(Box::new(RateLimitSite::new(RateLimitConfig {
+                thresholds: Thresholds::new(0.8, 0.5).expect("valid"),
+                ..site("prefetch-classed", 10, 5).config
+            })));
+            let shadow = Box::leak(Box::new(RateLimitSite::new(RateLimitConfig {
+                shadow: true,
+                ..site("prefetch-shadow", 10, 5).config
+            })));
+            for site in [&*classed, &*shadow] {
+                let before = coordinator.runs_in_memory();
+                for _ in 0..5 {
+                    assert!(call(site).await);
+                }
+                assert_eq!(
+                    coordinator.runs_in_memory() - before,
+                    5,
+                    "{}",
+                    site.config.name
+                );
+            }
+        })
+        .await;
+}
