@@ -255,6 +255,16 @@ impl RateLimitSite {
                 }
                 Ok(Ok(()))
             }
+            // Another caller here may have taken emissions while this one's arrival was
+            // queued or in flight (a batch decides each arrival after the take before it): one
+            // due now is this caller's, never a refusal.
+            Ok((Err(_), _))
+                if pool
+                    .as_ref()
+                    .is_some_and(|pool| pool.hand_out(&identity, interval, burst)) =>
+            {
+                Ok(Ok(()))
+            }
             Ok((Err(wait), _)) => Ok(Err(Duration::from_nanos(wait))),
             Err(error) => {
                 events::degraded(&self.at(scope), &error);
