@@ -19,7 +19,7 @@ use crate::config::{self, Setting};
 use crate::coordinator::registry::{Registered, Snapshot};
 use crate::coordinator::{self, Coordinator};
 use crate::ctx::CallCtx;
-use crate::error::Error;
+use crate::error::{Error, FailureKind};
 use crate::identity::{PolicyKind, Scope};
 use crate::kernel::Seen;
 use crate::labels::At;
@@ -248,7 +248,15 @@ impl RateLimitSite {
             share: thresholds.thousandths(priority),
             take,
         };
-        let decision = match coordinator.run_sent::<gcra::Gcra>(&identity, arrival).await {
+        let ran = coordinator.run_sent::<gcra::Gcra>(&identity, arrival).await;
+        let ran = ran.and_then(|(reply, sent)| match reply {
+            Ok(taken) if !taken.fits(take, interval) => Err(Error::unavailable(
+                FailureKind::MalformedReply,
+                format!("rate limit admission replied {taken:?} to a take of {take}"),
+            )),
+            reply => Ok((reply, sent)),
+        });
+        let decision = match ran {
             Ok((Ok(taken), sent)) => {
                 if let Some(pool) = pool.filter(|_| taken.extra > 0) {
                     pool.hold(&coordinator, &identity, (interval, burst), sent, taken);

@@ -110,6 +110,19 @@ pub(crate) struct Taken {
     pub(crate) tat: u64,
 }
 
+impl Taken {
+    /// Whether a reply to an arrival that took up to `take` emissions `interval` apart can be
+    /// the script's: fewer than `take` extra, each slot starting after the step's now. One
+    /// that cannot came from elsewhere (a corrupt reply) and is not held: its `extra + 1`
+    /// would overflow, or its slots would have started already.
+    pub(crate) fn fits(&self, take: u32, interval: u64) -> bool {
+        self.extra < take
+            && u64::from(self.extra + 1)
+                .checked_mul(interval)
+                .is_some_and(|slots| self.ahead >= slots)
+    }
+}
+
 /// Decides one arrival at `now` that takes up to `take` emissions (see the module's doc): `Err`
 /// with the wait as [`admit`] when its own is refused, else what it took.
 pub(crate) fn take(
@@ -243,6 +256,22 @@ impl Scripted for Gcra {
 mod tests {
     use super::*;
     use crate::priority::{Priority, Thresholds, WHOLE};
+
+    #[test]
+    fn a_reply_with_more_extra_than_taken_or_slots_already_started_does_not_fit() {
+        let taken = |extra, ahead| Taken {
+            extra,
+            ahead,
+            tat: 1,
+        };
+        assert!(taken(3, 40).fits(4, 10));
+        assert!(taken(0, 10).fits(1, 10));
+        assert!(!taken(4, 50).fits(4, 10), "extra ≥ take");
+        assert!(!taken(u32::MAX, 1).fits(4, 10), "extra + 1 overflows");
+        assert!(!taken(3, 39).fits(4, 10), "ahead too small");
+        let decoded = Gcra::decode(&[1, i64::from(u32::MAX), 1, 1, 0]).expect("a u32 extra");
+        assert!(!decoded.expect("admitted").fits(4, 10));
+    }
 
     #[test]
     fn intervals_round_up_never_down() {
