@@ -73,10 +73,13 @@ impl Held {
     }
 }
 
+/// The takes one identity has in the pool, and the identity (to name it in events).
+type Takes = (Identity, Vec<Held>);
+
 /// The emissions one coordinator's process holds, per identity.
 #[derive(Default)]
 pub(super) struct Pool {
-    held: Mutex<HashMap<KeyBase, Vec<Held>>>,
+    held: Mutex<HashMap<KeyBase, Takes>>,
     /// Set when the coordinator shuts down: nothing is held or handed out from then on.
     closed: AtomicBool,
 }
@@ -97,12 +100,16 @@ impl Pool {
             if self.closed.load(Ordering::Acquire) {
                 return false;
             }
-            let Some(takes) = held.get_mut(&identity.key) else {
+            let Some((_, takes)) = held.get_mut(&identity.key) else {
                 return false;
             };
             takes.retain_mut(|take| {
-                (take.interval, take.burst) == (interval, burst)
-                    && take.skip_expired(now, &mut expired)
+                if (take.interval, take.burst) != (interval, burst) {
+                    // Taken under settings since changed: they expire unused.
+                    expired += take.left();
+                    return false;
+                }
+                take.skip_expired(now, &mut expired)
             });
             let found = takes
                 .first_mut()
@@ -147,7 +154,10 @@ impl Pool {
             if self.closed.load(Ordering::Acquire) {
                 return;
             }
-            held.entry(identity.key.clone()).or_default().push(take);
+            let (_, takes) = held
+                .entry(identity.key.clone())
+                .or_insert_with(|| (identity.clone(), Vec::new()));
+            takes.push(take);
         }
         events::prefetched(&identity.at(), taken.extra);
         let (pool, weak) = (Arc::downgrade(self), WeakCoordinator::of(coordinator));
@@ -177,7 +187,7 @@ impl Pool {
     /// The deadline of the next emission of the take that left `tat`, while it is held.
     fn next_deadline(&self, key: &KeyBase, tat: u64) -> Option<Instant> {
         let held = lock(&self.held);
-        let take = held.get(key)?.iter().find(|take| take.taken.tat == tat)?;
+        let take = held.get(key)?.1.iter().find(|take| take.taken.tat == tat)?;
         Some(take.deadline(take.next))
     }
 
@@ -186,7 +196,7 @@ impl Pool {
     /// left and none was handed out for [`IDLE_INTERVALS`] intervals; else that one is skipped.
     fn expired(&self, key: &KeyBase, tat: u64, now: Instant) -> Option<Expiry> {
         let mut held = lock(&self.held);
-        let takes = held.get_mut(key)?;
+        let (_, takes) = held.get_mut(key)?;
         let at = takes.iter().position(|take| take.taken.tat == tat)?;
         let take = &mut takes[at];
         if take.deadline(take.next) >= now {
@@ -238,12 +248,21 @@ impl ForgetsIdle for Pool {
     /// behind goes here.
     fn forget_idle(&self) {
         let now = Instant::now();
-        let mut expired = 0;
-        let mut held = lock(&self.held);
-        for takes in held.values_mut() {
-            takes.retain_mut(|take| take.skip_expired(now, &mut expired));
+        let mut gone = Vec::new();
+        {
+            let mut held = lock(&self.held);
+            for (identity, takes) in held.values_mut() {
+                let mut expired = 0;
+                takes.retain_mut(|take| take.skip_expired(now, &mut expired));
+                if expired > 0 {
+                    gone.push((identity.clone(), expired));
+                }
+            }
+            held.retain(|_, (_, takes)| !takes.is_empty());
         }
-        held.retain(|_, takes| !takes.is_empty());
+        for (identity, expired) in gone {
+            events::prefetch_expired(&identity.at(), expired);
+        }
     }
 
     /// Shutting down: what is held expires unused (a give-back would be sent after the flush).

@@ -232,3 +232,74 @@ async fn prefetch_is_off_with_thresholds_and_in_shadow_mode() {
         })
         .await;
 }
+
+/// The `rate_limit.*` prefetch events this thread's caracal emits while `run` runs (paused
+/// time: every task of the test runs on it), summed by event: `(prefetched, used, returned,
+/// expired)` emissions.
+async fn prefetch_events(run: impl Future<Output = ()>) -> [u64; 4] {
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Lines {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            lock(&self.0).extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    run.await;
+    let text = String::from_utf8(lock(&lines.0).clone()).expect("UTF-8");
+    let field = |line: &str, name: &str| -> u64 {
+        let value = line.split(&format!(" {name}=")).nth(1).expect("the field");
+        value
+            .split(' ')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .expect("a count")
+    };
+    let mut sums = [0; 4];
+    for line in text.lines() {
+        let (index, count) = if line.contains("rate_limit.prefetched") {
+            (0, field(line, "extra"))
+        } else if line.contains("rate_limit.prefetch_used") {
+            (1, 1)
+        } else if line.contains("rate_limit.prefetch_returned") {
+            (2, field(line, "count"))
+        } else if line.contains("rate_limit.prefetch_expired") {
+            (3, field(line, "count"))
+        } else {
+            continue;
+        };
+        sums[index] += count;
+    }
+    sums
+}
+
+/// A take of 4 at burst 4 holds 3; the identity's burst then changes to 8, and its next call
+/// drops them (a hand-out under other settings would mix two schedules): they are counted as
+/// expired, so every emission taken ahead is accounted for — used, returned or expired.
+#[tokio::test(start_paused = true)]
+async fn emissions_dropped_after_a_change_of_settings_are_counted_as_expired() {
+    let coordinator = Coordinator::in_memory();
+    let [prefetched, used, returned, expired] = prefetch_events(coordinator.scoped(async {
+        let before = site("prefetch-changed", 4, 4);
+        let after = site("prefetch-changed", 8, 4);
+        assert!(call(before).await);
+        assert!(call(after).await);
+        sleep(INTERVAL * 20).await;
+    }))
+    .await;
+    assert_eq!(expired, 3, "the dropped take's 3");
+    assert_eq!(prefetched, used + returned + expired);
+}
