@@ -57,6 +57,12 @@ impl<Req> RateLimitLayer<Req> {
     /// `#[rate_limit(prefetch = …)]`: the next requests in this process are admitted on them
     /// with no round trip while they are due (1, the default: its own only).
     ///
+    /// # Panics
+    ///
+    /// [`layer`](Layer::layer) panics when this is more than 1 on a [`local`](Self::local)
+    /// rate, as `#[rate_limit(local, prefetch = …)]` does not compile: a local rate decides
+    /// in the process already, with nothing to take ahead.
+    ///
     /// ```
     /// use caracal::tower::RateLimitLayer;
     ///
@@ -137,6 +143,11 @@ impl<S, Req> Layer<S> for RateLimitLayer<Req> {
                 self.identity.name
             )
         });
+        assert!(
+            !(self.local && self.prefetch > 1),
+            "caracal::tower: RateLimitLayer `{}` is local: it takes no `prefetch`",
+            self.identity.name
+        );
         let site = RateLimitSite::new(RateLimitConfig {
             name: self.identity.name,
             operation: self.identity.operation(),
@@ -269,6 +280,16 @@ mod tests {
                 );
             })
             .await;
+    }
+
+    #[test]
+    #[should_panic(expected = "is local: it takes no `prefetch`")]
+    fn a_local_rate_with_prefetch_is_refused_as_the_attribute_is() {
+        let layer = RateLimitLayer::<Request>::new("tower-local-prefetch")
+            .rate(10.0)
+            .local()
+            .prefetch(4);
+        let _ = layer.layer(downstream(None, Arc::new(AtomicU32::new(0))));
     }
 
     #[tokio::test]
