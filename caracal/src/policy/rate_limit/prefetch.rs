@@ -223,6 +223,28 @@ impl Pool {
     }
 }
 
+impl Pool {
+    /// Keeps the takes `keep` says to (adding to `expired` what it passes over), and counts
+    /// what it passed over as expired, per identity.
+    fn expire(&self, mut keep: impl FnMut(&mut Held, &mut u32) -> bool) {
+        let mut gone = Vec::new();
+        {
+            let mut held = lock(&self.held);
+            for (identity, takes) in held.values_mut() {
+                let mut expired = 0;
+                takes.retain_mut(|take| keep(take, &mut expired));
+                if expired > 0 {
+                    gone.push((identity.clone(), expired));
+                }
+            }
+            held.retain(|_, (_, takes)| !takes.is_empty());
+        }
+        for (identity, expired) in gone {
+            events::prefetch_expired(&identity.at(), expired);
+        }
+    }
+}
+
 /// What became of a take's next emission at its deadline.
 enum Expiry {
     /// It expired unused, and so may the rest: they are to go back.
@@ -244,30 +266,19 @@ async fn give_back(coordinator: &Coordinator, identity: &Identity, unused: Unuse
 }
 
 impl ForgetsIdle for Pool {
-    /// A take's emissions all expire within `k` intervals; what a stopped runtime's timer left
+    /// A take's emissions all expire within `burst − 1` intervals; what a stopped runtime's timer left
     /// behind goes here.
     fn forget_idle(&self) {
         let now = Instant::now();
-        let mut gone = Vec::new();
-        {
-            let mut held = lock(&self.held);
-            for (identity, takes) in held.values_mut() {
-                let mut expired = 0;
-                takes.retain_mut(|take| take.skip_expired(now, &mut expired));
-                if expired > 0 {
-                    gone.push((identity.clone(), expired));
-                }
-            }
-            held.retain(|_, (_, takes)| !takes.is_empty());
-        }
-        for (identity, expired) in gone {
-            events::prefetch_expired(&identity.at(), expired);
-        }
+        self.expire(|take, expired| take.skip_expired(now, expired));
     }
 
     /// Shutting down: what is held expires unused (a give-back would be sent after the flush).
     fn flush_now(&self) {
         self.closed.store(true, Ordering::Release);
-        lock(&self.held).clear();
+        self.expire(|take, expired| {
+            *expired += take.left();
+            false
+        });
     }
 }

@@ -303,3 +303,19 @@ async fn emissions_dropped_after_a_change_of_settings_are_counted_as_expired() {
     assert_eq!(expired, 3, "the dropped take's 3");
     assert_eq!(prefetched, used + returned + expired);
 }
+
+/// At shutdown what is held expires unused, and is counted so.
+#[tokio::test(start_paused = true)]
+async fn emissions_held_at_shutdown_are_counted_as_expired() {
+    let coordinator = Coordinator::in_memory();
+    let [prefetched, used, returned, expired] = prefetch_events(async {
+        assert!(
+            coordinator
+                .scoped(call(site("prefetch-shutdown", 4, 4)))
+                .await
+        );
+        coordinator.shutdown().await;
+    })
+    .await;
+    assert_eq!((prefetched, used, returned, expired), (3, 0, 0, 3));
+}
