@@ -407,7 +407,7 @@ mod events {
     use crate::error::Error;
     use crate::events::{millis, policy_event, rejected_or_degraded};
     use crate::labels::At;
-    use crate::metrics::{self, Stopwatch};
+    use crate::metrics::{self, Prefetched, Stopwatch};
     use crate::priority::Priority;
     use crate::summary;
 
@@ -451,21 +451,25 @@ mod events {
     /// A call took `extra` emissions beyond its own, for the process to hand out.
     pub(super) fn prefetched(at: &At<'_>, extra: u32) {
         policy_event!(DEBUG, "rate_limit.prefetched", at, extra);
+        metrics::prefetched(at, Prefetched::Taken, extra);
     }
 
     /// A call was admitted on an emission taken ahead, with no round trip.
     pub(super) fn prefetch_used(at: &At<'_>) {
         policy_event!(DEBUG, "rate_limit.prefetch_used", at);
+        metrics::prefetched(at, Prefetched::Used, 1);
     }
 
     /// `count` emissions taken ahead went back to the fleet unused.
     pub(super) fn prefetch_returned(at: &At<'_>, count: u32) {
         policy_event!(DEBUG, "rate_limit.prefetch_returned", at, count);
+        metrics::prefetched(at, Prefetched::Returned, count);
     }
 
     /// `count` emissions taken ahead expired unused (their slots started).
     pub(super) fn prefetch_expired(at: &At<'_>, count: u32) {
         policy_event!(DEBUG, "rate_limit.prefetch_expired", at, count);
+        metrics::prefetched(at, Prefetched::Expired, count);
     }
 
     pub(super) fn degraded(at: &At<'_>, error: &Error) {
