@@ -22,16 +22,24 @@ fn parse(written: Written, function: &str) -> syn::Result<Box<dyn Layer>> {
     // The message about a constant out of range says no more than the bounds, as it always has.
     let rate = args.required(&spec::RATE, |key| number(key, ""));
     let burst = args.setting(&spec::BURST, integer);
+    let prefetch = args.setting(&spec::PREFETCH, integer);
     let shadow = args
         .setting(&spec::SHADOW, boolean)
         .unwrap_or(spec::SHADOW.default.flag());
     let thresholds = Thresholds::parse(&mut args);
     let priority = Priority::parse(&mut args);
+    if identity.local && args.has("prefetch") {
+        args.conflict(
+            "prefetch",
+            "`prefetch` has no effect on a `local` rate limit: a local admission costs no round trip",
+        );
+    }
     args.finish(|| {
         Some(Box::new(RateLimit {
             identity,
             rate: rate?,
             burst: burst.unwrap_or(Value::Literal(spec::BURST.default.integer())),
+            prefetch: prefetch.unwrap_or(Value::Literal(spec::PREFETCH.default.integer())),
             shadow,
             thresholds,
             priority,
@@ -43,6 +51,7 @@ struct RateLimit {
     identity: Identity,
     rate: Value<f64>,
     burst: Value<u32>,
+    prefetch: Value<u32>,
     shadow: bool,
     thresholds: Thresholds,
     priority: Priority,
@@ -61,6 +70,7 @@ impl Layer for RateLimit {
         let identity = self.identity.fields();
         let rate = self.rate.tokens();
         let burst = self.burst.tokens();
+        let prefetch = self.prefetch.tokens();
         let shadow = self.shadow;
         let thresholds = self.thresholds.tokens();
         (
@@ -71,6 +81,7 @@ impl Layer for RateLimit {
                 burst: #burst,
                 shadow: #shadow,
                 thresholds: #thresholds,
+                prefetch: #prefetch,
             })),
         )
     }

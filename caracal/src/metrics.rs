@@ -25,6 +25,9 @@ pub const RETRY_BUDGET_LOCAL_SHARE: &str = "caracal_retry_budget_local_share";
 pub const RETRIES_TOTAL: &str = "caracal_retries_total";
 /// The name of the hedges counter.
 pub const HEDGES_TOTAL: &str = "caracal_hedges_total";
+/// The name of the counter of emissions distributed rate limits with `prefetch` took ahead,
+/// and what became of them: used, returned, expired.
+pub const RATE_LIMIT_PREFETCHED_TOTAL: &str = "caracal_rate_limit_prefetched_total";
 /// The name of the timeouts counter.
 pub const TIMEOUTS_TOTAL: &str = "caracal_timeouts_total";
 /// The name of the fallbacks counter.
@@ -100,6 +103,12 @@ pub fn describe() {
         Unit::Count,
         "Failed attempts of caracal #[retry] calls: retried, or not (exhausted, budget_exhausted)"
     );
+    describe_counter!(
+        RATE_LIMIT_PREFETCHED_TOTAL,
+        Unit::Count,
+        "Emissions caracal rate limits with `prefetch` took ahead, and what became of them: \
+         used by a call with no round trip, returned to the fleet, or expired unused"
+    );
     describe_gauge!(
         RETRY_BUDGET_LOCAL_SHARE,
         "1 while a caracal retry budget cannot learn the fleet's totals and spends only this \
@@ -158,6 +167,47 @@ pub(crate) fn retried(name: &'static str, outcome: Retried) {
     ::metrics::counter!(RETRIES_TOTAL, "name" => name, "outcome" => outcome.as_str()).increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = (name, outcome);
+}
+
+/// What became of emissions a rate limit with `prefetch` took ahead: the `outcome` label of
+/// [`RATE_LIMIT_PREFETCHED_TOTAL`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Prefetched {
+    /// Taken beyond the call's own, for the process to hand out.
+    Taken,
+    /// Handed to a call, which was admitted with no round trip.
+    Used,
+    /// Given back to the fleet unused.
+    Returned,
+    /// Their slots started unused (or the take was dropped: settings changed, shutdown).
+    Expired,
+}
+
+impl Prefetched {
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    fn as_str(self) -> &'static str {
+        match self {
+            Prefetched::Taken => "taken",
+            Prefetched::Used => "used",
+            Prefetched::Returned => "returned",
+            Prefetched::Expired => "expired",
+        }
+    }
+}
+
+/// Counts `count` emissions of the rate limit at `at` that came to `outcome`.
+#[inline]
+pub(crate) fn prefetched(at: &At<'_>, outcome: Prefetched, count: u32) {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!(
+        RATE_LIMIT_PREFETCHED_TOTAL,
+        "name" => at.name.to_owned(),
+        "operation" => at.operation.to_owned(),
+        "outcome" => outcome.as_str(),
+    )
+    .increment(u64::from(count));
+    #[cfg(not(feature = "metrics"))]
+    let _ = (at, outcome, count);
 }
 
 /// What a hedge did with an extra attempt.

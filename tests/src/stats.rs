@@ -348,8 +348,8 @@ impl CommandLog {
 }
 
 /// Every Lua script caracal sends, by the name it gives it, and the files (under `caracal/`)
-/// its text is made of, in order: a kind's scripts live in its kernel's folder (a breaker
-/// script is sent after the breaker's prelude), the coordinator's own in `lua/`.
+/// its text is made of, in order: a kind's scripts live in its kernel's folder (a breaker or
+/// rate limit script is sent after its kind's prelude), the coordinator's own in `lua/`.
 const SCRIPTS: &[(&str, &[&str])] = &[
     ("acl_check", &["lua/acl_check.lua"]),
     (
@@ -372,7 +372,14 @@ const SCRIPTS: &[(&str, &[&str])] = &[
         "bulkhead_status",
         &["src/policy/bulkhead/kernel/status.lua"],
     ),
-    ("rate_limit", &["src/policy/rate_limit/kernel/admit.lua"]),
+    (
+        "rate_limit",
+        &[RATE_PRELUDE, "src/policy/rate_limit/kernel/admit.lua"],
+    ),
+    (
+        "rate_limit_give_back",
+        &[RATE_PRELUDE, "src/policy/rate_limit/kernel/give_back.lua"],
+    ),
     (
         "breaker_admit",
         &[BREAKER_PRELUDE, "src/policy/breaker/kernel/admit.lua"],
@@ -397,6 +404,9 @@ const REGISTRY_PRELUDE: &str = "lua/registry_prelude.lua";
 
 /// What the breaker's scripts but its status read are sent after.
 const BREAKER_PRELUDE: &str = "src/policy/breaker/kernel/prelude.lua";
+
+/// What the rate limit's scripts are sent after.
+const RATE_PRELUDE: &str = "src/policy/rate_limit/kernel/prelude.lua";
 
 /// The source of caracal's Lua script `name` (`"bulkhead_lease"`), as the coordinator sends it
 /// (a breaker script after its prelude).

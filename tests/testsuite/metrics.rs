@@ -706,6 +706,44 @@ async fn round_trips_to_redis_are_timed_by_script() {
     coordinator.shutdown().await;
 }
 
+#[rate_limit(name = "metrics-prefetch", rate = 100, burst = 4, prefetch = 4)]
+async fn prefetching() -> Result<(), TestError> {
+    Ok(())
+}
+
+/// A rate limit with `prefetch` counts the emissions it took ahead and what became of them:
+/// a call takes 4 (3 beyond its own), the next is handed one with no round trip, and the other
+/// 2 go back to the fleet once two intervals pass with no call; nothing is left held.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn prefetched_emissions_are_counted() {
+    use caracal::metrics::RATE_LIMIT_PREFETCHED_TOTAL;
+
+    let metrics = MetricsLog::global();
+    let name = "metrics-prefetch";
+    let emissions = |outcome| {
+        metrics.counter(
+            RATE_LIMIT_PREFETCHED_TOTAL,
+            &[("name", name), ("operation", name), ("outcome", outcome)],
+        )
+    };
+    let coordinator = Coordinator::in_memory();
+    for _ in 0..2 {
+        assert_eq!(code(&coordinator.scoped(prefetching()).await), "ok");
+    }
+    assert_eq!(
+        (emissions("taken"), emissions("used")),
+        (3, 1),
+        "{metrics:?}"
+    );
+    assert_eq!(
+        decisions(name, "admitted", None),
+        2,
+        "a call on an emission taken ahead is admitted too"
+    );
+    eventually("the rest returned", || emissions("returned") == 2).await;
+    assert_eq!(emissions("expired"), 0);
+}
+
 #[bulkhead(name = "metrics-priority", limit = 1)]
 async fn classed() -> Result<(), TestError> {
     Ok(())

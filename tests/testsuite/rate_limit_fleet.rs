@@ -3,10 +3,11 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use caracal::rate_limit;
 use caracal_tests::{RedisCluster, RedisServer};
 
-use crate::common::unique;
 use crate::common::worker::Worker;
+use crate::common::{self, TestError, code, unique};
 
 /// 3 processes × 4 tasks call for 2 s at `rate` (burst `burst`), each task again right away
 /// when admitted and after the hinted wait when not. Ordered by the clock the processes and
@@ -17,13 +18,20 @@ use crate::common::worker::Worker;
 ///   overstates the wait, shows up as a longer one (whereas a share of the ceiling reached
 ///   would depend on how fast the machine lets the workers call);
 /// - the fleet got past its burst: the rate refills it.
-fn fleet(url: &str, rate: u64, burst: u64) {
+///
+/// `function` names the worker's rate-limited function: its rate, and how it is set up.
+fn fleet(url: &str, function: &str, burst: u64) {
+    let rate: u64 = function
+        .split('-')
+        .next()
+        .and_then(|rate| rate.parse().ok())
+        .expect("a function named for its rate");
     let namespace = unique("rate-fleet");
     let start_at =
         SystemTime::now().duration_since(UNIX_EPOCH).expect("clock") + Duration::from_millis(1500);
     let args = [
         format!("scope={}", unique("rate")),
-        format!("rate={rate}"),
+        format!("rate={function}"),
         "tasks=4".to_owned(),
         "millis=2000".to_owned(),
         format!("start_at_ms={}", start_at.as_millis()),
@@ -43,7 +51,7 @@ fn fleet(url: &str, rate: u64, burst: u64) {
     let elapsed = (last - first) as f64 / 1000.0;
     let ceiling = burst as f64 + rate as f64 * elapsed + 1.0;
     eprintln!(
-        "{rate}/s, burst {burst}: {admitted} admitted in {elapsed:.3} s (at most {ceiling:.1})"
+        "{function}/s, burst {burst}: {admitted} admitted in {elapsed:.3} s (at most {ceiling:.1})"
     );
     assert!(
         admitted as f64 <= ceiling,
@@ -64,17 +72,67 @@ fn fleet(url: &str, rate: u64, burst: u64) {
 #[test]
 fn a_fleet_is_held_to_50_per_second_with_a_burst_of_5() {
     let server = RedisServer::start();
-    fleet(&server.url(), 50, 5);
+    fleet(&server.url(), "50", 5);
 }
 
 #[test]
 fn a_fleet_is_held_to_700_per_second_with_a_burst_of_5() {
     let server = RedisServer::start();
-    fleet(&server.url(), 700, 5);
+    fleet(&server.url(), "700", 5);
+}
+
+/// With `prefetch = 4` the processes admit some calls on emissions taken ahead: the fleet is
+/// held to the same ceiling, and no hint is longer (a take never moves the TAT past what the
+/// burst allows).
+#[test]
+fn a_fleet_prefetching_is_held_to_700_per_second_with_a_burst_of_5() {
+    let server = RedisServer::start();
+    fleet(&server.url(), "700-prefetch", 5);
 }
 
 #[test]
 fn a_fleet_is_held_to_its_rate_on_a_cluster() {
     let cluster = RedisCluster::start(3);
-    fleet(&cluster.seed_urls().join(","), 50, 5);
+    fleet(&cluster.seed_urls().join(","), "50", 5);
+}
+
+#[rate_limit(name = "fleet-burst-prefetch", rate = 1, burst = 4, prefetch = 4, scope = scope)]
+async fn prefetching(scope: &str) -> Result<(), TestError> {
+    Ok(())
+}
+
+#[rate_limit(name = "fleet-burst-plain", rate = 1, burst = 4, scope = scope)]
+async fn plain(scope: &str) -> Result<(), TestError> {
+    Ok(())
+}
+
+/// 4 calls at once on one process, rate 1/s, burst 4: how many are admitted. The first takes 4
+/// while the other 3 queue behind it and go out as one batch, which the script refuses (the
+/// first's take spent the burst); 1 s intervals dwarf any round trip, so the 3 emissions the
+/// first holds are still due when the refusals come back.
+async fn burst_of_4(prefetch: bool) -> usize {
+    let server = RedisServer::start();
+    let coordinator = common::connect(&server.url(), Duration::from_secs(5)).await;
+    let scope = unique("burst");
+    let call = || async {
+        if prefetch {
+            prefetching(&scope).await
+        } else {
+            plain(&scope).await
+        }
+    };
+    let results = coordinator
+        .scoped(async { tokio::join!(call(), call(), call(), call()) })
+        .await;
+    coordinator.shutdown().await;
+    let results = [results.0, results.1, results.2, results.3];
+    results.iter().filter(|result| code(result) == "ok").count()
+}
+
+/// A burst on one process is admitted as it is without prefetch: a caller is never refused
+/// while its own process holds an emission due for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_on_one_process_is_admitted_with_prefetch_as_without() {
+    assert_eq!(burst_of_4(false).await, 4, "without prefetch");
+    assert_eq!(burst_of_4(true).await, 4, "with prefetch = 4");
 }

@@ -350,6 +350,11 @@ async fn rate_700(scope: &str) -> Result<(), WorkerError> {
     Ok(())
 }
 
+#[rate_limit(name = "mp-rate-700-prefetch", rate = 700, burst = 5, prefetch = 4, scope = scope)]
+async fn rate_700_prefetch(scope: &str) -> Result<(), WorkerError> {
+    Ok(())
+}
+
 /// The breaker `caracal breaker` steers in the CLI suite: its body always succeeds and says it
 /// ran.
 #[circuit_breaker(name = "cli-breaker", scope = scope, open = "1s", half_open_probes = 2,
@@ -906,6 +911,7 @@ async fn main() {
                         let result = match rate.as_str() {
                             "50" => rate_50(&scope).await,
                             "700" => rate_700(&scope).await,
+                            "700-prefetch" => rate_700_prefetch(&scope).await,
                             other => panic!("no rate-limited function for rate {other}"),
                         };
                         if let Err(WorkerError::Caracal(caracal::Error::RateLimited {

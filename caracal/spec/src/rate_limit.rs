@@ -6,7 +6,14 @@ pub use crate::{SHADOW, THRESHOLDS_NORMAL, THRESHOLDS_ORDERED, THRESHOLDS_SHEDDA
 /// The kind.
 pub const KIND: Kind = Kind {
     name: "rate_limit",
-    keys: &[RATE, BURST, SHADOW, THRESHOLDS_NORMAL, THRESHOLDS_SHEDDABLE],
+    keys: &[
+        RATE,
+        BURST,
+        PREFETCH,
+        SHADOW,
+        THRESHOLDS_NORMAL,
+        THRESHOLDS_SHEDDABLE,
+    ],
     functions: &[],
     identity: true,
     run_time: true,
@@ -39,4 +46,13 @@ pub const BURST: Key = Key {
     },
     default: Default::Integer(1),
     doc: "how many may be admitted at once after idle time, fleet-wide",
+};
+
+/// Emissions a call that asks the coordinator takes at once, handed to the next callers here.
+pub const PREFETCH: Key = Key {
+    name: "prefetch",
+    ty: Type::Integer { min: 1, max: 1000 },
+    default: Default::Integer(1),
+    doc: "emissions a call that asks the coordinator takes at once, handed to the next callers \
+          here while due; 1, its own only",
 };

@@ -54,6 +54,15 @@ impl Backend {
         }
     }
 
+    /// How many kernel commands the in-memory backend ran (0 for Redis).
+    #[cfg(test)]
+    pub(super) fn runs(&self) -> u64 {
+        match self {
+            Backend::Memory(memory) => memory.runs(),
+            Backend::Redis(_) => 0,
+        }
+    }
+
     /// How many identities the in-memory backend holds state or a registry entry for.
     #[cfg(test)]
     pub(super) fn held(&self) -> usize {

@@ -40,6 +40,8 @@ struct States {
     /// How many steps were taken: each one's [`Now::order`].
     steps: u64,
     commands: u32,
+    /// How many kernel commands ran: the script calls a Redis backend would have made.
+    runs: u64,
 }
 
 /// One state type's identities, whatever the type.
@@ -149,6 +151,7 @@ impl MemoryBackend {
         K::State: std::fmt::Debug,
     {
         self.with(|states, now| {
+            states.runs += 1;
             let map = states.map::<K::State>();
             let state = map.entry(key.clone()).or_default();
             let reply = K::step(state, command, now, &mut Seen::default());
@@ -173,6 +176,12 @@ impl MemoryBackend {
             states.sweep_all(now);
             lock(&self.registry).forget_expired(now.ms);
         });
+    }
+
+    /// How many kernel commands ran: the round trips a Redis backend would have made for them.
+    #[cfg(test)]
+    pub(super) fn runs(&self) -> u64 {
+        lock(&self.states).runs
     }
 
     /// How many identities hold a state or a registry entry.

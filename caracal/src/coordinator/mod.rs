@@ -145,6 +145,12 @@ impl Coordinator {
         self.inner.backend.forget_expired();
     }
 
+    /// How many kernel commands (script calls, were it Redis) the in-memory backend ran.
+    #[cfg(test)]
+    pub(crate) fn runs_in_memory(&self) -> u64 {
+        self.inner.backend.runs()
+    }
+
     /// How many identities the in-memory backend holds state or a registry entry for.
     #[cfg(test)]
     pub(crate) fn held_in_memory(&self) -> usize {

@@ -474,7 +474,9 @@ mod tests {
         );
         assert_eq!(
             values("user-100").as_deref(),
-            Some("rate=6 burst=none shadow=none thresholds.normal=none thresholds.sheddable=none")
+            Some(
+                "rate=6 burst=none prefetch=none shadow=none thresholds.normal=none thresholds.sheddable=none"
+            )
         );
     }
 

@@ -17,6 +17,7 @@ fn site(name: &'static str, local: bool) -> &'static RateLimitSite {
         local,
         shadow: false,
         thresholds: Thresholds::new(0.5, 0.5).expect("valid"),
+        prefetch: 1,
     })))
 }
 

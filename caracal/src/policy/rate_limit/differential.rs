@@ -2,21 +2,26 @@
 //! from a nanosecond to seconds (so sums carry across whole seconds in the script's
 //! seconds:nanoseconds arithmetic) and clock moves to just before, at and after the moment
 //! the next arrival becomes admissible; each arrival with its class's share of the burst (the
-//! whole burst, the usual thresholds' or any), batches of mixed shares among them.
+//! whole burst, the usual thresholds' or any), batches of mixed shares among them; batches that
+//! take several emissions each (prefetch), and give-backs of the last take's unused emissions,
+//! some after another take moved the TAT.
 
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
 use crate::coordinator::differential::{Connection, Env, clock, differential};
 use crate::kernel::{Kernel, Seen, Wire};
-use crate::policy::rate_limit::kernel::{Arrival, Branch, Cell, Gcra};
+use crate::policy::rate_limit::kernel::give_back::{self, GiveBack, Unused};
+use crate::policy::rate_limit::kernel::{Arrival, Branch, Cell, Gcra, Taken};
 use crate::priority::highest_share_first;
 
 #[derive(Debug, Clone)]
 enum Command {
     /// Arrivals of these shares in one script call, decided one after the other at one
-    /// instant.
-    Arrive { shares: Vec<u16> },
+    /// instant, each taking up to `take` emissions.
+    Arrive { shares: Vec<u16>, take: u32 },
+    /// Gives back up to this many of the last admitted take's emissions.
+    GiveBack { count: u32 },
     /// Moves the clock on by this many microseconds (the resolution of `TIME`).
     Advance { us: u64 },
     /// To the moment an arrival becomes admissible, offset by -1, 0 or 1 µs.
@@ -25,9 +30,12 @@ enum Command {
 
 fn command() -> impl Strategy<Value = Command> {
     let share = crate::priority::any_share;
+    let take = prop_oneof![Just(1u32), 2u32..6];
     prop_oneof![
-        5 => share().prop_map(|share| Command::Arrive { shares: vec![share] }),
-        2 => prop::collection::vec(share(), 2..5).prop_map(|shares| Command::Arrive { shares }),
+        5 => (share(), take.clone()).prop_map(|(share, take)| Command::Arrive { shares: vec![share], take }),
+        2 => (prop::collection::vec(share(), 2..5), take)
+            .prop_map(|(shares, take)| Command::Arrive { shares, take }),
+        2 => (1u32..6).prop_map(|count| Command::GiveBack { count }),
         2 => prop_oneof![0u64..2_000, 0u64..3_000_000].prop_map(|us| Command::Advance { us }),
         2 => (-1i8..=1).prop_map(|offset| Command::ToAdmissible { offset }),
     ]
@@ -43,29 +51,53 @@ fn case() -> impl Strategy<Value = (u64, u32, Vec<Command>)> {
     (interval, 1u32..6, prop::collection::vec(command(), 1..40))
 }
 
+/// What a case must reach: the admission's branches, then the give-back's.
+const BRANCHES: [&str; 9] = [
+    "Idle",
+    "Burst",
+    "AboveShare",
+    "Rejected",
+    "TookAll",
+    "TookFewer",
+    "Returned",
+    "ReturnedIdle",
+    "Moved",
+];
+
+/// The give-back branches `given` reached, as indices into [`BRANCHES`].
+fn given_back(given: Seen) -> impl Iterator<Item = usize> {
+    let missing = given.missing(&give_back::Branch::ALL);
+    (0..give_back::Branch::ALL.len())
+        .filter(move |&i| !missing.contains(&&give_back::Branch::ALL[i]))
+        .map(|i| Branch::ALL.len() + i)
+}
+
 pub(crate) fn run(conn: Connection, cases: u32) {
     differential(
         conn,
         cases,
         case(),
-        &Branch::ALL,
+        &BRANCHES,
         |env, (interval, burst, commands)| {
             let mut cell = Cell::default();
             let mut seen = Seen::default();
+            let mut given = Seen::default();
+            let mut last: Option<Taken> = None;
             let mut now_us = env.start_us;
             let key = env.key("rate:ns");
             for command in commands {
                 match command {
-                    Command::Arrive { shares } => {
+                    Command::Arrive { shares, take } => {
                         let arrivals: Vec<Arrival> = shares
                             .iter()
                             .map(|&share| Arrival {
                                 interval,
                                 burst,
                                 share,
+                                take,
                             })
                             .collect();
-                        let mut want = vec![Ok(()); arrivals.len()];
+                        let mut want = vec![Err(0); arrivals.len()];
                         for index in highest_share_first(shares.iter().copied()) {
                             let arrival = &arrivals[index];
                             want[index] = Gcra::step(&mut cell, arrival, clock(now_us), &mut seen);
@@ -74,7 +106,26 @@ pub(crate) fn run(conn: Connection, cases: u32) {
                         let got = env
                             .script::<Gcra>(&batch, Wire::default(), now_us)?
                             .map_err(|e| TestCaseError::fail(format!("rate_limit failed: {e}")))?;
-                        prop_assert_eq!(want, got, "arrivals {:?} at {} µs", shares, now_us);
+                        prop_assert_eq!(&want, &got, "arrivals {:?} at {} µs", shares, now_us);
+                        // The batch's TAT is the one its last admitted arrival left.
+                        let admitted = want.iter().filter_map(|reply| reply.ok());
+                        last = admitted.max_by_key(|taken| taken.tat).or(last);
+                    }
+                    Command::GiveBack { count } => {
+                        if let Some(taken) = last {
+                            let unused = Unused {
+                                interval,
+                                count: count.min(taken.extra + 1),
+                                tat: taken.tat,
+                            };
+                            env.step::<GiveBack>(
+                                &mut cell,
+                                &unused,
+                                Wire::default(),
+                                now_us,
+                                &mut given,
+                            )?;
+                        }
                     }
                     Command::Advance { us } => now_us += us,
                     Command::ToAdmissible { offset } => {
@@ -87,6 +138,9 @@ pub(crate) fn run(conn: Connection, cases: u32) {
                 }
             }
             compare_final_state(env, &key, cell.0)?;
+            for branch in given_back(given) {
+                seen.record(branch);
+            }
             Ok(seen)
         },
     );

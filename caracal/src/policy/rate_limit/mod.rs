@@ -4,6 +4,10 @@
 //! A rejected call gets [`Error::RateLimited`] with the exact wait until an admission is
 //! possible. Coordinator failure rejects (fail closed): a rate limit that silently stopped
 //! limiting would be worse than one that refuses while it cannot count.
+//!
+//! With `prefetch = k` a distributed rate's call that asks the coordinator takes up to `k`
+//! emissions at once, and the process hands the rest to its next callers while they are due
+//! ([`prefetch`]).
 
 use std::future::Future;
 use std::sync::Mutex;
@@ -15,7 +19,7 @@ use crate::config::{self, Setting};
 use crate::coordinator::registry::{Registered, Snapshot};
 use crate::coordinator::{self, Coordinator};
 use crate::ctx::CallCtx;
-use crate::error::Error;
+use crate::error::{Error, FailureKind};
 use crate::identity::{PolicyKind, Scope};
 use crate::kernel::Seen;
 use crate::labels::At;
@@ -30,6 +34,9 @@ mod classes;
 #[cfg(test)]
 pub(super) mod differential;
 pub(crate) mod kernel;
+mod prefetch;
+#[cfg(test)]
+mod prefetch_tests;
 #[cfg(feature = "tower")]
 pub(crate) mod tower;
 
@@ -51,6 +58,8 @@ pub struct RateLimitConfig {
     pub shadow: bool,
     /// The share of the burst each priority class may use.
     pub thresholds: Thresholds,
+    /// Emissions a call that asks the coordinator takes at once (1: its own only).
+    pub prefetch: u32,
 }
 
 /// The values of a rate limit that configuration may change.
@@ -60,6 +69,7 @@ pub(crate) struct RateValues {
     burst: u32,
     shadow: bool,
     thresholds: Thresholds,
+    prefetch: u32,
 }
 
 /// The decision for one arrival — `Ok(Ok(()))` admitted, `Ok(Err(wait))` rejected — and
@@ -78,6 +88,7 @@ impl Values for RateValues {
             "rate" => Some(Setting::Number(self.rate)),
             "burst" => Some(Setting::Count(self.burst)),
             "shadow" => Some(Setting::Flag(self.shadow)),
+            "prefetch" => Some(Setting::Count(self.prefetch)),
             _ => config::threshold(self.thresholds, key),
         }
     }
@@ -87,6 +98,7 @@ impl Values for RateValues {
             ("rate", Setting::Number(rate)) => self.rate = rate,
             ("burst", Setting::Count(burst)) => self.burst = burst,
             ("shadow", Setting::Flag(shadow)) => self.shadow = shadow,
+            ("prefetch", Setting::Count(prefetch)) => self.prefetch = prefetch,
             _ => config::set_threshold(&mut self.thresholds, key, setting),
         }
     }
@@ -113,6 +125,10 @@ pub(crate) const DESCRIPTOR: Descriptor = Descriptor {
         "rate_limit.would_reject",
         "rate_limit.rejected",
         "rate_limit.degraded",
+        "rate_limit.prefetched",
+        "rate_limit.prefetch_used",
+        "rate_limit.prefetch_returned",
+        "rate_limit.prefetch_expired",
     ],
     decisions: Decisions {
         admitted: &["admitted"],
@@ -195,12 +211,14 @@ impl RateLimitSite {
         let config = &self.config;
         let coordinator = coordinator::current();
         let resolved = Coordinator::resolve(coordinator.as_ref().ok(), config.name, &self.values());
+        let values = resolved.values;
         let RateValues {
             rate,
             burst,
             shadow,
             thresholds,
-        } = resolved.values;
+            ..
+        } = values;
         let coordinator = match coordinator {
             Ok(coordinator) => coordinator,
             Err(error) => {
@@ -213,20 +231,54 @@ impl RateLimitSite {
         let identity =
             coordinator.identity(PolicyKind::RateLimit, config.name, config.operation, scope);
         coordinator.uses().note_use(&identity, self, &resolved);
-        let decision = coordinator
-            .run::<gcra::Gcra>(
-                &identity,
-                gcra::Arrival {
-                    interval: gcra::interval_ns(rate),
-                    burst,
-                    share: thresholds.thousandths(priority),
-                },
-            )
-            .await
-            .map(|decision| decision.map_err(Duration::from_nanos))
-            .inspect_err(|error| {
-                events::degraded(&self.at(scope), error);
-            });
+        let interval = gcra::interval_ns(rate);
+        let take = prefetching(&values);
+        let pool = (take > 1).then(|| prefetch::Pool::of(&coordinator));
+        if let Some(pool) = &pool
+            && pool.hand_out(&identity, interval, burst)
+        {
+            return Decided {
+                decision: Ok(Ok(())),
+                shadow,
+            };
+        }
+        let arrival = gcra::Arrival {
+            interval,
+            burst,
+            share: thresholds.thousandths(priority),
+            take,
+        };
+        let ran = coordinator.run_sent::<gcra::Gcra>(&identity, arrival).await;
+        let ran = ran.and_then(|(reply, sent)| match reply {
+            Ok(taken) if !taken.fits(take, interval) => Err(Error::unavailable(
+                FailureKind::MalformedReply,
+                format!("rate limit admission replied {taken:?} to a take of {take}"),
+            )),
+            reply => Ok((reply, sent)),
+        });
+        let decision = match ran {
+            Ok((Ok(taken), sent)) => {
+                if let Some(pool) = pool.filter(|_| taken.extra > 0) {
+                    pool.hold(&coordinator, &identity, (interval, burst), sent, taken);
+                }
+                Ok(Ok(()))
+            }
+            // Another caller here may have taken emissions while this one's arrival was
+            // queued or in flight (a batch decides each arrival after the take before it): one
+            // due now is this caller's, never a refusal.
+            Ok((Err(_), _))
+                if pool
+                    .as_ref()
+                    .is_some_and(|pool| pool.hand_out(&identity, interval, burst)) =>
+            {
+                Ok(Ok(()))
+            }
+            Ok((Err(wait), _)) => Ok(Err(Duration::from_nanos(wait))),
+            Err(error) => {
+                events::degraded(&self.at(scope), &error);
+                Err(error)
+            }
+        };
         Decided { decision, shadow }
     }
 
@@ -237,6 +289,7 @@ impl RateLimitSite {
             burst: self.config.burst,
             shadow: self.config.shadow,
             thresholds: self.config.thresholds,
+            prefetch: self.config.prefetch,
         }
     }
 
@@ -256,6 +309,7 @@ impl RateLimitSite {
             burst,
             shadow,
             thresholds,
+            ..
         } = resolved.values;
         let terms = (burst, thresholds.thousandths(priority));
         let interval = gcra::interval_ns(rate);
@@ -314,6 +368,18 @@ impl RateLimitSite {
     }
 }
 
+/// How many emissions a call that asks the coordinator takes: `prefetch`, except where an
+/// emission handed out later could change what a caller sees. With thresholds, an emission a
+/// lower class took ahead would be handed to it after the burst it may use ran out; a shadow
+/// rate's refusals are counted, not enforced, so it has nothing to save.
+fn prefetching(values: &RateValues) -> u32 {
+    if values.thresholds.is_none() && !values.shadow {
+        values.prefetch.max(1)
+    } else {
+        1
+    }
+}
+
 /// Admits `body` if the site's rate allows it now.
 #[doc(hidden)]
 pub async fn rate_limit<T, E, F>(
@@ -341,7 +407,7 @@ mod events {
     use crate::error::Error;
     use crate::events::{millis, policy_event, rejected_or_degraded};
     use crate::labels::At;
-    use crate::metrics::{self, Stopwatch};
+    use crate::metrics::{self, Prefetched, Stopwatch};
     use crate::priority::Priority;
     use crate::summary;
 
@@ -380,6 +446,30 @@ mod events {
             priority = at.priority().map(Priority::as_str),
             suppressed
         );
+    }
+
+    /// A call took `extra` emissions beyond its own, for the process to hand out.
+    pub(super) fn prefetched(at: &At<'_>, extra: u32) {
+        policy_event!(DEBUG, "rate_limit.prefetched", at, extra);
+        metrics::prefetched(at, Prefetched::Taken, extra);
+    }
+
+    /// A call was admitted on an emission taken ahead, with no round trip.
+    pub(super) fn prefetch_used(at: &At<'_>) {
+        policy_event!(DEBUG, "rate_limit.prefetch_used", at);
+        metrics::prefetched(at, Prefetched::Used, 1);
+    }
+
+    /// `count` emissions taken ahead went back to the fleet unused.
+    pub(super) fn prefetch_returned(at: &At<'_>, count: u32) {
+        policy_event!(DEBUG, "rate_limit.prefetch_returned", at, count);
+        metrics::prefetched(at, Prefetched::Returned, count);
+    }
+
+    /// `count` emissions taken ahead expired unused (their slots started).
+    pub(super) fn prefetch_expired(at: &At<'_>, count: u32) {
+        policy_event!(DEBUG, "rate_limit.prefetch_expired", at, count);
+        metrics::prefetched(at, Prefetched::Expired, count);
     }
 
     pub(super) fn degraded(at: &At<'_>, error: &Error) {

@@ -21,6 +21,7 @@ pub struct RateLimitLayer<Req> {
     identity: Identity<Req>,
     rate: Option<f64>,
     burst: u32,
+    prefetch: u32,
     local: bool,
     shadow: bool,
     thresholds: Thresholds,
@@ -33,6 +34,7 @@ impl<Req> RateLimitLayer<Req> {
             identity: Identity::new(name),
             rate: None,
             burst: caracal_spec::rate_limit::BURST.default.integer(),
+            prefetch: caracal_spec::rate_limit::PREFETCH.default.integer(),
             local: false,
             shadow: caracal_spec::SHADOW.default.flag(),
             thresholds: Thresholds::NONE,
@@ -48,6 +50,27 @@ impl<Req> RateLimitLayer<Req> {
     /// How many may be admitted at once after idle time (1).
     pub fn burst(mut self, burst: u32) -> Self {
         self.burst = count(PolicyKind::RateLimit, "burst", burst);
+        self
+    }
+
+    /// Emissions a request that asks the coordinator takes at once, as
+    /// `#[rate_limit(prefetch = …)]`: the next requests in this process are admitted on them
+    /// with no round trip while they are due (1, the default: its own only).
+    ///
+    /// # Panics
+    ///
+    /// [`layer`](Layer::layer) panics when this is more than 1 on a [`local`](Self::local)
+    /// rate, as `#[rate_limit(local, prefetch = …)]` does not compile: a local rate decides
+    /// in the process already, with nothing to take ahead.
+    ///
+    /// ```
+    /// use caracal::tower::RateLimitLayer;
+    ///
+    /// let layer = RateLimitLayer::<()>::new("search").rate(200.0).burst(20).prefetch(4);
+    /// # let _ = layer;
+    /// ```
+    pub fn prefetch(mut self, prefetch: u32) -> Self {
+        self.prefetch = count(PolicyKind::RateLimit, "prefetch", prefetch);
         self
     }
 
@@ -120,11 +143,17 @@ impl<S, Req> Layer<S> for RateLimitLayer<Req> {
                 self.identity.name
             )
         });
+        assert!(
+            !(self.local && self.prefetch > 1),
+            "caracal::tower: RateLimitLayer `{}` is local: it takes no `prefetch`",
+            self.identity.name
+        );
         let site = RateLimitSite::new(RateLimitConfig {
             name: self.identity.name,
             operation: self.identity.operation(),
             rate,
             burst: self.burst,
+            prefetch: self.prefetch,
             local: self.local,
             shadow: self.shadow,
             thresholds: self.thresholds,
@@ -251,6 +280,16 @@ mod tests {
                 );
             })
             .await;
+    }
+
+    #[test]
+    #[should_panic(expected = "is local: it takes no `prefetch`")]
+    fn a_local_rate_with_prefetch_is_refused_as_the_attribute_is() {
+        let layer = RateLimitLayer::<Request>::new("tower-local-prefetch")
+            .rate(10.0)
+            .local()
+            .prefetch(4);
+        let _ = layer.layer(downstream(None, Arc::new(AtomicU32::new(0))));
     }
 
     #[tokio::test]

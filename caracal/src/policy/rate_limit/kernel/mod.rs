@@ -3,7 +3,7 @@
 //!
 //! The only state is the cell's theoretical arrival time (TAT). The local limiter and the
 //! in-memory coordinator run this on tokio's clock; `admit.lua` beside this file is the same decision
-//! on Redis time.
+//! on Redis time (sent after `prelude.lua`, as `give_back.lua` is, the [`give_back`] kernel's).
 //!
 //! An arrival carries its priority class's share of the burst, in thousandths
 //! ([`crate::priority::Thresholds`]). The burst in use at an arrival is
@@ -22,6 +22,15 @@
 //!
 //! Arrivals decided together (a batch) go the highest share first, arrivals of one share in
 //! their order ([`crate::priority::highest_share_first`]).
+//!
+//! An admitted arrival may [`take`] more than its own emission (prefetch): up to `take − 1`
+//! more, each admitted now by the rule above exactly as that many arrivals at the same instant
+//! would be, and only while the burst allows (the first refusal stops it, charging nothing).
+//! Emission `j` of a take (0 the arrival's own) has the slot that starts `j` intervals after the
+//! anchor, `max(TAT, now)`; its process may hand it out only until that slot starts (see
+//! `policy::rate_limit::prefetch`), so the admissions stay those of a GCRA.
+
+pub(crate) mod give_back;
 
 use crate::kernel::{Kernel, Malformed, Now, Script, Scripted, Seen, Sink, State, Wire};
 use crate::priority;
@@ -32,23 +41,29 @@ pub(crate) fn interval_ns(rate: f64) -> u64 {
     (1e9 / rate).ceil().clamp(1.0, u64::MAX as f64) as u64
 }
 
-/// The branches of the table above, in its order.
+/// The branches of the table above, in its order, then those of a [`take`] of more than one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Branch {
     Idle,
     Burst,
     AboveShare,
     Rejected,
+    /// A take got every emission it asked for.
+    TookAll,
+    /// A take got fewer than it asked for: the burst ran out.
+    TookFewer,
 }
 
 impl Branch {
     /// Every branch, indexed as [`Seen`] records them.
     #[cfg(test)]
-    pub(crate) const ALL: [Branch; 4] = [
+    pub(crate) const ALL: [Branch; 6] = [
         Branch::Idle,
         Branch::Burst,
         Branch::AboveShare,
         Branch::Rejected,
+        Branch::TookAll,
+        Branch::TookFewer,
     ];
 }
 
@@ -83,6 +98,63 @@ pub(crate) fn admit(
     }
 }
 
+/// What an admitted arrival took: its own emission and `extra` more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Taken {
+    /// The emissions taken beyond the arrival's own, for its process to hand out.
+    pub(crate) extra: u32,
+    /// How far (ns) the TAT it left is ahead of the step's now: the slot of emission `j` (0 the
+    /// arrival's own) starts `ahead − (extra + 1 − j) × interval` after now.
+    pub(crate) ahead: u64,
+    /// The TAT it left: what a [`give_back`] of its unused emissions expects to find.
+    pub(crate) tat: u64,
+}
+
+impl Taken {
+    /// Whether a reply to an arrival that took up to `take` emissions `interval` apart can be
+    /// the script's: fewer than `take` extra, each slot starting after the step's now. One
+    /// that cannot came from elsewhere (a corrupt reply) and is not held: its `extra + 1`
+    /// would overflow, or its slots would have started already.
+    pub(crate) fn fits(&self, take: u32, interval: u64) -> bool {
+        self.extra < take
+            && u64::from(self.extra + 1)
+                .checked_mul(interval)
+                .is_some_and(|slots| self.ahead >= slots)
+    }
+}
+
+/// Decides one arrival at `now` that takes up to `take` emissions (see the module's doc): `Err`
+/// with the wait as [`admit`] when its own is refused, else what it took.
+pub(crate) fn take(
+    tat: Option<u64>,
+    now: u64,
+    interval: u64,
+    terms: (u32, u16),
+    take: u32,
+    seen: &mut Seen,
+) -> Result<Taken, u64> {
+    let mut left = admit(tat, now, interval, terms, seen)?;
+    let mut extra = 0;
+    while extra + 1 < take {
+        match admit(Some(left), now, interval, terms, &mut Seen::default()) {
+            Ok(next) => (left, extra) = (next, extra + 1),
+            Err(_) => break,
+        }
+    }
+    if take > 1 {
+        seen.record(if extra + 1 == take {
+            Branch::TookAll
+        } else {
+            Branch::TookFewer
+        } as usize);
+    }
+    Ok(Taken {
+        extra,
+        ahead: left - now,
+        tat: left,
+    })
+}
+
 /// The GCRA as a coordinator command: one arrival at an identity's cell.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Gcra;
@@ -96,6 +168,8 @@ pub(crate) struct Arrival {
     /// The caller's class's share of the burst, in thousandths (1000: the whole burst). An
     /// arrival's own: arrivals of different classes share a batch.
     pub(crate) share: u16,
+    /// How many emissions it takes if admitted (1: its own; more: prefetch, see [`take`]).
+    pub(crate) take: u32,
 }
 
 /// A cell's theoretical arrival time (ns), if it has one.
@@ -112,21 +186,30 @@ impl State for Cell {
 impl Kernel for Gcra {
     type State = Cell;
     type Command = Arrival;
-    /// Admitted (and charged), or the wait (ns) until an admission is possible.
-    type Reply = Result<(), u64>;
+    /// Admitted (and charged) with what it took, or the wait (ns) until an admission is
+    /// possible.
+    type Reply = Result<Taken, u64>;
 
     fn step(cell: &mut Cell, arrival: &Arrival, now: Now, seen: &mut Seen) -> Self::Reply {
         let terms = (arrival.burst, arrival.share);
-        admit(cell.0, now.ns, arrival.interval, terms, seen).map(|next| cell.0 = Some(next))
+        let taken = take(cell.0, now.ns, arrival.interval, terms, arrival.take, seen)?;
+        cell.0 = Some(taken.tat);
+        Ok(taken)
     }
 }
 
-static SCRIPT: Script = Script::new("rate limit admission", &[include_str!("admit.lua")]);
+/// What every rate limit script is sent after: the clock, the stored TAT, the helpers.
+const PRELUDE: &str = include_str!("prelude.lua");
+
+static SCRIPT: Script = Script::new(
+    "rate limit admission",
+    &[PRELUDE, include_str!("admit.lua")],
+);
 
 impl Scripted for Gcra {
     const SCRIPT: &'static Script = &SCRIPT;
     const KEYS: &'static [&'static str] = &["rate:ns"];
-    const WIDTH: usize = 2;
+    const WIDTH: usize = 5;
     const BATCHES: bool = true;
 
     /// The batch's shared settings, its size, and every arrival's share: the script decides
@@ -135,6 +218,7 @@ impl Scripted for Gcra {
         let first = batch[0];
         sink.int(first.interval);
         sink.int(first.burst.into());
+        sink.int(first.take.into());
         sink.int(batch.len() as u64);
         for arrival in batch {
             sink.int(arrival.share.into());
@@ -142,18 +226,29 @@ impl Scripted for Gcra {
     }
 
     fn decode(reply: &[i64]) -> Result<Self::Reply, Malformed> {
-        match (reply[0], u64::try_from(reply[1])) {
-            (1, Ok(0)) => Ok(Ok(())),
-            (0, Ok(wait)) if wait > 0 => Ok(Err(wait)),
-            (allowed, _) => Err(Malformed::new(format_args!(
-                "{{{allowed}, {wait}}}",
-                wait = reply[1]
-            ))),
+        let natural = |n: i64| u64::try_from(n).ok();
+        match reply.iter().map(|&n| natural(n)).collect::<Vec<_>>()[..] {
+            [
+                Some(1),
+                Some(extra),
+                Some(ahead),
+                Some(seconds),
+                Some(nanos),
+            ] if ahead > 0 && nanos < 1_000_000_000 => Ok(Ok(Taken {
+                extra: u32::try_from(extra).map_err(|_| Malformed::new("extra"))?,
+                ahead,
+                tat: seconds
+                    .checked_mul(1_000_000_000)
+                    .and_then(|ns| ns.checked_add(nanos))
+                    .ok_or_else(|| Malformed::new("TAT"))?,
+            })),
+            [Some(0), Some(wait), Some(0), Some(0), Some(0)] if wait > 0 => Ok(Err(wait)),
+            _ => Err(Malformed::new(format_args!("{reply:?}"))),
         }
     }
 
     fn batches_with(first: &Arrival, other: &Arrival) -> bool {
-        (first.interval, first.burst) == (other.interval, other.burst)
+        (first.interval, first.burst, first.take) == (other.interval, other.burst, other.take)
     }
 }
 
@@ -161,6 +256,22 @@ impl Scripted for Gcra {
 mod tests {
     use super::*;
     use crate::priority::{Priority, Thresholds, WHOLE};
+
+    #[test]
+    fn a_reply_with_more_extra_than_taken_or_slots_already_started_does_not_fit() {
+        let taken = |extra, ahead| Taken {
+            extra,
+            ahead,
+            tat: 1,
+        };
+        assert!(taken(3, 40).fits(4, 10));
+        assert!(taken(0, 10).fits(1, 10));
+        assert!(!taken(4, 50).fits(4, 10), "extra ≥ take");
+        assert!(!taken(u32::MAX, 1).fits(4, 10), "extra + 1 overflows");
+        assert!(!taken(3, 39).fits(4, 10), "ahead too small");
+        let decoded = Gcra::decode(&[1, i64::from(u32::MAX), 1, 1, 0]).expect("a u32 extra");
+        assert!(!decoded.expect("admitted").fits(4, 10));
+    }
 
     #[test]
     fn intervals_round_up_never_down() {
@@ -190,6 +301,24 @@ mod tests {
             decisions,
             [Ok(()), Ok(()), Ok(()), Err(250 * MS), Err(MS), Ok(())]
         );
+    }
+
+    /// A take of 5 at burst 3 gets what 5 arrivals at that instant would: 3 when idle, its own
+    /// only with one in use, nothing (the wait until one) with the burst spent.
+    #[test]
+    fn a_take_gets_only_what_the_burst_allows_now() {
+        let (interval, now) = (1_000, 1);
+        let take = |tat| take(tat, now, interval, (3, WHOLE), 5, &mut Seen::default());
+        let taken = |extra, tat| {
+            Ok(Taken {
+                extra,
+                ahead: tat - now,
+                tat,
+            })
+        };
+        assert_eq!(take(None), taken(2, 3_001));
+        assert_eq!(take(Some(2_001)), taken(0, 3_001));
+        assert_eq!(take(Some(3_001)), Err(1_000));
     }
 
     /// Thresholds `normal = 0.8, sheddable = 0.5` on a burst of 30 arriving at once: the 15th

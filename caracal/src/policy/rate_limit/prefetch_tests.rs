@@ -1,0 +1,321 @@
+//! Prefetch at a distributed rate's site, on the in-memory coordinator and paused time: the
+//! round trips it saves, the admissions it keeps exact, and the give-back's compare-and-set.
+
+use std::time::Duration;
+
+use tokio::time::{Instant, sleep};
+
+use super::*;
+use crate::__private::global_scope;
+use crate::ctx::CallCtx;
+use crate::identity::Identity;
+
+/// 100 a second: one emission every 10 ms.
+const INTERVAL: Duration = Duration::from_millis(10);
+
+/// A call site of its own (its identity shared with no other test): 100 a second.
+fn site(name: &'static str, burst: u32, prefetch: u32) -> &'static RateLimitSite {
+    Box::leak(Box::new(RateLimitSite::new(RateLimitConfig {
+        name,
+        operation: name,
+        rate: 100.0,
+        burst,
+        local: false,
+        shadow: false,
+        thresholds: Thresholds::NONE,
+        prefetch,
+    })))
+}
+
+/// One call at `site`: whether it was admitted.
+async fn call(site: &RateLimitSite) -> bool {
+    let (ctx, scope) = (CallCtx::new(), global_scope());
+    rate_limit(site, &ctx, &scope, async { Ok::<_, Error>(()) })
+        .await
+        .is_ok()
+}
+
+/// `site`'s identity on `coordinator`.
+fn identity(coordinator: &Coordinator, site: &RateLimitSite) -> Identity {
+    let scope = global_scope().expect("the global scope");
+    coordinator.identity(
+        PolicyKind::RateLimit,
+        site.config.name,
+        site.config.name,
+        &scope,
+    )
+}
+
+/// An arrival of another process at `site`'s identity: what it took.
+async fn elsewhere(coordinator: &Coordinator, site: &RateLimitSite) -> gcra::Taken {
+    let arrival = gcra::Arrival {
+        interval: gcra::interval_ns(site.config.rate),
+        burst: site.config.burst,
+        share: crate::priority::WHOLE,
+        take: 1,
+    };
+    coordinator
+        .run::<gcra::Gcra>(&identity(coordinator, site), arrival)
+        .await
+        .expect("the in-memory coordinator answers")
+        .expect("admitted")
+}
+
+/// A lone caller calling once an interval, at its rate, for 20 calls: every call admitted, in 4
+/// round trips with `prefetch = 5` (each emission handed out as its slot starts) where it takes
+/// 20 without.
+#[tokio::test(start_paused = true)]
+async fn a_lone_caller_at_its_rate_pays_one_round_trip_per_k_calls() {
+    let coordinator = Coordinator::in_memory();
+    coordinator
+        .scoped(async {
+            let site = site("prefetch-lone", 10, 5);
+            let before = coordinator.runs_in_memory();
+            for _ in 0..20 {
+                assert!(call(site).await, "under its rate");
+                sleep(INTERVAL).await;
+            }
+            assert_eq!(coordinator.runs_in_memory() - before, 4);
+        })
+        .await;
+}
+
+/// Many tasks calling in bursts with pauses, some calls on emissions taken ahead: ordered by
+/// the clock the coordinator decides on, no window of any length `w` holds more admissions than
+/// a GCRA allows, `burst + floor(w / interval)`, and the tasks get past the burst.
+#[tokio::test(start_paused = true)]
+async fn admissions_with_prefetch_stay_within_the_rate_in_every_window() {
+    let coordinator = Coordinator::in_memory();
+    let admitted = coordinator
+        .scoped(async {
+            let site = site("prefetch-exact", 4, 4);
+            let start = Instant::now();
+            let tasks: Vec<_> = (0..3u64)
+                .map(|task| {
+                    tokio::spawn(coordinator.scoped(async move {
+                        let mut admitted = Vec::new();
+                        for round in 0..60u64 {
+                            if call(site).await {
+                                admitted.push(Instant::now());
+                            }
+                            // Bursts and pauses of several intervals: an emission handed out
+                            // after its slot started would show as one too many.
+                            let pause = [0, 3, 0, 27, 1, 55][((round + task) % 6) as usize];
+                            sleep(Duration::from_millis(pause)).await;
+                        }
+                        admitted
+                    }))
+                })
+                .collect();
+            let mut admitted = Vec::new();
+            for task in tasks {
+                admitted.extend(task.await.expect("the task ran"));
+            }
+            admitted.sort();
+            admitted
+                .into_iter()
+                .map(|at| at - start)
+                .collect::<Vec<_>>()
+        })
+        .await;
+    assert!(admitted.len() > 4 * 3, "{} admitted", admitted.len());
+    for intervals in [0, 1, 2, 5, 20] {
+        let window = INTERVAL * intervals;
+        let allowed = 4 + intervals as usize;
+        for (i, &from) in admitted.iter().enumerate() {
+            let within = admitted[i..].iter().take_while(|&&at| at <= from + window);
+            assert!(
+                within.count() <= allowed,
+                "more than {allowed} admitted within {window:?} of {from:?}: {admitted:?}"
+            );
+        }
+    }
+}
+
+/// A take of 4 at 0 ms whose second and third emissions (due until 10 and 20 ms) expire unused,
+/// no call coming for two intervals: its rest goes back — the next arrival finds the cell idle —
+/// unless another process took an emission in between, when the TAT stays where that one left
+/// it.
+#[tokio::test(start_paused = true)]
+async fn unused_emissions_go_back_only_while_nobody_took_one_since() {
+    let coordinator = Coordinator::in_memory();
+    coordinator
+        .scoped(async {
+            let alone = site("prefetch-give-back", 8, 4);
+            assert!(call(alone).await);
+            sleep(INTERVAL * 3).await;
+            // Given back: the cell is idle, so the arrival's TAT is one interval ahead.
+            assert_eq!(elsewhere(&coordinator, alone).await.ahead, 10_000_000);
+
+            let shared = site("prefetch-give-back-moved", 8, 4);
+            assert!(call(shared).await);
+            // Another process takes the fifth emission: the TAT is 50 ms, not the 40 ms the
+            // take left.
+            assert_eq!(elsewhere(&coordinator, shared).await.ahead, 50_000_000);
+            sleep(INTERVAL * 3).await;
+            // Not given back: the arrival at 30 ms moves the TAT from 50 ms to 60 ms.
+            assert_eq!(elsewhere(&coordinator, shared).await.ahead, 30_000_000);
+        })
+        .await;
+}
+
+/// Burst 4, `prefetch = 4`: a take at 0 ms holds emissions whose slots start at 10, 20 and 30 ms;
+/// calls at 10 and 20 ms use two, and the third expires at 30 ms. At 40 ms the cell is idle, so
+/// a burst of 5 calls gets the whole burst, 4, afresh: the third emission, handed out after its
+/// slot started, would be a fifth at one instant.
+#[tokio::test(start_paused = true)]
+async fn an_emission_is_handed_out_only_until_its_slot_starts() {
+    let coordinator = Coordinator::in_memory();
+    coordinator
+        .scoped(async {
+            let site = site("prefetch-deadline", 4, 4);
+            for _ in 0..3 {
+                assert!(call(site).await);
+                sleep(INTERVAL).await;
+            }
+            sleep(INTERVAL).await;
+            let mut admitted = 0;
+            for _ in 0..5 {
+                admitted += usize::from(call(site).await);
+            }
+            assert_eq!(admitted, 4, "the burst at one instant");
+        })
+        .await;
+}
+
+/// A caller a little slower than the rate (every 12 ms at 10 ms an interval) skips an emission
+/// now and then; the rest of its take stays for it: 20 calls cost 5 takes and no give-back, where
+/// giving the rest back at each skip would cost more round trips than no prefetch.
+#[tokio::test(start_paused = true)]
+async fn a_caller_slower_than_the_rate_keeps_the_rest_of_its_take() {
+    let coordinator = Coordinator::in_memory();
+    coordinator
+        .scoped(async {
+            let site = site("prefetch-slower", 10, 5);
+            let before = coordinator.runs_in_memory();
+            for _ in 0..20 {
+                assert!(call(site).await, "under its rate");
+                sleep(Duration::from_millis(12)).await;
+            }
+            assert_eq!(coordinator.runs_in_memory() - before, 5);
+        })
+        .await;
+}
+
+/// Prefetch is off with thresholds and in shadow mode, whatever the knob says: 5 calls at one
+/// instant make 5 round trips at either.
+#[tokio::test(start_paused = true)]
+async fn prefetch_is_off_with_thresholds_and_in_shadow_mode() {
+    let coordinator = Coordinator::in_memory();
+    coordinator
+        .scoped(async {
+            let classed = Box::leak(Box::new(RateLimitSite::new(RateLimitConfig {
+                thresholds: Thresholds::new(0.8, 0.5).expect("valid"),
+                ..site("prefetch-classed", 10, 5).config
+            })));
+            let shadow = Box::leak(Box::new(RateLimitSite::new(RateLimitConfig {
+                shadow: true,
+                ..site("prefetch-shadow", 10, 5).config
+            })));
+            for site in [&*classed, &*shadow] {
+                let before = coordinator.runs_in_memory();
+                for _ in 0..5 {
+                    assert!(call(site).await);
+                }
+                assert_eq!(
+                    coordinator.runs_in_memory() - before,
+                    5,
+                    "{}",
+                    site.config.name
+                );
+            }
+        })
+        .await;
+}
+
+/// The `rate_limit.*` prefetch events this thread's caracal emits while `run` runs (paused
+/// time: every task of the test runs on it), summed by event: `(prefetched, used, returned,
+/// expired)` emissions.
+async fn prefetch_events(run: impl Future<Output = ()>) -> [u64; 4] {
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Lines {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            lock(&self.0).extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    run.await;
+    let text = String::from_utf8(lock(&lines.0).clone()).expect("UTF-8");
+    let field = |line: &str, name: &str| -> u64 {
+        let value = line.split(&format!(" {name}=")).nth(1).expect("the field");
+        value
+            .split(' ')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .expect("a count")
+    };
+    let mut sums = [0; 4];
+    for line in text.lines() {
+        let (index, count) = if line.contains("rate_limit.prefetched") {
+            (0, field(line, "extra"))
+        } else if line.contains("rate_limit.prefetch_used") {
+            (1, 1)
+        } else if line.contains("rate_limit.prefetch_returned") {
+            (2, field(line, "count"))
+        } else if line.contains("rate_limit.prefetch_expired") {
+            (3, field(line, "count"))
+        } else {
+            continue;
+        };
+        sums[index] += count;
+    }
+    sums
+}
+
+/// A take of 4 at burst 4 holds 3; the identity's burst then changes to 8, and its next call
+/// drops them (a hand-out under other settings would mix two schedules): they are counted as
+/// expired, so every emission taken ahead is accounted for — used, returned or expired.
+#[tokio::test(start_paused = true)]
+async fn emissions_dropped_after_a_change_of_settings_are_counted_as_expired() {
+    let coordinator = Coordinator::in_memory();
+    let [prefetched, used, returned, expired] = prefetch_events(coordinator.scoped(async {
+        let before = site("prefetch-changed", 4, 4);
+        let after = site("prefetch-changed", 8, 4);
+        assert!(call(before).await);
+        assert!(call(after).await);
+        sleep(INTERVAL * 20).await;
+    }))
+    .await;
+    assert_eq!(expired, 3, "the dropped take's 3");
+    assert_eq!(prefetched, used + returned + expired);
+}
+
+/// At shutdown what is held expires unused, and is counted so.
+#[tokio::test(start_paused = true)]
+async fn emissions_held_at_shutdown_are_counted_as_expired() {
+    let coordinator = Coordinator::in_memory();
+    let [prefetched, used, returned, expired] = prefetch_events(async {
+        assert!(
+            coordinator
+                .scoped(call(site("prefetch-shutdown", 4, 4)))
+                .await
+        );
+        coordinator.shutdown().await;
+    })
+    .await;
+    assert_eq!((prefetched, used, returned, expired), (3, 0, 0, 3));
+}
