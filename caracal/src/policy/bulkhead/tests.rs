@@ -738,6 +738,64 @@ mod kept {
             .await;
     }
 
+    /// The occupancy another process's acquire finds on a fresh coordinator that heard of
+    /// another process's refusal, where a call of `KEEPING` ended just before it was heard
+    /// (`before`) and one ended `after` it (`None`: none).
+    async fn occupancy_after_a_refusal(before: bool, after: Option<Duration>) -> u32 {
+        use crate::coordinator::feed::{Heard, Origin};
+        use crate::policy::bulkhead::distributed::contention::on_feed;
+
+        let coordinator = Coordinator::in_memory();
+        let refusal = Heard {
+            own: false,
+            origin: Origin::Call,
+            key: identity(&coordinator).key,
+            payload: "lease-refused",
+        };
+        coordinator
+            .scoped(async {
+                if before {
+                    guarded(&KEEPING, quiet()).await.expect("admitted");
+                }
+                assert!(
+                    on_feed(&coordinator, &refusal),
+                    "a refusal is the bulkhead's"
+                );
+                if let Some(after) = after {
+                    tokio::time::sleep(after).await;
+                    guarded(&KEEPING, quiet()).await.expect("admitted");
+                }
+                probe(&coordinator, Uuid::new_v4()).await.occupancy
+            })
+            .await
+    }
+
+    /// Another process refused a lease of the identity (the message its refusal publishes on
+    /// the feed): the kept lease goes back at once, a body that ends within
+    /// [`CONTENDED`](super::keep::CONTENDED) after leaves its lease to the fleet too, and one
+    /// that ends later is kept again.
+    #[tokio::test(start_paused = true)]
+    async fn another_process_s_refusal_returns_kept_leases_and_stops_keeping_a_while() {
+        use crate::policy::bulkhead::keep::CONTENDED;
+
+        let ms = Duration::from_millis;
+        assert_eq!(
+            occupancy_after_a_refusal(true, None).await,
+            1,
+            "the kept lease went back at once"
+        );
+        assert_eq!(
+            occupancy_after_a_refusal(false, Some(CONTENDED - ms(1))).await,
+            1,
+            "not kept right after a refusal"
+        );
+        assert_eq!(
+            occupancy_after_a_refusal(false, Some(CONTENDED + ms(1))).await,
+            2,
+            "kept again once the refusal is past"
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_lease_granted_in_a_full_fleet_is_not_kept() {
         let coordinator = Coordinator::in_memory();
