@@ -47,7 +47,7 @@
 //!   fleet below its limit (another process could be refused otherwise) is kept; none
 //!   is kept while a call of the identity waits here (released, it wakes that caller), and
 //!   with an adaptive limit, thresholds or in shadow mode none is. A kept lease is handed on
-//!   only while that reply is younger than 100 ms ([`reuse`]) and under the limit and lease
+//!   only while that reply is younger than 250 ms ([`reuse`]) and under the limit and lease
 //!   length it was granted under. A refused acquire returns the kept leases of its identity
 //!   across the fleet, and none is kept for 100 ms after ([`contention`]).
 

@@ -31,9 +31,9 @@ struct Parked<L> {
 }
 
 /// How long after a refusal of an identity's lease, anywhere in the fleet, no lease of it is
-/// kept: the fleet is contended, and a kept lease would hold a slot a caller was refused. As
-/// long as a lease is handed on at most (its reply's [freshness](super::distributed)), so a
-/// burst of refusals that keeps coming keeps every lease of the identity going back at once.
+/// kept: the fleet is contended, and a kept lease would hold a slot a caller was refused. Twice
+/// the longest a refusing process stays silent ([`Pool::refused_here`]), so a run of refusals
+/// keeps every lease of the identity going back at once from the first to the last.
 pub(super) const CONTENDED: Duration = Duration::from_millis(100);
 
 /// The kept leases of one identity, and until when none is kept.

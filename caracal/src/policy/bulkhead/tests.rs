@@ -876,7 +876,7 @@ mod kept {
             .await;
     }
 
-    /// A lease whose latest reply (its view of the fleet) is older than 100 ms is not handed
+    /// A lease whose latest reply (its view of the fleet) is older than 250 ms is not handed
     /// on, even within `keep`: it goes back to the fleet and the next call acquires afresh.
     #[tokio::test(start_paused = true)]
     async fn a_lease_with_a_stale_occupancy_is_not_reused() {
@@ -884,13 +884,31 @@ mod kept {
         coordinator
             .scoped(async {
                 guarded(&KEEPING, quiet()).await.expect("admitted");
-                tokio::time::sleep(Duration::from_millis(150)).await;
+                tokio::time::sleep(Duration::from_millis(300)).await;
                 let probe = probe(&coordinator, Uuid::new_v4()).await;
                 assert!(probe.allowed);
                 let token = guarded(&KEEPING, reads_its_token())
                     .await
                     .expect("admitted");
                 assert!(token > probe.fence, "{token} {}: reused", probe.fence);
+            })
+            .await;
+    }
+
+    /// A kept lease whose latest reply is 200 ms old is still handed on: its view of the fleet
+    /// is fresh for 250 ms, so a busy fleet acquires each lease afresh every 250 ms, not more.
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_with_a_reply_younger_than_250_ms_is_reused() {
+        let coordinator = Coordinator::in_memory();
+        coordinator
+            .scoped(async {
+                guarded(&KEEPING, quiet()).await.expect("admitted");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let probe = probe(&coordinator, Uuid::new_v4()).await;
+                let token = guarded(&KEEPING, reads_its_token())
+                    .await
+                    .expect("admitted");
+                assert!(token < probe.fence, "{token} {}: not reused", probe.fence);
             })
             .await;
     }
@@ -931,15 +949,15 @@ mod kept {
     }
 
     /// A kept lease goes back to the fleet once it could no longer be handed on (here, its
-    /// latest reply grew older than 100 ms), before `keep` runs out.
+    /// latest reply grew older than 250 ms), before `keep` runs out.
     #[tokio::test(start_paused = true)]
     async fn a_kept_lease_goes_back_once_it_could_not_be_reused() {
         let coordinator = Coordinator::in_memory();
         coordinator
             .scoped(async {
                 guarded(&KEEPING, quiet()).await.expect("admitted");
-                tokio::time::sleep(Duration::from_millis(150)).await;
-                assert!(Duration::from_millis(150) < KEEP);
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                assert!(Duration::from_millis(300) < KEEP);
                 let probe = probe(&coordinator, Uuid::new_v4()).await;
                 assert_eq!(
                     probe.occupancy, 1,
