@@ -772,7 +772,7 @@ mod kept {
 
     /// Another process refused a lease of the identity (the message its refusal publishes on
     /// the feed): the kept lease goes back at once, a body that ends within
-    /// [`CONTENDED`](super::keep::CONTENDED) after leaves its lease to the fleet too, and one
+    /// `CONTENDED` after leaves its lease to the fleet too, and one
     /// that ends later is kept again.
     #[tokio::test(start_paused = true)]
     async fn another_process_s_refusal_returns_kept_leases_and_stops_keeping_a_while() {
