@@ -6,7 +6,8 @@
 //! `role=burst`: on each identity, bursts of `tasks` calls at once (each body holding
 //! `hold_ms`), `gap_ms` apart, until a line comes on stdin. `role=steady`: on each identity,
 //! `tasks` tasks making `calls` calls each (holding `hold_ms`, pausing `gap_ms` after each,
-//! refused or not). Either prints `result plain_admitted=… plain_rejected=… kept_admitted=…
+//! refused or not). `limit=` sets both identities' limit in this process (4 otherwise).
+//! Either prints `result plain_admitted=… plain_rejected=… kept_admitted=…
 //! kept_rejected=… errors=…`.
 
 use std::sync::Arc;
@@ -27,6 +28,14 @@ async fn plain(scope: &str, hold: Duration) -> Result<(), WorkerError> {
 async fn kept(scope: &str, hold: Duration) -> Result<(), WorkerError> {
     tokio::time::sleep(hold).await;
     Ok(())
+}
+
+/// Sets both identities' limit to `limit` in this process: a process whose limit is above the
+/// others' is never refused where they are, so its kept leases are all that can hold them off.
+pub(crate) fn limit(coordinator: &caracal::Coordinator, limit: &str) {
+    let text =
+        format!("[bulkhead.mp-fair]\nlimit = {limit}\n[bulkhead.mp-fair-keep]\nlimit = {limit}");
+    coordinator.set_config(caracal::Config::from_toml_str(&text).expect("a valid limit"));
 }
 
 /// How the calls on one identity ended.

@@ -715,6 +715,9 @@ async fn main() {
             let _ = bulkhead_hold(&scope).await;
         }
         "bulkhead-fair" => {
+            if let Some(limit) = options.get("limit") {
+                fair::limit(&coordinator, limit);
+            }
             let millis = |key: &str| Duration::from_millis(number(key));
             let shape = fair::Shape {
                 tasks: number("tasks") as usize,
