@@ -221,3 +221,23 @@ async fn refuse_on<F: Future<Output = Result<(), TestError>> + Send + 'static>(
         let _ = holder.await.expect("no panic");
     }
 }
+
+/// Two coordinators in one process: one's refusal returns the other's kept lease.
+#[tokio::test(flavor = "current_thread")]
+async fn a_refusal_on_another_coordinator_of_this_process_returns_the_kept_lease() {
+    let (log, _guard) = EventLog::capture_thread_default();
+    let server = RedisServer::start();
+    let namespace = unique("sibling");
+    let keeper = connect(&server, &namespace).await;
+    let refused = connect(&server, &namespace).await;
+    assert_eq!(code(&keeper.scoped(kept_call()).await), "ok");
+    feed_channel(&server).await;
+    let returned =
+        a_refusal_returns_the_kept_lease(&keeper, &log, || refuse_on(&refused, kept)).await;
+    assert!(
+        returned,
+        "the sibling's refusal did not return the kept lease"
+    );
+    refused.shutdown().await;
+    keeper.shutdown().await;
+}

@@ -28,14 +28,14 @@ pub(super) fn refused(coordinator: &Coordinator, identity: &Identity) {
     }
 }
 
-/// Reads a refusal another process announced (see [`refused`]); a process hears its own too,
-/// and has noted it already.
+/// Reads a refusal announced on the feed (see [`refused`]). Its own process's too: the
+/// message names the process, not the coordinator, and another coordinator here may keep
+/// leases of the identity; on the one that was refused it only moves the end of its
+/// contention by the message's latency.
 pub(in crate::policy::bulkhead) fn on_feed(coordinator: &Coordinator, heard: &Heard<'_>) -> bool {
     if heard.payload != REFUSED {
         return false;
     }
-    if !heard.own {
-        Pool::<Lease>::of(coordinator).refused_elsewhere(&heard.key);
-    }
+    Pool::<Lease>::of(coordinator).refused_elsewhere(&heard.key);
     true
 }
