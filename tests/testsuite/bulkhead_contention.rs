@@ -241,3 +241,24 @@ async fn a_refusal_on_another_coordinator_of_this_process_returns_the_kept_lease
     refused.shutdown().await;
     keeper.shutdown().await;
 }
+
+/// A call site without `keep` refused on the identity still announces it: the keeping
+/// coordinator returns its kept lease.
+#[tokio::test(flavor = "current_thread")]
+async fn a_refusal_where_nothing_is_kept_returns_the_kept_lease() {
+    let (log, _guard) = EventLog::capture_thread_default();
+    let server = RedisServer::start();
+    let namespace = unique("plain");
+    let keeper = connect(&server, &namespace).await;
+    let refused = connect(&server, &namespace).await;
+    assert_eq!(code(&keeper.scoped(kept_call()).await), "ok");
+    feed_channel(&server).await;
+    let returned =
+        a_refusal_returns_the_kept_lease(&keeper, &log, || refuse_on(&refused, plain)).await;
+    assert!(
+        returned,
+        "a plain site's refusal did not return the kept lease"
+    );
+    refused.shutdown().await;
+    keeper.shutdown().await;
+}

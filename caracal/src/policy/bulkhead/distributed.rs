@@ -48,8 +48,9 @@
 //!   is kept while a call of the identity waits here (released, it wakes that caller), and
 //!   with an adaptive limit, thresholds or in shadow mode none is. A kept lease is handed on
 //!   only while that reply is younger than 250 ms ([`reuse`]) and under the limit and lease
-//!   length it was granted under. A refused acquire returns the kept leases of its identity
-//!   across the fleet, and none is kept for 100 ms after ([`contention`]).
+//!   length it was granted under. A refused acquire (of any enforcing call site, with
+//!   `keep` or without) returns the kept leases of its identity across the fleet, and none
+//!   is kept for 100 ms after ([`contention`]).
 
 use std::future::Future;
 use std::pin::pin;
@@ -379,7 +380,8 @@ async fn admit(
                 });
             }
             Ok(LeaseAnswer { reply, .. }) => {
-                if keeping(values).is_some() {
+                // Whatever `keep` says here: another process may keep leases of the identity.
+                if !values.shadow {
                     contention::refused(coordinator, identity);
                 }
                 let now = Instant::now();

@@ -1,5 +1,5 @@
-//! A refusal returns the fleet's kept leases: a process refused a lease of an identity whose
-//! bulkhead keeps leases tells the other processes on the feed, and each returns its kept
+//! A refusal returns the fleet's kept leases: a process refused a lease of an identity tells
+//! the other processes (and its other coordinators) on the feed, and each returns its kept
 //! leases of the identity at once and keeps none for a while ([`keep`](super::super::keep)).
 //! Without it a bursting process's kept leases, handed from burst to burst, would hold slots a
 //! steady process is refused, for as long as each lease's reply stays fresh.
@@ -21,7 +21,10 @@ pub(super) fn listen(coordinator: &Coordinator) {
 }
 
 /// Notes that a call of `identity` was refused a lease: this process's kept leases of it go
-/// back, and the other processes are told so theirs do too.
+/// back, and the other processes are told so theirs do too. Called on every refusal of a
+/// distributed bulkhead that enforces, whether its own call site keeps leases or not: `keep`
+/// is no part of the identity, and a process keeping leases of it must hear of a refusal
+/// wherever it happens.
 pub(super) fn refused(coordinator: &Coordinator, identity: &Identity) {
     if Pool::<Lease>::of(coordinator).refused_here(&identity.key) {
         coordinator.publish(&identity.key, REFUSED);
