@@ -148,10 +148,19 @@ impl<L: Send + 'static> Pool<L> {
         tell
     }
 
-    /// Notes that another process was refused a lease of `key`: this process's kept leases of
-    /// it go back at once, and none is kept for [`CONTENDED`].
+    /// Notes that a refusal of `key` was announced: this process's kept leases of it go back
+    /// at once, and none is kept for [`CONTENDED`]. The fleet was told just now, so a refusal
+    /// here within half of [`CONTENDED`] tells nobody: about one message per identity per
+    /// half of it fleet-wide, however many processes are refused.
     pub(super) fn refused_elsewhere(&self, key: &KeyBase) {
-        self.contend(key, Instant::now());
+        let now = Instant::now();
+        {
+            let mut parked = lock(&self.parked);
+            let shelf = parked.entry(key.clone()).or_default();
+            let until = now + CONTENDED;
+            shelf.told = Some(shelf.told.map_or(until, |was| was.max(until)));
+        }
+        self.contend(key, now);
     }
 
     /// Returns the kept leases of `key` and keeps none until [`CONTENDED`] after `now`.
@@ -264,6 +273,22 @@ mod tests {
         assert!(
             pool.refused_here(&key),
             "half of CONTENDED after the last told"
+        );
+    }
+
+    /// A refusal heard from the fleet counts as told: a process refused right after stays
+    /// quiet for half of [`CONTENDED`], so the fleet as a whole sends about one message per
+    /// identity per half of it, not one per refused process.
+    #[tokio::test(start_paused = true)]
+    async fn a_refusal_heard_from_the_fleet_counts_as_told() {
+        let pool = Pool::<()>::default();
+        let key = KeyBase::namespace("unit-keep-heard");
+        pool.refused_elsewhere(&key);
+        assert!(!pool.refused_here(&key), "the fleet heard one just now");
+        tokio::time::sleep(CONTENDED / 2).await;
+        assert!(
+            pool.refused_here(&key),
+            "half of CONTENDED after the heard one"
         );
     }
 }
