@@ -149,6 +149,41 @@ async fn a_heard_refusal_returns_the_kept_lease() {
     keeper.shutdown().await;
 }
 
+/// A heard refusal is no change an operator sees: [`caracal::Admin::changed`] does not wake
+/// (`caracal watch` would redraw up to 20 times a second per identity under contention).
+#[tokio::test(flavor = "current_thread")]
+async fn a_heard_refusal_does_not_wake_admin_changed() {
+    let (log, _guard) = EventLog::capture_thread_default();
+    let server = RedisServer::start();
+    let keeper = connect(&server, &unique("quiet")).await;
+    assert!(keeps(&keeper, &log).await, "a kept lease");
+    let channel = feed_channel(&server).await;
+    let admin = keeper.admin();
+    let mut changed = std::pin::pin!(admin.changed(Duration::from_secs(3600)));
+    // Polled once: subscribed to the changes from here on.
+    assert!(
+        tokio::time::timeout(Duration::ZERO, &mut changed)
+            .await
+            .is_err()
+    );
+    let returned = log.count("bulkhead.lease_returned");
+    let message = format!("0000000000000000:call:{}:lease-refused", tag(&server));
+    let _: i64 = redis::cmd("PUBLISH")
+        .arg(&channel)
+        .arg(&message)
+        .query(&mut server.connection())
+        .expect("PUBLISH");
+    // Returned by the feed's listener, which wakes the changes (or not) right after.
+    more(&log, "bulkhead.lease_returned", returned).await;
+    assert!(
+        tokio::time::timeout(Duration::ZERO, &mut changed)
+            .await
+            .is_err(),
+        "a heard refusal woke Admin::changed"
+    );
+    keeper.shutdown().await;
+}
+
 /// A refused acquire publishes `<process>:call:<tag>:lease-refused` on the namespace's feed.
 #[tokio::test(flavor = "current_thread")]
 async fn a_refused_acquire_announces_itself_on_the_feed() {

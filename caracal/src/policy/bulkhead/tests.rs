@@ -758,8 +758,8 @@ mod kept {
                     guarded(&KEEPING, quiet()).await.expect("admitted");
                 }
                 assert!(
-                    on_feed(&coordinator, &refusal),
-                    "a refusal is the bulkhead's"
+                    !on_feed(&coordinator, &refusal),
+                    "a refusal is no change an operator sees"
                 );
                 if let Some(after) = after {
                     tokio::time::sleep(after).await;

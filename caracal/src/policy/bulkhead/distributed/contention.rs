@@ -34,11 +34,12 @@ pub(super) fn refused(coordinator: &Coordinator, identity: &Identity) {
 /// Reads a refusal announced on the feed (see [`refused`]). Its own process's too: the
 /// message names the process, not the coordinator, and another coordinator here may keep
 /// leases of the identity; on the one that was refused it only moves the end of its
-/// contention by the message's latency.
+/// contention by the message's latency. Nothing an operator sees changes: `false`, so it does
+/// not wake [`Admin::changed`](crate::Admin::changed) (up to 20 messages a second per
+/// identity under contention).
 pub(in crate::policy::bulkhead) fn on_feed(coordinator: &Coordinator, heard: &Heard<'_>) -> bool {
-    if heard.payload != REFUSED {
-        return false;
+    if heard.payload == REFUSED {
+        Pool::<Lease>::of(coordinator).refused_elsewhere(&heard.key);
     }
-    Pool::<Lease>::of(coordinator).refused_elsewhere(&heard.key);
-    true
+    false
 }
