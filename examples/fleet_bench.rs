@@ -11,10 +11,11 @@
 //! The process starts K copies of itself (`fleet_bench worker …`). Each installs a Redis
 //! coordinator and runs 64 tasks, task `t` calling with scope `t % 16`, so 16 scopes share the
 //! load (on the cluster they hash to the three shards). A phase lasts `--seconds`: first a
-//! `#[bulkhead]` (limit 64 per scope), then a `#[circuit_breaker]` over a `#[bulkhead]`, each
-//! around a body that only yields. Every worker reports its admitted and rejected calls; the
-//! parent reads `INFO cpu` and `INFO commandstats` of every Redis node before and after each
-//! phase.
+//! `#[bulkhead]` (limit 64 per scope), then the same with `keep = "5ms"` (a finished body's
+//! lease serves the process's next call of the scope without a round trip), then a
+//! `#[circuit_breaker]` over a `#[bulkhead]`, each around a body that only yields. Every worker
+//! reports its admitted and rejected calls; the parent reads `INFO cpu` and `INFO
+//! commandstats` of every Redis node before and after each phase.
 //!
 //! Figures, for `standalone` (the Redis at `CARACAL_REDIS_URL`, default 127.0.0.1:6379) and
 //! then `cluster` (three masters the example starts on free ports, in a temp dir, from the
@@ -34,6 +35,8 @@
 //!   command by the clock, not by CPU: when the machine has more runnable threads than cores
 //!   a command's time includes waits for a core, and can exceed the CPU figure;
 //! - `redis_cores_busy`: Redis CPU seconds per second of the phase (1 = one core saturated);
+//! - on `bulkhead_keep`, `calls_ratio_to_plain` and `cpu_ratio_to_plain`: its calls/s and its
+//!   Redis CPU per million calls ÷ the plain `bulkhead` phase's, same fleet, same run;
 //! - on the cluster, `ratio_to_standalone` (calls/s, cluster ÷ standalone, same run) and
 //!   `cpu_ratio_to_standalone`, then one `…_shard` line per node: its CPU seconds, its share
 //!   of the cluster's CPU and of its script calls (whether the scopes spread the load).
@@ -92,6 +95,12 @@ async fn bulkhead_only(scope: usize) -> Result<(), caracal::Error> {
     Ok(())
 }
 
+#[bulkhead(name = "fleet-bench-keep", limit = LIMIT, scope = scope, keep = "5ms")]
+async fn bulkhead_kept(scope: usize) -> Result<(), caracal::Error> {
+    tokio::task::yield_now().await;
+    Ok(())
+}
+
 #[circuit_breaker(name = "fleet-bench-both", scope = scope)]
 #[bulkhead(name = "fleet-bench-both", limit = LIMIT, scope = scope)]
 async fn breaker_and_bulkhead(scope: usize) -> Result<(), caracal::Error> {
@@ -102,15 +111,21 @@ async fn breaker_and_bulkhead(scope: usize) -> Result<(), caracal::Error> {
 #[derive(Clone, Copy)]
 enum Phase {
     Bulkhead,
+    BulkheadKeep,
     BreakerAndBulkhead,
 }
 
-const PHASES: [Phase; 2] = [Phase::Bulkhead, Phase::BreakerAndBulkhead];
+const PHASES: [Phase; 3] = [
+    Phase::Bulkhead,
+    Phase::BulkheadKeep,
+    Phase::BreakerAndBulkhead,
+];
 
 impl Phase {
     fn name(self) -> &'static str {
         match self {
             Phase::Bulkhead => "bulkhead",
+            Phase::BulkheadKeep => "bulkhead_keep",
             Phase::BreakerAndBulkhead => "breaker_and_bulkhead",
         }
     }
@@ -118,6 +133,7 @@ impl Phase {
     async fn call(self, scope: usize) -> Result<(), caracal::Error> {
         match self {
             Phase::Bulkhead => bulkhead_only(scope).await,
+            Phase::BulkheadKeep => bulkhead_kept(scope).await,
             Phase::BreakerAndBulkhead => breaker_and_bulkhead(scope).await,
         }
     }
@@ -407,15 +423,15 @@ impl Target {
         &mut self,
         options: &Options,
         namespace: &str,
-        baseline: Option<&[Measured; 2]>,
-    ) -> Result<[Measured; 2]> {
+        baseline: Option<&[Measured; PHASES.len()]>,
+    ) -> Result<[Measured; PHASES.len()]> {
         let seconds = options.seconds.to_string();
         let mut fleet = Fleet::start(
             options.workers,
             [self.kind, &self.address, namespace, &seconds],
         )
         .await?;
-        let mut measured = [UNMEASURED; 2];
+        let mut measured = [UNMEASURED; PHASES.len()];
         for (index, phase) in PHASES.into_iter().enumerate() {
             let before = self.spent().await?;
             let started = Instant::now();
@@ -444,6 +460,15 @@ impl Target {
                 ("scripts_per_call", total.script_calls / calls),
                 ("redis_cores_busy", total.cpu / wall),
             ];
+            if matches!(phase, Phase::BulkheadKeep) {
+                // PHASES lists the phases in the order they are declared.
+                let plain = measured[Phase::Bulkhead as usize];
+                fields.push(("calls_ratio_to_plain", rate / plain.rate));
+                fields.push((
+                    "cpu_ratio_to_plain",
+                    measured[index].cpu_per_million / plain.cpu_per_million,
+                ));
+            }
             if let Some(baseline) = baseline {
                 fields.push(("ratio_to_standalone", rate / baseline[index].rate));
                 fields.push((
@@ -674,7 +699,7 @@ async fn main() -> Result<()> {
             Some(measured)
         }
     };
-    let cluster = cluster.unwrap_or([UNMEASURED; 2]);
+    let cluster = cluster.unwrap_or([UNMEASURED; PHASES.len()]);
     let mut fields = vec![("workers", options.workers as f64), ("cores", cores as f64)];
     let names: Vec<[String; 3]> = PHASES
         .iter()

@@ -157,3 +157,64 @@ async fn a_killed_holder_frees_its_slot_when_its_lease_expires_and_not_before() 
     }
     coordinator.shutdown().await;
 }
+
+/// Calls the steady process makes on each identity: a call every ~12 ms, ~5 s in all.
+const STEADY_CALLS: u64 = 400;
+
+/// Fairness with kept leases: a process bursting 4 calls at once (2 ms bodies, bursts 4 ms
+/// apart, so its kept leases would pass from burst to burst) under a limit of 8 of its own, so
+/// it is never refused itself and only a message from the fleet makes it return its kept
+/// leases, and a steady process (a 2 ms call every 10 ms) under the limit of 4, on a plain
+/// identity and on one with `keep = "5ms"` at once (the worker's `bulkhead-fair`), so both
+/// counts come from the same run under the same load. The steady process's refusals with kept
+/// leases stay within 10 % of those without, plus a slack of 20 (about two standard deviations
+/// of the difference of two such counts). Without the steady process's refusal message on the
+/// feed, the burster's kept leases hold the 4 slots between its bursts and the steady process
+/// is refused nearly every call.
+#[test]
+fn a_steady_process_is_refused_no_more_beside_a_burster_that_keeps_leases() {
+    let server = RedisServer::start();
+    let namespace = unique("fair");
+    let scope = unique("fair");
+    let spawn = |role: &str, tasks: u64, gap_ms: u64, limit: u64| {
+        let args = [
+            format!("limit={limit}"),
+            format!("scope={scope}"),
+            format!("role={role}"),
+            format!("tasks={tasks}"),
+            format!("calls={STEADY_CALLS}"),
+            "hold_ms=2".to_owned(),
+            format!("gap_ms={gap_ms}"),
+            "start=on-go".to_owned(),
+        ];
+        let worker = Worker::spawn(&server.url(), &namespace, "bulkhead-fair", &args);
+        worker.expect_line("ready", PATIENCE);
+        worker
+    };
+    let mut burst = spawn("burst", 4, 4, 8);
+    let mut steady = spawn("steady", 1, 10, 4);
+    burst.go();
+    steady.go();
+    let line = steady.expect_line("result", Duration::from_secs(120));
+    burst.send("stop");
+    let bursts = burst.expect_line("result", Duration::from_secs(120));
+    eprintln!("steady: {line}\nburst: {bursts}");
+    for line in [&line, &bursts] {
+        assert_eq!(Worker::field(line, "errors"), 0, "{line}");
+    }
+    for side in ["plain_rejected", "kept_rejected"] {
+        assert_eq!(
+            Worker::field(&bursts, side),
+            0,
+            "the burster was refused: {bursts}"
+        );
+    }
+    let plain = Worker::field(&line, "plain_rejected");
+    let kept = Worker::field(&line, "kept_rejected");
+    assert!(plain > 0, "the burster never filled the bulkhead: {line}");
+    assert!(
+        kept * 10 <= plain * 11 + 200,
+        "the steady process was refused {kept} times beside kept leases, {plain} without: \
+         {line}"
+    );
+}

@@ -20,6 +20,7 @@ mod breaker_events;
 mod breaker_faults;
 mod breaker_fleet;
 mod bulkhead;
+mod bulkhead_contention;
 mod bulkhead_events;
 mod bulkhead_faults;
 mod bulkhead_fleet;

@@ -30,6 +30,8 @@ use caracal_tests::fenced;
 use caracal_tests::ledger::AsyncLedger;
 use caracal_tests::{AsyncWitness, MetricsLog};
 
+mod fair;
+
 #[derive(Debug)]
 enum WorkerError {
     Caracal(caracal::Error),
@@ -716,6 +718,20 @@ async fn main() {
         }
         "bulkhead-hold" => {
             let _ = bulkhead_hold(&scope).await;
+        }
+        "bulkhead-fair" => {
+            if let Some(limit) = options.get("limit") {
+                fair::limit(&coordinator, limit);
+            }
+            let millis = |key: &str| Duration::from_millis(number(key));
+            let shape = fair::Shape {
+                tasks: number("tasks") as usize,
+                calls: count("calls"),
+                hold: millis("hold_ms"),
+                gap: millis("gap_ms"),
+            };
+            fair::run(&get("role"), &scope, shape).await;
+            coordinator.shutdown().await;
         }
         "ledger-hold" | "ledger-take" => {
             let ledger = AsyncLedger::connect(&get("ledger"), &get("ledger_name"), 1).await;

@@ -68,7 +68,9 @@ pub(crate) enum Message<'a> {
 
 /// How a kind reads a feed message about an identity (see
 /// [`Coordinator::listen`](super::Coordinator::listen)): whether the payload was the kind's,
-/// and well-formed.
+/// well-formed, and a change an operator sees (which wakes
+/// [`Admin::changed`](crate::Admin::changed)). A message a kind only acts on (a bulkhead's
+/// refusal) reads as `false`, and is handed on to the next kind's listener, which ignores it.
 pub(crate) type Listener = fn(&Coordinator, &Heard<'_>) -> bool;
 
 /// The listeners the kinds registered, one per kind: set once, read without a lock (a kind
@@ -84,7 +86,8 @@ impl Listeners {
         }
     }
 
-    /// Hands `heard` to the listeners until one reads it; whether one did.
+    /// Hands `heard` to the listeners until one reads it as a change an operator sees; whether
+    /// one did.
     pub(super) fn hand(&self, coordinator: &Coordinator, heard: &Heard<'_>) -> bool {
         self.0
             .iter()

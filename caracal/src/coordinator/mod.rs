@@ -520,6 +520,15 @@ impl Coordinator {
         }
     }
 
+    /// Tells the other processes of the namespace `payload` about `key`'s identity, for the
+    /// listener of its kind ([`listen`](Self::listen)): published on the feed, in the
+    /// background and once. In memory there is no other process to tell.
+    pub(crate) fn publish(&self, key: &KeyBase, payload: &str) {
+        if let Some(redis) = self.inner.backend.redis() {
+            redis.publish(key, payload);
+        }
+    }
+
     /// Runs `work` in the background, tracked so [`shutdown`](Self::shutdown) can flush it.
     /// It is polled once before this returns (see [`Background::start`]).
     pub(crate) fn in_background(&self, work: impl Future<Output = ()> + Send + 'static) {

@@ -160,6 +160,13 @@ impl RedisBackend {
         self.link.channel()
     }
 
+    /// Publishes `payload` about `key`'s identity on the namespace's feed, as a call's, in the
+    /// background and once (see [`Link::publish`]).
+    pub(super) fn publish(&self, key: &KeyBase, payload: &str) {
+        let message = format!("{}:{payload}", feed::prefix(feed::Origin::Call, key));
+        self.link.publish(key, self.channel(), &message);
+    }
+
     /// `caracal doctor`'s checks of the server this backend connected to.
     pub(super) async fn doctor(&self) -> Vec<Check> {
         let (topology, trust, timeout) = &self.origin;

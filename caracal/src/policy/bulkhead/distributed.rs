@@ -47,8 +47,10 @@
 //!   fleet below its limit (another process could be refused otherwise) is kept; none
 //!   is kept while a call of the identity waits here (released, it wakes that caller), and
 //!   with an adaptive limit, thresholds or in shadow mode none is. A kept lease is handed on
-//!   only while that reply is younger than 100 ms ([`reuse`]) and under the limit and lease
-//!   length it was granted under.
+//!   only while that reply is younger than 250 ms ([`reuse`]) and under the limit and lease
+//!   length it was granted under. A refused acquire (of any enforcing call site, with
+//!   `keep` or without) returns the kept leases of its identity across the fleet, and none
+//!   is kept for 100 ms after ([`contention`]).
 
 use std::future::Future;
 use std::pin::pin;
@@ -78,6 +80,7 @@ use crate::policy::refuse;
 use crate::priority::{self, Priority};
 
 mod command;
+pub(super) mod contention;
 mod reuse;
 
 const FIRST_WAIT_PAUSE: Duration = Duration::from_millis(2);
@@ -147,6 +150,9 @@ where
             (lease, occupancy)
         }
         None => {
+            if pool.is_some() {
+                contention::listen(&coordinator);
+            }
             let token = crate::token::fresh();
             // Read before the acquire is sent: a loss of data noticed at any point after
             // that may have taken this lease with it.
@@ -374,6 +380,10 @@ async fn admit(
                 });
             }
             Ok(LeaseAnswer { reply, .. }) => {
+                // Whatever `keep` says here: another process may keep leases of the identity.
+                if !values.shadow {
+                    contention::refused(coordinator, identity);
+                }
                 let now = Instant::now();
                 let retry = match give_up.zip(released) {
                     Some((give_up, released)) if now < give_up => {

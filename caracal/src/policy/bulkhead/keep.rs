@@ -7,6 +7,11 @@
 //! still good to hand on (trusted long enough, the same server incarnation) is the holder's
 //! rule, passed in as `usable`; what this module adds is the bound: a lease waits at most
 //! `keep`, after which its timer takes it out and drops it, which releases it.
+//!
+//! A kept lease holds a slot no caller uses. Where a slot is wanted — a call of the identity was
+//! refused a lease anywhere in the fleet — the fleet's pools return their kept leases of it at
+//! once and keep none for [`CONTENDED`]: the refused process notes it here and tells the others
+//! on the feed ([`Pool::refused_here`], [`Pool::refused_elsewhere`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -25,9 +30,43 @@ struct Parked<L> {
     until: Instant,
 }
 
+/// How long after a refusal of an identity's lease, anywhere in the fleet, no lease of it is
+/// kept: the fleet is contended, and a kept lease would hold a slot a caller was refused. Twice
+/// the longest a refusing process stays silent ([`Pool::refused_here`]), so a run of refusals
+/// keeps every lease of the identity going back at once from the first to the last.
+pub(super) const CONTENDED: Duration = Duration::from_millis(100);
+
+/// The kept leases of one identity, and until when none is kept.
+struct Shelf<L> {
+    leases: Vec<Parked<L>>,
+    /// Until when nothing is kept: a call of the identity was refused lately (see
+    /// [`CONTENDED`]).
+    contended: Option<Instant>,
+    /// Until when the other processes keep nothing, from the latest refusal here they were
+    /// told of.
+    told: Option<Instant>,
+}
+
+impl<L> Default for Shelf<L> {
+    fn default() -> Self {
+        Shelf {
+            leases: Vec::new(),
+            contended: None,
+            told: None,
+        }
+    }
+}
+
+impl<L> Shelf<L> {
+    /// Whether it holds nothing worth remembering at `now`.
+    fn idle(&self, now: Instant) -> bool {
+        self.leases.is_empty() && self.contended.is_none_or(|until| until <= now)
+    }
+}
+
 /// The kept leases of one coordinator, per identity.
 pub(super) struct Pool<L> {
-    parked: Mutex<HashMap<KeyBase, Vec<Parked<L>>>>,
+    parked: Mutex<HashMap<KeyBase, Shelf<L>>>,
     /// Set when the coordinator shuts down: from then on nothing is kept or handed on (a
     /// lease kept after the flush would be reused past shutdown, or its release sent after
     /// the backend closed).
@@ -69,17 +108,17 @@ impl<L: Send + 'static> Pool<L> {
             if self.closed.load(Ordering::Acquire) {
                 return None;
             }
-            let leases = parked.get_mut(key)?;
+            let shelf = parked.get_mut(key)?;
             let mut found = None;
             // The most recently kept first: it has the longest trust ahead.
-            while let Some(kept) = leases.pop() {
+            while let Some(kept) = shelf.leases.pop() {
                 if kept.until > now && usable(&kept.lease) {
                     found = Some(kept.lease);
                     break;
                 }
                 dropped.push(kept.lease);
             }
-            if leases.is_empty() {
+            if shelf.idle(now) {
                 parked.remove(key);
             }
             found
@@ -87,6 +126,54 @@ impl<L: Send + 'static> Pool<L> {
         // Released outside the lock: a release queues a command.
         drop(dropped);
         found
+    }
+
+    /// Notes that a call of `key` was refused a lease here: this process's kept leases of it
+    /// go back and none is kept for [`CONTENDED`]. Whether to tell the other processes (see
+    /// [`refused_elsewhere`](Self::refused_elsewhere)): not when they were told less than half
+    /// of [`CONTENDED`] ago, so that a run of refusals costs the fleet a message per 50 ms at
+    /// most and every process still keeps nothing from the first to the last.
+    pub(super) fn refused_here(&self, key: &KeyBase) -> bool {
+        let now = Instant::now();
+        let tell = {
+            let mut parked = lock(&self.parked);
+            let shelf = parked.entry(key.clone()).or_default();
+            let tell = shelf.told.is_none_or(|until| until <= now + CONTENDED / 2);
+            if tell {
+                shelf.told = Some(now + CONTENDED);
+            }
+            tell
+        };
+        self.contend(key, now);
+        tell
+    }
+
+    /// Notes that a refusal of `key` was announced: this process's kept leases of it go back
+    /// at once, and none is kept for [`CONTENDED`]. The fleet was told just now, so a refusal
+    /// here within half of [`CONTENDED`] tells nobody: about one message per identity per
+    /// half of it fleet-wide, however many processes are refused.
+    pub(super) fn refused_elsewhere(&self, key: &KeyBase) {
+        let now = Instant::now();
+        {
+            let mut parked = lock(&self.parked);
+            let shelf = parked.entry(key.clone()).or_default();
+            let until = now + CONTENDED;
+            shelf.told = Some(shelf.told.map_or(until, |was| was.max(until)));
+        }
+        self.contend(key, now);
+    }
+
+    /// Returns the kept leases of `key` and keeps none until [`CONTENDED`] after `now`.
+    fn contend(&self, key: &KeyBase, now: Instant) {
+        let returned = {
+            let mut parked = lock(&self.parked);
+            let shelf = parked.entry(key.clone()).or_default();
+            let until = now + CONTENDED;
+            shelf.contended = Some(shelf.contended.map_or(until, |was| was.max(until)));
+            std::mem::take(&mut shelf.leases)
+        };
+        // Released outside the lock: a release queues a command.
+        drop(returned);
     }
 
     /// Keeps `lease` of `key` for up to `keep`, after which a timer on `coordinator`'s
@@ -101,17 +188,19 @@ impl<L: Send + 'static> Pool<L> {
         let until = Instant::now() + keep;
         {
             let mut parked = lock(&self.parked);
-            // Checked under the lock `drain` takes after closing: a lease is either drained or
-            // never parked.
-            if self.closed.load(Ordering::Acquire) {
+            // Checked under the lock `drain` and `contend` take: a lease is either returned by
+            // them or never parked.
+            let shelf = parked.entry(key.clone()).or_default();
+            let contended = shelf.contended.is_some_and(|until| until > Instant::now());
+            if contended || self.closed.load(Ordering::Acquire) {
+                if shelf.idle(Instant::now()) {
+                    parked.remove(key);
+                }
                 drop(parked);
                 drop(lease);
                 return;
             }
-            parked
-                .entry(key.clone())
-                .or_default()
-                .push(Parked { lease, until });
+            shelf.leases.push(Parked { lease, until });
         }
         let pool = Arc::downgrade(self);
         let key = key.clone();
@@ -127,12 +216,13 @@ impl<L: Send + 'static> Pool<L> {
     fn expire(&self, key: &KeyBase, now: Instant) {
         let expired: Vec<L> = {
             let mut parked = lock(&self.parked);
-            let Some(leases) = parked.get_mut(key) else {
+            let Some(shelf) = parked.get_mut(key) else {
                 return;
             };
-            let (out, kept): (Vec<_>, Vec<_>) = leases.drain(..).partition(|p| p.until <= now);
-            *leases = kept;
-            if leases.is_empty() {
+            let (out, kept): (Vec<_>, Vec<_>) =
+                shelf.leases.drain(..).partition(|p| p.until <= now);
+            shelf.leases = kept;
+            if shelf.idle(now) {
                 parked.remove(key);
             }
             out.into_iter().map(|parked| parked.lease).collect()
@@ -162,5 +252,43 @@ impl<L: Send + 'static> ForgetsIdle for Pool<L> {
 
     fn flush_now(&self) {
         self.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run of refusals here tells the fleet once per half of [`CONTENDED`]: each message
+    /// keeps the other processes from keeping for a whole [`CONTENDED`], so none keeps a lease
+    /// between the first refusal and the last.
+    #[tokio::test(start_paused = true)]
+    async fn refusals_here_are_told_at_most_once_per_half_of_contended() {
+        let pool = Pool::<()>::default();
+        let key = KeyBase::namespace("unit-keep-told");
+        assert!(pool.refused_here(&key), "the first is told");
+        tokio::time::sleep(CONTENDED / 2 - Duration::from_millis(1)).await;
+        assert!(!pool.refused_here(&key), "the fleet heard one just now");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert!(
+            pool.refused_here(&key),
+            "half of CONTENDED after the last told"
+        );
+    }
+
+    /// A refusal heard from the fleet counts as told: a process refused right after stays
+    /// quiet for half of [`CONTENDED`], so the fleet as a whole sends about one message per
+    /// identity per half of it, not one per refused process.
+    #[tokio::test(start_paused = true)]
+    async fn a_refusal_heard_from_the_fleet_counts_as_told() {
+        let pool = Pool::<()>::default();
+        let key = KeyBase::namespace("unit-keep-heard");
+        pool.refused_elsewhere(&key);
+        assert!(!pool.refused_here(&key), "the fleet heard one just now");
+        tokio::time::sleep(CONTENDED / 2).await;
+        assert!(
+            pool.refused_here(&key),
+            "half of CONTENDED after the heard one"
+        );
     }
 }

@@ -738,6 +738,64 @@ mod kept {
             .await;
     }
 
+    /// The occupancy another process's acquire finds on a fresh coordinator that heard of
+    /// another process's refusal, where a call of `KEEPING` ended just before it was heard
+    /// (`before`) and one ended `after` it (`None`: none).
+    async fn occupancy_after_a_refusal(before: bool, after: Option<Duration>) -> u32 {
+        use crate::coordinator::feed::{Heard, Origin};
+        use crate::policy::bulkhead::distributed::contention::on_feed;
+
+        let coordinator = Coordinator::in_memory();
+        let refusal = Heard {
+            own: false,
+            origin: Origin::Call,
+            key: identity(&coordinator).key,
+            payload: "lease-refused",
+        };
+        coordinator
+            .scoped(async {
+                if before {
+                    guarded(&KEEPING, quiet()).await.expect("admitted");
+                }
+                assert!(
+                    !on_feed(&coordinator, &refusal),
+                    "a refusal is no change an operator sees"
+                );
+                if let Some(after) = after {
+                    tokio::time::sleep(after).await;
+                    guarded(&KEEPING, quiet()).await.expect("admitted");
+                }
+                probe(&coordinator, Uuid::new_v4()).await.occupancy
+            })
+            .await
+    }
+
+    /// Another process refused a lease of the identity (the message its refusal publishes on
+    /// the feed): the kept lease goes back at once, a body that ends within
+    /// `CONTENDED` after leaves its lease to the fleet too, and one
+    /// that ends later is kept again.
+    #[tokio::test(start_paused = true)]
+    async fn another_process_s_refusal_returns_kept_leases_and_stops_keeping_a_while() {
+        use crate::policy::bulkhead::keep::CONTENDED;
+
+        let ms = Duration::from_millis;
+        assert_eq!(
+            occupancy_after_a_refusal(true, None).await,
+            1,
+            "the kept lease went back at once"
+        );
+        assert_eq!(
+            occupancy_after_a_refusal(false, Some(CONTENDED - ms(1))).await,
+            1,
+            "not kept right after a refusal"
+        );
+        assert_eq!(
+            occupancy_after_a_refusal(false, Some(CONTENDED + ms(1))).await,
+            2,
+            "kept again once the refusal is past"
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_lease_granted_in_a_full_fleet_is_not_kept() {
         let coordinator = Coordinator::in_memory();
@@ -818,7 +876,7 @@ mod kept {
             .await;
     }
 
-    /// A lease whose latest reply (its view of the fleet) is older than 100 ms is not handed
+    /// A lease whose latest reply (its view of the fleet) is older than 250 ms is not handed
     /// on, even within `keep`: it goes back to the fleet and the next call acquires afresh.
     #[tokio::test(start_paused = true)]
     async fn a_lease_with_a_stale_occupancy_is_not_reused() {
@@ -826,13 +884,31 @@ mod kept {
         coordinator
             .scoped(async {
                 guarded(&KEEPING, quiet()).await.expect("admitted");
-                tokio::time::sleep(Duration::from_millis(150)).await;
+                tokio::time::sleep(Duration::from_millis(300)).await;
                 let probe = probe(&coordinator, Uuid::new_v4()).await;
                 assert!(probe.allowed);
                 let token = guarded(&KEEPING, reads_its_token())
                     .await
                     .expect("admitted");
                 assert!(token > probe.fence, "{token} {}: reused", probe.fence);
+            })
+            .await;
+    }
+
+    /// A kept lease whose latest reply is 200 ms old is still handed on: its view of the fleet
+    /// is fresh for 250 ms, so a busy fleet acquires each lease afresh every 250 ms, not more.
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_with_a_reply_younger_than_250_ms_is_reused() {
+        let coordinator = Coordinator::in_memory();
+        coordinator
+            .scoped(async {
+                guarded(&KEEPING, quiet()).await.expect("admitted");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let probe = probe(&coordinator, Uuid::new_v4()).await;
+                let token = guarded(&KEEPING, reads_its_token())
+                    .await
+                    .expect("admitted");
+                assert!(token < probe.fence, "{token} {}: not reused", probe.fence);
             })
             .await;
     }
@@ -873,15 +949,15 @@ mod kept {
     }
 
     /// A kept lease goes back to the fleet once it could no longer be handed on (here, its
-    /// latest reply grew older than 100 ms), before `keep` runs out.
+    /// latest reply grew older than 250 ms), before `keep` runs out.
     #[tokio::test(start_paused = true)]
     async fn a_kept_lease_goes_back_once_it_could_not_be_reused() {
         let coordinator = Coordinator::in_memory();
         coordinator
             .scoped(async {
                 guarded(&KEEPING, quiet()).await.expect("admitted");
-                tokio::time::sleep(Duration::from_millis(150)).await;
-                assert!(Duration::from_millis(150) < KEEP);
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                assert!(Duration::from_millis(300) < KEEP);
                 let probe = probe(&coordinator, Uuid::new_v4()).await;
                 assert_eq!(
                     probe.occupancy, 1,
