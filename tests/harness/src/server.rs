@@ -359,11 +359,7 @@ impl Drop for RedisServer {
 /// Sends one command over a fresh TCP connection and returns the reply as text (error
 /// replies become `Err`). Only simple, integer and bulk replies are understood, which is all
 /// the harness needs before a server is known to be up.
-pub fn raw_command(
-    addr: SocketAddr,
-    args: &[&str],
-    timeout: Duration,
-) -> io::Result<String> {
+pub fn raw_command(addr: SocketAddr, args: &[&str], timeout: Duration) -> io::Result<String> {
     let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
