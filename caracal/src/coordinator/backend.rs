@@ -63,6 +63,14 @@ impl Backend {
         }
     }
 
+    /// Delays the in-memory backend's later kernel replies by `delay` (nothing for Redis).
+    #[cfg(test)]
+    pub(super) fn delay_replies(&self, delay: Duration) {
+        if let Backend::Memory(memory) = self {
+            memory.delay_replies(delay);
+        }
+    }
+
     /// How many identities the in-memory backend holds state or a registry entry for.
     #[cfg(test)]
     pub(super) fn held(&self) -> usize {
@@ -106,7 +114,10 @@ impl Backend {
         match self {
             Backend::Memory(memory) => {
                 let sent = tokio::time::Instant::now();
-                memory.run::<K>(key, &command).map(|reply| (reply, sent))
+                let ran = memory.run::<K>(key, &command).map(|reply| (reply, sent));
+                #[cfg(test)]
+                memory.reply_delayed().await;
+                ran
             }
             Backend::Redis(redis) => redis.run_sent::<K>(key, command).await,
         }

@@ -31,6 +31,10 @@ pub(super) struct MemoryBackend {
     overrides: Mutex<(u64, BTreeMap<String, String>)>,
     /// The operator records (field → JSON record; see `coordinator::operators`).
     operators: Mutex<BTreeMap<String, String>>,
+    /// How long after a kernel command is decided its caller hears the reply: a slow link's
+    /// return leg, for tests of what counts from a command's send.
+    #[cfg(test)]
+    reply_delay: Mutex<std::time::Duration>,
 }
 
 /// Every identity's state: one map per state type (the commands of a kind share one).
@@ -112,6 +116,8 @@ impl Default for MemoryBackend {
             registry: Mutex::default(),
             overrides: Mutex::default(),
             operators: Mutex::default(),
+            #[cfg(test)]
+            reply_delay: Mutex::default(),
         }
     }
 }
@@ -176,6 +182,21 @@ impl MemoryBackend {
             states.sweep_all(now);
             lock(&self.registry).forget_expired(now.ms);
         });
+    }
+
+    /// Delays every later kernel command's reply by `delay` (zero: none).
+    #[cfg(test)]
+    pub(super) fn delay_replies(&self, delay: std::time::Duration) {
+        *lock(&self.reply_delay) = delay;
+    }
+
+    /// Waits as long as a reply is delayed, if it is.
+    #[cfg(test)]
+    pub(super) async fn reply_delayed(&self) {
+        let delay = *lock(&self.reply_delay);
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
     }
 
     /// How many kernel commands ran: the round trips a Redis backend would have made for them.

@@ -151,6 +151,14 @@ impl Coordinator {
         self.inner.backend.runs()
     }
 
+    /// Makes the in-memory backend answer each later kernel command `delay` after deciding
+    /// it, as over a slow link (zero: at once): what counts from a command's send can then be
+    /// told from what counts from its reply.
+    #[cfg(test)]
+    pub(crate) fn delay_replies_in_memory(&self, delay: std::time::Duration) {
+        self.inner.backend.delay_replies(delay);
+    }
+
     /// How many identities the in-memory backend holds state or a registry entry for.
     #[cfg(test)]
     pub(crate) fn held_in_memory(&self) -> usize {

@@ -319,3 +319,31 @@ async fn emissions_held_at_shutdown_are_counted_as_expired() {
     .await;
     assert_eq!((prefetched, used, returned, expired), (3, 0, 0, 3));
 }
+
+/// Over a link whose replies take 25 ms, a take of 2 sent at 0 ms holds an emission whose slot
+/// starts at 10 ms by the coordinator's clock: at 25 ms, when the reply comes, it is past.
+/// Another process then takes the whole burst, 4, at 25 ms, and a call here is refused:
+/// counting the deadline from the reply (35 ms) would hand the emission out, a fifth admission
+/// at one instant.
+#[tokio::test(start_paused = true)]
+async fn a_hand_out_deadline_counts_from_the_take_s_send_not_its_reply() {
+    let coordinator = Coordinator::in_memory();
+    coordinator
+        .scoped(async {
+            let site = site("prefetch-slow-link", 4, 2);
+            let start = Instant::now();
+            coordinator.delay_replies_in_memory(Duration::from_millis(25));
+            assert!(call(site).await);
+            assert_eq!(
+                start.elapsed(),
+                Duration::from_millis(25),
+                "the reply's delay"
+            );
+            coordinator.delay_replies_in_memory(Duration::ZERO);
+            for _ in 0..4 {
+                elsewhere(&coordinator, site).await;
+            }
+            assert!(!call(site).await, "the burst is spent at 25 ms");
+        })
+        .await;
+}
