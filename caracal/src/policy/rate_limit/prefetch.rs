@@ -11,7 +11,7 @@
 //!   already have been admitted on the emissions after it, and a late one would be one more
 //!   than the window allows);
 //! - each emission is taken out of the pool, under its lock, by one caller: never handed out
-//!   twice;
+//!   twice; of those still due, the one whose slot starts soonest goes first, so fewer expire;
 //! - when one expires unused while later ones remain and none was handed out for
 //!   [`IDLE_INTERVALS`] intervals (the callers here stopped, or come far slower than the rate),
 //!   the rest go back by a compare-and-set ([`give_back`](super::kernel::give_back)): only while
@@ -111,8 +111,11 @@ impl Pool {
                 }
                 take.skip_expired(now, &mut expired)
             });
+            // The soonest due first: it is the first to expire, and the takes were pushed in
+            // the order their replies came, not their slots'.
             let found = takes
-                .first_mut()
+                .iter_mut()
+                .min_by_key(|take| take.deadline(take.next))
                 .map(|take| (take.next, take.last) = (take.next + 1, now))
                 .is_some();
             takes.retain(|take| take.left() > 0);

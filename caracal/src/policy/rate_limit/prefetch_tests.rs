@@ -320,6 +320,41 @@ async fn emissions_held_at_shutdown_are_counted_as_expired() {
     assert_eq!((prefetched, used, returned, expired), (3, 0, 0, 3));
 }
 
+/// Two takes held in the order their replies came, the first with extras due until 40 and
+/// 50 ms, the second until 10 and 20 ms; a caller every 10 ms from 5 ms on gets the soonest due
+/// first, so all four are handed out and none expires (the first pushed first would hand out
+/// those due at 40 and 50 ms at 5 and 15 ms, and let the other two expire).
+#[tokio::test(start_paused = true)]
+async fn the_emission_handed_out_is_the_soonest_due() {
+    let coordinator = Coordinator::in_memory();
+    let site = site("prefetch-soonest", 8, 3);
+    let interval = gcra::interval_ns(site.config.rate);
+    let mut handed_out = 0;
+    let [prefetched, used, _, expired] = prefetch_events(async {
+        let pool = prefetch::Pool::of(&coordinator);
+        let identity = identity(&coordinator, site);
+        let sent = Instant::now();
+        for ahead_ms in [60, 30] {
+            let ahead = ahead_ms * 1_000_000;
+            let taken = gcra::Taken {
+                extra: 2,
+                ahead,
+                tat: 1_000_000_000 + ahead,
+            };
+            pool.hold(&coordinator, &identity, (interval, 8), sent, taken);
+        }
+        sleep(Duration::from_millis(5)).await;
+        for _ in 0..5 {
+            handed_out += usize::from(pool.hand_out(&identity, interval, 8));
+            sleep(INTERVAL).await;
+        }
+        sleep(INTERVAL * 10).await;
+    })
+    .await;
+    assert_eq!(handed_out, 4);
+    assert_eq!((prefetched, used, expired), (4, 4, 0));
+}
+
 /// Over a link whose replies take 25 ms, a take of 2 sent at 0 ms holds an emission whose slot
 /// starts at 10 ms by the coordinator's clock: at 25 ms, when the reply comes, it is past.
 /// Another process then takes the whole burst, 4, at 25 ms, and a call here is refused:
