@@ -1,6 +1,7 @@
 //! The rate limit across real OS processes: the fleet together is held to the rate and burst,
 //! and no rejection makes it wait longer than the rate calls for.
 
+use std::task::Poll;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use caracal::rate_limit;
@@ -135,4 +136,72 @@ async fn burst_of_4(prefetch: bool) -> usize {
 async fn a_burst_on_one_process_is_admitted_with_prefetch_as_without() {
     assert_eq!(burst_of_4(false).await, 4, "without prefetch");
     assert_eq!(burst_of_4(true).await, 4, "with prefetch = 4");
+}
+
+#[rate_limit(name = "fleet-fast-prefetch", rate = 1_000_000, burst = 20, prefetch = 4, scope = scope)]
+async fn fast_prefetching(scope: &str) -> Result<(), TestError> {
+    Ok(())
+}
+
+#[rate_limit(name = "fleet-fast-plain", rate = 1_000_000, burst = 20, scope = scope)]
+async fn fast_plain(scope: &str) -> Result<(), TestError> {
+    Ok(())
+}
+
+/// 64 calls of `call` at once on one process, against a server of its own: how many are
+/// admitted. The first goes out alone; the other 63 queue behind it and go out as one batch.
+async fn sixty_four_at_once<F, C>(call: C) -> usize
+where
+    C: Fn(String) -> F,
+    F: Future<Output = Result<(), TestError>>,
+{
+    let server = RedisServer::start();
+    let coordinator = common::connect(&server.url(), Duration::from_secs(5)).await;
+    let scope = unique("many");
+    let results = coordinator
+        .scoped(all((0..64).map(|_| call(scope.clone()))))
+        .await;
+    coordinator.shutdown().await;
+    results.iter().filter(|result| code(result) == "ok").count()
+}
+
+/// 64 callers at once, burst 20, an emission every microsecond (shorter than any round trip:
+/// an emission taken ahead expires before any caller here could be handed it, so a caller gets
+/// in on its own emission or not at all). What the lone first call took has passed a round trip
+/// later, when the batch of 63 arrives: it gets the whole burst with `prefetch = 4` as without,
+/// 21 admitted in all (were extras handed out before the batch's own emissions were decided, 5
+/// would take the burst, 58 be refused, and 6 be admitted in all).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_callers_at_once_are_admitted_with_prefetch_as_without() {
+    let plain = sixty_four_at_once(|scope| async move { fast_plain(&scope).await }).await;
+    let prefetching =
+        sixty_four_at_once(|scope| async move { fast_prefetching(&scope).await }).await;
+    assert!(
+        plain > 20,
+        "{plain} admitted without prefetch: the burst and the first"
+    );
+    assert_eq!(prefetching, plain, "with prefetch = 4 as without");
+}
+
+/// Runs `calls` together in this task, polling every one in turn at each wake (so each gets as
+/// far as it can before any reply comes back): their outputs, in order.
+async fn all<F: Future>(calls: impl Iterator<Item = F>) -> Vec<F::Output> {
+    let mut calls: Vec<_> = calls.map(Box::pin).collect();
+    let mut outputs: Vec<Option<F::Output>> = calls.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        for (call, output) in calls.iter_mut().zip(&mut outputs) {
+            if output.is_none()
+                && let Poll::Ready(done) = call.as_mut().poll(cx)
+            {
+                *output = Some(done);
+            }
+        }
+        if outputs.iter().all(Option::is_some) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+    outputs.into_iter().flatten().collect()
 }

@@ -3,17 +3,17 @@
 //! seconds:nanoseconds arithmetic) and clock moves to just before, at and after the moment
 //! the next arrival becomes admissible; each arrival with its class's share of the burst (the
 //! whole burst, the usual thresholds' or any), batches of mixed shares among them; batches that
-//! take several emissions each (prefetch), and give-backs of the last take's unused emissions,
+//! take several emissions each (prefetch), some with more arrivals than the burst (every own
+//! emission decided before any extra), and give-backs of the last take's unused emissions,
 //! some after another take moved the TAT.
 
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
 use crate::coordinator::differential::{Connection, Env, clock, differential};
-use crate::kernel::{Kernel, Seen, Wire};
+use crate::kernel::{Seen, Wire};
 use crate::policy::rate_limit::kernel::give_back::{self, GiveBack, Unused};
-use crate::policy::rate_limit::kernel::{Arrival, Branch, Cell, Gcra, Taken};
-use crate::priority::highest_share_first;
+use crate::policy::rate_limit::kernel::{Arrival, Branch, Cell, Gcra, Taken, decide};
 
 #[derive(Debug, Clone)]
 enum Command {
@@ -33,7 +33,7 @@ fn command() -> impl Strategy<Value = Command> {
     let take = prop_oneof![Just(1u32), 2u32..6];
     prop_oneof![
         5 => (share(), take.clone()).prop_map(|(share, take)| Command::Arrive { shares: vec![share], take }),
-        2 => (prop::collection::vec(share(), 2..5), take)
+        3 => (prop::collection::vec(share(), 2..9), take)
             .prop_map(|(shares, take)| Command::Arrive { shares, take }),
         2 => (1u32..6).prop_map(|count| Command::GiveBack { count }),
         2 => prop_oneof![0u64..2_000, 0u64..3_000_000].prop_map(|us| Command::Advance { us }),
@@ -97,12 +97,8 @@ pub(crate) fn run(conn: Connection, cases: u32) {
                                 take,
                             })
                             .collect();
-                        let mut want = vec![Err(0); arrivals.len()];
-                        for index in highest_share_first(shares.iter().copied()) {
-                            let arrival = &arrivals[index];
-                            want[index] = Gcra::step(&mut cell, arrival, clock(now_us), &mut seen);
-                        }
                         let batch: Vec<&Arrival> = arrivals.iter().collect();
+                        let want = decide(&mut cell, &batch, clock(now_us).ns, &mut seen);
                         let got = env
                             .script::<Gcra>(&batch, Wire::default(), now_us)?
                             .map_err(|e| TestCaseError::fail(format!("rate_limit failed: {e}")))?;

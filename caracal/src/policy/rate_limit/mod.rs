@@ -264,8 +264,8 @@ impl RateLimitSite {
                 Ok(Ok(()))
             }
             // Another caller here may have taken emissions while this one's arrival was
-            // queued or in flight (a batch decides each arrival after the take before it): one
-            // due now is this caller's, never a refusal.
+            // queued or in flight (a take sent before this one's batch, which spent the burst):
+            // one due now is this caller's, never a refusal.
             Ok((Err(_), _))
                 if pool
                     .as_ref()

@@ -1,5 +1,5 @@
 //! Prefetch (`prefetch = k`): a call that asks the coordinator takes up to `k` emissions in that
-//! one script call ([`take`](super::kernel::take)), and the process hands the ones beyond its
+//! one script call ([`decide`](super::kernel::decide)), and the process hands the ones beyond its
 //! own to its next callers of the identity without a round trip.
 //!
 //! The rules that keep the admissions those of a GCRA:

@@ -7,7 +7,9 @@
 -- ARGV[2]  burst (integer >= 1)
 -- ARGV[3]  take: how many emissions each admitted arrival takes (integer >= 1): its own, and
 --          up to take - 1 more while the burst allows them now (each is admitted now, exactly
---          as that many arrivals would be), for its process to hand out (prefetch)
+--          as that many arrivals would be), for its process to hand out (prefetch). Every
+--          arrival's own is decided first, as with take 1; the extras come from what the burst
+--          allows after them, so taking more never refuses an arrival of the same call
 -- ARGV[4]  arrivals: how many callers to decide, one after the other at the same instant
 --          (exactly as that many single calls would be), the highest share first, arrivals of
 --          one share in their order
@@ -18,7 +20,8 @@
 --          most interval x (cap - 1).
 -- Reply    per arrival, in the arrivals' order, five integers: when admitted, 1, the emissions
 --          taken beyond its own, how far (ns) the TAT it left is ahead of now, and that TAT's
---          seconds and nanoseconds (each emission taken moves the TAT one interval on); when
+--          seconds and nanoseconds (each emission taken moves the TAT one interval on; the TAT
+--          an arrival left is the one after its last extra, or after its own without any); when
 --          rejected, 0, the wait until an admission of its class is possible (> 0), 0, 0, 0.
 -- TTL      PXAT at the new TAT: past it the key cannot change any decision.
 -- Cost     O(N x take) for N arrivals (N log N when their shares differ), 3 commands (TIME,
@@ -51,6 +54,8 @@ if mixed then
   end)
 end
 
+-- First every arrival's own emission, as without prefetch: an arrival's extras never refuse an
+-- arrival of the same call. Then each admitted arrival's extras, from what the burst still allows.
 local reply = {}
 local moved = false
 for _, i in ipairs(order) do
@@ -61,14 +66,23 @@ for _, i in ipairs(order) do
     reply[at + 3], reply[at + 4], reply[at + 5] = 0, 0, 0
   else
     tat_s, tat_ns = shifted(tat_s, tat_ns, interval)
+    moved = true
+    reply[at + 1], reply[at + 2], reply[at + 3] = 1, 0, ahead_of_now(tat_s, tat_ns)
+    reply[at + 4], reply[at + 5] = tat_s, tat_ns
+  end
+end
+for _, i in ipairs(order) do
+  local at = 5 * (i - 1)
+  if reply[at + 1] == 1 then
     local extra = 0
     while extra + 1 < take and ahead_of_now(tat_s, tat_ns) <= delays[i] do
       tat_s, tat_ns = shifted(tat_s, tat_ns, interval)
       extra = extra + 1
     end
-    moved = true
-    reply[at + 1], reply[at + 2], reply[at + 3] = 1, extra, ahead_of_now(tat_s, tat_ns)
-    reply[at + 4], reply[at + 5] = tat_s, tat_ns
+    if extra > 0 then
+      reply[at + 2], reply[at + 3] = extra, ahead_of_now(tat_s, tat_ns)
+      reply[at + 4], reply[at + 5] = tat_s, tat_ns
+    end
   end
 end
 if moved then

@@ -1,4 +1,4 @@
-//! Giving back emissions a process took ahead ([`take`](super::take)) and will not hand out: a
+//! Giving back emissions a process took ahead ([`decide`](super::decide)) and will not hand out: a
 //! compare-and-set on the TAT. Only while the TAT is still the one the take left (no emission was
 //! taken since, by anyone) does it move back by those emissions' intervals, which leaves the cell
 //! exactly as if they had never been taken; otherwise nothing changes and they expire unused.

@@ -23,11 +23,13 @@
 //! Arrivals decided together (a batch) go the highest share first, arrivals of one share in
 //! their order ([`crate::priority::highest_share_first`]).
 //!
-//! An admitted arrival may [`take`] more than its own emission (prefetch): up to `take − 1`
-//! more, each admitted now by the rule above exactly as that many arrivals at the same instant
-//! would be, and only while the burst allows (the first refusal stops it, charging nothing).
-//! Emission `j` of a take (0 the arrival's own) has the slot that starts `j` intervals after the
-//! anchor, `max(TAT, now)`; its process may hand it out only until that slot starts (see
+//! An admitted arrival may take more than its own emission (prefetch, [`decide`]): up to
+//! `take − 1` more, each admitted now by the rule above exactly as that many arrivals at the same
+//! instant would be, and only while the burst allows (the first refusal stops it, charging
+//! nothing). In a batch every arrival's own emission is decided first, and only then the extras,
+//! so taking more never refuses an arrival that a take of one would admit. An arrival's extras
+//! are consecutive slots: extra `j` (from 1) has the slot that starts `extra + 1 − j` intervals
+//! before the TAT it left; its process may hand it out only until that slot starts (see
 //! `policy::rate_limit::prefetch`), so the admissions stay those of a GCRA.
 
 pub(crate) mod give_back;
@@ -41,7 +43,8 @@ pub(crate) fn interval_ns(rate: f64) -> u64 {
     (1e9 / rate).ceil().clamp(1.0, u64::MAX as f64) as u64
 }
 
-/// The branches of the table above, in its order, then those of a [`take`] of more than one.
+/// The branches of the table above, in its order, then those of a take of more than one
+/// ([`decide`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Branch {
     Idle,
@@ -103,10 +106,12 @@ pub(crate) fn admit(
 pub(crate) struct Taken {
     /// The emissions taken beyond the arrival's own, for its process to hand out.
     pub(crate) extra: u32,
-    /// How far (ns) the TAT it left is ahead of the step's now: the slot of emission `j` (0 the
-    /// arrival's own) starts `ahead − (extra + 1 − j) × interval` after now.
+    /// How far (ns) the TAT it left is ahead of the step's now: the slot of extra `j` (from 1)
+    /// starts `ahead − (extra + 1 − j) × interval` after now; the arrival's own slot starts no
+    /// later than `ahead − (extra + 1) × interval`.
     pub(crate) ahead: u64,
-    /// The TAT it left: what a [`give_back`] of its unused emissions expects to find.
+    /// The TAT it left (after its last extra): what a [`give_back`] of its unused emissions
+    /// expects to find.
     pub(crate) tat: u64,
 }
 
@@ -123,36 +128,66 @@ impl Taken {
     }
 }
 
-/// Decides one arrival at `now` that takes up to `take` emissions (see the module's doc): `Err`
-/// with the wait as [`admit`] when its own is refused, else what it took.
-pub(crate) fn take(
-    tat: Option<u64>,
+/// Decides a batch of arrivals at one cell at `now` (one script call), each taking up to its
+/// `take` emissions (see the module's doc); arrivals that share a batch share their settings
+/// ([`Gcra::batches_with`]). Every arrival's own emission is decided first, the highest share
+/// first, exactly as with a take of one; then each admitted arrival, in the same order, takes
+/// its extras from what the burst still allows. So taking more never refuses an arrival of the
+/// same batch that a take of one would admit. Per arrival, in the batch's order: `Err` with the
+/// wait as [`admit`] when its own is refused, else what it took.
+pub(crate) fn decide(
+    cell: &mut Cell,
+    batch: &[&Arrival],
     now: u64,
-    interval: u64,
-    terms: (u32, u16),
-    take: u32,
     seen: &mut Seen,
-) -> Result<Taken, u64> {
-    let mut left = admit(tat, now, interval, terms, seen)?;
-    let mut extra = 0;
-    while extra + 1 < take {
-        match admit(Some(left), now, interval, terms, &mut Seen::default()) {
-            Ok(next) => (left, extra) = (next, extra + 1),
-            Err(_) => break,
+) -> Vec<Result<Taken, u64>> {
+    let Some(&&Arrival {
+        interval,
+        burst,
+        take,
+        ..
+    }) = batch.first()
+    else {
+        return Vec::new();
+    };
+    let order = priority::highest_share_first(batch.iter().map(|arrival| arrival.share));
+    let mut replies = vec![Err(0); batch.len()];
+    for &i in &order {
+        let terms = (burst, batch[i].share);
+        replies[i] = admit(cell.0, now, interval, terms, seen).map(|tat| {
+            cell.0 = Some(tat);
+            Taken {
+                extra: 0,
+                ahead: tat - now,
+                tat,
+            }
+        });
+    }
+    for &i in &order {
+        let Ok(taken) = &mut replies[i] else {
+            continue;
+        };
+        let terms = (burst, batch[i].share);
+        while taken.extra + 1 < take {
+            let Ok(tat) = admit(cell.0, now, interval, terms, &mut Seen::default()) else {
+                break;
+            };
+            cell.0 = Some(tat);
+            *taken = Taken {
+                extra: taken.extra + 1,
+                ahead: tat - now,
+                tat,
+            };
+        }
+        if take > 1 {
+            seen.record(if taken.extra + 1 == take {
+                Branch::TookAll
+            } else {
+                Branch::TookFewer
+            } as usize);
         }
     }
-    if take > 1 {
-        seen.record(if extra + 1 == take {
-            Branch::TookAll
-        } else {
-            Branch::TookFewer
-        } as usize);
-    }
-    Ok(Taken {
-        extra,
-        ahead: left - now,
-        tat: left,
-    })
+    replies
 }
 
 /// The GCRA as a coordinator command: one arrival at an identity's cell.
@@ -168,7 +203,7 @@ pub(crate) struct Arrival {
     /// The caller's class's share of the burst, in thousandths (1000: the whole burst). An
     /// arrival's own: arrivals of different classes share a batch.
     pub(crate) share: u16,
-    /// How many emissions it takes if admitted (1: its own; more: prefetch, see [`take`]).
+    /// How many emissions it takes if admitted (1: its own; more: prefetch, see [`decide`]).
     pub(crate) take: u32,
 }
 
@@ -190,11 +225,9 @@ impl Kernel for Gcra {
     /// possible.
     type Reply = Result<Taken, u64>;
 
+    /// A batch of one: the in-memory coordinator decides each arrival on its own.
     fn step(cell: &mut Cell, arrival: &Arrival, now: Now, seen: &mut Seen) -> Self::Reply {
-        let terms = (arrival.burst, arrival.share);
-        let taken = take(cell.0, now.ns, arrival.interval, terms, arrival.take, seen)?;
-        cell.0 = Some(taken.tat);
-        Ok(taken)
+        decide(cell, &[arrival], now.ns, seen).remove(0)
     }
 }
 
@@ -308,7 +341,15 @@ mod tests {
     #[test]
     fn a_take_gets_only_what_the_burst_allows_now() {
         let (interval, now) = (1_000, 1);
-        let take = |tat| take(tat, now, interval, (3, WHOLE), 5, &mut Seen::default());
+        let take = |tat| {
+            let arrival = Arrival {
+                interval,
+                burst: 3,
+                share: WHOLE,
+                take: 5,
+            };
+            decide(&mut Cell(tat), &[&arrival], now, &mut Seen::default()).remove(0)
+        };
         let taken = |extra, tat| {
             Ok(Taken {
                 extra,
@@ -319,6 +360,54 @@ mod tests {
         assert_eq!(take(None), taken(2, 3_001));
         assert_eq!(take(Some(2_001)), taken(0, 3_001));
         assert_eq!(take(Some(3_001)), Err(1_000));
+    }
+
+    /// A batch of `n` arrivals taking `k` each admits exactly the arrivals a take of one
+    /// admits, whatever the burst, the burst in use and the shares; the extras come only from
+    /// what the burst allows after them, so nothing taken passes the burst.
+    #[test]
+    fn a_batch_taking_more_admits_exactly_what_a_take_of_one_admits() {
+        let (interval, now) = (1_000, 1_000_000);
+        let admitted = |tat, n: usize, burst, take, shares: &[u16]| {
+            let arrivals: Vec<Arrival> = (0..n)
+                .map(|i| Arrival {
+                    interval,
+                    burst,
+                    share: shares[i % shares.len()],
+                    take,
+                })
+                .collect();
+            let batch: Vec<&Arrival> = arrivals.iter().collect();
+            let mut cell = Cell(tat);
+            let replies = decide(&mut cell, &batch, now, &mut Seen::default());
+            let taken: u32 = replies.iter().flatten().map(|taken| taken.extra + 1).sum();
+            let in_use =
+                |tat: Option<u64>| tat.map_or(0, |tat| tat.saturating_sub(now).div_ceil(interval));
+            assert!(in_use(cell.0) <= u64::from(burst), "past the burst");
+            assert_eq!(
+                in_use(cell.0),
+                in_use(tat) + u64::from(taken),
+                "all charged"
+            );
+            replies.iter().map(Result::is_ok).collect::<Vec<_>>()
+        };
+        for burst in 1..=6 {
+            for used in 0..=burst {
+                let tat = (used > 0).then(|| now + u64::from(used) * interval);
+                for n in 1..=9 {
+                    for shares in [&[WHOLE][..], &[WHOLE, 500], &[300, WHOLE, 800]] {
+                        let alone = admitted(tat, n, burst, 1, shares);
+                        for take in 2..=5 {
+                            assert_eq!(
+                                admitted(tat, n, burst, take, shares),
+                                alone,
+                                "burst {burst}, {used} in use, {n} arrivals taking {take}, shares {shares:?}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// Thresholds `normal = 0.8, sheddable = 0.5` on a burst of 30 arriving at once: the 15th
