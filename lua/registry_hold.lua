@@ -8,6 +8,12 @@
 --          head only (a new head has no reporter and no values, so a reader tells an identity
 --          no process reported by its missing values)
 -- KEYS[2]  expiry sorted set `caracal:v1:{<namespace>}:entries:expiry`
+-- KEYS[3]  the earlier layouts' (registry_prelude.lua): the prefix of the eight-field hashes
+--          `…:identities:` and KEYS[4] their expiry set `…:identities:expiry`; KEYS[5] the
+--          single hash `…:registry` and KEYS[6] its expiry set `…:registry:expiry`. The
+--          identity is removed from both: an earlier CLI's hold there (a force without end)
+--          would otherwise stay listed past this one's reset; a process of an earlier version
+--          that uses it enters it again at its next report
 -- ARGV     1 the identity's tag, 2 its description, 3 how long the stored state lasts (ms),
 --          4 how long processes' reports count as recent (ms, the drift window)
 -- Reply    the server's time (ms)
@@ -15,7 +21,7 @@
 --          the identity within the window (a reset after an indefinite force shortens it),
 --          else only moved later (the processes' reports keep it as long as they need).
 --          Past the registry's bound the soonest to expire go first (registry_report.lua).
--- Cost     O(log M) among M identities kept.
+-- Cost     O(log M) among M identities kept (one HDEL and one ZREM per earlier layout).
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local expiry = KEYS[2]
@@ -32,6 +38,11 @@ if seen then
   end
 end
 redis.call('HSET', hash, tag, head_of(t, x, f, n, r, v, w, description))
+local names = earlier_names(tag)
+for _, earlier in ipairs({{KEYS[3] .. string.sub(tag, 1, 2), KEYS[4]}, {KEYS[5], KEYS[6]}}) do
+  redis.call('HDEL', earlier[1], unpack(names))
+  redis.call('ZREM', earlier[2], tag)
+end
 if now - t < drift_ms then
   redis.call('ZADD', expiry, 'GT', now + lasts, tag)
 else

@@ -15,9 +15,9 @@
 --            text fits, and one field to read, write and forget rather than eight
 --   `<T>:u`  JSON {process: [values, ms, extra]}: each process's values as it last reported
 --            them and what it added, kept while drift stays noticed
--- (Earlier versions kept eight fields per identity, `<T>:d` `:v` `:w` `:r` `:t` `:x` `:f`
--- `:u`, in `…:identities:00`–`ff`, and before that in the single hash `…:registry`: still
--- read, and emptied as they expire, while processes of those versions write them.)
+-- (Earlier versions kept eight fields per identity, EARLIER_FIELDS below, in
+-- `…:identities:00`–`ff`, and before that in the single hash `…:registry`: still read, and
+-- emptied as they expire, while processes of those versions write them.)
 -- KEYS     none of its own
 -- ARGV     none of its own
 -- Reply    none of its own
@@ -43,4 +43,18 @@ local function parts_of(head)
   local d_at = w_at + tonumber(lw)
   return tonumber(t), tonumber(x), f, tonumber(n), string.sub(head, at, v_at - 1),
     string.sub(head, v_at, w_at - 1), string.sub(head, w_at, d_at - 1), string.sub(head, d_at)
+end
+
+-- The suffixes of the eight fields an identity tagged T had in the earlier layouts: `<T>:d`
+-- its description, `:v` values, `:w` sources, `:r` reporter, `:t` when reported (ms), `:x`
+-- drift noticed until (ms), `:f` the fleet overrides' version and `:u` the processes' map.
+local EARLIER_FIELDS = {':d', ':v', ':w', ':r', ':t', ':x', ':f', ':u'}
+
+-- The names of the earlier layouts' fields of the identity tagged `tag`.
+local function earlier_names(tag)
+  local names = {}
+  for i, suffix in ipairs(EARLIER_FIELDS) do
+    names[i] = tag .. suffix
+  end
+  return names
 end

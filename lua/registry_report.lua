@@ -20,7 +20,9 @@
 --          identity in, `…:identities:`, and KEYS[8] their expiry set `…:identities:expiry`:
 --          still read (registry_read.lua) and written by processes of those versions during
 --          a rolling upgrade; a report forgets what expired there, as those versions do, so
---          the old keys empty and go once no process writes them
+--          the old keys empty and go once no process writes them. A retry budget's entry is
+--          written there as well (all fields but `:u`), so an earlier process still finds a
+--          budget defined only in an upgraded service (a hedge's)
 -- ARGV     1 most identities kept, 2 how long drift stays noticed (ms), 3 the reporting process,
 --          4 its record, 5 how long it is listed without another report (ms), 6 the most
 --          processes an identity's `<tag>:u` holds (past it the longest silent goes), then 8
@@ -43,7 +45,8 @@
 --          processes, 8 expired (and 8 of each earlier layout) and 8 + N excess identities
 --          removed: whatever the size of the registry, a call runs a bounded number of
 --          commands (an identity's two fields are read with one HMGET and written with one
---          HSET, the expiries of all in one ZADD, and each forgetting is one ZCOUNT or ZCARD,
+--          HSET, a retry budget's earlier entry with one HSET and one ZADD more, the expiries
+--          of all in one ZADD, and each forgetting is one ZCOUNT or ZCARD,
 --          one ZRANGE and one ZREMRANGEBYRANK for the lot and one HDEL per hash it touches),
 --          each on a hash of a few hundred fields.
 local clock = redis.call('TIME')
@@ -55,11 +58,10 @@ local mine = process .. '/'
 
 -- Where each layout keeps its entries: the prefix of its hashes, how many of a tag's hex
 -- digits follow it, the expiry set, and the suffixes of an entry's fields.
-local earlier_fields = {':d', ':v', ':w', ':r', ':t', ':x', ':f', ':u'}
 local entries = {prefix = KEYS[1], digits = 2, set = KEYS[2], suffixes = {'', ':u'}}
 local processes = {prefix = KEYS[3], digits = 0, set = KEYS[4], suffixes = {'', ':t'}}
-local earliest = {prefix = KEYS[5], digits = 0, set = KEYS[6], suffixes = earlier_fields}
-local earlier = {prefix = KEYS[7], digits = 2, set = KEYS[8], suffixes = earlier_fields}
+local earliest = {prefix = KEYS[5], digits = 0, set = KEYS[6], suffixes = EARLIER_FIELDS}
+local earlier = {prefix = KEYS[7], digits = 2, set = KEYS[8], suffixes = EARLIER_FIELDS}
 
 -- The hash of the entry tagged `tag` in `layout`.
 local function hash_of(layout, tag)
@@ -137,6 +139,8 @@ local function uses_with(uses, values, extra)
   return cjson.encode(kept), held + 1
 end
 
+-- How a retry budget's description starts (JSON [kind, name, operation, scope]).
+local LOOKED_UP = '["retry_budget",'
 local reply, expiries = {}, {}
 for i = 7, #ARGV, 8 do
   local tag, description, values, sources, reporter, ttl, fleet, extra =
@@ -173,6 +177,17 @@ for i = 7, #ARGV, 8 do
     sources, description), tag .. ':u', uses)
   expiries[#expiries + 1] = now + ttl
   expiries[#expiries + 1] = tag
+  -- A process of an earlier version finds a retry budget its own configuration lacks (a
+  -- hedge's, defined in another service) in its own layout only: a budget is written there
+  -- too, all but the processes' map (that version's own reporters keep theirs), so such a
+  -- process finds it while this version reports it. Only budgets: they are few, and only
+  -- their lookup by an earlier process matters.
+  if string.sub(description, 1, #LOOKED_UP) == LOOKED_UP then
+    redis.call('HSET', hash_of(earlier, tag), tag .. ':d', description, tag .. ':v', values,
+      tag .. ':w', sources, tag .. ':r', reporter, tag .. ':t', now, tag .. ':x', drift_until,
+      tag .. ':f', fleet)
+    redis.call('ZADD', earlier.set, 'GT', now + ttl, tag)
+  end
   reply[#reply + 1] = drift_until > now and 1 or 0
   if uses_read >= USES_READ then
     break

@@ -5,7 +5,8 @@
 //! identity in 256 hashes, and before that in a single hash), still listed and emptied as
 //! they expire during a rolling upgrade.
 
-use caracal::bulkhead;
+use caracal::admin::{BreakerCommand, BreakerId};
+use caracal::{bulkhead, retry, retry_budget};
 use caracal_tests::stats::CommandLog;
 use caracal_tests::{RedisCluster, RedisServer};
 use sha2::{Digest, Sha256};
@@ -303,6 +304,165 @@ async fn an_earlier_writer_and_this_one_are_read_together() {
         "the earlier process's rate not added: {:?}",
         both.rates
     );
+}
+
+/// What the eight-field versions' read (`registry_read.lua` as it shipped, a fixture) lists
+/// of `namespace`'s registry: per identity, its description and its values.
+fn earlier_read(conn: &mut redis::Connection, namespace: &str) -> Vec<(String, String)> {
+    let base = common::namespace_key_base(namespace);
+    let read = redis::Script::new(include_str!("fixtures/registry_read_fields.lua"));
+    let reply: Vec<redis::Value> = read
+        .key(format!("{base}identities:"))
+        .key(format!("{base}identities:expiry"))
+        .arg(0)
+        .arg(100)
+        .arg(2)
+        .invoke(conn)
+        .expect("the earlier version's read");
+    let text =
+        |value: &redis::Value| -> String { redis::from_redis_value_ref(value).expect("text") };
+    reply[2..]
+        .chunks_exact(6)
+        .map(|entry| (text(&entry[1]), text(&entry[2])))
+        .collect()
+}
+
+#[retry_budget(
+    name = "layout-budget",
+    percent = 10,
+    min_per_second = 1,
+    window = "60s"
+)]
+#[retry(max_attempts = 2)]
+async fn budgeted() -> Result<(), TestError> {
+    Ok(())
+}
+
+#[bulkhead(name = "layout-unbudgeted", limit = 5)]
+async fn unbudgeted() -> Result<(), TestError> {
+    Ok(())
+}
+
+/// A rolling upgrade: a process of the eight-field versions finds a retry budget it does not
+/// configure (a hedge's, defined in an upgraded service) through its own layout only. This
+/// version's report writes a budget there too (and only a budget): the earlier read, as it
+/// shipped, lists it with its values. Red without that write (nothing listed: the earlier
+/// process's hedge fails with `InvalidConfig` once the old entries expire).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_earlier_process_finds_a_budget_this_version_reports() {
+    let server = RedisServer::start();
+    let coordinator = common::redis(&server.url()).await;
+    let namespace = coordinator.namespace().to_owned();
+    coordinator.scoped(budgeted()).await.expect("served");
+    coordinator.scoped(unbudgeted()).await.expect("served");
+    let tag_of = |kind: &str, name: &str| {
+        common::key_base(&namespace, kind, name, "global")
+            .replace("caracal:v1:{", "")
+            .replace("}:", "")
+    };
+    let mut conn = server.connection();
+    eventually("both uses reported", || {
+        [
+            tag_of("retrybudget", "layout-budget"),
+            tag_of("bulkhead", "layout-unbudgeted"),
+        ]
+        .iter()
+        .all(|tag| {
+            redis::cmd("HEXISTS")
+                .arg(common::registry_hash(&namespace, tag))
+                .arg(tag)
+                .query(&mut conn)
+                .unwrap_or(false)
+        })
+    })
+    .await;
+    let listed = earlier_read(&mut conn, &namespace);
+    assert_eq!(listed.len(), 1, "the budget alone: {listed:?}");
+    let (description, values) = &listed[0];
+    assert!(
+        description.starts_with(r#"["retry_budget","layout-budget""#),
+        "{description}"
+    );
+    assert!(values.contains("percent=10"), "{values}");
+}
+
+/// A rolling upgrade: an earlier CLI forced a breaker without end (its hold, as it shipped,
+/// a fixture: the eight-field layout's entry, listed for a century), and this version's CLI
+/// resets it. The reset removes the earlier entries (of both earlier layouts), so `status`
+/// lists no stale row of the force. Red without the removal in `lua/registry_hold.lua`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_removes_an_earlier_clis_hold() {
+    /// An earlier CLI's force without end: a century.
+    const UNTIL_RESET_MS: u64 = 100 * 365 * 24 * 60 * 60 * 1000;
+    let server = RedisServer::start();
+    let coordinator = common::redis(&server.url()).await;
+    let namespace = coordinator.namespace().to_owned();
+    let base = common::namespace_key_base(&namespace);
+    let tag = common::key_base(&namespace, "breaker", "layout-forced", "global")
+        .replace("caracal:v1:{", "")
+        .replace("}:", "");
+    let description = r#"["circuit_breaker","layout-forced","layout-forced","global"]"#;
+    let mut conn = server.connection();
+    let hold = redis::Script::new(include_str!("fixtures/registry_hold_fields.lua"));
+    let _: u64 = hold
+        .key(format!("{base}identities:"))
+        .key(format!("{base}identities:expiry"))
+        .arg(&tag)
+        .arg(description)
+        .arg(UNTIL_RESET_MS)
+        .arg(15_000)
+        .invoke(&mut conn)
+        .expect("the earlier CLI's hold");
+    // And the single hash before it, as the earliest versions held it.
+    let () = redis::pipe()
+        .cmd("HSET")
+        .arg(format!("{base}registry"))
+        .arg(format!("{tag}:d"))
+        .arg(description)
+        .ignore()
+        .cmd("ZADD")
+        .arg(format!("{base}registry:expiry"))
+        .arg(common::server_time_ms(&mut conn) + UNTIL_RESET_MS)
+        .arg(&tag)
+        .ignore()
+        .query(&mut conn)
+        .expect("the earliest layout's hold");
+    assert_eq!(earlier_read(&mut conn, &namespace).len(), 1);
+
+    coordinator
+        .admin()
+        .breaker(&BreakerId::new("layout-forced"), BreakerCommand::Reset)
+        .await
+        .expect("reset");
+    let held: Vec<(Option<String>, Option<u64>)> = [
+        (
+            format!("{base}identities:{}", &tag[..2]),
+            format!("{base}identities:expiry"),
+        ),
+        (format!("{base}registry"), format!("{base}registry:expiry")),
+    ]
+    .iter()
+    .map(|(hash, expiry)| {
+        redis::pipe()
+            .cmd("HGET")
+            .arg(hash)
+            .arg(format!("{tag}:d"))
+            .cmd("ZSCORE")
+            .arg(expiry)
+            .arg(&tag)
+            .query(&mut conn)
+            .expect("the earlier layouts")
+    })
+    .collect();
+    assert_eq!(
+        held,
+        [(None, None), (None, None)],
+        "an earlier hold left behind"
+    );
+    // What `status` lists of it is this version's hold, until the reset's state ends.
+    let status = coordinator.admin().status().await.expect("status");
+    let rows: Vec<&str> = status.iter().map(|row| row.name.as_str()).collect();
+    assert_eq!(rows, ["layout-forced"]);
 }
 
 #[bulkhead(name = "layout-cluster", limit = 5, scope = scope)]

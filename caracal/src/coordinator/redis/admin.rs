@@ -67,10 +67,15 @@ const PROCESSES_PAGE: usize = 32;
 /// A page of a listing: where the next starts (`None` after the last), and its entries.
 type Page<T> = (Option<u64>, Vec<T>);
 
-/// The most identities one registry script reports or lists: with what a report forgets
-/// beside them (bounded in `lua/registry_report.lua` by the same figure), a fraction of a
-/// millisecond of the server's time, whatever the registry's size.
+/// The most identities one registry script reports: with what a report forgets beside them
+/// (bounded in `lua/registry_report.lua` by the same figure), a fraction of a millisecond of
+/// the server's time, whatever the registry's size.
 const REGISTRY_PAGE: usize = 8;
+
+/// The most identities one registry read lists: an identity is two fields to read (one
+/// `HMGET`, `lua/registry_prelude.lua`), where the eight-field layout was five, so a page of
+/// 32 costs the server about what 8 did, in a quarter of the round trips.
+const READ_PAGE: usize = 32;
 
 /// The namespace's operator records (see `coordinator::operators`).
 fn operators_key(base: &KeyBase) -> String {
@@ -280,13 +285,14 @@ impl RedisBackend {
             .collect()
     }
 
-    /// The identities of the namespace's registry, read a page of [`REGISTRY_PAGE`] at a
-    /// time (see [`registry_report`](Self::registry_report)), the last to expire first and
+    /// The identities of the namespace's registry, read a page of [`READ_PAGE`] at a time,
+    /// the last to expire first and
     /// at most [`MAX_IDENTITIES`] (the registry's bound, which the fleet's reports restore a
     /// few pages at a time when a registry overflows it); one listed on two pages (it was
     /// reported meanwhile) is listed once. Then those only an earlier version's layout holds
-    /// (see [`LAYOUTS`]), within the same bound; of one in several, the processes' uses the
-    /// earlier layouts alone hold are added to it (processes of both versions use it).
+    /// (see [`LAYOUTS`]), within the same bound; of one in several, what the earlier layouts
+    /// alone hold is added to it (processes of both versions use it: see
+    /// [`Registered::add_uses`]).
     pub(in crate::coordinator) async fn registry_read(
         &self,
         base: &KeyBase,
@@ -298,7 +304,7 @@ impl RedisBackend {
             let keys = (layout.keys)(base);
             let read = paged(
                 most.saturating_sub(listed.len() as u64),
-                REGISTRY_PAGE,
+                READ_PAGE,
                 |start| self.registry_read_page(base, &keys, layout, start),
                 |entry| entry.key.clone(),
             )
@@ -317,7 +323,8 @@ impl RedisBackend {
     }
 
     /// Enters the identity at `key` (`description`, as a report describes it) in the
-    /// namespace's registry for `lasts_ms`, used or not (see `lua/registry_hold.lua`).
+    /// namespace's registry for `lasts_ms`, used or not, and removes it from the earlier
+    /// layouts (see `lua/registry_hold.lua`): the keys of every layout, this one's first.
     pub(in crate::coordinator) async fn registry_hold(
         &self,
         base: &KeyBase,
@@ -327,12 +334,16 @@ impl RedisBackend {
     ) -> Result<(), Error> {
         let script = &scripts::REGISTRY_HOLD;
         let drift_ms = u64::try_from(DRIFT_WINDOW.as_millis()).unwrap_or(u64::MAX);
+        let keys: Vec<String> = LAYOUTS
+            .iter()
+            .flat_map(|layout| (layout.keys)(base))
+            .collect();
         let value = self
             .link
             .eval(
                 script,
                 base,
-                &registry_keys(base),
+                &keys,
                 (key.tag(), description, lasts_ms, drift_ms),
             )
             .await?;
@@ -349,7 +360,7 @@ impl RedisBackend {
         start: u64,
     ) -> Result<Page<Registered>, Error> {
         let script = &scripts::REGISTRY_READ;
-        let args = (start, REGISTRY_PAGE, layout.digits, layout.entry);
+        let args = (start, READ_PAGE, layout.digits, layout.entry);
         let value = self.link.eval(script, base, keys, args).await?;
         let (now, next, items) = page_of(script.name, value, start, 6)?;
         let mut listed = Vec::new();

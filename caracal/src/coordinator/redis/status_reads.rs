@@ -22,6 +22,12 @@ pub(crate) const STATUS_BATCH: usize = 16;
 /// round trips, few enough that other callers' commands are not queued behind a flood.
 const BATCHES_IN_FLIGHT: usize = 32;
 
+/// How many are in flight when each reads a single identity (on a cluster, where each
+/// identity's keys carry a hash tag of their own, so no two share a script): each holds the
+/// server a sixteenth as long as a full batch, and as many were in flight before reads were
+/// batched, so a cluster's `status` is no slower than it was.
+const SINGLE_READS_IN_FLIGHT: usize = 64;
+
 /// What a kind's status read is sent between to read a batch: its body becomes a function of
 /// one identity's keys (a status read takes no `ARGV`), run on each identity's in turn.
 const BEFORE: &str = "local function read_one(KEYS)\n";
@@ -30,6 +36,11 @@ end
 -- status batch: KEYS are the batch's identities' keys, ARGV[1] of them each, in the order
 -- of the status read above; the reply is the read's replies end to end.
 local per, reply = tonumber(ARGV[1]), {}
+-- A step of 0 would never end the loop below (Lua 5.1 does not refuse it).
+if not per or per < 1 or #KEYS % per ~= 0 then
+  return redis.error_reply('status batch: ' .. #KEYS .. ' keys, not groups of '
+    .. tostring(ARGV[1]))
+end
 for first = 0, #KEYS - per, per do
   local keys = {}
   for i = 1, per do
@@ -42,6 +53,44 @@ for first = 0, #KEYS - per, per do
 end
 return reply
 ";
+
+/// The scripts that read the identities of `slots` (each identity's slot, in order), as
+/// indexes into it: at most [`STATUS_BATCH`] to a script, all of one slot; and how many
+/// scripts to keep in flight ([`SINGLE_READS_IN_FLIGHT`] when none reads more than one).
+fn plan(slots: &[u16]) -> (Vec<Vec<usize>>, usize) {
+    let mut groups: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
+    for (at, &slot) in slots.iter().enumerate() {
+        groups.entry(slot).or_default().push(at);
+    }
+    let batches: Vec<Vec<usize>> = groups
+        .values()
+        .flat_map(|group| group.chunks(STATUS_BATCH))
+        .map(<[usize]>::to_vec)
+        .collect();
+    let in_flight = if batches.iter().all(|batch| batch.len() <= 1) {
+        SINGLE_READS_IN_FLIGHT
+    } else {
+        BATCHES_IN_FLIGHT
+    };
+    (batches, in_flight)
+}
+
+/// The `KEYS` of a batch of `read` on the identities at `keys`: each identity's, in the
+/// read's order. A read of no keys is refused before anything is sent: the batch could not
+/// tell one identity's keys from the next, and its script would step through them by 0 (the
+/// script refuses that too, as Lua 5.1 would loop for ever).
+fn batch_keys(read: &StatusRead, keys: &[KeyBase]) -> Result<Vec<String>, Error> {
+    if read.keys.is_empty() {
+        return Err(Error::config(format!(
+            "the status read {} names no keys: its identities cannot be read in batches",
+            read.script.name
+        )));
+    }
+    Ok(keys
+        .iter()
+        .flat_map(|key| read.keys.iter().map(|suffix| key.key(suffix)))
+        .collect())
+}
 
 /// `read`'s batch form ([`BEFORE`], its body, [`AFTER`]): made on first use and kept for the
 /// life of the process, one per kind with a status read.
@@ -61,29 +110,31 @@ fn batched(read: &'static Script) -> &'static Script {
 impl RedisBackend {
     /// Runs a kind's status read on the identities at `keys`, [`STATUS_BATCH`] to a script
     /// (on a cluster, only identities of one slot share one) and [`BATCHES_IN_FLIGHT`]
-    /// scripts at once: per identity, in order, the server's time and the kind's figures.
+    /// scripts at once ([`SINGLE_READS_IN_FLIGHT`] of one identity each, as on a cluster):
+    /// per identity, in order, the server's time and the kind's figures.
     pub(in crate::coordinator) async fn identity_reads(
         &self,
         read: &StatusRead,
         keys: &[KeyBase],
     ) -> Result<Vec<Snapshot>, Error> {
-        let mut groups: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
-        for (at, key) in keys.iter().enumerate() {
-            let slot = if self.is_cluster() {
-                shards::key_slot(&key.key(""))
-            } else {
-                0
-            };
-            groups.entry(slot).or_default().push(at);
-        }
+        let cluster = self.is_cluster();
+        let slots: Vec<u16> = keys
+            .iter()
+            .map(|key| {
+                if cluster {
+                    shards::key_slot(&key.key(""))
+                } else {
+                    0
+                }
+            })
+            .collect();
+        let (batches, in_flight) = plan(&slots);
         // Each batch's future made here, owning its keys: a stream's closure borrowing them
         // would not be `Send` for every lifetime, as a spawned `status` needs.
-        let batches: Vec<_> = groups
-            .values()
-            .flat_map(|group| group.chunks(STATUS_BATCH))
+        let batches: Vec<_> = batches
+            .into_iter()
             .map(|batch| {
                 let batch_keys: Vec<KeyBase> = batch.iter().map(|&at| keys[at].clone()).collect();
-                let batch = batch.to_vec();
                 async move {
                     let read = self.identity_read_batch(read, &batch_keys).await?;
                     Ok::<_, Error>((batch, read))
@@ -91,7 +142,7 @@ impl RedisBackend {
             })
             .collect();
         let batches: Vec<(Vec<usize>, Vec<Snapshot>)> = futures_util::stream::iter(batches)
-            .buffer_unordered(BATCHES_IN_FLIGHT)
+            .buffer_unordered(in_flight)
             .try_collect()
             .await?;
         let mut snapshots = vec![Snapshot::NOTHING; keys.len()];
@@ -113,10 +164,7 @@ impl RedisBackend {
             return Ok(Vec::new());
         };
         let script = batched(read.script);
-        let every: Vec<String> = keys
-            .iter()
-            .flat_map(|key| read.keys.iter().map(|suffix| key.key(suffix)))
-            .collect();
+        let every = batch_keys(read, keys)?;
         let value = self
             .link
             .eval(script, first, &every, read.keys.len())
@@ -137,5 +185,58 @@ impl RedisBackend {
                 })
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::identity::{Identity, PolicyKind, Scope};
+
+    /// Spread over slots one identity each (a cluster's), every script reads one, and twice
+    /// as many are in flight; of one slot, they share scripts of [`STATUS_BATCH`].
+    #[test]
+    fn reads_group_by_slot_and_single_reads_keep_more_in_flight() {
+        let spread: Vec<u16> = (0..100).collect();
+        let (batches, in_flight) = plan(&spread);
+        assert_eq!(batches.len(), 100);
+        assert!(batches.iter().all(|batch| batch.len() == 1));
+        assert_eq!(in_flight, SINGLE_READS_IN_FLIGHT);
+        assert_eq!(
+            in_flight, 64,
+            "a cluster's status slower than before batching"
+        );
+
+        let (batches, in_flight) = plan(&[0; 40]);
+        let sizes: Vec<usize> = batches.iter().map(Vec::len).collect();
+        assert_eq!(sizes, [16, 16, 8]);
+        assert_eq!(in_flight, BATCHES_IN_FLIGHT);
+
+        // Two slots, interleaved: each script holds one slot's identities, every one read once.
+        let (batches, _) = plan(&[7, 9, 7, 9, 7]);
+        assert_eq!(batches, [vec![0, 2, 4], vec![1, 3]]);
+    }
+
+    /// A read of no keys is refused before anything is sent, rather than a script that
+    /// steps by 0 for ever; one of keys lists each identity's, in the read's order.
+    #[test]
+    fn a_read_of_no_keys_is_refused() {
+        let read = crate::policy::bulkhead::descriptor::DESCRIPTOR
+            .read
+            .expect("a bulkhead has a status read");
+        let keys: Vec<KeyBase> = ["a", "b"]
+            .iter()
+            .map(|&name| Identity::new("ns", PolicyKind::Bulkhead, name, name, &Scope::GLOBAL).key)
+            .collect();
+        let every = batch_keys(&read, &keys).expect("keys");
+        assert_eq!(every.len(), 2 * read.keys.len());
+        assert_eq!(every[0], keys[0].key(read.keys[0]));
+        assert_eq!(every[read.keys.len()], keys[1].key(read.keys[0]));
+
+        let none = StatusRead { keys: &[], ..read };
+        assert!(matches!(
+            batch_keys(&none, &keys),
+            Err(Error::InvalidConfig { .. })
+        ));
     }
 }

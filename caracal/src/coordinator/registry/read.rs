@@ -275,10 +275,16 @@ impl Registered {
         })
     }
 
-    /// Adds the uses `other` (the same identity, as another layout of the registry holds it)
-    /// lists of processes this one does not: processes of two versions each write their
-    /// own during a rolling upgrade.
+    /// Adds what `other` (the same identity, as another layout of the registry holds it)
+    /// knows: the uses it lists of processes this one does not (processes of two versions
+    /// each write their own during a rolling upgrade), its values and sources when this one
+    /// has none (an operator's hold here, reports only there), and its drift.
     pub(crate) fn add_uses(&mut self, other: Registered) {
+        if self.values.is_empty() {
+            self.values = other.values;
+            self.sources = other.sources;
+        }
+        self.drift |= other.drift;
         for reported in other.uses {
             if !self
                 .uses

@@ -283,3 +283,41 @@ fn reports_carry_the_latest_run_on_the_local_share() {
         "on it at its report"
     );
 }
+
+/// One identity in two layouts (an operator's hold in this one, a process of an earlier
+/// version reporting it with drift in its own): the listing keeps the other layout's values,
+/// sources and drift where this one's entry has none, and never loses drift either way.
+#[test]
+fn an_identity_in_two_layouts_keeps_the_values_and_drift_either_holds() {
+    let description = r#"["bulkhead","b","b","global"]"#;
+    let held = || {
+        let nothing = (String::new(), String::new());
+        Registered::read(&"0".repeat(64), description, nothing, false, Vec::new())
+            .expect("readable")
+    };
+    let reported = |values: &str, drift: bool| Registered {
+        drift,
+        ..reported_entry(description, values, Vec::new())
+    };
+
+    let mut listed = held();
+    listed.add_uses(reported("limit=5", true));
+    assert_eq!(
+        (
+            listed.values.as_str(),
+            listed.sources.as_str(),
+            listed.drift
+        ),
+        ("limit=5", "attribute", true),
+        "the earlier layout's values and drift dropped"
+    );
+    assert!(listed.reported());
+
+    // Values of its own are kept, and drift noticed in either stays noticed.
+    let mut listed = reported("limit=3", false);
+    listed.add_uses(reported("limit=5", true));
+    assert_eq!((listed.values.as_str(), listed.drift), ("limit=3", true));
+    let mut listed = reported("limit=3", true);
+    listed.add_uses(reported("limit=5", false));
+    assert_eq!((listed.values.as_str(), listed.drift), ("limit=3", true));
+}
