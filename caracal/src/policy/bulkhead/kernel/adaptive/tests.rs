@@ -94,6 +94,8 @@ struct Second {
     full: u32,
     inside: f64,
     goodput: f64,
+    /// Whether a cut's limit was in force in any of its ticks.
+    cut: bool,
 }
 
 impl Fleet {
@@ -144,8 +146,9 @@ impl Fleet {
     }
 
     fn second(&mut self, shape: Shape) -> Second {
-        let (mut inside_sum, mut good) = (0.0, 0.0);
+        let (mut inside_sum, mut good, mut cut) = (0.0, 0.0, false);
         for _ in 0..TICKS {
+            cut |= self.learnt.limit < self.learnt.full;
             let (inside, served) = self.tick(shape);
             inside_sum += inside;
             good += served;
@@ -154,6 +157,7 @@ impl Fleet {
             full: self.learnt.full,
             inside: inside_sum / TICKS as f64,
             goodput: good / (f64::from(shape.capacity) * 1e6 / shape.service_us as f64),
+            cut,
         }
     }
 
@@ -452,6 +456,32 @@ fn one_slow_process_holding_most_slots_does_not_keep_a_halved_capacity_queued() 
         let back = fleet.run(shape, 30);
         assert_steady(&back[10..], 20, "doubled back");
     }
+}
+
+/// One slow process (8 ms added to its calls, its slots held 8 ms after each reply, as the
+/// field harness's blocked threads do) takes slots as fast as the others, so it holds the
+/// larger share of a cut's: the downstream falls furthest in a cut of all the shapes, and a cut
+/// every eleven seconds cost the fleet a tenth of C/S in the field. Cuts that find the limit
+/// right (none still queued) double the period before the next, up to 40 s: in 80 s of steady
+/// state, two cuts rather than seven.
+#[test]
+fn cuts_that_confirm_the_limit_come_less_often() {
+    let slow = Process {
+        extra_us: 8_000,
+        hold_us: 8_000,
+    };
+    let shape = Shape {
+        processes: [slow, Process::default(), Process::default()],
+        contended: true,
+        ..CLEAN
+    };
+    let mut fleet = Fleet::new();
+    fleet.run(shape, 40);
+    let steady = fleet.run(shape, 80);
+    // A cut's window straddles two of the simulation's seconds.
+    let cuts = steady.windows(2).filter(|w| w[1].cut && !w[0].cut).count();
+    assert!(cuts <= 2, "{cuts} cuts: {}", shown(&steady));
+    assert_steady(&steady, 20, "one slow process");
 }
 
 /// A queue three times the base near the limit, and a cut that still queues at twice: the
