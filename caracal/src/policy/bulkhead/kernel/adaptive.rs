@@ -40,12 +40,21 @@
 //!   whatever `L` was; clear → the target is `1.2 × L` (a probe); no majority, or no vote → the
 //!   limit holds. One process cannot drag the fleet: it is one vote of its weight.
 //! - **Bases need calls at low occupancy.** A fleet offered more than its limit admits every
-//!   call near the limit, so when no window in the last [`CUT_EVERY_MS`] had a tenth of its
-//!   calls at low occupancy ([`LOW_SHARE_PM`]), the next window is a **cut**: the limit in force
-//!   is three quarters of the limit, and every process measures its base. This is Envoy's
-//!   adaptive concurrency (its minimum latency measured at a reduced concurrency), taken once
-//!   per fleet rather than per process, and only while the fleet has no such calls of its own;
-//!   it costs a quarter of the limit for a second in eleven.
+//!   call near the limit, so when no window in the last period (at first [`CUT_EVERY_MS`]) had
+//!   a tenth of its calls at low occupancy ([`LOW_SHARE_PM`]), the next window is a **cut**: the
+//!   limit in force is three quarters of the limit, and every process measures its base. This
+//!   is Envoy's adaptive concurrency (its minimum latency measured at a reduced concurrency),
+//!   taken once per fleet rather than per process, and only while the fleet has no such calls
+//!   of its own.
+//! - **Cuts that confirm the limit come less often.** A cut costs a quarter of the limit for a
+//!   second, and more where one process holds slots outside the downstream (its bodies blocked
+//!   after the reply): it takes the cut's slots as fast as the others and keeps each longer, so
+//!   the downstream falls to about half its capacity. A cut that did not still queue (its latency
+//!   did not fall with the occupancy, its votes were not queued) found the bases right, so the
+//!   period before the next doubles, up to [`MAX_CUT_EVERY_MS`]; a cut that still queued, or a
+//!   verification, sets it back to [`CUT_EVERY_MS`]. Bases that drift up between cuts are not
+//!   missed: queued votes on bases older than [`VERIFY_MS`] call a cut at once. So a steady
+//!   fleet cuts for one second in forty-one rather than in eleven.
 //! - **A cut that still queued goes deeper.** A limit far above the capacity (a high
 //!   `initial`, a capacity that collapsed) never saw an unqueued call: a cut to ¾ of it still
 //!   queues, and the ratio its calls give can never exceed 4/3. When a cut's mean latency fell
@@ -77,7 +86,7 @@
 //! | the new limit is above the old | [`Grew`](Branch::Grew) | |
 //! | below | [`Shrank`](Branch::Shrank) | |
 //! | the same | [`Held`](Branch::Held) | |
-//! | no window with calls at low occupancy for [`CUT_EVERY_MS`] | [`Cut`](Branch::Cut) | the next window is a cut |
+//! | no window with calls at low occupancy for the period ([`CUT_EVERY_MS`], doubled by each cut that did not still queue, up to [`MAX_CUT_EVERY_MS`]) | [`Cut`](Branch::Cut) | the next window is a cut |
 //!
 //! Every step answers the limit in force (¾ of the limit in a cut window; whole, within
 //! `[min, max]`), the limit itself, the mean latency of the last window and the voters' mean

@@ -44,6 +44,10 @@ struct Shape {
     noise: Noise,
     /// Calls past the capacity fail in a millisecond instead of queueing.
     fail_fast: bool,
+    /// One call in this many (0: none) fails whatever the concurrency (a downstream that
+    /// rejects a steady share of requests, overloaded or not), after this long (0: as long as
+    /// a success).
+    failing: (u64, u64),
     /// Calls the fleet offers at once (`None`: more than any limit).
     offered: Option<u32>,
     /// One call in this many (0: none) is admitted while the fleet's occupancy dips below low
@@ -66,6 +70,7 @@ const CLEAN: Shape = Shape {
     }; 3],
     noise: Noise::None,
     fail_fast: false,
+    failing: (0, 0),
     offered: None,
     dips: 0,
     contended: false,
@@ -203,6 +208,14 @@ impl Fleet {
             // A call failing fast frees its slot for many more: a millisecond each.
             let fast_drops = fails * (shape.service_us / 1_000);
             for call in 0..calls - fails {
+                let (every, failure_us) = shape.failing;
+                // The first of each `every` calls: not in step with the dips (the last).
+                if every > 0 && call % every == 0 {
+                    let us = if failure_us == 0 { latency } else { failure_us };
+                    self.sampling[index].body(low || shape.dipped(call), us, false);
+                    continue;
+                }
+                served += 1.0;
                 let us = match shape.noise {
                     Noise::None => latency,
                     Noise::Busy(up_to) => latency + self.noise(up_to),
@@ -211,7 +224,6 @@ impl Fleet {
                 };
                 self.sampling[index].body(low || shape.dipped(call), us, true);
             }
-            served += (calls - fails) as f64;
             for drop in 0..fast_drops {
                 self.sampling[index].body(low || shape.dipped(drop), 1_000, false);
             }
@@ -482,6 +494,43 @@ fn cuts_that_confirm_the_limit_come_less_often() {
     let cuts = steady.windows(2).filter(|w| w[1].cut && !w[0].cut).count();
     assert!(cuts <= 2, "{cuts} cuts: {}", shown(&steady));
     assert_steady(&steady, 20, "one slow process");
+}
+
+/// A downstream that fails a steady share of calls at any concurrency (one in ten in a
+/// millisecond, or one in four as slowly as a success): the processes see that share at low
+/// occupancy as near the limit, so it is not the overload's, and the limit follows the
+/// capacity as on a clean downstream, neither collapsing to `min` on drops nor climbing to
+/// `max` on clear votes, though the share is learnt only where calls ran at low occupancy, in
+/// cuts (calls admitted in a dip may only lower it, and there are dips here too). Not yet: one
+/// in four failing slowly with a quarter of the calls in dips, where the dips stand in for cuts
+/// that never come, the share is never learnt and the limit falls to `min`.
+#[test]
+fn a_steady_share_of_failures_neither_collapses_nor_inflates_the_limit() {
+    for (failing, dips) in [((10, 1_000), 0), ((10, 1_000), 4), ((4, 0), 0)] {
+        let shape = Shape {
+            failing,
+            dips,
+            ..CLEAN
+        };
+        let mut fleet = Fleet::new();
+        fleet.run(shape, 30);
+        let steady = fleet.run(shape, 60);
+        assert!(
+            steady.iter().all(|s| (16..=30).contains(&s.full)),
+            "{failing:?}, dips {dips}: {}",
+            shown(&steady)
+        );
+        let halved = Shape {
+            capacity: 10,
+            ..shape
+        };
+        let following = fleet.run(halved, 15);
+        assert!(
+            following[10..].iter().all(|s| (8..=13).contains(&s.full)),
+            "halved, {failing:?}, dips {dips}: {}",
+            shown(&following)
+        );
+    }
 }
 
 /// A queue three times the base near the limit, and a cut that still queues at twice: the
