@@ -153,6 +153,7 @@ fn compare_final_state(env: &mut Env<'_>, estimate: &Estimate) -> Result<(), Tes
             ("lowat", estimate.low_ms),
             ("cut", estimate.cut.into()),
             ("level", estimate.level),
+            ("every", estimate.every_ms),
             ("n", window.samples),
             ("sum", window.sum_us),
             ("calls", window.calls),

@@ -5,7 +5,8 @@
 --
 -- KEYS[1]  `caracal:v1:{<identity>}:adaptive`: a hash. `limit` (thousandths), `latency` and
 --          `base` (µs), `since` and `lowat` (ms of server time), `cut` (0 or 1), `level` (the last
---          window's highest occupancy), and the open
+--          window's highest occupancy), `every` (ms from `lowat` to the next cut; 0 or absent:
+--          `CUT_EVERY_MS`), and the open
 --          window's `n`, `sum`, `calls`, `low`, `peak`, `queued`, `clear`, `unsure`, `ratios`
 --          and `bases`.
 -- ARGV     samples, sum (µs), calls, low, peak, queued, clear, unsure, ratios, bases, min,
@@ -22,6 +23,7 @@ local MAX_SUM = 9007199254740991
 local IDLE_MS = 600000
 local LOW_PM, CLEAR_PM, QUEUED_PM, GROWTH_PM = 750, 1100, 1250, 1200
 local CUT_EVERY_MS, LOW_SHARE_PM, VERIFY_MS = 10000, 100, 3000
+local MAX_CUT_EVERY_MS = 4 * CUT_EVERY_MS
 local DEEPER_PM = LOW_PM * CLEAR_PM / 1000
 local a = {}
 for i = 1, 14 do
@@ -29,19 +31,21 @@ for i = 1, 14 do
 end
 local min, initial, max, window = a[11], a[12], a[13], a[14]
 
-local fields = {'limit', 'latency', 'base', 'since', 'lowat', 'cut', 'level', 'n', 'sum', 'calls',
-  'low', 'peak', 'queued', 'clear', 'unsure', 'ratios', 'bases'}
+local fields = {'limit', 'latency', 'base', 'since', 'lowat', 'cut', 'level', 'every', 'n', 'sum',
+  'calls', 'low', 'peak', 'queued', 'clear', 'unsure', 'ratios', 'bases'}
 local stored = redis.call('HMGET', KEYS[1], unpack(fields))
 local e = {}
 for i = 1, #fields do
   e[i] = tonumber(stored[i]) or 0
 end
 local limit, latency, base, since, lowat, cut, level = e[1], e[2], e[3], e[4], e[5], e[6], e[7]
+local every = e[8]
 -- The open window: samples, sum, calls, low, peak, queued, clear, unsure, ratios, bases.
-local w = {e[8], e[9], e[10], e[11], e[12], e[13], e[14], e[15], e[16], e[17]}
+local w = {e[9], e[10], e[11], e[12], e[13], e[14], e[15], e[16], e[17], e[18]}
 if limit == 0 then
   limit, latency, base, since, lowat, cut, level = initial * 1000, 0, 0, now, 0, 0, 0
   lowat = math.max(now - CUT_EVERY_MS, 0)
+  every = CUT_EVERY_MS
   w = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 end
 limit = math.min(math.max(limit, min * 1000), max * 1000)
@@ -79,13 +83,14 @@ if now >= since + window then
     end
     local weight = queued + clear + unsure
     local target = limit
-    local verify = false
+    local verify, queued_cut = false, false
     if weight > 0 then
       base = math.floor(bases / weight)
       if queued * 2 > weight then
         if now < lowat + VERIFY_MS then
           local ratio = math.max(math.floor(ratios / queued), QUEUED_PM)
           target = math.floor(limit * CLEAR_PM / ratio)
+          queued_cut = cut == 1
         else
           verify = true
         end
@@ -105,7 +110,17 @@ if now >= since + window then
     if deeper then
       level = math.min(peak, math.floor(cut_pm / 1000))
     end
-    if verify or deeper or now >= lowat + CUT_EVERY_MS then
+    -- A cut that did not still queue doubles the period before the next; one that did, or a
+    -- verification, sets it back.
+    if every == 0 then
+      every = CUT_EVERY_MS
+    end
+    if verify or deeper or queued_cut then
+      every = CUT_EVERY_MS
+    elseif cut == 1 then
+      every = math.min(every * 2, MAX_CUT_EVERY_MS)
+    end
+    if verify or deeper or now >= lowat + every then
       cut, lowat = 1, now
     else
       cut = 0
@@ -119,9 +134,9 @@ local function int(n)
   return string.format('%d', n)
 end
 local set = {'limit', int(limit), 'latency', int(latency), 'base', int(base), 'since', int(since),
-  'lowat', int(lowat), 'cut', int(cut), 'level', int(level)}
+  'lowat', int(lowat), 'cut', int(cut), 'level', int(level), 'every', int(every)}
 for i = 1, 10 do
-  set[#set + 1] = fields[7 + i]
+  set[#set + 1] = fields[8 + i]
   set[#set + 1] = int(w[i])
 end
 redis.call('HSET', KEYS[1], unpack(set))

@@ -40,12 +40,21 @@
 //!   whatever `L` was; clear → the target is `1.2 × L` (a probe); no majority, or no vote → the
 //!   limit holds. One process cannot drag the fleet: it is one vote of its weight.
 //! - **Bases need calls at low occupancy.** A fleet offered more than its limit admits every
-//!   call near the limit, so when no window in the last [`CUT_EVERY_MS`] had a tenth of its
-//!   calls at low occupancy ([`LOW_SHARE_PM`]), the next window is a **cut**: the limit in force
-//!   is three quarters of the limit, and every process measures its base. This is Envoy's
-//!   adaptive concurrency (its minimum latency measured at a reduced concurrency), taken once
-//!   per fleet rather than per process, and only while the fleet has no such calls of its own;
-//!   it costs a quarter of the limit for a second in eleven.
+//!   call near the limit, so when no window in the last period (at first [`CUT_EVERY_MS`]) had
+//!   a tenth of its calls at low occupancy ([`LOW_SHARE_PM`]), the next window is a **cut**: the
+//!   limit in force is three quarters of the limit, and every process measures its base. This
+//!   is Envoy's adaptive concurrency (its minimum latency measured at a reduced concurrency),
+//!   taken once per fleet rather than per process, and only while the fleet has no such calls
+//!   of its own.
+//! - **Cuts that confirm the limit come less often.** A cut costs a quarter of the limit for a
+//!   second, and more where one process holds slots outside the downstream (its bodies blocked
+//!   after the reply): it takes the cut's slots as fast as the others and keeps each longer, so
+//!   the downstream falls to about half its capacity. A cut that did not still queue (its latency
+//!   did not fall with the occupancy, its votes were not queued) found the bases right, so the
+//!   period before the next doubles, up to [`MAX_CUT_EVERY_MS`]; a cut that still queued, or a
+//!   verification, sets it back to [`CUT_EVERY_MS`]. Bases that drift up between cuts are not
+//!   missed: queued votes on bases older than [`VERIFY_MS`] call a cut at once. So a steady
+//!   fleet cuts for one second in forty-one rather than in eleven.
 //! - **A cut that still queued goes deeper.** A limit far above the capacity (a high
 //!   `initial`, a capacity that collapsed) never saw an unqueued call: a cut to ¾ of it still
 //!   queues, and the ratio its calls give can never exceed 4/3. When a cut's mean latency fell
@@ -77,7 +86,7 @@
 //! | the new limit is above the old | [`Grew`](Branch::Grew) | |
 //! | below | [`Shrank`](Branch::Shrank) | |
 //! | the same | [`Held`](Branch::Held) | |
-//! | no window with calls at low occupancy for [`CUT_EVERY_MS`] | [`Cut`](Branch::Cut) | the next window is a cut |
+//! | no window with calls at low occupancy for the period ([`CUT_EVERY_MS`], doubled by each cut that did not still queue, up to [`MAX_CUT_EVERY_MS`]) | [`Cut`](Branch::Cut) | the next window is a cut |
 //!
 //! Every step answers the limit in force (¾ of the limit in a cut window; whole, within
 //! `[min, max]`), the limit itself, the mean latency of the last window and the voters' mean
@@ -107,8 +116,12 @@ pub(crate) const VERIFY_MS: u64 = 3_000;
 /// A cut window whose mean latency is at most this share (thousandths) of the window's before
 /// it still queued: ¾ of the occupancy ([`LOW_PM`]) with a tenth to spare ([`CLEAR_PM`]).
 pub(crate) const DEEPER_PM: u64 = LOW_PM * CLEAR_PM / 1000;
-/// How long a fleet goes without calls at low occupancy before a cut window.
+/// How long a fleet goes without calls at low occupancy before a cut window, at first and
+/// again after a cut that still queued or a verification.
 pub(crate) const CUT_EVERY_MS: u64 = 10_000;
+/// The longest that period grows to: each cut that confirmed the limit (it did not still
+/// queue) doubles it.
+pub(crate) const MAX_CUT_EVERY_MS: u64 = 4 * CUT_EVERY_MS;
 /// The share of a window's calls (thousandths) at low occupancy that lets every process
 /// measure its base without a cut.
 pub(crate) const LOW_SHARE_PM: u64 = 100;
@@ -301,6 +314,9 @@ pub(crate) struct Estimate {
     pub(crate) low_ms: u64,
     /// Whether the open window is a cut.
     pub(crate) cut: bool,
+    /// How long after [`low_ms`](Self::low_ms) the next cut comes (0: [`CUT_EVERY_MS`], as an
+    /// estimate stored before the period could grow reads).
+    pub(crate) every_ms: u64,
     /// The highest occupancy of the last window that closed with calls (0: none yet).
     pub(crate) level: u64,
     /// What the open window gathered.
@@ -348,6 +364,7 @@ impl Kernel for Adapt {
                 limit_pm: u64::from(bounds.initial) * 1000,
                 since_ms: now.ms,
                 low_ms: now.ms.saturating_sub(CUT_EVERY_MS),
+                every_ms: CUT_EVERY_MS,
                 ..Estimate::default()
             };
         }
@@ -403,12 +420,13 @@ fn update(estimate: &mut Estimate, bounds: Bounds, now: Now, seen: &mut Seen) {
     // Every product stays below 2^53 (a limit below 2^32 × 1000, a ratio at most 2000, a
     // growth of 1200): exact in the script's numbers too.
     let mut target = limit;
-    let mut verify = false;
+    let (mut verify, mut queued) = (false, false);
     if weight == 0 {
         Branch::Unjudged.reach(seen);
     } else if votes.queued * 2 > weight {
         if now.ms < estimate.low_ms.saturating_add(VERIFY_MS) {
             Branch::Queued.reach(seen);
+            queued = true;
             let ratio = (votes.ratio_sum / votes.queued).max(QUEUED_PM);
             target = limit * CLEAR_PM / ratio;
         } else {
@@ -448,7 +466,21 @@ fn update(estimate: &mut Estimate, bounds: Bounds, now: Now, seen: &mut Seen) {
     } else {
         window.peak
     };
-    estimate.cut = verify || deeper || now.ms >= estimate.low_ms.saturating_add(CUT_EVERY_MS);
+    // A cut that did not still queue (its latency did not fall with the occupancy, its votes
+    // were not queued) confirmed the bases and the limit: the next can wait twice as long. One
+    // that did, or a verification, found them wrong: back to the first period.
+    let every = match estimate.every_ms {
+        0 => CUT_EVERY_MS,
+        every => every,
+    };
+    estimate.every_ms = if verify || deeper || estimate.cut && queued {
+        CUT_EVERY_MS
+    } else if estimate.cut {
+        (every * 2).min(MAX_CUT_EVERY_MS)
+    } else {
+        every
+    };
+    estimate.cut = verify || deeper || now.ms >= estimate.low_ms.saturating_add(estimate.every_ms);
     if estimate.cut {
         Branch::Cut.reach(seen);
         estimate.low_ms = now.ms;
