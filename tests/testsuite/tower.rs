@@ -244,13 +244,9 @@ async fn a_bulkhead_layer_with_keep_hands_a_lease_to_the_next_request() {
 
 /// What a layer's service answers to `panics`: it panics (in its future, where a request's
 /// work runs) or succeeds.
-fn panicking_service(
-    panics: bool,
-) -> impl std::future::Future<Output = Result<(), std::io::Error>> {
-    async move {
-        assert!(!panics, "the inner service panics");
-        Ok(())
-    }
+async fn panicking_service(panics: bool) -> Result<(), std::io::Error> {
+    assert!(!panics, "the inner service panics");
+    Ok(())
 }
 
 /// Sends `panics` through `service` on a task of its own: whether the request succeeded, or
