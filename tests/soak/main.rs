@@ -2,6 +2,13 @@
 //! through a fault proxy while the orchestrator kills them (SIGKILL), freezes them past their
 //! lease (SIGSTOP), partitions them from Redis and restarts Redis without persistence. A
 //! ledger on a separate Redis records, on its own clock, which bodies were running at once.
+//! The last task of each worker calls a second bulkhead, the same but keeping leases (`keep =
+//! "5ms"`: a finished body's lease serves the next call of the process without a round trip),
+//! with a ledger of its own: a kept lease must count in the fleet as a running body's does,
+//! through every fault. One such task per worker, four for three slots, backing off for a
+//! while after a refusal: a refusal anywhere returns every kept lease of the identity and
+//! keeps none for 100 ms, so a crowd retrying at once would keep nothing at all; this way the
+//! fleet is contended now and then and keeps and hands on leases in between.
 //!
 //! ```text
 //! caracal-soak [SECONDS] [--workers N] [--tasks N]
@@ -22,7 +29,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use caracal::bulkhead;
+use caracal::metrics::BULKHEAD_KEPT_LEASES_TOTAL;
 use caracal_tests::ledger::{AsyncLedger, Ledger, LongBody, Violation, pid_of};
+use caracal_tests::metrics::MetricsLog;
 use caracal_tests::{FaultProxy, RedisServer};
 
 /// The bulkhead under test, as the soak's workers share it.
@@ -54,8 +63,19 @@ impl From<caracal::Error> for SoakError {
     }
 }
 
+/// The name of the bulkhead that keeps leases, as its metrics label it.
+const KEPT: &str = "soak-kept";
+
 /// A guarded body: it enters the ledger, works for `hold`, and leaves (cancelled by a lost
 /// lease, it leaves when dropped).
+async fn work(ledger: &AsyncLedger, id: &str, hold: Duration) -> Result<(), SoakError> {
+    let entered = ledger.enter(id).await;
+    tokio::time::sleep(hold).await;
+    entered.leave().await;
+    Ok(())
+}
+
+/// [`work`] on a lease of its own per body.
 #[bulkhead(name = "soak", limit = 3, lease = "1s", scope = scope)]
 async fn body(
     scope: &str,
@@ -63,10 +83,18 @@ async fn body(
     id: &str,
     hold: Duration,
 ) -> Result<(), SoakError> {
-    let entered = ledger.enter(id).await;
-    tokio::time::sleep(hold).await;
-    entered.leave().await;
-    Ok(())
+    work(ledger, id, hold).await
+}
+
+/// [`work`] on a lease the process may have kept from an earlier body ([`KEPT`]).
+#[bulkhead(name = "soak-kept", limit = 3, lease = "1s", keep = "5ms", scope = scope)]
+async fn kept_body(
+    scope: &str,
+    ledger: &AsyncLedger,
+    id: &str,
+    hold: Duration,
+) -> Result<(), SoakError> {
+    work(ledger, id, hold).await
 }
 
 /// Outcomes counted by a worker.
@@ -84,9 +112,17 @@ struct Tally {
 impl Tally {
     fn line(&self, kind: &str) -> String {
         let get = |counter: &AtomicU64| counter.load(Ordering::SeqCst);
+        // What the keeping bulkhead did with its leases, as its metrics count it: the soak
+        // shows that kept leases were handed on, not only that nothing overlapped.
+        let leases = |outcome| {
+            MetricsLog::global().counter(
+                BULKHEAD_KEPT_LEASES_TOTAL,
+                &[("name", KEPT), ("outcome", outcome)],
+            )
+        };
         format!(
             "{kind} ok={} bulkhead_full={} lease_lost={} coordinator_unavailable={} other={} \
-             hung={} in_flight={}",
+             hung={} in_flight={} kept={} reused={} returned={}",
             get(&self.ok),
             get(&self.full),
             get(&self.lease_lost),
@@ -94,6 +130,9 @@ impl Tally {
             get(&self.other),
             get(&self.hung),
             get(&self.in_flight),
+            leases("kept"),
+            leases("reused"),
+            leases("returned"),
         )
     }
 }
@@ -114,6 +153,8 @@ async fn worker(options: &HashMap<String, String>) {
             .unwrap_or_else(|| panic!("{key}="))
     };
     let tasks: usize = get("tasks").parse().expect("tasks");
+    // Installed before the first call, so every kept lease is counted.
+    MetricsLog::global();
     // The server may be restarting when a worker is (re)spawned: keep trying.
     let coordinator = loop {
         match caracal::Coordinator::from_env().await {
@@ -121,9 +162,16 @@ async fn worker(options: &HashMap<String, String>) {
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
     };
+    let ledger_name = get("ledger_name");
     let ledger =
-        AsyncLedger::connect_logging_longer_than(&get("ledger"), &get("ledger_name"), LIMIT, LEASE)
-            .await;
+        AsyncLedger::connect_logging_longer_than(&get("ledger"), &ledger_name, LIMIT, LEASE).await;
+    let kept_ledger = AsyncLedger::connect_logging_longer_than(
+        &get("ledger"),
+        &kept_ledger_name(&ledger_name),
+        LIMIT,
+        LEASE,
+    )
+    .await;
     let scope = get("scope");
     let tally = Arc::new(Tally::default());
     let stop = Arc::new(tokio::sync::Notify::new());
@@ -140,7 +188,9 @@ async fn worker(options: &HashMap<String, String>) {
     let pid = std::process::id();
     let handles: Vec<_> = (0..tasks)
         .map(|task| {
-            let (coordinator, ledger, scope) = (coordinator.clone(), ledger.clone(), scope.clone());
+            let (coordinator, scope) = (coordinator.clone(), scope.clone());
+            let keeps = task + 1 == tasks;
+            let ledger = if keeps { &kept_ledger } else { &ledger }.clone();
             let (tally, stopping) = (Arc::clone(&tally), Arc::clone(&stopping));
             tokio::spawn(coordinator.scoped(async move {
                 let mut seq = 0u64;
@@ -156,7 +206,11 @@ async fn worker(options: &HashMap<String, String>) {
                     };
                     tally.in_flight.fetch_add(1, Ordering::SeqCst);
                     let started = Instant::now();
-                    let result = body(&scope, &ledger, &id, hold).await;
+                    let result = if keeps {
+                        kept_body(&scope, &ledger, &id, hold).await
+                    } else {
+                        body(&scope, &ledger, &id, hold).await
+                    };
                     tally.in_flight.fetch_sub(1, Ordering::SeqCst);
                     if started.elapsed() > HUNG_AFTER {
                         tally.hung.fetch_add(1, Ordering::SeqCst);
@@ -177,7 +231,9 @@ async fn worker(options: &HashMap<String, String>) {
                     };
                     counter.fetch_add(1, Ordering::SeqCst);
                     if result.is_err() {
-                        tokio::time::sleep(Duration::from_millis(rand::random_range(0..20))).await;
+                        // Past the 100 ms a refusal stops the fleet keeping (see the top).
+                        let pause = if keeps { 100..300 } else { 0..20 };
+                        tokio::time::sleep(Duration::from_millis(rand::random_range(pause))).await;
                     }
                 }
             }))
@@ -203,6 +259,11 @@ async fn worker(options: &HashMap<String, String>) {
             .fetch_add(tally.in_flight.load(Ordering::SeqCst), Ordering::SeqCst);
     }
     say(&tally.line("final"));
+}
+
+/// The ledger of the bulkhead that keeps leases, beside the plain one's `name`.
+fn kept_ledger_name(name: &str) -> String {
+    format!("{name}-kept")
 }
 
 async fn futures_join(handles: Vec<tokio::task::JoinHandle<()>>) {
@@ -337,11 +398,54 @@ fn live_leases(conn: &mut redis::Connection) -> u64 {
         .sum()
 }
 
+/// Reads `ledger` (of the bulkhead `name`) and says what it saw: the most bodies at once,
+/// every overlap the library must prevent, every body a holder frozen past its lease still
+/// finished. Whether there was any of the last two.
+fn overlaps(name: &str, ledger: &mut Ledger, freezes: &[Freeze]) -> bool {
+    let violations = ledger.violations();
+    let (real, inherent): (Vec<_>, Vec<_>) = violations
+        .into_iter()
+        .partition(|violation| running(violation, freezes) > LIMIT as usize);
+    let max_open = ledger.max_open() as usize;
+    // Outside the violations, at most the limit ran; within them, what was not frozen.
+    let max_running = real
+        .iter()
+        .chain(&inherent)
+        .map(|violation| running(violation, freezes))
+        .fold(max_open.min(LIMIT as usize), usize::max);
+    println!(
+        "concurrency ({name}): max witnessed={} (limit {LIMIT}); max running, not counting \
+         holders frozen past their lease={}; over the limit {} times only with a frozen holder \
+         (inherent), {} times otherwise",
+        max_open,
+        max_running,
+        inherent.len(),
+        real.len(),
+    );
+    for violation in &real {
+        println!(
+            "  violation at {} µs: {:?}",
+            violation.at_us, violation.open
+        );
+    }
+    let stepped = stepped_after_a_freeze(&ledger.long_bodies(), freezes);
+    println!(
+        "holders frozen past their lease that still finished their body ({name}): {}",
+        stepped.len()
+    );
+    for body in &stepped {
+        println!("  {body:?}");
+    }
+    !real.is_empty() || !stepped.is_empty()
+}
+
 fn orchestrate(seconds: u64, workers: usize, tasks: usize) -> ExitCode {
     let mut server = RedisServer::start();
     let ledger_server = RedisServer::start();
     let proxy = FaultProxy::start(server.addr());
-    let mut ledger = Ledger::new(&ledger_server.url(), "soak");
+    // The plain bulkhead's first: it places the freezes on the ledgers' clock.
+    let mut ledgers = ["soak".to_owned(), kept_ledger_name("soak")]
+        .map(|name| (Ledger::new(&ledger_server.url(), &name), name));
     let args = [
         format!("tasks={tasks}"),
         format!("ledger={}", ledger_server.url()),
@@ -355,8 +459,8 @@ fn orchestrate(seconds: u64, workers: usize, tasks: usize) -> ExitCode {
     let mut freezes = Vec::new();
     let mut faults: HashMap<&str, u64> = HashMap::new();
     println!(
-        "soak: {seconds} s, {workers} workers x {tasks} tasks, limit {LIMIT}, lease {LEASE:?}, \
-         command timeout {COMMAND_TIMEOUT}"
+        "soak: {seconds} s, {workers} workers x {tasks} tasks (the last keeping leases for \
+         5 ms), limit {LIMIT}, lease {LEASE:?}, command timeout {COMMAND_TIMEOUT}"
     );
     let end = Instant::now() + Duration::from_secs(seconds);
     let plan = ["sigkill", "sigstop", "partition", "restart"];
@@ -372,20 +476,22 @@ fn orchestrate(seconds: u64, workers: usize, tasks: usize) -> ExitCode {
                 let victim = &mut fleet[target];
                 victim.signal("KILL");
                 let _ = victim.child.wait();
-                ledger.close_process(victim.pid());
+                for (ledger, _) in &mut ledgers {
+                    ledger.close_process(victim.pid());
+                }
                 finished.push(victim.counts());
                 fleet[target] = Worker::spawn(&proxy.url(), &args);
             }
             "sigstop" => {
                 let victim = &fleet[target];
-                let from_us = ledger.now_us();
+                let from_us = ledgers[0].0.now_us();
                 victim.signal("STOP");
                 std::thread::sleep(FREEZE);
                 victim.signal("CONT");
                 freezes.push(Freeze {
                     pid: victim.pid(),
                     from_us,
-                    to_us: ledger.now_us(),
+                    to_us: ledgers[0].0.now_us(),
                 });
             }
             "partition" => {
@@ -432,17 +538,6 @@ fn orchestrate(seconds: u64, workers: usize, tasks: usize) -> ExitCode {
         }
     }
     let total = |key: &str| totals.get(key).copied().unwrap_or(0);
-    let violations = ledger.violations();
-    let (real, inherent): (Vec<_>, Vec<_>) = violations
-        .into_iter()
-        .partition(|violation| running(violation, &freezes) > LIMIT as usize);
-    let max_open = ledger.max_open() as usize;
-    // Outside the violations, at most the limit ran; within them, what was not frozen.
-    let max_running = real
-        .iter()
-        .chain(&inherent)
-        .map(|violation| running(violation, &freezes))
-        .fold(max_open.min(LIMIT as usize), usize::max);
     println!(
         "faults: sigkill={} sigstop={} partition={} restart={}",
         faults.get("sigkill").unwrap_or(&0),
@@ -459,36 +554,24 @@ fn orchestrate(seconds: u64, workers: usize, tasks: usize) -> ExitCode {
         total("other"),
     );
     println!(
-        "concurrency: max witnessed={} (limit {LIMIT}); max running, not counting holders \
-         frozen past their lease={}; over the limit {} times only with a frozen holder \
-         (inherent), {} times otherwise",
-        max_open,
-        max_running,
-        inherent.len(),
-        real.len(),
+        "kept leases ({KEPT}): kept={} reused={} returned={}",
+        total("kept"),
+        total("reused"),
+        total("returned"),
     );
-    for violation in &real {
-        println!(
-            "  violation at {} µs: {:?}",
-            violation.at_us, violation.open
-        );
-    }
-    let stepped = stepped_after_a_freeze(&ledger.long_bodies(), &freezes);
-    println!(
-        "holders frozen past their lease that still finished their body: {}",
-        stepped.len()
-    );
-    for body in &stepped {
-        println!("  {body:?}");
+    let mut overlapped = false;
+    for (ledger, name) in &mut ledgers {
+        overlapped |= overlaps(name, ledger, &freezes);
     }
     let hung = total("hung") + unfinished;
     println!("leaked leases: {leaked}; hung calls: {hung}");
-    let failed = !real.is_empty()
-        || !stepped.is_empty()
+    // A soak that handed on no kept lease did not test keeping.
+    let failed = overlapped
         || leaked > 0
         || hung > 0
         || total("other") > 0
-        || total("ok") == 0;
+        || total("ok") == 0
+        || total("reused") == 0;
     println!("soak: {}", if failed { "FAIL" } else { "PASS" });
     if failed {
         ExitCode::FAILURE

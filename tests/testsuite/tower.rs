@@ -16,7 +16,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tokio::sync::Semaphore;
 
-use crate::common::{Leases, TestError, code, eventually, unique};
+use crate::common::{self, Leases, PATIENCE, TestError, code, eventually, unique};
 
 const SERVER: &str = env!("CARGO_BIN_EXE_caracal-http-server");
 
@@ -240,4 +240,131 @@ async fn a_bulkhead_layer_with_keep_hands_a_lease_to_the_next_request() {
         "{:?}",
         log.snapshot()
     );
+}
+
+/// What a layer's service answers to `panics`: it panics (in its future, where a request's
+/// work runs) or succeeds.
+async fn panicking_service(panics: bool) -> Result<(), std::io::Error> {
+    assert!(!panics, "the inner service panics");
+    Ok(())
+}
+
+/// Sends `panics` through `service` on a task of its own: whether the request succeeded, or
+/// `None` when it panicked (the panic caught by the task's `JoinHandle`, as a server's
+/// per-connection task catches it).
+async fn send_on_task<S>(
+    coordinator: &caracal::Coordinator,
+    service: &mut S,
+    panics: bool,
+) -> Option<bool>
+where
+    S: tower::Service<bool, Response = ()>,
+    S::Future: Send + 'static,
+    S::Error: std::fmt::Debug + Send + 'static,
+{
+    use tower::ServiceExt;
+
+    let call = service.ready().await.expect("ready").call(panics);
+    match tokio::spawn(coordinator.scoped(call)).await {
+        Ok(result) => Some(result.is_ok()),
+        Err(error) => {
+            assert!(error.is_panic(), "{error}");
+            None
+        }
+    }
+}
+
+/// A request whose inner future panics behind a `BulkheadLayer` that keeps leases gives its
+/// lease back at once: the panic unwinds through the layer's future, and the lease, dropped on
+/// the way, is released (only a body that returned is kept). The pool of kept leases is as it
+/// was: the next requests are admitted and one starts on a lease the one before it kept; and a
+/// kept lease goes back to the fleet after `keep`, so none is left at the server.
+#[tokio::test(flavor = "current_thread")]
+async fn a_panicking_service_behind_a_bulkhead_layer_with_keep_gives_its_lease_back() {
+    use std::time::Duration;
+
+    use caracal::tower::BulkheadLayer;
+    use caracal_tests::EventLog;
+    use tower::{ServiceBuilder, service_fn};
+
+    let server = RedisServer::start();
+    let coordinator = common::connect(&server.url(), Duration::from_secs(5)).await;
+    let mut leases = Leases::on(&server);
+    let (log, _guard) = EventLog::capture_thread_default();
+    // A lease of 30 s: one the panic left behind would outlive the suite's patience.
+    let mut service = ServiceBuilder::new()
+        .layer(
+            BulkheadLayer::new(&unique("tower-panic"))
+                .limit(2)
+                .keep(Duration::from_millis(100)),
+        )
+        .service(service_fn(panicking_service));
+    assert_eq!(
+        send_on_task(&coordinator, &mut service, false).await,
+        Some(true)
+    );
+    assert_eq!(send_on_task(&coordinator, &mut service, true).await, None);
+    eventually("the panicking request's lease released", || {
+        leases.live() == 0
+    })
+    .await;
+    // Pairs of requests until the second of a pair starts on the lease the first kept (within
+    // the lease's reuse window, 250 ms, which a loaded machine may miss now and then).
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let reused = log.count("bulkhead.lease_reused");
+    while log.count("bulkhead.lease_reused") == reused {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no request started on a kept lease after the panic: {:?}",
+            log.snapshot()
+        );
+        for _ in 0..2 {
+            assert_eq!(
+                send_on_task(&coordinator, &mut service, false).await,
+                Some(true)
+            );
+        }
+    }
+    eventually("the kept lease back in the fleet after keep", || {
+        leases.live() == 0
+    })
+    .await;
+    coordinator.shutdown().await;
+}
+
+/// A request whose inner future panics behind a `RateLimitLayer` that prefetches spends its
+/// own admission and no more: the emissions its take held for the next requests (rate 0.1/s,
+/// burst 4, `prefetch = 4`: three, due for 10, 20 and 30 s) admit the next three, and the
+/// fifth is refused. A panic neither refunds an admission nor empties the pool.
+#[tokio::test(flavor = "current_thread")]
+async fn a_panicking_service_behind_a_rate_limit_layer_spends_only_its_own_admission() {
+    use std::time::Duration;
+
+    use caracal::tower::RateLimitLayer;
+    use tower::{ServiceBuilder, service_fn};
+
+    let server = RedisServer::start();
+    let coordinator = common::connect(&server.url(), Duration::from_secs(5)).await;
+    let mut service = ServiceBuilder::new()
+        .layer(
+            RateLimitLayer::new(&unique("tower-panic-rate"))
+                .rate(0.1)
+                .burst(4)
+                .prefetch(4),
+        )
+        .service(service_fn(panicking_service));
+    assert_eq!(send_on_task(&coordinator, &mut service, true).await, None);
+    for held in 1..=3 {
+        assert_eq!(
+            send_on_task(&coordinator, &mut service, false).await,
+            Some(true),
+            "emission {held} of the panicking request's take"
+        );
+    }
+    assert_eq!(
+        send_on_task(&coordinator, &mut service, false).await,
+        Some(false),
+        "the burst is spent"
+    );
+    coordinator.shutdown().await;
 }

@@ -530,10 +530,17 @@ impl Coordinator {
 
     /// Tells the other processes of the namespace `payload` about `key`'s identity, for the
     /// listener of its kind ([`listen`](Self::listen)): published on the feed, in the
-    /// background and once. In memory there is no other process to tell.
-    pub(crate) fn publish(&self, key: &KeyBase, payload: &str) {
-        if let Some(redis) = self.inner.backend.redis() {
-            redis.publish(key, payload);
+    /// background and once; `sent` hears whether the server took the message. In memory
+    /// there is no other process to tell, and nothing can fail: `sent(true)` at once.
+    pub(crate) fn publish(
+        &self,
+        key: &KeyBase,
+        payload: &str,
+        sent: impl FnOnce(bool) + Send + 'static,
+    ) {
+        match self.inner.backend.redis() {
+            Some(redis) => redis.publish(key, payload, sent),
+            None => sent(true),
         }
     }
 

@@ -277,17 +277,25 @@ impl Link {
     }
 
     /// Publishes `message` on `channel`, from the connection of `key`'s identity, in the
-    /// background and once: a message lost with a broken connection matters little here (those
-    /// who would hear it notice the same loss on their own connections).
-    pub(super) fn publish(&self, key: &KeyBase, channel: &str, message: &str) {
+    /// background and once; `sent` hears whether the server took it (`false`: no connection,
+    /// a broken one, a timeout, an error reply), so a publisher that stays quiet after a
+    /// message can speak again when it did not go out.
+    pub(super) fn publish(
+        &self,
+        key: &KeyBase,
+        channel: &str,
+        message: &str,
+        sent: impl FnOnce(bool) + Send + 'static,
+    ) {
         let mut cmd = redis::cmd("PUBLISH");
         cmd.arg(channel).arg(message);
         let Ok(mut conn) = self.pool.checkout(key) else {
+            sent(false);
             return;
         };
         let deadline = Instant::now() + self.pool.timeout();
         self.background.start(async move {
-            let _ = conn.send(&cmd, deadline).await;
+            sent(conn.send(&cmd, deadline).await.is_ok());
         });
     }
 }

@@ -88,7 +88,9 @@ impl RedisBackend {
         let namespace = KeyBase::namespace(namespace);
         incarnation.announce_with(move || {
             if let Some(link) = link.upgrade() {
-                link.publish(&namespace, &channel, &announcement);
+                // A message lost with a broken connection matters little here: those who
+                // would hear it notice the same loss on their own connections.
+                link.publish(&namespace, &channel, &announcement, |_| ());
             }
         });
         Ok(backend)
@@ -161,10 +163,15 @@ impl RedisBackend {
     }
 
     /// Publishes `payload` about `key`'s identity on the namespace's feed, as a call's, in the
-    /// background and once (see [`Link::publish`]).
-    pub(super) fn publish(&self, key: &KeyBase, payload: &str) {
+    /// background and once; `sent` hears whether it went out (see [`Link::publish`]).
+    pub(super) fn publish(
+        &self,
+        key: &KeyBase,
+        payload: &str,
+        sent: impl FnOnce(bool) + Send + 'static,
+    ) {
         let message = format!("{}:{payload}", feed::prefix(feed::Origin::Call, key));
-        self.link.publish(key, self.channel(), &message);
+        self.link.publish(key, self.channel(), &message, sent);
     }
 
     /// `caracal doctor`'s checks of the server this backend connected to.

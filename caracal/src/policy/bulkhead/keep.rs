@@ -132,20 +132,37 @@ impl<L: Send + 'static> Pool<L> {
     /// go back and none is kept for [`CONTENDED`]. Whether to tell the other processes (see
     /// [`refused_elsewhere`](Self::refused_elsewhere)): not when they were told less than half
     /// of [`CONTENDED`] ago, so that a run of refusals costs the fleet a message per 50 ms at
-    /// most and every process still keeps nothing from the first to the last.
-    pub(super) fn refused_here(&self, key: &KeyBase) -> bool {
+    /// most and every process still keeps nothing from the first to the last. When they are
+    /// to be told, the mark that keeps the next refusals quiet, for [`untold`](Self::untold)
+    /// should the message not go out.
+    pub(super) fn refused_here(&self, key: &KeyBase) -> Option<Instant> {
         let now = Instant::now();
-        let tell = {
+        let told = {
             let mut parked = lock(&self.parked);
             let shelf = parked.entry(key.clone()).or_default();
             let tell = shelf.told.is_none_or(|until| until <= now + CONTENDED / 2);
-            if tell {
-                shelf.told = Some(now + CONTENDED);
-            }
-            tell
+            // Marked before the message is out, so the refusals of a burst, all answered
+            // before it, stay quiet behind it.
+            tell.then(|| {
+                let told = now + CONTENDED;
+                shelf.told = Some(told);
+                told
+            })
         };
         self.contend(key, now);
-        tell
+        told
+    }
+
+    /// Notes that the message `told` marked ([`refused_here`](Self::refused_here)) did not go
+    /// out: the fleet was not told, so the next refusal here tells it rather than staying quiet
+    /// for half of [`CONTENDED`]. A refusal heard since counts as told still.
+    pub(super) fn untold(&self, key: &KeyBase, told: Instant) {
+        let mut parked = lock(&self.parked);
+        if let Some(shelf) = parked.get_mut(key)
+            && shelf.told == Some(told)
+        {
+            shelf.told = None;
+        }
     }
 
     /// Notes that a refusal of `key` was announced: this process's kept leases of it go back
@@ -266,12 +283,15 @@ mod tests {
     async fn refusals_here_are_told_at_most_once_per_half_of_contended() {
         let pool = Pool::<()>::default();
         let key = KeyBase::namespace("unit-keep-told");
-        assert!(pool.refused_here(&key), "the first is told");
+        assert!(pool.refused_here(&key).is_some(), "the first is told");
         tokio::time::sleep(CONTENDED / 2 - Duration::from_millis(1)).await;
-        assert!(!pool.refused_here(&key), "the fleet heard one just now");
+        assert!(
+            pool.refused_here(&key).is_none(),
+            "the fleet heard one just now"
+        );
         tokio::time::sleep(Duration::from_millis(1)).await;
         assert!(
-            pool.refused_here(&key),
+            pool.refused_here(&key).is_some(),
             "half of CONTENDED after the last told"
         );
     }
@@ -284,11 +304,45 @@ mod tests {
         let pool = Pool::<()>::default();
         let key = KeyBase::namespace("unit-keep-heard");
         pool.refused_elsewhere(&key);
-        assert!(!pool.refused_here(&key), "the fleet heard one just now");
+        assert!(
+            pool.refused_here(&key).is_none(),
+            "the fleet heard one just now"
+        );
         tokio::time::sleep(CONTENDED / 2).await;
         assert!(
-            pool.refused_here(&key),
+            pool.refused_here(&key).is_some(),
             "half of CONTENDED after the heard one"
+        );
+    }
+
+    /// A refusal whose message did not go out (Redis down, the link broken) told nobody: the
+    /// next refusal tells the fleet, however soon, instead of staying quiet for half of
+    /// [`CONTENDED`] behind a message nobody heard.
+    #[tokio::test(start_paused = true)]
+    async fn a_refusal_whose_message_did_not_go_out_leaves_the_next_to_tell() {
+        let pool = Pool::<()>::default();
+        let key = KeyBase::namespace("unit-keep-unsent");
+        let told = pool.refused_here(&key).expect("the first is told");
+        pool.untold(&key, told);
+        assert!(
+            pool.refused_here(&key).is_some(),
+            "the fleet heard nothing yet"
+        );
+    }
+
+    /// A refusal heard from the fleet while this process's message failed still counts as
+    /// told: the fleet heard of a refusal, so this process stays quiet.
+    #[tokio::test(start_paused = true)]
+    async fn a_refusal_heard_while_a_message_failed_still_counts_as_told() {
+        let pool = Pool::<()>::default();
+        let key = KeyBase::namespace("unit-keep-unsent-heard");
+        let told = pool.refused_here(&key).expect("the first is told");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        pool.refused_elsewhere(&key);
+        pool.untold(&key, told);
+        assert!(
+            pool.refused_here(&key).is_none(),
+            "the fleet heard one just now"
         );
     }
 }

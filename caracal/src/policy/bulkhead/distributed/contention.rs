@@ -24,10 +24,17 @@ pub(super) fn listen(coordinator: &Coordinator) {
 /// back, and the other processes are told so theirs do too. Called on every refusal of a
 /// distributed bulkhead that enforces, whether its own call site keeps leases or not: `keep`
 /// is no part of the identity, and a process keeping leases of it must hear of a refusal
-/// wherever it happens.
+/// wherever it happens. A message that does not go out (Redis down, the link broken) leaves
+/// the next refusal to tell the fleet ([`Pool::untold`]).
 pub(super) fn refused(coordinator: &Coordinator, identity: &Identity) {
-    if Pool::<Lease>::of(coordinator).refused_here(&identity.key) {
-        coordinator.publish(&identity.key, REFUSED);
+    let pool = Pool::<Lease>::of(coordinator);
+    if let Some(told) = pool.refused_here(&identity.key) {
+        let key = identity.key.clone();
+        coordinator.publish(&identity.key, REFUSED, move |sent| {
+            if !sent {
+                pool.untold(&key, told);
+            }
+        });
     }
 }
 
@@ -42,4 +49,48 @@ pub(in crate::policy::bulkhead) fn on_feed(coordinator: &Coordinator, heard: &He
         Pool::<Lease>::of(coordinator).refused_elsewhere(&heard.key);
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::sync::oneshot;
+
+    use super::REFUSED;
+    use crate::coordinator::Coordinator;
+    use crate::identity::{PolicyKind, Scope};
+
+    /// What a refusal reads to know whether the fleet was told ([`super::refused`]): a message
+    /// the server took is reported sent, one it refused (here, a user no longer allowed to
+    /// `PUBLISH`; a link down fails the same way) unsent.
+    #[tokio::test]
+    async fn a_publisher_hears_whether_its_message_went_out() {
+        let server = caracal_tests::RedisServer::start();
+        let coordinator = Coordinator::redis(server.url())
+            .namespace("publish-outcome")
+            .connect()
+            .await
+            .expect("connected");
+        let key = coordinator
+            .identity(PolicyKind::Bulkhead, "told", "call", &Scope::GLOBAL)
+            .key;
+        let publish = || {
+            let (sent, heard) = oneshot::channel();
+            coordinator.publish(&key, REFUSED, move |went_out| {
+                let _ = sent.send(went_out);
+            });
+            heard
+        };
+        assert!(publish().await.expect("an outcome"), "the server took it");
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("default")
+            .arg("-publish")
+            .query(&mut server.connection())
+            .expect("ACL SETUSER");
+        assert!(
+            !publish().await.expect("an outcome"),
+            "the server refused it"
+        );
+        coordinator.shutdown().await;
+    }
 }
