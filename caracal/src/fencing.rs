@@ -20,6 +20,10 @@ tokio::task_local! {
     static FENCE: Option<Fence>;
 }
 
+/// Whether any body of the process ever ran with a token: until one has, no task can be inside
+/// one, and a local bulkhead's every call skips the task-local read that would say so.
+static EVER_FENCED: AtomicBool = AtomicBool::new(false);
+
 /// The fencing token of the lease the current call holds, inside the body of a distributed
 /// `#[bulkhead]`; `None` anywhere else (and inside a `local` bulkhead).
 ///
@@ -83,6 +87,10 @@ pub fn fencing_token() -> Option<u64> {
 
 /// Runs `body` with `fence` as its fencing token.
 pub(crate) fn scope<F: Future>(fence: Option<Fence>, body: F) -> impl Future<Output = F::Output> {
+    // Set before the body's future exists, so the task that polls it sees it set.
+    if fence.is_some() {
+        EVER_FENCED.store(true, Ordering::Relaxed);
+    }
     FENCE.scope(fence, body)
 }
 
@@ -90,5 +98,5 @@ pub(crate) fn scope<F: Future>(fence: Option<Fence>, body: F) -> impl Future<Out
 /// it must hide the token).
 #[inline]
 pub(crate) fn inside_fenced_body() -> bool {
-    FENCE.try_with(|fence| fence.is_some()).unwrap_or(false)
+    EVER_FENCED.load(Ordering::Relaxed) && FENCE.try_with(|fence| fence.is_some()).unwrap_or(false)
 }

@@ -121,6 +121,7 @@ pub(crate) fn text(value: Option<Setting>) -> String {
 static OVERRIDING: AtomicUsize = AtomicUsize::new(0);
 
 /// Whether any coordinator of this process overrides anything.
+#[inline]
 pub(crate) fn anywhere() -> bool {
     OVERRIDING.load(Ordering::Acquire) > 0
 }

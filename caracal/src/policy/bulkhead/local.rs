@@ -14,7 +14,6 @@
 
 use std::borrow::Borrow;
 use std::collections::VecDeque;
-use std::future::Future;
 use std::ops::Deref;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -26,8 +25,6 @@ use tokio::time::Instant;
 use super::events::{self, Refusal};
 use super::{BulkheadSite, BulkheadValues};
 use crate::coordinator;
-use crate::ctx::CallCtx;
-use crate::error::Error;
 use crate::identity::Scope;
 use crate::metrics::{InFlight, Stopwatch};
 use crate::policy::registry::{self, Held, Registry};
@@ -267,15 +264,29 @@ pub(super) struct Slot<'a, Site: Deref<Target = BulkheadSite>, Sc: Borrow<Scope>
     site: Site,
     scope: Sc,
     since: Option<Instant>,
-    /// Dropped after the slot is freed, as the body stops counting as running.
-    _running: InFlight,
+    /// Dropped after the slot is freed, as the body stops counting as running; none when
+    /// nothing counts it (see [`enter`]).
+    _running: Option<InFlight>,
 }
 
 impl<Site: Deref<Target = BulkheadSite>, Sc: Borrow<Scope>> Drop for Slot<'_, Site, Sc> {
     #[inline]
     fn drop(&mut self) {
-        let scope = self.scope.borrow();
         self.budget.free();
+        // The rest is rare (a debug listener, a per-call scope) and out of line, so that the
+        // drop every call makes stays small enough to be inlined.
+        if self.since.is_some() || matches!(self.budget, Held::Shared(_)) {
+            self.finish();
+        }
+    }
+}
+
+impl<Site: Deref<Target = BulkheadSite>, Sc: Borrow<Scope>> Slot<'_, Site, Sc> {
+    /// After the slot is freed: the release's event, and forgetting a per-call scope's budget
+    /// once idle.
+    #[inline(never)]
+    fn finish(&self) {
+        let scope = self.scope.borrow();
         if let Some(since) = self.since {
             events::released(
                 &self.site.at(scope),
@@ -292,15 +303,21 @@ impl<Site: Deref<Target = BulkheadSite>, Sc: Borrow<Scope>> Drop for Slot<'_, Si
 #[cfg(feature = "tower")]
 pub(super) type OwnedSlot = Slot<'static, std::sync::Arc<BulkheadSite>, Scope>;
 
-/// The budget of `scope`, brought to the limit in force, and the values in force.
-// Always inlined, as `enter`: both are on every call's path, and a call to either costs the
+/// The budget of `scope`, brought to the limit in force, and the values in force: the site's
+/// cached ones, borrowed (they are copied nowhere on a call's path), or, when a coordinator
+/// overrides anything, resolved into `resolved`.
+// Always inlined, as `admit`: both are on every call's path, and a call to either costs the
 // local bulkhead a third of its time (measured with callgrind, `bench local`).
 #[inline(always)]
-fn budget<'s>(site: &'s BulkheadSite, scope: &Scope) -> (Held<'s, Budget>, BulkheadValues) {
+fn budget<'s: 'v, 'v>(
+    site: &'s BulkheadSite,
+    scope: &Scope,
+    resolved: &'v mut Option<BulkheadValues>,
+) -> (Held<'s, Budget>, &'v BulkheadValues) {
     let config = &site.config;
     let values = match coordinator::overriding() {
-        None => *site.local.attribute(|| site.resolve(None).values),
-        overriding => site.resolve(overriding.as_ref()).values,
+        None => site.local.attribute(|| site.resolve(None).values),
+        overriding => resolved.insert(site.resolve(overriding.as_ref()).values),
     };
     let budget = BUDGETS.get(&site.local, (config.name, config.operation, scope), || {
         Budget::new(values.limit)
@@ -309,62 +326,137 @@ fn budget<'s>(site: &'s BulkheadSite, scope: &Scope) -> (Held<'s, Budget>, Bulkh
     (budget, values)
 }
 
-/// The slot of a caller that reached the bulkhead at `arrival`, if it was `admitted`; the
-/// rejection otherwise, or, in shadow mode, no slot (the call runs without one, taking no
-/// share of the budget, as if it had been refused).
+/// The slot of a caller admitted after reaching the bulkhead at `arrival`.
 #[inline(always)]
 fn enter<'a, Site: Deref<Target = BulkheadSite>, Sc: Borrow<Scope>>(
     site: Site,
     scope: Sc,
-    (budget, values): (Held<'a, Budget>, BulkheadValues),
-    admitted: bool,
+    budget: Held<'a, Budget>,
+    values: &BulkheadValues,
     arrival: Stopwatch,
-) -> Result<Option<Slot<'a, Site, Sc>>, Error> {
-    let at = site.at(scope.borrow()).shadowed(values.shadow);
-    if !admitted {
-        let reason = if values.max_wait.is_some() {
-            Refusal::WaitTimeout
-        } else {
-            Refusal::Capacity
-        };
-        events::rejected(&at, reason, Some(budget.occupancy()), values.limit);
-        if values.shadow {
-            return Ok(None);
-        }
-        return Err(site.full(scope.borrow(), values.limit));
-    }
-    let running = events::admitted(&at, budget.occupancy(), values.limit, arrival);
-    Ok(Some(Slot {
+) -> Slot<'a, Site, Sc> {
+    let since = crate::events::debug_enabled().then(Instant::now);
+    // An admission's event and metrics are its only readers of the labels (a local policy is
+    // in no tally): without the `metrics` feature and with nobody listening to debug events,
+    // they are not even made.
+    let running = (cfg!(feature = "metrics") || since.is_some()).then(|| {
+        let at = site.at(scope.borrow()).shadowed(values.shadow);
+        events::admitted(&at, budget.occupancy(), values.limit, arrival)
+    });
+    Slot {
         budget,
         site,
         scope,
-        since: crate::events::debug_enabled().then(Instant::now),
+        since,
         _running: running,
-    }))
+    }
 }
 
-pub(super) async fn run<T, E, F>(
+/// Turns away a caller not admitted: the limit in force, for its rejection; or none in
+/// shadow mode, where the call runs without a slot, taking no share of the budget, as if it
+/// had been refused.
+#[cold]
+fn refuse(
     site: &BulkheadSite,
-    ctx: &CallCtx,
     scope: &Scope,
-    body: F,
-) -> Result<T, E>
-where
-    E: From<Error>,
-    F: Future<Output = Result<T, E>>,
-{
+    budget: &Budget,
+    values: &BulkheadValues,
+) -> Option<u32> {
+    let at = site.at(scope).shadowed(values.shadow);
+    let reason = if values.max_wait.is_some() {
+        Refusal::WaitTimeout
+    } else {
+        Refusal::Capacity
+    };
+    events::rejected(&at, reason, Some(budget.occupancy()), values.limit);
+    (!values.shadow).then_some(values.limit)
+}
+
+/// A call's slot held by an attribute's future.
+pub(super) type CallSlot<'s> = Slot<'s, &'s BulkheadSite, &'s Scope>;
+
+/// What becomes of an attribute's call. Small (no `Error` inside): it is moved along the
+/// call's every path.
+pub(super) enum Decision<'s> {
+    /// Admitted, or run without a slot by a shadow bulkhead that would have refused it.
+    Run(Option<CallSlot<'s>>),
+    /// Refused, under this limit: [`BulkheadSite::full`] makes the rejection.
+    Full(u32),
+}
+
+/// The decision on a caller that reached the bulkhead at `arrival`, `admitted` or not.
+#[inline(always)]
+fn decide<'s>(
+    site: &'s BulkheadSite,
+    scope: &'s Scope,
+    budget: Held<'s, Budget>,
+    values: &BulkheadValues,
+    admitted: bool,
+    arrival: Stopwatch,
+) -> Decision<'s> {
+    if !admitted {
+        return refuse(site, scope, &budget, values).map_or(Decision::Run(None), Decision::Full);
+    }
+    Decision::Run(Some(enter(site, scope, budget, values, arrival)))
+}
+
+/// A local admission decided at once, or the line the caller waits in.
+pub(super) enum Admission<'s> {
+    Decided(Decision<'s>),
+    /// No slot was free, and `max_wait` allows waiting for one. Boxed: rare, and large.
+    Wait(Box<Line<'s>>),
+}
+
+/// A caller about to wait in line: what [`Line::wait`] decides with.
+pub(super) struct Line<'s> {
+    site: &'s BulkheadSite,
+    scope: &'s Scope,
+    budget: Held<'s, Budget>,
+    values: BulkheadValues,
+    share: u16,
+    wait: Duration,
+    arrival: Stopwatch,
+}
+
+impl<'s> Line<'s> {
+    /// Waits in line, up to `max_wait`, for a slot.
+    pub(super) async fn wait(self) -> Decision<'s> {
+        let admitted = self
+            .budget
+            .take_within((Priority::current(), self.share), self.wait)
+            .await;
+        decide(
+            self.site,
+            self.scope,
+            self.budget,
+            &self.values,
+            admitted,
+            self.arrival,
+        )
+    }
+}
+
+/// Takes a slot for a call at once if one is free; else refuses it, or hands back the line
+/// to wait in when `max_wait` allows.
+#[inline(always)]
+pub(super) fn admit<'s>(site: &'s BulkheadSite, scope: &'s Scope) -> Admission<'s> {
     let arrival = Stopwatch::start();
-    let (budget, values) = budget(site, scope);
+    let mut resolved = None;
+    let (budget, values) = budget(site, scope, &mut resolved);
     let share = values.thresholds.current_share();
-    // Boxed: waiting in line is rare, and its timer would make every call's future larger.
-    let admitted = budget.try_take(share, Priority::current)
-        || match values.max_wait {
-            Some(wait) => Box::pin(budget.take_within((Priority::current(), share), wait)).await,
-            None => false,
-        };
-    let _slot = enter(site, scope, (budget, values), admitted, arrival)
-        .map_err(|error| ctx.reject(error))?;
-    super::unfenced(body).await
+    let admitted = budget.try_take(share, Priority::current);
+    if !admitted && let Some(wait) = values.max_wait {
+        return Admission::Wait(Box::new(Line {
+            site,
+            scope,
+            budget,
+            values: *values,
+            share,
+            wait,
+            arrival,
+        }));
+    }
+    Admission::Decided(decide(site, scope, budget, values, admitted, arrival))
 }
 
 /// A tower layer's admission at once: a slot, or a rejection; deferred (the scope handed back
@@ -380,22 +472,26 @@ pub(super) fn try_enter(
         return Admission::Deferred(scope);
     }
     let arrival = Stopwatch::start();
-    let (budget, values) = budget(site, &scope);
+    let mut resolved = None;
+    let (budget, values) = budget(site, &scope, &mut resolved);
     let admitted = budget.try_take(values.thresholds.current_share(), Priority::current);
     if !admitted && values.max_wait.is_some() {
         return Admission::Deferred(scope);
     }
-    let budget = (budget.into_owned(), values);
-    match enter(
+    if !admitted {
+        return match refuse(site, &scope, &budget, values) {
+            None => Admission::Admitted(None),
+            Some(limit) => Admission::Rejected(site.full(&scope, limit)),
+        };
+    }
+    let budget = budget.into_owned();
+    Admission::Admitted(Some(enter(
         std::sync::Arc::clone(site),
         scope,
         budget,
-        admitted,
+        values,
         arrival,
-    ) {
-        Ok(slot) => Admission::Admitted(slot),
-        Err(error) => Admission::Rejected(error),
-    }
+    )))
 }
 
 #[cfg(test)]
