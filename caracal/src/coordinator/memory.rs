@@ -167,6 +167,21 @@ impl MemoryBackend {
             reply
         })
     }
+
+    /// Delays every later kernel command's reply by `delay` (zero: none).
+    #[cfg(test)]
+    pub(super) fn delay_replies(&self, delay: std::time::Duration) {
+        *lock(&self.reply_delay) = delay;
+    }
+
+    /// Waits as long as a reply is delayed, if it is.
+    #[cfg(test)]
+    pub(super) async fn reply_delayed(&self) {
+        let delay = *lock(&self.reply_delay);
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+    }
 }
 
 /// The registry, fleet overrides, operator records and state reads, by the same rules as their
@@ -182,21 +197,6 @@ impl MemoryBackend {
             states.sweep_all(now);
             lock(&self.registry).forget_expired(now.ms);
         });
-    }
-
-    /// Delays every later kernel command's reply by `delay` (zero: none).
-    #[cfg(test)]
-    pub(super) fn delay_replies(&self, delay: std::time::Duration) {
-        *lock(&self.reply_delay) = delay;
-    }
-
-    /// Waits as long as a reply is delayed, if it is.
-    #[cfg(test)]
-    pub(super) async fn reply_delayed(&self) {
-        let delay = *lock(&self.reply_delay);
-        if !delay.is_zero() {
-            tokio::time::sleep(delay).await;
-        }
     }
 
     /// How many kernel commands ran: the round trips a Redis backend would have made for them.

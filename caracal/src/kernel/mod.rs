@@ -48,7 +48,9 @@ pub(crate) trait State: Default + Send + 'static {
 
 /// A kernel as a Lua script: its keys, how a command goes on the wire and how its reply comes
 /// back. The script implements [`Kernel::step`] on Redis time; a differential test demands that
-/// both agree.
+/// both agree. A batching kernel's script decides a whole batch, which may differ from its
+/// commands stepped one by one: its differential compares the script with the kernel's own
+/// batch function (the rate limit's `decide`), of which `step` is the batch of one.
 pub(crate) trait Scripted: Kernel {
     /// The script.
     const SCRIPT: &'static Script;

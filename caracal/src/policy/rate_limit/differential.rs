@@ -1,10 +1,10 @@
-//! `rate_limit.lua` against the [`Gcra`] kernel: generated arrivals at one cell, with intervals
+//! `admit.lua` against the kernel's [`decide`]: generated arrivals at one cell, with intervals
 //! from a nanosecond to seconds (so sums carry across whole seconds in the script's
 //! seconds:nanoseconds arithmetic) and clock moves to just before, at and after the moment
 //! the next arrival becomes admissible; each arrival with its class's share of the burst (the
 //! whole burst, the usual thresholds' or any), batches of mixed shares among them; batches that
 //! take several emissions each (prefetch), some with more arrivals than the burst (every own
-//! emission decided before any extra), and give-backs of the last take's unused emissions,
+//! emission decided before any extra), and give-backs of emissions before the last take's TAT,
 //! some after another take moved the TAT.
 
 use proptest::prelude::*;
@@ -20,7 +20,9 @@ enum Command {
     /// Arrivals of these shares in one script call, decided one after the other at one
     /// instant, each taking up to `take` emissions.
     Arrive { shares: Vec<u16>, take: u32 },
-    /// Gives back up to this many of the last admitted take's emissions.
+    /// Gives back up to this many emissions before the last take's TAT: its extras, then
+    /// what was taken before them (which exercises the compare-and-set as a real give-back of
+    /// a take's extras does, on both sides).
     GiveBack { count: u32 },
     /// Moves the clock on by this many microseconds (the resolution of `TIME`).
     Advance { us: u64 },

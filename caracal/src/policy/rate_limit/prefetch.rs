@@ -12,8 +12,9 @@
 //!   than the window allows);
 //! - each emission is taken out of the pool, under its lock, by one caller: never handed out
 //!   twice; of those still due, the one whose slot starts soonest goes first, so fewer expire;
-//! - when one expires unused while later ones remain and none was handed out for
-//!   [`IDLE_INTERVALS`] intervals (the callers here stopped, or come far slower than the rate),
+//! - when one expires unused while later ones remain and none of the identity's was handed out
+//!   (nor a take of it sent) for [`IDLE_INTERVALS`] intervals (the callers here stopped, or come
+//!   far slower than the rate),
 //!   the rest go back by a compare-and-set ([`give_back`](super::kernel::give_back)): only while
 //!   nobody took an emission since, else they expire unused. A caller only somewhat slower than
 //!   the rate skips an emission now and then; giving the rest back then would cost it a round
@@ -47,8 +48,6 @@ struct Held {
     taken: Taken,
     /// The next emission to hand out (1 is the first beyond the caller's own).
     next: u32,
-    /// When the latest was handed out (the take's send, for its caller's own).
-    last: Instant,
 }
 
 impl Held {
@@ -73,8 +72,15 @@ impl Held {
     }
 }
 
-/// The takes one identity has in the pool, and the identity (to name it in events).
-type Takes = (Identity, Vec<Held>);
+/// The takes one identity has in the pool.
+struct Takes {
+    /// The identity, to name it in events.
+    identity: Identity,
+    /// When one of its emissions was last handed out here, since it last had none held: a take
+    /// never picked (another's were due sooner) is not idle while its callers are served.
+    handed_out: Option<Instant>,
+    takes: Vec<Held>,
+}
 
 /// The emissions one coordinator's process holds, per identity.
 #[derive(Default)]
@@ -100,7 +106,10 @@ impl Pool {
             if self.closed.load(Ordering::Acquire) {
                 return false;
             }
-            let Some((_, takes)) = held.get_mut(&identity.key) else {
+            let Some(Takes {
+                handed_out, takes, ..
+            }) = held.get_mut(&identity.key)
+            else {
                 return false;
             };
             takes.retain_mut(|take| {
@@ -116,8 +125,11 @@ impl Pool {
             let found = takes
                 .iter_mut()
                 .min_by_key(|take| take.deadline(take.next))
-                .map(|take| (take.next, take.last) = (take.next + 1, now))
+                .map(|take| take.next += 1)
                 .is_some();
+            if found {
+                *handed_out = Some(now);
+            }
             takes.retain(|take| take.left() > 0);
             if takes.is_empty() {
                 held.remove(&identity.key);
@@ -150,16 +162,17 @@ impl Pool {
             sent,
             taken,
             next: 1,
-            last: sent,
         };
         {
             let mut held = lock(&self.held);
             if self.closed.load(Ordering::Acquire) {
                 return;
             }
-            let (_, takes) = held
-                .entry(identity.key.clone())
-                .or_insert_with(|| (identity.clone(), Vec::new()));
+            let Takes { takes, .. } = held.entry(identity.key.clone()).or_insert_with(|| Takes {
+                identity: identity.clone(),
+                handed_out: None,
+                takes: Vec::new(),
+            });
             takes.push(take);
         }
         events::prefetched(&identity.at(), taken.extra);
@@ -190,23 +203,31 @@ impl Pool {
     /// The deadline of the next emission of the take that left `tat`, while it is held.
     fn next_deadline(&self, key: &KeyBase, tat: u64) -> Option<Instant> {
         let held = lock(&self.held);
-        let take = held.get(key)?.1.iter().find(|take| take.taken.tat == tat)?;
+        let take = held
+            .get(key)?
+            .takes
+            .iter()
+            .find(|take| take.taken.tat == tat)?;
         Some(take.deadline(take.next))
     }
 
     /// Whether the next emission of the take that left `tat` expired unused by `now`, and
     /// what follows: the take leaves the pool with the rest to give back when later ones are
-    /// left and none was handed out for [`IDLE_INTERVALS`] intervals; else that one is skipped.
+    /// left and, for [`IDLE_INTERVALS`] intervals, none of the identity's was handed out nor
+    /// this take sent; else that one is skipped.
     fn expired(&self, key: &KeyBase, tat: u64, now: Instant) -> Option<Expiry> {
         let mut held = lock(&self.held);
-        let (_, takes) = held.get_mut(key)?;
+        let Takes {
+            handed_out, takes, ..
+        } = held.get_mut(key)?;
         let at = takes.iter().position(|take| take.taken.tat == tat)?;
         let take = &mut takes[at];
         if take.deadline(take.next) >= now {
             return None;
         }
         let quiet = Duration::from_nanos(take.interval) * IDLE_INTERVALS;
-        let expiry = if take.left() > 1 && now.duration_since(take.last) > quiet {
+        let last = handed_out.map_or(take.sent, |at| at.max(take.sent));
+        let expiry = if take.left() > 1 && now.duration_since(last) > quiet {
             let unused = Unused {
                 interval: take.interval,
                 count: take.left(),
@@ -233,14 +254,17 @@ impl Pool {
         let mut gone = Vec::new();
         {
             let mut held = lock(&self.held);
-            for (identity, takes) in held.values_mut() {
+            for Takes {
+                identity, takes, ..
+            } in held.values_mut()
+            {
                 let mut expired = 0;
                 takes.retain_mut(|take| keep(take, &mut expired));
                 if expired > 0 {
                     gone.push((identity.clone(), expired));
                 }
             }
-            held.retain(|_, (_, takes)| !takes.is_empty());
+            held.retain(|_, Takes { takes, .. }| !takes.is_empty());
         }
         for (identity, expired) in gone {
             events::prefetch_expired(&identity.at(), expired);

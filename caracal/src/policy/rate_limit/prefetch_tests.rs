@@ -382,3 +382,41 @@ async fn a_hand_out_deadline_counts_from_the_take_s_send_not_its_reply() {
         })
         .await;
 }
+
+/// Two takes sent at 0 ms: the first with extras due until 10, 20, 30 and 40 ms, the second
+/// until 45 and 55 ms. A caller every 10 ms from 5 ms on is handed the first's four (due
+/// sooner), then stops; the second's first expires at 45 ms, only 10 ms after the last hand-out:
+/// its callers were active, so nothing is given back (no round trip), both simply expire. Its
+/// own idleness (45 ms since its send) would give them back.
+#[tokio::test(start_paused = true)]
+async fn a_take_never_picked_is_not_given_back_while_its_callers_are_served() {
+    let coordinator = Coordinator::in_memory();
+    let site = site("prefetch-never-picked", 8, 5);
+    let interval = gcra::interval_ns(site.config.rate);
+    let before = coordinator.runs_in_memory();
+    let mut handed_out = 0;
+    let [prefetched, used, returned, expired] = prefetch_events(async {
+        let pool = prefetch::Pool::of(&coordinator);
+        let identity = identity(&coordinator, site);
+        let sent = Instant::now();
+        for (extra, ahead_ms) in [(4, 50), (2, 65)] {
+            let ahead = ahead_ms * 1_000_000;
+            let taken = gcra::Taken {
+                extra,
+                ahead,
+                tat: 1_000_000_000 + ahead,
+            };
+            pool.hold(&coordinator, &identity, (interval, 8), sent, taken);
+        }
+        sleep(Duration::from_millis(5)).await;
+        for _ in 0..4 {
+            handed_out += usize::from(pool.hand_out(&identity, interval, 8));
+            sleep(INTERVAL).await;
+        }
+        sleep(INTERVAL * 10).await;
+    })
+    .await;
+    assert_eq!(handed_out, 4);
+    assert_eq!(coordinator.runs_in_memory() - before, 0, "no give-back");
+    assert_eq!((prefetched, used, returned, expired), (6, 4, 0, 2));
+}

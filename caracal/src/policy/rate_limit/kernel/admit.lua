@@ -1,5 +1,5 @@
 -- The rate limit's GCRA admission. One admission per `interval` on average, up to `burst` at
--- once after idle time. Same decision as `take` in the Rust kernel beside this file (mod.rs).
+-- once after idle time. Same decision as `decide` in the Rust kernel beside this file (mod.rs).
 -- Sent after prelude.lua, which reads the clock and the stored TAT.
 --
 -- KEYS[1]  the TAT (see prelude.lua)
@@ -10,9 +10,9 @@
 --          as that many arrivals would be), for its process to hand out (prefetch). Every
 --          arrival's own is decided first, as with take 1; the extras come from what the burst
 --          allows after them, so taking more never refuses an arrival of the same call
--- ARGV[4]  arrivals: how many callers to decide, one after the other at the same instant
---          (exactly as that many single calls would be), the highest share first, arrivals of
---          one share in their order
+-- ARGV[4]  arrivals: how many callers to decide at the same instant, the highest share first,
+--          arrivals of one share in their order: their own emissions one after the other,
+--          exactly as that many single calls of take 1 would be; extras after (ARGV[3])
 -- ARGV[5…] one share per arrival: the share of the burst its caller's priority class may use,
 --          in thousandths (1000: the whole burst). Its cap is ceil(burst * share / 1000),
 --          clamped to [1, burst]; it is admitted only while the burst in use,

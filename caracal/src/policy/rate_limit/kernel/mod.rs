@@ -135,59 +135,69 @@ impl Taken {
 /// its extras from what the burst still allows. So taking more never refuses an arrival of the
 /// same batch that a take of one would admit. Per arrival, in the batch's order: `Err` with the
 /// wait as [`admit`] when its own is refused, else what it took.
+// The script's twin: Redis runs the script and the in-memory coordinator never batches (its
+// `step` is a batch of one), so only the differential and the tests call it.
+#[cfg_attr(not(test), expect(dead_code))]
 pub(crate) fn decide(
     cell: &mut Cell,
     batch: &[&Arrival],
     now: u64,
     seen: &mut Seen,
 ) -> Vec<Result<Taken, u64>> {
-    let Some(&&Arrival {
-        interval,
-        burst,
-        take,
-        ..
-    }) = batch.first()
-    else {
-        return Vec::new();
-    };
+    debug_assert!(
+        batch
+            .iter()
+            .all(|arrival| Gcra::batches_with(batch[0], arrival)),
+        "a batch shares its settings"
+    );
     let order = priority::highest_share_first(batch.iter().map(|arrival| arrival.share));
     let mut replies = vec![Err(0); batch.len()];
     for &i in &order {
-        let terms = (burst, batch[i].share);
-        replies[i] = admit(cell.0, now, interval, terms, seen).map(|tat| {
-            cell.0 = Some(tat);
-            Taken {
-                extra: 0,
-                ahead: tat - now,
-                tat,
-            }
-        });
+        replies[i] = own(cell, batch[i], now, seen);
     }
     for &i in &order {
-        let Ok(taken) = &mut replies[i] else {
-            continue;
-        };
-        let terms = (burst, batch[i].share);
-        while taken.extra + 1 < take {
-            let Ok(tat) = admit(cell.0, now, interval, terms, &mut Seen::default()) else {
-                break;
-            };
-            cell.0 = Some(tat);
-            *taken = Taken {
-                extra: taken.extra + 1,
-                ahead: tat - now,
-                tat,
-            };
-        }
-        if take > 1 {
-            seen.record(if taken.extra + 1 == take {
-                Branch::TookAll
-            } else {
-                Branch::TookFewer
-            } as usize);
+        if let Ok(taken) = &mut replies[i] {
+            extras(cell, taken, batch[i], now, seen);
         }
     }
     replies
+}
+
+/// An arrival's own emission ([`decide`]'s first pass): what it took, before any extra.
+fn own(cell: &mut Cell, arrival: &Arrival, now: u64, seen: &mut Seen) -> Result<Taken, u64> {
+    let terms = (arrival.burst, arrival.share);
+    admit(cell.0, now, arrival.interval, terms, seen).map(|tat| {
+        cell.0 = Some(tat);
+        Taken {
+            extra: 0,
+            ahead: tat - now,
+            tat,
+        }
+    })
+}
+
+/// An admitted arrival's extras ([`decide`]'s second pass), added to what it `taken`: up to
+/// `take − 1`, while the burst allows.
+fn extras(cell: &mut Cell, taken: &mut Taken, arrival: &Arrival, now: u64, seen: &mut Seen) {
+    let terms = (arrival.burst, arrival.share);
+    while taken.extra + 1 < arrival.take {
+        let Ok(tat) = admit(cell.0, now, arrival.interval, terms, &mut Seen::default()) else {
+            break;
+        };
+        cell.0 = Some(tat);
+        *taken = Taken {
+            extra: taken.extra + 1,
+            ahead: tat - now,
+            tat,
+        };
+    }
+    if arrival.take > 1 {
+        seen.record(if taken.extra + 1 == arrival.take {
+            Branch::TookAll
+        } else {
+            Branch::TookFewer
+        } as usize);
+    }
 }
 
 /// The GCRA as a coordinator command: one arrival at an identity's cell.
@@ -225,9 +235,14 @@ impl Kernel for Gcra {
     /// possible.
     type Reply = Result<Taken, u64>;
 
-    /// A batch of one: the in-memory coordinator decides each arrival on its own.
+    /// A batch of one ([`decide`], without its allocation): the in-memory coordinator decides
+    /// each arrival on its own.
     fn step(cell: &mut Cell, arrival: &Arrival, now: Now, seen: &mut Seen) -> Self::Reply {
-        decide(cell, &[arrival], now.ns, seen).remove(0)
+        let mut reply = own(cell, arrival, now.ns, seen);
+        if let Ok(taken) = &mut reply {
+            extras(cell, taken, arrival, now.ns, seen);
+        }
+        reply
     }
 }
 
@@ -246,7 +261,8 @@ impl Scripted for Gcra {
     const BATCHES: bool = true;
 
     /// The batch's shared settings, its size, and every arrival's share: the script decides
-    /// that many arrivals one after the other, the highest share first.
+    /// every arrival's own emission one after the other, the highest share first, then the
+    /// admitted ones' extras in the same order ([`decide`]).
     fn encode(batch: &[&Arrival], _: &Wire<'_>, sink: &mut dyn Sink) {
         let first = batch[0];
         sink.int(first.interval);
@@ -364,45 +380,88 @@ mod tests {
 
     /// A batch of `n` arrivals taking `k` each admits exactly the arrivals a take of one
     /// admits, whatever the burst, the burst in use and the shares; the extras come only from
-    /// what the burst allows after them, so nothing taken passes the burst.
+    /// what the burst allows after them, so nothing taken passes the burst. At take 1 a batch
+    /// is its arrivals stepped one by one in share order (what the in-memory coordinator does,
+    /// never batching). With whole shares the extras go in the batch's order, each admitted
+    /// arrival as many as the burst still allows (up to `k − 1`), until it is spent.
     #[test]
     fn a_batch_taking_more_admits_exactly_what_a_take_of_one_admits() {
         let (interval, now) = (1_000, 1_000_000);
-        let admitted = |tat, n: usize, burst, take, shares: &[u16]| {
-            let arrivals: Vec<Arrival> = (0..n)
+        let in_use =
+            |tat: Option<u64>| tat.map_or(0, |tat| tat.saturating_sub(now).div_ceil(interval));
+        let arrivals = |n: usize, burst, take, shares: &[u16]| -> Vec<Arrival> {
+            (0..n)
                 .map(|i| Arrival {
                     interval,
                     burst,
                     share: shares[i % shares.len()],
                     take,
                 })
-                .collect();
+                .collect()
+        };
+        let decided = |tat, arrivals: &[Arrival]| {
             let batch: Vec<&Arrival> = arrivals.iter().collect();
             let mut cell = Cell(tat);
             let replies = decide(&mut cell, &batch, now, &mut Seen::default());
             let taken: u32 = replies.iter().flatten().map(|taken| taken.extra + 1).sum();
-            let in_use =
-                |tat: Option<u64>| tat.map_or(0, |tat| tat.saturating_sub(now).div_ceil(interval));
-            assert!(in_use(cell.0) <= u64::from(burst), "past the burst");
+            assert!(
+                in_use(cell.0) <= u64::from(arrivals[0].burst),
+                "past the burst"
+            );
             assert_eq!(
                 in_use(cell.0),
                 in_use(tat) + u64::from(taken),
                 "all charged"
             );
-            replies.iter().map(Result::is_ok).collect::<Vec<_>>()
+            (replies, cell)
+        };
+        let stepped = |tat, arrivals: &[Arrival]| {
+            let mut cell = Cell(tat);
+            let mut replies = vec![Err(0); arrivals.len()];
+            let now = Now {
+                ms: now / 1_000_000,
+                ns: now,
+                order: 1,
+            };
+            for i in priority::highest_share_first(arrivals.iter().map(|a| a.share)) {
+                replies[i] = Gcra::step(&mut cell, &arrivals[i], now, &mut Seen::default());
+            }
+            (replies, cell)
         };
         for burst in 1..=6 {
             for used in 0..=burst {
                 let tat = (used > 0).then(|| now + u64::from(used) * interval);
                 for n in 1..=9 {
                     for shares in [&[WHOLE][..], &[WHOLE, 500], &[300, WHOLE, 800]] {
-                        let alone = admitted(tat, n, burst, 1, shares);
+                        let case = format!(
+                            "burst {burst}, {used} in use, {n} arrivals, shares {shares:?}"
+                        );
+                        let ones = arrivals(n, burst, 1, shares);
+                        let alone = decided(tat, &ones);
+                        assert_eq!(alone, stepped(tat, &ones), "{case}: take 1, stepped");
+                        let admitted: Vec<bool> = alone.0.iter().map(Result::is_ok).collect();
                         for take in 2..=5 {
-                            assert_eq!(
-                                admitted(tat, n, burst, take, shares),
-                                alone,
-                                "burst {burst}, {used} in use, {n} arrivals taking {take}, shares {shares:?}"
-                            );
+                            let (replies, cell) = decided(tat, &arrivals(n, burst, take, shares));
+                            let case = format!("{case}, taking {take}");
+                            let got: Vec<bool> = replies.iter().map(Result::is_ok).collect();
+                            assert_eq!(got, admitted, "{case}: admitted");
+                            if shares != [WHOLE] {
+                                continue;
+                            }
+                            let own = admitted.iter().filter(|&&ok| ok).count() as u32;
+                            let mut left = burst - used - own;
+                            let extras: Vec<u32> =
+                                replies.iter().flatten().map(|t| t.extra).collect();
+                            let want: Vec<u32> = (0..own)
+                                .map(|_| {
+                                    let extra = left.min(take - 1);
+                                    left -= extra;
+                                    extra
+                                })
+                                .collect();
+                            assert_eq!(extras, want, "{case}: extras in the batch's order");
+                            let charged = (used + own * take).min(burst);
+                            assert_eq!(in_use(cell.0), u64::from(charged), "{case}: in use");
                         }
                     }
                 }
