@@ -522,14 +522,16 @@ async fn a_budgets_drift_an_earlier_process_noticed_stays() {
     assert!(row.drift, "drift not listed: {row:?}");
 }
 
+/// An earlier CLI's force without end: a century.
+const UNTIL_RESET_MS: u64 = 100 * 365 * 24 * 60 * 60 * 1000;
+
 /// A rolling upgrade: an earlier CLI forced a breaker without end (its hold, as it shipped,
 /// a fixture: the eight-field layout's entry, listed for a century), and this version's CLI
 /// resets it. The reset removes the earlier entries (of both earlier layouts), so `status`
-/// lists no stale row of the force. Red without the removal in `lua/registry_hold.lua`.
+/// lists no stale row of the force once this version's hold ends. Red without the removal
+/// in `lua/registry_hold.lua` (each assertion on its own).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reset_removes_an_earlier_clis_hold() {
-    /// An earlier CLI's force without end: a century.
-    const UNTIL_RESET_MS: u64 = 100 * 365 * 24 * 60 * 60 * 1000;
     let server = RedisServer::start();
     let coordinator = common::redis(&server.url()).await;
     let namespace = coordinator.namespace().to_owned();
@@ -595,10 +597,102 @@ async fn a_reset_removes_an_earlier_clis_hold() {
         [(None, None), (None, None)],
         "an earlier hold left behind"
     );
-    // What `status` lists of it is this version's hold, until the reset's state ends.
+    // Once this version's hold ends, nothing lists the identity (an earlier layout's century
+    // entry left behind still would).
+    let () = redis::cmd("ZADD")
+        .arg(common::registry_expiry(&namespace))
+        .arg(common::server_time_ms(&mut conn) - 1)
+        .arg(&tag)
+        .query(&mut conn)
+        .expect("the hold ended");
     let status = coordinator.admin().status().await.expect("status");
     let rows: Vec<&str> = status.iter().map(|row| row.name.as_str()).collect();
-    assert_eq!(rows, ["layout-forced"]);
+    assert!(rows.is_empty(), "a stale row: {rows:?}");
+}
+
+/// A rolling upgrade: a process of the eight-field versions reports a breaker (their report
+/// as it shipped, a fixture), an earlier CLI forces it without end, and this version's CLI
+/// resets it. The earlier process's entry stays, its values and uses with it, listed in use:
+/// only an earlier CLI's hold is removed; the force's century expiry is cut to the reset's.
+/// Red when the hold removes the earlier entry whatever it is, or keeps its expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_keeps_an_earlier_processs_report() {
+    let server = RedisServer::start();
+    let coordinator = common::redis(&server.url()).await;
+    let namespace = coordinator.namespace().to_owned();
+    let base = common::namespace_key_base(&namespace);
+    let tag = common::key_base(&namespace, "breaker", "layout-reported", "global")
+        .replace("caracal:v1:{", "")
+        .replace("}:", "");
+    let mut conn = server.connection();
+    let earlier = redis::Script::new(include_str!("fixtures/registry_report_fields.lua"));
+    let drifts: Vec<i64> = earlier
+        .key(format!("{base}identities:"))
+        .key(format!("{base}identities:expiry"))
+        .key(format!("{base}processes"))
+        .key(format!("{base}processes:expiry"))
+        .key(format!("{base}registry"))
+        .key(format!("{base}registry:expiry"))
+        .arg(10_000)
+        .arg(15_000)
+        .arg("earlier")
+        .arg(r#"{"host":"h","pid":1,"version":"0.0.9","identities":1}"#)
+        .arg(30_000)
+        .arg(100)
+        .arg(&tag)
+        .arg(r#"["circuit_breaker","layout-reported","layout-reported","global"]"#)
+        .arg("failure_ratio=0.5")
+        .arg("attribute")
+        .arg("earlier/site")
+        .arg(600_000)
+        .arg(0)
+        .arg("{}")
+        .invoke(&mut conn)
+        .expect("the earlier version's report");
+    assert_eq!(drifts, [0]);
+    let hold = redis::Script::new(include_str!("fixtures/registry_hold_fields.lua"));
+    let _: u64 = hold
+        .key(format!("{base}identities:"))
+        .key(format!("{base}identities:expiry"))
+        .arg(&tag)
+        .arg(r#"["circuit_breaker","layout-reported","layout-reported","global"]"#)
+        .arg(UNTIL_RESET_MS)
+        .arg(15_000)
+        .invoke(&mut conn)
+        .expect("the earlier CLI's hold");
+
+    coordinator
+        .admin()
+        .breaker(&BreakerId::new("layout-reported"), BreakerCommand::Reset)
+        .await
+        .expect("reset");
+    let kept: (Option<String>, Option<String>, Option<u64>) = redis::pipe()
+        .cmd("HGET")
+        .arg(format!("{base}identities:{}", &tag[..2]))
+        .arg(format!("{tag}:v"))
+        .cmd("HGET")
+        .arg(format!("{base}identities:{}", &tag[..2]))
+        .arg(format!("{tag}:u"))
+        .cmd("ZSCORE")
+        .arg(format!("{base}identities:expiry"))
+        .arg(&tag)
+        .query(&mut conn)
+        .expect("the earlier layout");
+    assert!(
+        matches!(&kept, (Some(values), Some(_), Some(_)) if values == "failure_ratio=0.5"),
+        "the earlier process's report removed: {kept:?}"
+    );
+    let now = common::server_time_ms(&mut conn);
+    assert!(
+        kept.2.is_some_and(|until| until < now + UNTIL_RESET_MS / 2),
+        "the earlier CLI's force without end still listed: {kept:?} at {now}"
+    );
+    let status = coordinator.admin().status().await.expect("status");
+    let row = status
+        .iter()
+        .find(|row| row.name == "layout-reported")
+        .expect("listed");
+    assert!(row.in_use, "the earlier process's use lost: {row:?}");
 }
 
 #[bulkhead(name = "layout-cluster", limit = 5, scope = scope)]
