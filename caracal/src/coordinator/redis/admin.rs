@@ -328,7 +328,9 @@ impl RedisBackend {
 
     /// Enters the identity at `key` (`description`, as a report describes it) in the
     /// namespace's registry for `lasts_ms`, used or not, and removes it from the earlier
-    /// layouts (see `lua/registry_hold.lua`): the keys of every layout, this one's first.
+    /// layouts (see `lua/registry_hold.lua`): of each layout, in the script's order (this
+    /// one's, the eight-field one's, the single hash's), the hash the identity's tag names and
+    /// the expiry set, every key it touches declared.
     pub(in crate::coordinator) async fn registry_hold(
         &self,
         base: &KeyBase,
@@ -338,18 +340,15 @@ impl RedisBackend {
     ) -> Result<(), Error> {
         let script = &scripts::REGISTRY_HOLD;
         let drift_ms = u64::try_from(DRIFT_WINDOW.as_millis()).unwrap_or(u64::MAX);
-        let keys: Vec<String> = LAYOUTS
-            .iter()
-            .flat_map(|layout| (layout.keys)(base))
-            .collect();
+        let tag = key.tag();
+        let [current, earlier, earliest] = LAYOUTS.each_ref().map(|layout| {
+            let [prefix, expiry] = (layout.keys)(base);
+            [format!("{prefix}{}", &tag[..layout.digits]), expiry]
+        });
+        let keys = [current, earlier, earliest].concat();
         let value = self
             .link
-            .eval(
-                script,
-                base,
-                &keys,
-                (key.tag(), description, lasts_ms, drift_ms),
-            )
+            .eval(script, base, &keys, (tag, description, lasts_ms, drift_ms))
             .await?;
         integer(script.name, value).map(drop)
     }
