@@ -17,7 +17,9 @@
 --            them and what it added, kept while drift stays noticed
 -- (Earlier versions kept eight fields per identity, EARLIER_FIELDS below, in
 -- `…:identities:00`–`ff`, and before that in the single hash `…:registry`: still read, and
--- emptied as they expire, while processes of those versions write them.)
+-- emptied as they expire, while processes of those versions write them; but for the retry
+-- budgets this version reports, written in `…:identities:` too, each forgotten its ttl after
+-- its last report, within the registry's bound: see registry_report.lua.)
 -- KEYS     none of its own
 -- ARGV     none of its own
 -- Reply    none of its own

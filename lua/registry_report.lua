@@ -20,9 +20,12 @@
 --          identity in, `…:identities:`, and KEYS[8] their expiry set `…:identities:expiry`:
 --          still read (registry_read.lua) and written by processes of those versions during
 --          a rolling upgrade; a report forgets what expired there, as those versions do, so
---          the old keys empty and go once no process writes them. A retry budget's entry is
---          written there as well (all fields but `:u`), so an earlier process still finds a
---          budget defined only in an upgraded service (a hedge's)
+--          the old keys empty and go once no process writes them, but for retry budgets: a
+--          budget's entry is written in the eight-field layout as well (all fields but `:x`
+--          and `:u`), so an earlier process still finds a budget defined only in an upgraded
+--          service (a hedge's). Those entries stay while this version reports the budget,
+--          each forgotten its ttl after the last report as the others, and the layout is kept
+--          within ARGV[1] identities by the same report
 -- ARGV     1 most identities kept, 2 how long drift stays noticed (ms), 3 the reporting process,
 --          4 its record, 5 how long it is listed without another report (ms), 6 the most
 --          processes an identity's `<tag>:u` holds (past it the longest silent goes), then 8
@@ -36,19 +39,21 @@
 --          describes lives no longer), at most 8 per call; past the bound, the soonest to
 --          expire go first, at most 8 + N of them per call (so a registry far past its bound
 --          shrinks over a few calls, each of bounded cost); at most 8 expired of each earlier
---          layout per call. The keys themselves never expire while identities are reported.
+--          layout per call, and when retry budgets were written to the eight-field layout, its
+--          excess the same way (at most 8 + the budgets written). The keys themselves never
+--          expire while identities are reported.
 -- Cost     O(N (log M + P)) for N identities reported among M kept (callers send at most
 --          8), each with the values of at most P processes (ARGV[6]) and their maps of at most
 --          USES_READ bytes together beyond the first (decoding and encoding them is a report's
 --          largest cost: 8 maps of 100 processes' took 1.7 ms; a map that holds only the
 --          reporting process, or none, is written without being decoded), plus up to 8
 --          processes, 8 expired (and 8 of each earlier layout) and 8 + N excess identities
---          removed: whatever the size of the registry, a call runs a bounded number of
---          commands (an identity's two fields are read with one HMGET and written with one
---          HSET, a retry budget's earlier entry with one HSET and one ZADD more, the expiries
---          of all in one ZADD, and each forgetting is one ZCOUNT or ZCARD,
---          one ZRANGE and one ZREMRANGEBYRANK for the lot and one HDEL per hash it touches),
---          each on a hash of a few hundred fields.
+--          (and 8 + N of the eight-field layout's) removed: whatever the size of the
+--          registry, a call runs a bounded number of commands (an identity's two fields are
+--          read with one HMGET and written with one HSET, a retry budget's earlier entry with
+--          one HSET and one ZADD more, the expiries of all in one ZADD, and each forgetting is
+--          one ZCOUNT or ZCARD, one ZRANGE and one ZREMRANGEBYRANK for the lot and one HDEL per
+--          hash it touches), each on a hash of a few hundred fields.
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local most, drift_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
@@ -141,7 +146,7 @@ end
 
 -- How a retry budget's description starts (JSON [kind, name, operation, scope]).
 local LOOKED_UP = '["retry_budget",'
-local reply, expiries = {}, {}
+local reply, expiries, budgets = {}, {}, 0
 for i = 7, #ARGV, 8 do
   local tag, description, values, sources, reporter, ttl, fleet, extra =
     ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], tonumber(ARGV[i + 5]),
@@ -182,11 +187,15 @@ for i = 7, #ARGV, 8 do
   -- too, all but the processes' map (that version's own reporters keep theirs), so such a
   -- process finds it while this version reports it. Only budgets: they are few, and only
   -- their lookup by an earlier process matters.
+  -- Its drift field `:x` is left as it is: that version's reports record there the drift
+  -- they notice against this one's values (this version's own reaches the listing from its
+  -- head), and an absent one reads as none. The fields written track EARLIER_FIELDS (all but
+  -- `:x` and `:u`).
   if string.sub(description, 1, #LOOKED_UP) == LOOKED_UP then
     redis.call('HSET', hash_of(earlier, tag), tag .. ':d', description, tag .. ':v', values,
-      tag .. ':w', sources, tag .. ':r', reporter, tag .. ':t', now, tag .. ':x', drift_until,
-      tag .. ':f', fleet)
+      tag .. ':w', sources, tag .. ':r', reporter, tag .. ':t', now, tag .. ':f', fleet)
     redis.call('ZADD', earlier.set, 'GT', now + ttl, tag)
+    budgets = budgets + 1
   end
   reply[#reply + 1] = drift_until > now and 1 or 0
   if uses_read >= USES_READ then
@@ -199,4 +208,9 @@ if #expiries > 0 then
 end
 
 forget(entries, math.min(redis.call('ZCARD', entries.set) - most, FORGET + #reply))
+-- The budgets' entries in the eight-field layout are kept within the same bound, the soonest
+-- to expire first, whether or not a process of that version is left to trim it.
+if budgets > 0 then
+  forget(earlier, math.min(redis.call('ZCARD', earlier.set) - most, FORGET + budgets))
+end
 return reply

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use caracal::{FailureKind, bulkhead};
+use caracal::{FailureKind, bulkhead, retry, retry_budget};
 use caracal_tests::ledger::Ledger;
 use caracal_tests::stats::CommandLog;
 use caracal_tests::{EventLog, FaultProxy, RedisServer};
@@ -703,6 +703,14 @@ async fn fencing_tokens_near_two_to_the_fifty_third_are_refused_never_repeated()
     }
 }
 
+/// A scoped retry budget: one identity per scope, each written in the eight-field layout too
+/// (so earlier processes find it), which the report bounds as well.
+#[retry_budget(name = "many-budgets", scope = scope)]
+#[retry(max_attempts = 2)]
+async fn many_budgets(scope: &str) -> Result<(), TestError> {
+    Ok(())
+}
+
 #[bulkhead(name = "many-scopes", limit = 5, scope = scope)]
 async fn many_scopes(scope: &str) -> Result<(), TestError> {
     Ok(())
@@ -720,8 +728,9 @@ async fn many_scopes(scope: &str) -> Result<(), TestError> {
 async fn registry_scripts_handle_a_page_of_identities_whatever_their_number() {
     /// The most identities one registry script reports.
     const REGISTRY_PAGE: usize = 8;
-    /// The most identities one registry read lists (two fields each, one HMGET).
-    const READ_PAGE: usize = 32;
+    /// The most identities one registry read lists: a copy of `READ_PAGE` in
+    /// `caracal/src/coordinator/redis/admin.rs` (private to the crate), to change with it.
+    const READ_PAGE: usize = 8;
     let server = RedisServer::start();
     let coordinator = common::redis(&server.url()).await;
     let mut conn = server.connection();
@@ -762,6 +771,10 @@ async fn registry_scripts_handle_a_page_of_identities_whatever_their_number() {
     for scope in &scopes {
         coordinator
             .scoped(many_scopes(scope))
+            .await
+            .expect("served");
+        coordinator
+            .scoped(many_budgets(scope))
             .await
             .expect("served");
     }
@@ -838,21 +851,31 @@ async fn registry_scripts_handle_a_page_of_identities_whatever_their_number() {
         timed(pages.iter().map(|p| p.1).collect()),
     );
     assert!(
-        reports.iter().map(|r| r.0).sum::<usize>() >= scopes.len(),
+        reports.iter().map(|r| r.0).sum::<usize>() >= 2 * scopes.len(),
         "every scope reported: {reports:?}"
     );
     // Per call: TIME; the processes' expiry (ZCOUNT, ZRANGE, HDEL, ZREMRANGEBYRANK) and this
     // process (HSET, ZADD); the expired (ZCOUNT, ZRANGE, an HDEL per hash for at most 8,
     // ZREMRANGEBYRANK) and each earlier layout's (ZCOUNT, ZRANGE, HDEL for at most 8,
-    // ZREMRANGEBYRANK); per identity HMGET, HSET (a retry budget's an HSET and a ZADD more,
-    // none here); the expiries (ZADD); the excess (ZCARD, ZRANGE, an HDEL per hash for at
-    // most 8 + n, ZREMRANGEBYRANK).
+    // ZREMRANGEBYRANK); per identity HMGET, HSET (a retry budget's an HSET and a ZADD more);
+    // the expiries (ZADD); the excess (ZCARD, ZRANGE, an HDEL per hash for at most 8 + n,
+    // ZREMRANGEBYRANK), and when budgets were written the eight-field layout's the same way
+    // (at most 8 + n): 43 + 3n, and at most 11 + 3n more with budgets.
     assert!(
         reports
             .iter()
-            .all(|&(n, commands, _)| n <= REGISTRY_PAGE && commands <= 43 + 3 * n),
+            .all(|&(n, commands, _)| n <= REGISTRY_PAGE && commands <= 54 + 6 * n),
         "(identities, commands, µs) per report: {reports:?}"
     );
+    // Every budget's entry in the eight-field layout, within the registry's bound.
+    let earlier: usize = redis::cmd("ZCARD")
+        .arg(format!(
+            "{}identities:expiry",
+            common::namespace_key_base(&namespace)
+        ))
+        .query(&mut conn)
+        .expect("ZCARD");
+    assert_eq!(earlier, scopes.len(), "the budgets' earlier entries");
     // Per page: TIME, ZRANGE, then an HMGET per identity.
     assert!(
         pages.len() >= 2,

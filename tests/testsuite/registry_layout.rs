@@ -26,9 +26,10 @@ fn tag(n: usize) -> String {
         .collect()
 }
 
-/// How many fields each of `namespace`'s registry hashes holds, whatever their names.
-fn hash_sizes(conn: &mut redis::Connection, namespace: &str) -> Vec<usize> {
-    let pattern = format!("{}entries:*", common::namespace_key_base(namespace));
+/// How many fields each of `namespace`'s registry hashes holds, whatever their names: those
+/// of this version's layout (`entries:*`) or of the eight-field one (`identities:*`).
+fn hash_sizes(conn: &mut redis::Connection, namespace: &str, layout: &str) -> Vec<usize> {
+    let pattern = format!("{}{layout}", common::namespace_key_base(namespace));
     let hashes: Vec<String> = redis::cmd("SCAN")
         .cursor_arg(0)
         .arg("MATCH")
@@ -48,6 +49,83 @@ fn hash_sizes(conn: &mut redis::Connection, namespace: &str) -> Vec<usize> {
     pipe.query(conn).expect("HLEN")
 }
 
+/// Reports `reported` identities of `kind` (`s0`, `s1`… scopes of one name) to `namespace`'s
+/// registry bounded to `kept`, 8 a call, as this version's report script does (later ones
+/// expire later, so the bound forgets the earliest first).
+fn report_pages(
+    conn: &mut redis::Connection,
+    namespace: &str,
+    reported: usize,
+    kept: usize,
+    kind: &str,
+) {
+    let base = common::namespace_key_base(namespace);
+    let report = redis::Script::new(&caracal_tests::stats::script_source("registry_report"));
+    for page in 0..reported / 8 {
+        let mut call = report.prepare_invoke();
+        call.key(format!("{base}entries:"))
+            .key(format!("{base}entries:expiry"))
+            .key(format!("{base}processes"))
+            .key(format!("{base}processes:expiry"))
+            .key(format!("{base}registry"))
+            .key(format!("{base}registry:expiry"))
+            .key(format!("{base}identities:"))
+            .key(format!("{base}identities:expiry"))
+            .arg(kept)
+            .arg(15_000)
+            .arg("p")
+            .arg("{}")
+            .arg(30_000)
+            .arg(100);
+        for n in page * 8..page * 8 + 8 {
+            call.arg(tag(n))
+                .arg(format!(r#"["{kind}","b","b","s{n}"]"#))
+                .arg("limit=5")
+                .arg("attribute")
+                .arg("p/site")
+                .arg(60_000 + n)
+                .arg(0)
+                .arg("{}");
+        }
+        let drifts: Vec<i64> = call.invoke(conn).expect("a report");
+        assert_eq!(drifts.len(), 8);
+    }
+}
+
+/// Scoped retry budgets far past the registry's bound (2 048, 1 000 kept): their entries in
+/// the eight-field layout (written so earlier processes find them) are kept within the same
+/// bound, the latest, and nothing of a forgotten one stays there. Red without the report's
+/// trim of that layout (all 2 048 stay within their ttl).
+#[test]
+fn budgets_earlier_entries_are_kept_within_the_bound() {
+    /// The fields of a budget's eight-field entry this version writes (all but `:x`, `:u`).
+    const EARLIER_FIELDS: usize = 6;
+    const REPORTED: usize = 2_048;
+    const KEPT: usize = 1_000;
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let namespace = common::unique("layout-budgets");
+    let base = common::namespace_key_base(&namespace);
+    report_pages(&mut conn, &namespace, REPORTED, KEPT, "retry_budget");
+    let kept: Vec<String> = redis::cmd("ZRANGE")
+        .arg(format!("{base}identities:expiry"))
+        .arg(0)
+        .arg(-1)
+        .query(&mut conn)
+        .expect("ZRANGE");
+    let latest: Vec<String> = (REPORTED - KEPT..REPORTED).map(tag).collect();
+    let (mut kept, mut latest) = (kept, latest);
+    kept.sort_unstable();
+    latest.sort_unstable();
+    assert_eq!(kept, latest, "the eight-field layout past its bound");
+    let sizes = hash_sizes(&mut conn, &namespace, "identities:*");
+    assert_eq!(
+        sizes.iter().sum::<usize>(),
+        KEPT * EARLIER_FIELDS,
+        "fields of forgotten budgets left behind"
+    );
+}
+
 /// Reports far past the registry's bound (2 048 identities, 1 000 kept) leave every identity
 /// kept in the hash its tag names and nothing of a forgotten one: the fields add up to 2 per
 /// identity kept, and no hash holds more than three times its share. Red with one hash for
@@ -59,44 +137,13 @@ fn reports_spread_the_registry_over_small_hashes_and_forget_from_them() {
     let server = RedisServer::start();
     let mut conn = server.connection();
     let namespace = common::unique("layout");
-    let base = common::namespace_key_base(&namespace);
-    let report = redis::Script::new(&caracal_tests::stats::script_source("registry_report"));
-    for page in 0..REPORTED / 8 {
-        let mut call = report.prepare_invoke();
-        call.key(format!("{base}entries:"))
-            .key(format!("{base}entries:expiry"))
-            .key(format!("{base}processes"))
-            .key(format!("{base}processes:expiry"))
-            .key(format!("{base}registry"))
-            .key(format!("{base}registry:expiry"))
-            .key(format!("{base}identities:"))
-            .key(format!("{base}identities:expiry"))
-            .arg(KEPT)
-            .arg(15_000)
-            .arg("p")
-            .arg("{}")
-            .arg(30_000)
-            .arg(100);
-        for n in page * 8..page * 8 + 8 {
-            call.arg(tag(n))
-                .arg(format!(r#"["bulkhead","b","b","s{n}"]"#))
-                .arg("limit=5")
-                .arg("attribute")
-                .arg("p/site")
-                // Later identities expire later: the bound forgets the earliest first.
-                .arg(60_000 + n)
-                .arg(0)
-                .arg("{}");
-        }
-        let drifts: Vec<i64> = call.invoke(&mut conn).expect("a report");
-        assert_eq!(drifts.len(), 8);
-    }
+    report_pages(&mut conn, &namespace, REPORTED, KEPT, "bulkhead");
     let kept: usize = redis::cmd("ZCARD")
         .arg(common::registry_expiry(&namespace))
         .query(&mut conn)
         .expect("ZCARD");
     assert_eq!(kept, KEPT);
-    let sizes = hash_sizes(&mut conn, &namespace);
+    let sizes = hash_sizes(&mut conn, &namespace, "entries:*");
     assert_eq!(
         sizes.iter().sum::<usize>(),
         KEPT * FIELDS,
@@ -386,14 +433,105 @@ async fn an_earlier_process_finds_a_budget_this_version_reports() {
     assert!(values.contains("percent=10"), "{values}");
 }
 
+/// A rolling upgrade: this version reports a retry budget (`percent=10`), a process of the
+/// eight-field versions (their report as it shipped, a fixture) reports it with other values
+/// under the same fleet overrides, noticing drift in its layout's `:x`, and this version
+/// reports it again. The drift stays recorded there and listed. Red when this version's
+/// write of the budget's earlier entry sets `:x` from its own layout (none there: the drift
+/// erased every report).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budgets_drift_an_earlier_process_noticed_stays() {
+    let server = RedisServer::start();
+    let coordinator = common::redis(&server.url()).await;
+    let namespace = coordinator.namespace().to_owned();
+    let base = common::namespace_key_base(&namespace);
+    let tag = common::key_base(&namespace, "retrybudget", "layout-budget", "global")
+        .replace("caracal:v1:{", "")
+        .replace("}:", "");
+    let earlier_hash = format!("{base}identities:{}", &tag[..2]);
+    let mut conn = server.connection();
+    // Its earlier entry's reporter, description and fleet overrides' version, once written.
+    let reported = |conn: &mut redis::Connection| -> Option<(String, String, String)> {
+        let (r, d, f): (Option<String>, Option<String>, Option<String>) = redis::cmd("HMGET")
+            .arg(&earlier_hash)
+            .arg(format!("{tag}:r"))
+            .arg(format!("{tag}:d"))
+            .arg(format!("{tag}:f"))
+            .query(conn)
+            .expect("HMGET");
+        Some((r?, d?, f?))
+    };
+    coordinator.scoped(budgeted()).await.expect("served");
+    eventually("the budget reported", || reported(&mut conn).is_some()).await;
+    let (_, description, fleet) = reported(&mut conn).expect("reported");
+
+    let earlier = redis::Script::new(include_str!("fixtures/registry_report_fields.lua"));
+    let drifts: Vec<i64> = earlier
+        .key(format!("{base}identities:"))
+        .key(format!("{base}identities:expiry"))
+        .key(format!("{base}processes"))
+        .key(format!("{base}processes:expiry"))
+        .key(format!("{base}registry"))
+        .key(format!("{base}registry:expiry"))
+        .arg(10_000)
+        .arg(15_000)
+        .arg("earlier")
+        .arg(r#"{"host":"h","pid":1,"version":"0.0.9","identities":1}"#)
+        .arg(30_000)
+        .arg(100)
+        .arg(&tag)
+        .arg(&description)
+        .arg("percent=20 min_per_second=1 window=60s")
+        .arg("attribute attribute attribute")
+        .arg("earlier/site")
+        .arg(600_000)
+        .arg(&fleet)
+        .arg("{}")
+        .invoke(&mut conn)
+        .expect("the earlier version's report");
+    assert_eq!(drifts, [1], "the earlier process notices the drift");
+
+    // This process's next report (every few seconds, of what it used since the last).
+    let deadline = tokio::time::Instant::now() + common::PATIENCE * 2;
+    loop {
+        coordinator.scoped(budgeted()).await.expect("served");
+        if reported(&mut conn).is_some_and(|(r, _, _)| r != "earlier/site") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no second report of the budget"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let until: Option<u64> = redis::cmd("HGET")
+        .arg(&earlier_hash)
+        .arg(format!("{tag}:x"))
+        .query(&mut conn)
+        .expect("HGET");
+    let now = common::server_time_ms(&mut conn);
+    assert!(
+        until.is_some_and(|until| until > now),
+        "the earlier process's drift erased: {until:?} at {now}"
+    );
+    let status = coordinator.admin().status().await.expect("status");
+    let row = status
+        .iter()
+        .find(|row| row.name == "layout-budget")
+        .expect("listed");
+    assert!(row.drift, "drift not listed: {row:?}");
+}
+
+/// An earlier CLI's force without end: a century.
+const UNTIL_RESET_MS: u64 = 100 * 365 * 24 * 60 * 60 * 1000;
+
 /// A rolling upgrade: an earlier CLI forced a breaker without end (its hold, as it shipped,
 /// a fixture: the eight-field layout's entry, listed for a century), and this version's CLI
 /// resets it. The reset removes the earlier entries (of both earlier layouts), so `status`
-/// lists no stale row of the force. Red without the removal in `lua/registry_hold.lua`.
+/// lists no stale row of the force once this version's hold ends. Red without the removal
+/// in `lua/registry_hold.lua` (each assertion on its own).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reset_removes_an_earlier_clis_hold() {
-    /// An earlier CLI's force without end: a century.
-    const UNTIL_RESET_MS: u64 = 100 * 365 * 24 * 60 * 60 * 1000;
     let server = RedisServer::start();
     let coordinator = common::redis(&server.url()).await;
     let namespace = coordinator.namespace().to_owned();
@@ -459,10 +597,102 @@ async fn a_reset_removes_an_earlier_clis_hold() {
         [(None, None), (None, None)],
         "an earlier hold left behind"
     );
-    // What `status` lists of it is this version's hold, until the reset's state ends.
+    // Once this version's hold ends, nothing lists the identity (an earlier layout's century
+    // entry left behind still would).
+    let () = redis::cmd("ZADD")
+        .arg(common::registry_expiry(&namespace))
+        .arg(common::server_time_ms(&mut conn) - 1)
+        .arg(&tag)
+        .query(&mut conn)
+        .expect("the hold ended");
     let status = coordinator.admin().status().await.expect("status");
     let rows: Vec<&str> = status.iter().map(|row| row.name.as_str()).collect();
-    assert_eq!(rows, ["layout-forced"]);
+    assert!(rows.is_empty(), "a stale row: {rows:?}");
+}
+
+/// A rolling upgrade: a process of the eight-field versions reports a breaker (their report
+/// as it shipped, a fixture), an earlier CLI forces it without end, and this version's CLI
+/// resets it. The earlier process's entry stays, its values and uses with it, listed in use:
+/// only an earlier CLI's hold is removed; the force's century expiry is cut to the reset's.
+/// Red when the hold removes the earlier entry whatever it is, or keeps its expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_keeps_an_earlier_processs_report() {
+    let server = RedisServer::start();
+    let coordinator = common::redis(&server.url()).await;
+    let namespace = coordinator.namespace().to_owned();
+    let base = common::namespace_key_base(&namespace);
+    let tag = common::key_base(&namespace, "breaker", "layout-reported", "global")
+        .replace("caracal:v1:{", "")
+        .replace("}:", "");
+    let mut conn = server.connection();
+    let earlier = redis::Script::new(include_str!("fixtures/registry_report_fields.lua"));
+    let drifts: Vec<i64> = earlier
+        .key(format!("{base}identities:"))
+        .key(format!("{base}identities:expiry"))
+        .key(format!("{base}processes"))
+        .key(format!("{base}processes:expiry"))
+        .key(format!("{base}registry"))
+        .key(format!("{base}registry:expiry"))
+        .arg(10_000)
+        .arg(15_000)
+        .arg("earlier")
+        .arg(r#"{"host":"h","pid":1,"version":"0.0.9","identities":1}"#)
+        .arg(30_000)
+        .arg(100)
+        .arg(&tag)
+        .arg(r#"["circuit_breaker","layout-reported","layout-reported","global"]"#)
+        .arg("failure_ratio=0.5")
+        .arg("attribute")
+        .arg("earlier/site")
+        .arg(600_000)
+        .arg(0)
+        .arg("{}")
+        .invoke(&mut conn)
+        .expect("the earlier version's report");
+    assert_eq!(drifts, [0]);
+    let hold = redis::Script::new(include_str!("fixtures/registry_hold_fields.lua"));
+    let _: u64 = hold
+        .key(format!("{base}identities:"))
+        .key(format!("{base}identities:expiry"))
+        .arg(&tag)
+        .arg(r#"["circuit_breaker","layout-reported","layout-reported","global"]"#)
+        .arg(UNTIL_RESET_MS)
+        .arg(15_000)
+        .invoke(&mut conn)
+        .expect("the earlier CLI's hold");
+
+    coordinator
+        .admin()
+        .breaker(&BreakerId::new("layout-reported"), BreakerCommand::Reset)
+        .await
+        .expect("reset");
+    let kept: (Option<String>, Option<String>, Option<u64>) = redis::pipe()
+        .cmd("HGET")
+        .arg(format!("{base}identities:{}", &tag[..2]))
+        .arg(format!("{tag}:v"))
+        .cmd("HGET")
+        .arg(format!("{base}identities:{}", &tag[..2]))
+        .arg(format!("{tag}:u"))
+        .cmd("ZSCORE")
+        .arg(format!("{base}identities:expiry"))
+        .arg(&tag)
+        .query(&mut conn)
+        .expect("the earlier layout");
+    assert!(
+        matches!(&kept, (Some(values), Some(_), Some(_)) if values == "failure_ratio=0.5"),
+        "the earlier process's report removed: {kept:?}"
+    );
+    let now = common::server_time_ms(&mut conn);
+    assert!(
+        kept.2.is_some_and(|until| until < now + UNTIL_RESET_MS / 2),
+        "the earlier CLI's force without end still listed: {kept:?} at {now}"
+    );
+    let status = coordinator.admin().status().await.expect("status");
+    let row = status
+        .iter()
+        .find(|row| row.name == "layout-reported")
+        .expect("listed");
+    assert!(row.in_use, "the earlier process's use lost: {row:?}");
 }
 
 #[bulkhead(name = "layout-cluster", limit = 5, scope = scope)]

@@ -34,7 +34,10 @@ struct Layout {
 /// write theirs until they are upgraded (a rolling upgrade has both at once), and what an
 /// operator held there stays listed until it ends, so a reader lists them after this one's,
 /// and reports forget what expired in them until they are gone: eight fields per identity in
-/// 256 hashes, and before that in a single hash (no digit naming it).
+/// 256 hashes, and before that in a single hash (no digit naming it). The eight-field layout
+/// also holds the retry budgets this version reports (so an earlier process finds them),
+/// within the registry's bound, each until its ttl after the last report
+/// (`lua/registry_report.lua`).
 const LAYOUTS: [Layout; 3] = [
     Layout {
         keys: registry_keys,
@@ -72,10 +75,12 @@ type Page<T> = (Option<u64>, Vec<T>);
 /// the server's time, whatever the registry's size.
 const REGISTRY_PAGE: usize = 8;
 
-/// The most identities one registry read lists: an identity is two fields to read (one
-/// `HMGET`, `lua/registry_prelude.lua`), where the eight-field layout was five, so a page of
-/// 32 costs the server about what 8 did, in a quarter of the round trips.
-const READ_PAGE: usize = 32;
+/// The most identities one registry read lists: the page size whose reads stayed within a
+/// millisecond of the server's time on a quiet machine (README). A page's cost is mostly its
+/// identities' `<tag>:u` maps (up to 100 processes' values, about 16 KiB each), whatever the
+/// layout, and the earlier layouts read five fields an identity, so a larger page would cost
+/// the server as many times more.
+const READ_PAGE: usize = 8;
 
 /// The namespace's operator records (see `coordinator::operators`).
 fn operators_key(base: &KeyBase) -> String {
@@ -285,14 +290,13 @@ impl RedisBackend {
             .collect()
     }
 
-    /// The identities of the namespace's registry, read a page of [`READ_PAGE`] at a time,
-    /// the last to expire first and
-    /// at most [`MAX_IDENTITIES`] (the registry's bound, which the fleet's reports restore a
-    /// few pages at a time when a registry overflows it); one listed on two pages (it was
-    /// reported meanwhile) is listed once. Then those only an earlier version's layout holds
-    /// (see [`LAYOUTS`]), within the same bound; of one in several, what the earlier layouts
-    /// alone hold is added to it (processes of both versions use it: see
-    /// [`Registered::add_uses`]).
+    /// The identities of the namespace's registry, read a page of [`READ_PAGE`] at a time, the
+    /// last to expire first and at most [`MAX_IDENTITIES`] (the registry's bound, which the
+    /// fleet's reports restore a few pages at a time when a registry overflows it); one listed
+    /// on two pages (it was reported meanwhile) is listed once. Then those only an earlier
+    /// version's layout holds (see [`LAYOUTS`]), within the same bound; of one in several,
+    /// what the earlier layouts alone hold is added to it (processes of both versions use
+    /// it: see [`Registered::merge`]).
     pub(in crate::coordinator) async fn registry_read(
         &self,
         base: &KeyBase,
@@ -311,7 +315,7 @@ impl RedisBackend {
             .await?;
             for entry in read {
                 match known.get(&entry.key) {
-                    Some(&at) => listed[at].add_uses(entry),
+                    Some(&at) => listed[at].merge(entry),
                     None => {
                         known.insert(entry.key.clone(), listed.len());
                         listed.push(entry);
@@ -324,7 +328,9 @@ impl RedisBackend {
 
     /// Enters the identity at `key` (`description`, as a report describes it) in the
     /// namespace's registry for `lasts_ms`, used or not, and removes it from the earlier
-    /// layouts (see `lua/registry_hold.lua`): the keys of every layout, this one's first.
+    /// layouts (see `lua/registry_hold.lua`): of each layout, in the script's order (this
+    /// one's, the eight-field one's, the single hash's), the hash the identity's tag names and
+    /// the expiry set, every key it touches declared.
     pub(in crate::coordinator) async fn registry_hold(
         &self,
         base: &KeyBase,
@@ -334,18 +340,15 @@ impl RedisBackend {
     ) -> Result<(), Error> {
         let script = &scripts::REGISTRY_HOLD;
         let drift_ms = u64::try_from(DRIFT_WINDOW.as_millis()).unwrap_or(u64::MAX);
-        let keys: Vec<String> = LAYOUTS
-            .iter()
-            .flat_map(|layout| (layout.keys)(base))
-            .collect();
+        let tag = key.tag();
+        let [current, earlier, earliest] = LAYOUTS.each_ref().map(|layout| {
+            let [prefix, expiry] = (layout.keys)(base);
+            [format!("{prefix}{}", &tag[..layout.digits]), expiry]
+        });
+        let keys = [current, earlier, earliest].concat();
         let value = self
             .link
-            .eval(
-                script,
-                base,
-                &keys,
-                (key.tag(), description, lasts_ms, drift_ms),
-            )
+            .eval(script, base, &keys, (tag, description, lasts_ms, drift_ms))
             .await?;
         integer(script.name, value).map(drop)
     }

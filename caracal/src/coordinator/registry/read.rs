@@ -279,7 +279,7 @@ impl Registered {
     /// knows: the uses it lists of processes this one does not (processes of two versions
     /// each write their own during a rolling upgrade), its values and sources when this one
     /// has none (an operator's hold here, reports only there), and its drift.
-    pub(crate) fn add_uses(&mut self, other: Registered) {
+    pub(crate) fn merge(&mut self, other: Registered) {
         if self.values.is_empty() {
             self.values = other.values;
             self.sources = other.sources;

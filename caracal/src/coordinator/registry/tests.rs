@@ -301,7 +301,7 @@ fn an_identity_in_two_layouts_keeps_the_values_and_drift_either_holds() {
     };
 
     let mut listed = held();
-    listed.add_uses(reported("limit=5", true));
+    listed.merge(reported("limit=5", true));
     assert_eq!(
         (
             listed.values.as_str(),
@@ -315,9 +315,9 @@ fn an_identity_in_two_layouts_keeps_the_values_and_drift_either_holds() {
 
     // Values of its own are kept, and drift noticed in either stays noticed.
     let mut listed = reported("limit=3", false);
-    listed.add_uses(reported("limit=5", true));
+    listed.merge(reported("limit=5", true));
     assert_eq!((listed.values.as_str(), listed.drift), ("limit=3", true));
     let mut listed = reported("limit=3", true);
-    listed.add_uses(reported("limit=5", false));
+    listed.merge(reported("limit=5", false));
     assert_eq!((listed.values.as_str(), listed.drift), ("limit=3", true));
 }
