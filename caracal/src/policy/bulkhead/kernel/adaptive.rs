@@ -314,8 +314,9 @@ pub(crate) struct Estimate {
     pub(crate) low_ms: u64,
     /// Whether the open window is a cut.
     pub(crate) cut: bool,
-    /// How long after [`low_ms`](Self::low_ms) the next cut comes (0: [`CUT_EVERY_MS`], as an
-    /// estimate stored before the period could grow reads).
+    /// The period (ms) after [`low_ms`](Self::low_ms) at which a closing window calls a cut;
+    /// read within [`CUT_EVERY_MS`, `MAX_CUT_EVERY_MS`] (0: an estimate an older script
+    /// stored, read as [`CUT_EVERY_MS`]).
     pub(crate) every_ms: u64,
     /// The highest occupancy of the last window that closed with calls (0: none yet).
     pub(crate) level: u64,
@@ -369,6 +370,9 @@ impl Kernel for Adapt {
             };
         }
         estimate.limit_pm = bounds.clamp_pm(estimate.limit_pm);
+        // Absent (an older script's estimate), or foreign: never a period that cuts every
+        // window, nor one that never cuts.
+        estimate.every_ms = estimate.every_ms.clamp(CUT_EVERY_MS, MAX_CUT_EVERY_MS);
         estimate.window.join(&report.observed);
         if now.ms < estimate.since_ms.saturating_add(report.window_ms) {
             Branch::Gathered.reach(seen);
@@ -414,19 +418,20 @@ fn update(estimate: &mut Estimate, bounds: Bounds, now: Now, seen: &mut Seen) {
     if let Some(base) = votes.base_sum.checked_div(weight) {
         estimate.base_us = base;
     }
-    if window.low > 0 && window.low * 1000 >= window.calls * LOW_SHARE_PM {
+    let low_share = window.low > 0 && window.low * 1000 >= window.calls * LOW_SHARE_PM;
+    if low_share {
         estimate.low_ms = now.ms;
     }
     // Every product stays below 2^53 (a limit below 2^32 × 1000, a ratio at most 2000, a
     // growth of 1200): exact in the script's numbers too.
     let mut target = limit;
-    let (mut verify, mut queued) = (false, false);
+    let (mut verify, mut lowered) = (false, false);
     if weight == 0 {
         Branch::Unjudged.reach(seen);
     } else if votes.queued * 2 > weight {
         if now.ms < estimate.low_ms.saturating_add(VERIFY_MS) {
             Branch::Queued.reach(seen);
-            queued = true;
+            lowered = true;
             let ratio = (votes.ratio_sum / votes.queued).max(QUEUED_PM);
             target = limit * CLEAR_PM / ratio;
         } else {
@@ -466,19 +471,24 @@ fn update(estimate: &mut Estimate, bounds: Bounds, now: Now, seen: &mut Seen) {
     } else {
         window.peak
     };
-    // A cut that did not still queue (its latency did not fall with the occupancy, its votes
-    // were not queued) confirmed the bases and the limit: the next can wait twice as long. One
-    // that did, or a verification, found them wrong: back to the first period.
-    let every = match estimate.every_ms {
-        0 => CUT_EVERY_MS,
-        every => every,
-    };
-    estimate.every_ms = if verify || deeper || estimate.cut && queued {
+    // The period before the next cut. A cut in which voters weighed at least half the calls
+    // and that did not still queue (its latency did not fall with the occupancy, its votes
+    // were not queued) judged the bases and found them right: the next can wait twice as
+    // long. A cut that still queued, or a verification, found them wrong; a window outside a
+    // cut whose calls mostly went unjudged, with no share at low occupancy to measure bases
+    // on, has processes without a base (a new process, a rolling restart): back to the first
+    // period. A cut nobody judged keeps it.
+    let judged = weight * 2 >= window.calls;
+    estimate.every_ms = if verify
+        || deeper
+        || estimate.cut && lowered
+        || !estimate.cut && !judged && !low_share
+    {
         CUT_EVERY_MS
-    } else if estimate.cut {
-        (every * 2).min(MAX_CUT_EVERY_MS)
+    } else if estimate.cut && judged {
+        (estimate.every_ms * 2).min(MAX_CUT_EVERY_MS)
     } else {
-        every
+        estimate.every_ms
     };
     estimate.cut = verify || deeper || now.ms >= estimate.low_ms.saturating_add(estimate.every_ms);
     if estimate.cut {

@@ -457,8 +457,9 @@ fn one_slow_process_holding_most_slots_does_not_keep_a_halved_capacity_queued() 
         capacity: 10,
         ..shape
     };
-    // Halved at every second of the cycle of cuts.
-    for warm in 30..40 {
+    // Halved at every second of the cycle of cuts: once the period has grown to 40 s (cuts
+    // at about 1, 12, 33 and 74 s), 41 s long.
+    for warm in 40..82 {
         let mut fleet = Fleet::new();
         fleet.run(shape, warm);
         assert_steady(&fleet.run(shape, 20), 20, "capacity 20");
@@ -473,27 +474,217 @@ fn one_slow_process_holding_most_slots_does_not_keep_a_halved_capacity_queued() 
 /// One slow process (8 ms added to its calls, its slots held 8 ms after each reply, as the
 /// field harness's blocked threads do) takes slots as fast as the others, so it holds the
 /// larger share of a cut's: the downstream falls furthest in a cut of all the shapes, and a cut
-/// every eleven seconds cost the fleet a tenth of C/S in the field. Cuts that find the limit
-/// right (none still queued) double the period before the next, up to 40 s: in 80 s of steady
-/// state, two cuts rather than seven.
+/// every eleven seconds cost the fleet a tenth of C/S in the field.
+const SLOW_PROCESS: Shape = Shape {
+    processes: [
+        Process {
+            extra_us: 8_000,
+            hold_us: 8_000,
+        },
+        Process {
+            extra_us: 0,
+            hold_us: 0,
+        },
+        Process {
+            extra_us: 0,
+            hold_us: 0,
+        },
+    ],
+    contended: true,
+    ..CLEAN
+};
+
+/// The seconds in which a cut started (a cut's window straddles two of the simulation's).
+fn cut_starts(seconds: &[Second]) -> Vec<usize> {
+    (1..seconds.len())
+        .filter(|&i| seconds[i].cut && !seconds[i - 1].cut)
+        .collect()
+}
+
+/// Cuts that find the limit right (judged, none still queued) double the period before the
+/// next, up to 40 s: in steady state, one cut every 41 s rather than every 11, and never none.
 #[test]
 fn cuts_that_confirm_the_limit_come_less_often() {
-    let slow = Process {
-        extra_us: 8_000,
-        hold_us: 8_000,
+    let mut fleet = Fleet::new();
+    fleet.run(SLOW_PROCESS, 40);
+    let steady = fleet.run(SLOW_PROCESS, 170);
+    let starts = cut_starts(&steady);
+    let gaps: Vec<usize> = starts.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(
+        (3..=5).contains(&starts.len()) && gaps.iter().all(|gap| (39..=43).contains(gap)),
+        "cuts at {starts:?}: {}",
+        shown(&steady)
+    );
+    assert_steady(&steady, 20, "one slow process");
+}
+
+/// A halved capacity is found by a cut that still queues or by a verification, a limit far
+/// above the capacity by cuts that go deeper: the bases were wrong, so the period goes back to
+/// 10 s. After the halving the cut that follows comes about 11 s later, not 41; after the
+/// descent (one cut a second, its last one not queued, which doubles the period to 20 s) about
+/// 21 s later, not 41 or more.
+#[test]
+fn a_cut_that_found_the_limit_wrong_sets_the_period_back() {
+    let mut fleet = Fleet::new();
+    fleet.run(SLOW_PROCESS, 120);
+    let halved = Shape {
+        capacity: 10,
+        ..SLOW_PROCESS
     };
-    let shape = Shape {
-        processes: [slow, Process::default(), Process::default()],
-        contended: true,
+    let mut far = Fleet::started_at(100);
+    let far_shape = Shape {
+        capacity: 4,
+        offered: Some(400),
         ..CLEAN
     };
+    for (what, following, gaps) in [
+        ("halved", fleet.run(halved, 30), 9..=12),
+        ("far above", far.run(far_shape, 40), 20..=35),
+    ] {
+        let starts = cut_starts(&following);
+        assert!(
+            starts.windows(2).any(|w| gaps.contains(&(w[1] - w[0]))),
+            "{what}: cuts at {starts:?}: {}",
+            shown(&following)
+        );
+    }
+}
+
+/// Every process replaced at once (a rolling restart; the estimate survives) as the capacity
+/// halves: nobody has a base, so nobody votes. The period, grown to 40 s, goes back to 10 s on
+/// the first window mostly unjudged, and the cut that comes gives the new processes their
+/// bases: the limit follows the capacity within seconds, not after up to 40.
+#[test]
+fn processes_without_a_base_bring_the_next_cut_closer() {
     let mut fleet = Fleet::new();
-    fleet.run(shape, 40);
-    let steady = fleet.run(shape, 80);
-    // A cut's window straddles two of the simulation's seconds.
-    let cuts = steady.windows(2).filter(|w| w[1].cut && !w[0].cut).count();
-    assert!(cuts <= 2, "{cuts} cuts: {}", shown(&steady));
-    assert_steady(&steady, 20, "one slow process");
+    fleet.run(CLEAN, 120);
+    fleet.sampling = Default::default();
+    let halved = Shape {
+        capacity: 10,
+        ..CLEAN
+    };
+    let following = fleet.run(halved, 20);
+    assert!(
+        following[15..].iter().all(|s| (8..=13).contains(&s.full)),
+        "halved: {}",
+        shown(&following)
+    );
+}
+
+/// One window closing on `estimate` (its window opened at 0, a second long) with these
+/// figures: the period it leaves.
+fn period_after(mut estimate: Estimate, window: Observed) -> u64 {
+    estimate.window = window;
+    let report = Report {
+        observed: Observed::default(),
+        bounds: BOUNDS,
+        window_ms: 1_000,
+    };
+    let now = Now {
+        ms: 1_000,
+        ns: 0,
+        order: 0,
+    };
+    Adapt::step(&mut estimate, &report, now, &mut Seen::default());
+    estimate.every_ms
+}
+
+/// Ten calls at 20 ms, `low` of them at low occupancy, `judged` of them judged clear.
+fn calls(low: u64, judged: u64) -> Observed {
+    let mut votes = Votes::default();
+    if judged > 0 {
+        votes.add(judged, 1_000, 20_000);
+    }
+    Observed {
+        samples: 10,
+        sum_us: 200_000,
+        calls: 10,
+        low,
+        peak: 20,
+        votes,
+    }
+}
+
+/// Only a cut someone judged (voters weighing half its calls) can confirm the bases: one that
+/// nobody, or hardly anybody, voted in keeps the period.
+#[test]
+fn a_cut_nobody_judged_keeps_the_period() {
+    let cut = Estimate {
+        limit_pm: 20_000,
+        latency_us: 20_000,
+        cut: true,
+        every_ms: CUT_EVERY_MS,
+        level: 20,
+        expires_ms: IDLE_MS,
+        ..Estimate::default()
+    };
+    for (judged, every) in [(0, CUT_EVERY_MS), (4, CUT_EVERY_MS), (5, 2 * CUT_EVERY_MS)] {
+        assert_eq!(
+            period_after(cut.clone(), calls(10, judged)),
+            every,
+            "{judged} of 10 calls judged"
+        );
+    }
+}
+
+/// Outside a cut, a window whose calls went mostly unjudged and had no share at low
+/// occupancy has processes without a base: the period goes back to 10 s. With a low share
+/// (a quiet fleet measuring its bases anyway) or judged, it is kept.
+#[test]
+fn a_window_mostly_unjudged_sets_the_period_back() {
+    let steady = Estimate {
+        limit_pm: 20_000,
+        latency_us: 20_000,
+        low_ms: 900,
+        every_ms: MAX_CUT_EVERY_MS,
+        level: 20,
+        expires_ms: IDLE_MS,
+        ..Estimate::default()
+    };
+    for (low, judged, every) in [
+        (0, 0, CUT_EVERY_MS),
+        (0, 4, CUT_EVERY_MS),
+        (0, 5, MAX_CUT_EVERY_MS),
+        (1, 0, MAX_CUT_EVERY_MS),
+    ] {
+        assert_eq!(
+            period_after(steady.clone(), calls(low, judged)),
+            every,
+            "{low} low, {judged} judged"
+        );
+    }
+}
+
+/// A stored period out of [10 s, 40 s] (an older script's absent field, a later version's
+/// longer cap, a foreign write) is read within it, so it neither cuts every window nor never.
+#[test]
+fn a_stored_period_is_read_within_its_bounds() {
+    for (stored, read) in [
+        (0, CUT_EVERY_MS),
+        (1, CUT_EVERY_MS),
+        (25_000, 25_000),
+        (1_000_000_000, MAX_CUT_EVERY_MS),
+        (u64::MAX, MAX_CUT_EVERY_MS),
+    ] {
+        let mut estimate = Estimate {
+            limit_pm: 20_000,
+            every_ms: stored,
+            expires_ms: IDLE_MS,
+            ..Estimate::default()
+        };
+        let report = Report {
+            observed: Observed::default(),
+            bounds: BOUNDS,
+            window_ms: 1_000,
+        };
+        let now = Now {
+            ms: 500,
+            ns: 0,
+            order: 0,
+        };
+        Adapt::step(&mut estimate, &report, now, &mut Seen::default());
+        assert_eq!(estimate.every_ms, read, "stored {stored}");
+    }
 }
 
 /// A downstream that fails a steady share of calls at any concurrency (one in ten in a
