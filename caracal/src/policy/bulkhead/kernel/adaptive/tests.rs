@@ -518,11 +518,11 @@ fn cuts_that_confirm_the_limit_come_less_often() {
     assert_steady(&steady, 20, "one slow process");
 }
 
-/// A halved capacity is found by a cut that still queues or by a verification, a limit far
-/// above the capacity by cuts that go deeper: the bases were wrong, so the period goes back to
-/// 10 s. After the halving the cut that follows comes about 11 s later, not 41; after the
-/// descent (one cut a second, its last one not queued, which doubles the period to 20 s) about
-/// 21 s later, not 41 or more.
+/// A halved capacity is found by a cut that still queues, a limit far above the capacity by
+/// cuts that go deeper, a host turned busy by a verification (queued votes on old bases): the
+/// bases were wrong, so the period goes back to 10 s. After the halving the cut that follows
+/// comes about 11 s later, not 41; after the descent or the verification (their last cut not
+/// queued, which doubles the period to 20 s) about 21 s later, not 41 or more.
 #[test]
 fn a_cut_that_found_the_limit_wrong_sets_the_period_back() {
     let mut fleet = Fleet::new();
@@ -537,9 +537,16 @@ fn a_cut_that_found_the_limit_wrong_sets_the_period_back() {
         offered: Some(400),
         ..CLEAN
     };
+    let mut busy = Fleet::new();
+    busy.run(CLEAN, 120);
+    let busy_shape = Shape {
+        noise: Noise::Busy(15_000),
+        ..CLEAN
+    };
     for (what, following, gaps) in [
         ("halved", fleet.run(halved, 30), 9..=12),
         ("far above", far.run(far_shape, 40), 20..=35),
+        ("busy", busy.run(busy_shape, 40), 20..=24),
     ] {
         let starts = cut_starts(&following);
         assert!(
