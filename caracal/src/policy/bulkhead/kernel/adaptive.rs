@@ -479,17 +479,14 @@ fn update(estimate: &mut Estimate, bounds: Bounds, now: Now, seen: &mut Seen) {
     // on, has processes without a base (a new process, a rolling restart): back to the first
     // period. A cut nobody judged keeps it.
     let judged = weight * 2 >= window.calls;
-    estimate.every_ms = if verify
-        || deeper
-        || estimate.cut && lowered
-        || !estimate.cut && !judged && !low_share
-    {
-        CUT_EVERY_MS
-    } else if estimate.cut && judged {
-        (estimate.every_ms * 2).min(MAX_CUT_EVERY_MS)
-    } else {
-        estimate.every_ms
-    };
+    estimate.every_ms =
+        if verify || deeper || estimate.cut && lowered || !estimate.cut && !judged && !low_share {
+            CUT_EVERY_MS
+        } else if estimate.cut && judged {
+            (estimate.every_ms * 2).min(MAX_CUT_EVERY_MS)
+        } else {
+            estimate.every_ms
+        };
     estimate.cut = verify || deeper || now.ms >= estimate.low_ms.saturating_add(estimate.every_ms);
     if estimate.cut {
         Branch::Cut.reach(seen);
