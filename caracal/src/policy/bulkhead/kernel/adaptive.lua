@@ -6,7 +6,8 @@
 -- KEYS[1]  `caracal:v1:{<identity>}:adaptive`: a hash. `limit` (thousandths), `latency` and
 --          `base` (µs), `since` and `lowat` (ms of server time), `cut` (0 or 1), `level` (the last
 --          window's highest occupancy), `every` (ms from `lowat` to the next cut; read within
---          [10 s, 40 s], absent as 10 s), and the open
+--          [10 s, 40 s], absent as 10 s; an older script leaves it untouched, which costs at
+--          most one period of 40 s after a mixed fleet or a rollback), and the open
 --          window's `n`, `sum`, `calls`, `low`, `peak`, `queued`, `clear`, `unsure`, `ratios`
 --          and `bases`.
 -- ARGV     samples, sum (µs), calls, low, peak, queued, clear, unsure, ratios, bases, min,

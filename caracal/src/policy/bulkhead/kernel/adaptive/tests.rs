@@ -207,10 +207,10 @@ impl Fleet {
             let fails = (calls as f64 * failing).round() as u64;
             // A call failing fast frees its slot for many more: a millisecond each.
             let fast_drops = fails * (shape.service_us / 1_000);
+            let (one_in, failure_us) = shape.failing;
             for call in 0..calls - fails {
-                let (every, failure_us) = shape.failing;
-                // The first of each `every` calls: not in step with the dips (the last).
-                if every > 0 && call % every == 0 {
+                // The first of each `one_in` calls: not in step with the dips (the last).
+                if one_in > 0 && call % one_in == 0 {
                     let us = if failure_us == 0 { latency } else { failure_us };
                     self.sampling[index].body(low || shape.dipped(call), us, false);
                     continue;
@@ -694,41 +694,55 @@ fn a_stored_period_is_read_within_its_bounds() {
     }
 }
 
-/// A downstream that fails a steady share of calls at any concurrency (one in ten in a
-/// millisecond, or one in four as slowly as a success): the processes see that share at low
-/// occupancy as near the limit, so it is not the overload's, and the limit follows the
-/// capacity as on a clean downstream, neither collapsing to `min` on drops nor climbing to
-/// `max` on clear votes, though the share is learnt only where calls ran at low occupancy, in
-/// cuts (calls admitted in a dip may only lower it, and there are dips here too). Not yet: one
-/// in four failing slowly with a quarter of the calls in dips, where the dips stand in for cuts
-/// that never come, the share is never learnt and the limit falls to `min`.
+/// A downstream that fails one call in four at any concurrency, as slowly as a success: the
+/// processes see that share at low occupancy as near the limit, so it is not the overload's,
+/// and the limit follows the capacity as on a clean downstream, neither collapsing to `min` on
+/// drops nor climbing to `max` on clear votes. The share is learnt only where calls ran at low
+/// occupancy, in cuts: with one call in forty admitted in a dip (under the tenth that would
+/// stand in for a cut), those may only lower it, and cuts still come. (One in ten failing in a
+/// millisecond is too little of the slots' time to move a ratio: such a case guards nothing.)
 #[test]
 fn a_steady_share_of_failures_neither_collapses_nor_inflates_the_limit() {
-    for (failing, dips) in [((10, 1_000), 0), ((10, 1_000), 4), ((4, 0), 0)] {
-        let shape = Shape {
-            failing,
-            dips,
-            ..CLEAN
-        };
-        let mut fleet = Fleet::new();
-        fleet.run(shape, 30);
-        let steady = fleet.run(shape, 60);
-        assert!(
-            steady.iter().all(|s| (16..=30).contains(&s.full)),
-            "{failing:?}, dips {dips}: {}",
-            shown(&steady)
-        );
-        let halved = Shape {
-            capacity: 10,
-            ..shape
-        };
-        let following = fleet.run(halved, 15);
-        assert!(
-            following[10..].iter().all(|s| (8..=13).contains(&s.full)),
-            "halved, {failing:?}, dips {dips}: {}",
-            shown(&following)
-        );
+    for dips in [0, 40] {
+        steady_failures_follow_the_capacity(dips);
     }
+}
+
+/// One in four calls failing slowly, with `dips`: the limit within [16, 30] for 60 s, then
+/// halved, within [8, 13] after 10 s.
+fn steady_failures_follow_the_capacity(dips: u64) {
+    let shape = Shape {
+        failing: (4, 0),
+        dips,
+        ..CLEAN
+    };
+    let mut fleet = Fleet::new();
+    fleet.run(shape, 30);
+    let steady = fleet.run(shape, 60);
+    assert!(
+        steady.iter().all(|s| (16..=30).contains(&s.full)),
+        "dips {dips}: {}",
+        shown(&steady)
+    );
+    let halved = Shape {
+        capacity: 10,
+        ..shape
+    };
+    let following = fleet.run(halved, 15);
+    assert!(
+        following[10..].iter().all(|s| (8..=13).contains(&s.full)),
+        "halved, dips {dips}: {}",
+        shown(&following)
+    );
+}
+
+/// One in four failing slowly and a quarter of the calls admitted in dips: the dips stand in
+/// for cuts that never come, the dipped calls may only lower the share, so it is never learnt
+/// and the limit falls to `min`.
+#[test]
+#[ignore = "issue 28: dips stand in for cuts; the share of failures is never learnt"]
+fn steady_failures_with_a_quarter_of_the_calls_in_dips_follow_the_capacity() {
+    steady_failures_follow_the_capacity(4);
 }
 
 /// A queue three times the base near the limit, and a cut that still queues at twice: the
