@@ -477,8 +477,8 @@ fn update(estimate: &mut Estimate, bounds: Bounds, now: Now, seen: &mut Seen) {
     };
     // The period before the next cut. A cut in which voters weighed at least half the calls
     // and that did not still queue (its latency did not fall with the occupancy, its votes
-    // were not queued) judged the bases and found them right: the next can wait twice as
-    // long. A cut that still queued, or a verification, found them wrong; a window outside a
+    // were not queued) found nothing it could tell was wrong (weak evidence: its votes judge
+    // the bases it has just moved): the next can wait twice as long. A cut that still queued, or a verification, found them wrong; a window outside a
     // cut whose calls mostly went unjudged, with no share at low occupancy to measure bases
     // on, has processes without a base (a new process, a rolling restart): back to the first
     // period. A cut nobody judged keeps it.
