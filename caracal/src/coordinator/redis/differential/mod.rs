@@ -141,6 +141,19 @@ impl Env<'_> {
         self.query(redis::cmd("DEL").arg(key))
     }
 
+    /// Sets `field` of the hash at `key` to `value`, or deletes it (`None`).
+    pub(crate) fn set_field(
+        &mut self,
+        key: &str,
+        field: &str,
+        value: Option<&str>,
+    ) -> Result<(), TestCaseError> {
+        match value {
+            Some(value) => self.query(redis::cmd("HSET").arg(key).arg(field).arg(value)),
+            None => self.query(redis::cmd("HDEL").arg(key).arg(field)),
+        }
+    }
+
     /// The value stored at `key`, if any.
     pub(crate) fn get<T: redis::FromRedisValue>(
         &mut self,

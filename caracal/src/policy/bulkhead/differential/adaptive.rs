@@ -1,8 +1,10 @@
 //! `adaptive.lua` against the [`Adapt`] kernel: generated reports (bodies at low and high
 //! occupancy with latencies from a microsecond to minutes, drops, occupancies, each judged by
 //! a process's [`Sampling`] as a process would) under generated bounds and windows, with clock
-//! moves to just before, at and after the open window's end, past a cut's period, and past the
-//! estimate's idle expiry (where the key is deleted, as its TTL would on real time).
+//! moves to just before, at and after the open window's end, past the period before the next
+//! cut (10 to 40 s), and past the estimate's idle expiry (where the key is deleted, as its TTL
+//! would on real time); and a stored period an older script left absent or something foreign
+//! wrote (negative, fractional, huge), which both read within [10 s, 40 s].
 
 use std::collections::HashMap;
 
@@ -13,7 +15,7 @@ use crate::coordinator::differential::{Connection, Env, clock, differential};
 use crate::kernel::{Seen, State, Wire};
 use crate::policy::bulkhead::kernel::adaptive::vote::Sampling;
 use crate::policy::bulkhead::kernel::adaptive::{
-    Adapt, Bounds, Branch, CUT_EVERY_MS, Estimate, IDLE_MS, Report,
+    Adapt, Bounds, Branch, CUT_EVERY_MS, Estimate, IDLE_MS, MAX_CUT_EVERY_MS, Observed, Report,
 };
 
 #[derive(Debug, Clone)]
@@ -31,9 +33,24 @@ enum Command {
     ToWindowEnd { offset: i8 },
     /// Past the estimate's idle expiry.
     Idle,
-    /// Past a cut's period.
+    /// Past the period before the next cut.
     Cut,
+    /// The stored period replaced (`None`: deleted, as an older script's hash has none), then
+    /// a report of nothing.
+    Period(Option<&'static str>),
 }
+
+/// Stored periods and how the kernel reads them: absent, negative, fractional, within the
+/// bounds, fractional within them, huge, not a number.
+const PERIODS: [(Option<&str>, u64); 7] = [
+    (None, 0),
+    (Some("-5"), 0),
+    (Some("0.5"), 0),
+    (Some("25000"), 25_000),
+    (Some("25000.5"), 25_000),
+    (Some("1000000000"), u64::MAX),
+    (Some("nan"), 0),
+];
 
 fn latency() -> impl Strategy<Value = Option<u64>> {
     prop_oneof![
@@ -66,6 +83,7 @@ fn command() -> impl Strategy<Value = Command> {
         3 => (-1i8..=1).prop_map(|offset| Command::ToWindowEnd { offset }),
         1 => Just(Command::Idle),
         1 => Just(Command::Cut),
+        1 => prop::sample::select(&PERIODS[..]).prop_map(|(stored, _)| Command::Period(stored)),
     ]
 }
 
@@ -127,7 +145,32 @@ pub(crate) fn run(conn: Connection, cases: u32) {
                         now_us = now_us.max(ends * 1000);
                     }
                     Command::Idle => now_us += (IDLE_MS + 1) * 1000,
-                    Command::Cut => now_us += CUT_EVERY_MS * 1000,
+                    Command::Cut => {
+                        now_us += estimate.every_ms.clamp(CUT_EVERY_MS, MAX_CUT_EVERY_MS) * 1000;
+                    }
+                    Command::Period(stored) => {
+                        // Only over a live estimate: a field alone would be a key with no TTL.
+                        if estimate.limit_pm == 0 || estimate.forgettable(clock(now_us)) {
+                            continue;
+                        }
+                        let key = env.key("adaptive");
+                        env.set_field(&key, "every", stored)?;
+                        let read = PERIODS.iter().find(|(s, _)| *s == stored);
+                        estimate.every_ms = read.map_or(0, |(_, read)| *read);
+                        // A report of nothing, so that the final state holds the value read.
+                        let report = Report {
+                            observed: Observed::default(),
+                            bounds,
+                            window_ms,
+                        };
+                        env.step::<Adapt>(
+                            &mut estimate,
+                            &report,
+                            Wire::default(),
+                            now_us,
+                            &mut seen,
+                        )?;
+                    }
                 }
             }
             compare_final_state(env, &estimate)?;

@@ -5,8 +5,9 @@
 --
 -- KEYS[1]  `caracal:v1:{<identity>}:adaptive`: a hash. `limit` (thousandths), `latency` and
 --          `base` (µs), `since` and `lowat` (ms of server time), `cut` (0 or 1), `level` (the last
---          window's highest occupancy), `every` (ms from `lowat` to the next cut; 0 or absent:
---          `CUT_EVERY_MS`), and the open
+--          window's highest occupancy), `every` (ms from `lowat` to the next cut; read within
+--          [10 s, 40 s], absent as 10 s; an older script leaves it untouched, which costs at
+--          most one period of 40 s after a mixed fleet or a rollback), and the open
 --          window's `n`, `sum`, `calls`, `low`, `peak`, `queued`, `clear`, `unsure`, `ratios`
 --          and `bases`.
 -- ARGV     samples, sum (µs), calls, low, peak, queued, clear, unsure, ratios, bases, min,
@@ -39,7 +40,13 @@ for i = 1, #fields do
   e[i] = tonumber(stored[i]) or 0
 end
 local limit, latency, base, since, lowat, cut, level = e[1], e[2], e[3], e[4], e[5], e[6], e[7]
-local every = e[8]
+-- Absent (an older script's hash) or foreign (negative, fractional, huge, not a number): read
+-- within [CUT_EVERY_MS, MAX_CUT_EVERY_MS], never a period that cuts every window or never cuts.
+local every = math.floor(e[8])
+if not (every >= CUT_EVERY_MS) then
+  every = CUT_EVERY_MS
+end
+every = math.min(every, MAX_CUT_EVERY_MS)
 -- The open window: samples, sum, calls, low, peak, queued, clear, unsure, ratios, bases.
 local w = {e[9], e[10], e[11], e[12], e[13], e[14], e[15], e[16], e[17], e[18]}
 if limit == 0 then
@@ -78,7 +85,8 @@ if now >= since + window then
       -- A cut whose latency fell with its occupancy still queued.
       deeper = cut == 1 and before > 0 and latency * 1000 <= before * DEEPER_PM
     end
-    if low > 0 and low * 1000 >= calls * LOW_SHARE_PM then
+    local low_share = low > 0 and low * 1000 >= calls * LOW_SHARE_PM
+    if low_share then
       lowat = now
     end
     local weight = queued + clear + unsure
@@ -110,14 +118,13 @@ if now >= since + window then
     if deeper then
       level = math.min(peak, math.floor(cut_pm / 1000))
     end
-    -- A cut that did not still queue doubles the period before the next; one that did, or a
-    -- verification, sets it back.
-    if every == 0 then
+    -- A judged cut (voters weighed half its calls) that did not still queue doubles the period
+    -- before the next; one that still queued, a verification, or a window outside a cut mostly
+    -- unjudged with no low share (processes without a base) sets it back.
+    local judged = weight * 2 >= calls
+    if verify or deeper or queued_cut or (cut == 0 and not judged and not low_share) then
       every = CUT_EVERY_MS
-    end
-    if verify or deeper or queued_cut then
-      every = CUT_EVERY_MS
-    elseif cut == 1 then
+    elseif cut == 1 and judged then
       every = math.min(every * 2, MAX_CUT_EVERY_MS)
     end
     if verify or deeper or now >= lowat + every then

@@ -49,10 +49,14 @@
 //! - **Cuts that confirm the limit come less often.** A cut costs a quarter of the limit for a
 //!   second, and more where one process holds slots outside the downstream (its bodies blocked
 //!   after the reply): it takes the cut's slots as fast as the others and keeps each longer, so
-//!   the downstream falls to about half its capacity. A cut that did not still queue (its latency
-//!   did not fall with the occupancy, its votes were not queued) found the bases right, so the
-//!   period before the next doubles, up to [`MAX_CUT_EVERY_MS`]; a cut that still queued, or a
-//!   verification, sets it back to [`CUT_EVERY_MS`]. Bases that drift up between cuts are not
+//!   the downstream falls to about half its capacity. A cut in which voters weighed at least
+//!   half the calls and that did not still queue (its latency did not fall with the occupancy,
+//!   its votes were not queued) was judged and found nothing to correct, so the period before
+//!   the next doubles, up to [`MAX_CUT_EVERY_MS`]; a cut nobody judged keeps it. A cut that
+//!   still queued, a verification, or a window outside a cut whose calls went mostly unjudged
+//!   with no share at low occupancy (processes without a base: a new process, a rolling
+//!   restart) sets it back to [`CUT_EVERY_MS`]. The stored period is read within those two,
+//!   whatever wrote it. Bases that drift up between cuts are not
 //!   missed: queued votes on bases older than [`VERIFY_MS`] call a cut at once. So a steady
 //!   fleet cuts for one second in forty-one rather than in eleven.
 //! - **A cut that still queued goes deeper.** A limit far above the capacity (a high
@@ -76,17 +80,17 @@
 //! | no estimate is stored | [`Started`](Branch::Started) | the limit starts at `initial`; a cut follows the first window |
 //! | the window has not passed | [`Gathered`](Branch::Gathered) | the report joins the window |
 //! | it has, with no call in it | [`Idle`](Branch::Idle) | a window opens now; the limit is kept |
-//! | the queued votes weigh more than half | [`Queued`](Branch::Queued) | target `L × 1.1 / ratio` |
-//! | they do, on bases older than [`VERIFY_MS`] | [`Verify`](Branch::Verify) | the next window is a cut |
-//! | a cut's latency fell with its occupancy | [`Deeper`](Branch::Deeper) | target at most 1.1 × the cut; the next window is a cut |
+//! | the queued votes weigh more than half | [`Queued`](Branch::Queued) | target `L × 1.1 / ratio`; in a cut, the period back to [`CUT_EVERY_MS`] |
+//! | they do, on bases older than [`VERIFY_MS`] | [`Verify`](Branch::Verify) | the next window is a cut; the period back to [`CUT_EVERY_MS`] |
+//! | a cut's latency fell with its occupancy | [`Deeper`](Branch::Deeper) | target at most 1.1 × the cut; the next window is a cut; the period back to [`CUT_EVERY_MS`] |
 //! | the clear votes do, outside a cut | [`Probed`](Branch::Probed) | target 1.2 × the limit |
 //! | neither does | [`Unsure`](Branch::Unsure) | target the limit |
-//! | nobody voted | [`Unjudged`](Branch::Unjudged) | target the limit |
+//! | nobody voted | [`Unjudged`](Branch::Unjudged) | target the limit (voters under half the calls, outside a cut and with no low share: the period back to [`CUT_EVERY_MS`]) |
 //! | the highest occupancy under half the limit | [`AppLimited`](Branch::AppLimited) | target at most the limit |
 //! | the new limit is above the old | [`Grew`](Branch::Grew) | |
 //! | below | [`Shrank`](Branch::Shrank) | |
 //! | the same | [`Held`](Branch::Held) | |
-//! | no window with calls at low occupancy for the period ([`CUT_EVERY_MS`], doubled by each cut that did not still queue, up to [`MAX_CUT_EVERY_MS`]) | [`Cut`](Branch::Cut) | the next window is a cut |
+//! | no window with calls at low occupancy for the period ([`CUT_EVERY_MS`], doubled by each judged cut that did not still queue, up to [`MAX_CUT_EVERY_MS`]) | [`Cut`](Branch::Cut) | the next window is a cut |
 //!
 //! Every step answers the limit in force (¾ of the limit in a cut window; whole, within
 //! `[min, max]`), the limit itself, the mean latency of the last window and the voters' mean
@@ -117,10 +121,10 @@ pub(crate) const VERIFY_MS: u64 = 3_000;
 /// it still queued: ¾ of the occupancy ([`LOW_PM`]) with a tenth to spare ([`CLEAR_PM`]).
 pub(crate) const DEEPER_PM: u64 = LOW_PM * CLEAR_PM / 1000;
 /// How long a fleet goes without calls at low occupancy before a cut window, at first and
-/// again after a cut that still queued or a verification.
+/// again after a cut that still queued, a verification, or a window mostly unjudged.
 pub(crate) const CUT_EVERY_MS: u64 = 10_000;
-/// The longest that period grows to: each cut that confirmed the limit (it did not still
-/// queue) doubles it.
+/// The longest that period grows to: each cut that voters judged and that did not still queue
+/// doubles it.
 pub(crate) const MAX_CUT_EVERY_MS: u64 = 4 * CUT_EVERY_MS;
 /// The share of a window's calls (thousandths) at low occupancy that lets every process
 /// measure its base without a cut.
@@ -314,8 +318,9 @@ pub(crate) struct Estimate {
     pub(crate) low_ms: u64,
     /// Whether the open window is a cut.
     pub(crate) cut: bool,
-    /// How long after [`low_ms`](Self::low_ms) the next cut comes (0: [`CUT_EVERY_MS`], as an
-    /// estimate stored before the period could grow reads).
+    /// The period (ms) after [`low_ms`](Self::low_ms) at which a closing window calls a cut;
+    /// read within [`CUT_EVERY_MS`, `MAX_CUT_EVERY_MS`] (0: an estimate an older script
+    /// stored, read as [`CUT_EVERY_MS`]).
     pub(crate) every_ms: u64,
     /// The highest occupancy of the last window that closed with calls (0: none yet).
     pub(crate) level: u64,
@@ -369,6 +374,9 @@ impl Kernel for Adapt {
             };
         }
         estimate.limit_pm = bounds.clamp_pm(estimate.limit_pm);
+        // Absent (an older script's estimate), or foreign: never a period that cuts every
+        // window, nor one that never cuts.
+        estimate.every_ms = estimate.every_ms.clamp(CUT_EVERY_MS, MAX_CUT_EVERY_MS);
         estimate.window.join(&report.observed);
         if now.ms < estimate.since_ms.saturating_add(report.window_ms) {
             Branch::Gathered.reach(seen);
@@ -414,19 +422,20 @@ fn update(estimate: &mut Estimate, bounds: Bounds, now: Now, seen: &mut Seen) {
     if let Some(base) = votes.base_sum.checked_div(weight) {
         estimate.base_us = base;
     }
-    if window.low > 0 && window.low * 1000 >= window.calls * LOW_SHARE_PM {
+    let low_share = window.low > 0 && window.low * 1000 >= window.calls * LOW_SHARE_PM;
+    if low_share {
         estimate.low_ms = now.ms;
     }
     // Every product stays below 2^53 (a limit below 2^32 × 1000, a ratio at most 2000, a
     // growth of 1200): exact in the script's numbers too.
     let mut target = limit;
-    let (mut verify, mut queued) = (false, false);
+    let (mut verify, mut lowered) = (false, false);
     if weight == 0 {
         Branch::Unjudged.reach(seen);
     } else if votes.queued * 2 > weight {
         if now.ms < estimate.low_ms.saturating_add(VERIFY_MS) {
             Branch::Queued.reach(seen);
-            queued = true;
+            lowered = true;
             let ratio = (votes.ratio_sum / votes.queued).max(QUEUED_PM);
             target = limit * CLEAR_PM / ratio;
         } else {
@@ -466,20 +475,22 @@ fn update(estimate: &mut Estimate, bounds: Bounds, now: Now, seen: &mut Seen) {
     } else {
         window.peak
     };
-    // A cut that did not still queue (its latency did not fall with the occupancy, its votes
-    // were not queued) confirmed the bases and the limit: the next can wait twice as long. One
-    // that did, or a verification, found them wrong: back to the first period.
-    let every = match estimate.every_ms {
-        0 => CUT_EVERY_MS,
-        every => every,
-    };
-    estimate.every_ms = if verify || deeper || estimate.cut && queued {
-        CUT_EVERY_MS
-    } else if estimate.cut {
-        (every * 2).min(MAX_CUT_EVERY_MS)
-    } else {
-        every
-    };
+    // The period before the next cut. A cut in which voters weighed at least half the calls
+    // and that did not still queue (its latency did not fall with the occupancy, its votes
+    // were not queued) found nothing it could tell was wrong (weak evidence: its votes judge
+    // the bases it has just moved): the next can wait twice as long. A cut that still queued, or a verification, found them wrong; a window outside a
+    // cut whose calls mostly went unjudged, with no share at low occupancy to measure bases
+    // on, has processes without a base (a new process, a rolling restart): back to the first
+    // period. A cut nobody judged keeps it.
+    let judged = weight * 2 >= window.calls;
+    estimate.every_ms =
+        if verify || deeper || estimate.cut && lowered || !estimate.cut && !judged && !low_share {
+            CUT_EVERY_MS
+        } else if estimate.cut && judged {
+            (estimate.every_ms * 2).min(MAX_CUT_EVERY_MS)
+        } else {
+            estimate.every_ms
+        };
     estimate.cut = verify || deeper || now.ms >= estimate.low_ms.saturating_add(estimate.every_ms);
     if estimate.cut {
         Branch::Cut.reach(seen);

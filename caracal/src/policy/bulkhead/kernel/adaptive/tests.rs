@@ -207,10 +207,10 @@ impl Fleet {
             let fails = (calls as f64 * failing).round() as u64;
             // A call failing fast frees its slot for many more: a millisecond each.
             let fast_drops = fails * (shape.service_us / 1_000);
+            let (one_in, failure_us) = shape.failing;
             for call in 0..calls - fails {
-                let (every, failure_us) = shape.failing;
-                // The first of each `every` calls: not in step with the dips (the last).
-                if every > 0 && call % every == 0 {
+                // The first of each `one_in` calls: not in step with the dips (the last).
+                if one_in > 0 && call % one_in == 0 {
                     let us = if failure_us == 0 { latency } else { failure_us };
                     self.sampling[index].body(low || shape.dipped(call), us, false);
                     continue;
@@ -457,8 +457,9 @@ fn one_slow_process_holding_most_slots_does_not_keep_a_halved_capacity_queued() 
         capacity: 10,
         ..shape
     };
-    // Halved at every second of the cycle of cuts.
-    for warm in 30..40 {
+    // Halved at every second of the cycle of cuts: once the period has grown to 40 s (cuts
+    // at about 1, 12, 33 and 74 s), 41 s long.
+    for warm in 40..82 {
         let mut fleet = Fleet::new();
         fleet.run(shape, warm);
         assert_steady(&fleet.run(shape, 20), 20, "capacity 20");
@@ -473,64 +474,275 @@ fn one_slow_process_holding_most_slots_does_not_keep_a_halved_capacity_queued() 
 /// One slow process (8 ms added to its calls, its slots held 8 ms after each reply, as the
 /// field harness's blocked threads do) takes slots as fast as the others, so it holds the
 /// larger share of a cut's: the downstream falls furthest in a cut of all the shapes, and a cut
-/// every eleven seconds cost the fleet a tenth of C/S in the field. Cuts that find the limit
-/// right (none still queued) double the period before the next, up to 40 s: in 80 s of steady
-/// state, two cuts rather than seven.
+/// every eleven seconds cost the fleet a tenth of C/S in the field.
+const SLOW_PROCESS: Shape = Shape {
+    processes: [
+        Process {
+            extra_us: 8_000,
+            hold_us: 8_000,
+        },
+        Process {
+            extra_us: 0,
+            hold_us: 0,
+        },
+        Process {
+            extra_us: 0,
+            hold_us: 0,
+        },
+    ],
+    contended: true,
+    ..CLEAN
+};
+
+/// The seconds in which a cut started (a cut's window straddles two of the simulation's).
+fn cut_starts(seconds: &[Second]) -> Vec<usize> {
+    (1..seconds.len())
+        .filter(|&i| seconds[i].cut && !seconds[i - 1].cut)
+        .collect()
+}
+
+/// Cuts that find the limit right (judged, none still queued) double the period before the
+/// next, up to 40 s: in steady state, one cut every 41 s rather than every 11, and never none.
 #[test]
 fn cuts_that_confirm_the_limit_come_less_often() {
-    let slow = Process {
-        extra_us: 8_000,
-        hold_us: 8_000,
-    };
-    let shape = Shape {
-        processes: [slow, Process::default(), Process::default()],
-        contended: true,
-        ..CLEAN
-    };
     let mut fleet = Fleet::new();
-    fleet.run(shape, 40);
-    let steady = fleet.run(shape, 80);
-    // A cut's window straddles two of the simulation's seconds.
-    let cuts = steady.windows(2).filter(|w| w[1].cut && !w[0].cut).count();
-    assert!(cuts <= 2, "{cuts} cuts: {}", shown(&steady));
+    fleet.run(SLOW_PROCESS, 40);
+    let steady = fleet.run(SLOW_PROCESS, 170);
+    let starts = cut_starts(&steady);
+    let gaps: Vec<usize> = starts.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(
+        (3..=5).contains(&starts.len()) && gaps.iter().all(|gap| (39..=43).contains(gap)),
+        "cuts at {starts:?}: {}",
+        shown(&steady)
+    );
     assert_steady(&steady, 20, "one slow process");
 }
 
-/// A downstream that fails a steady share of calls at any concurrency (one in ten in a
-/// millisecond, or one in four as slowly as a success): the processes see that share at low
-/// occupancy as near the limit, so it is not the overload's, and the limit follows the
-/// capacity as on a clean downstream, neither collapsing to `min` on drops nor climbing to
-/// `max` on clear votes, though the share is learnt only where calls ran at low occupancy, in
-/// cuts (calls admitted in a dip may only lower it, and there are dips here too). Not yet: one
-/// in four failing slowly with a quarter of the calls in dips, where the dips stand in for cuts
-/// that never come, the share is never learnt and the limit falls to `min`.
+/// A halved capacity is found by a cut that still queues, a limit far above the capacity by
+/// cuts that go deeper, a host turned busy by a verification (queued votes on old bases): the
+/// bases were wrong, so the period goes back to 10 s. After the halving the cut that follows
+/// comes about 11 s later, not 41; after the descent or the verification (their last cut not
+/// queued, which doubles the period to 20 s) about 21 s later, not 41 or more.
 #[test]
-fn a_steady_share_of_failures_neither_collapses_nor_inflates_the_limit() {
-    for (failing, dips) in [((10, 1_000), 0), ((10, 1_000), 4), ((4, 0), 0)] {
-        let shape = Shape {
-            failing,
-            dips,
-            ..CLEAN
-        };
-        let mut fleet = Fleet::new();
-        fleet.run(shape, 30);
-        let steady = fleet.run(shape, 60);
+fn a_cut_that_found_the_limit_wrong_sets_the_period_back() {
+    let mut fleet = Fleet::new();
+    fleet.run(SLOW_PROCESS, 120);
+    let halved = Shape {
+        capacity: 10,
+        ..SLOW_PROCESS
+    };
+    let mut far = Fleet::started_at(100);
+    let far_shape = Shape {
+        capacity: 4,
+        offered: Some(400),
+        ..CLEAN
+    };
+    let mut busy = Fleet::new();
+    busy.run(CLEAN, 120);
+    let busy_shape = Shape {
+        noise: Noise::Busy(15_000),
+        ..CLEAN
+    };
+    for (what, following, gaps) in [
+        ("halved", fleet.run(halved, 30), 9..=12),
+        ("far above", far.run(far_shape, 40), 20..=35),
+        ("busy", busy.run(busy_shape, 40), 20..=24),
+    ] {
+        let starts = cut_starts(&following);
         assert!(
-            steady.iter().all(|s| (16..=30).contains(&s.full)),
-            "{failing:?}, dips {dips}: {}",
-            shown(&steady)
-        );
-        let halved = Shape {
-            capacity: 10,
-            ..shape
-        };
-        let following = fleet.run(halved, 15);
-        assert!(
-            following[10..].iter().all(|s| (8..=13).contains(&s.full)),
-            "halved, {failing:?}, dips {dips}: {}",
+            starts.windows(2).any(|w| gaps.contains(&(w[1] - w[0]))),
+            "{what}: cuts at {starts:?}: {}",
             shown(&following)
         );
     }
+}
+
+/// Every process replaced at once (a rolling restart; the estimate survives) as the capacity
+/// halves: nobody has a base, so nobody votes. The period, grown to 40 s, goes back to 10 s on
+/// the first window mostly unjudged, and the cut that comes gives the new processes their
+/// bases: the limit follows the capacity within seconds, not after up to 40.
+#[test]
+fn processes_without_a_base_bring_the_next_cut_closer() {
+    let mut fleet = Fleet::new();
+    fleet.run(CLEAN, 120);
+    fleet.sampling = Default::default();
+    let halved = Shape {
+        capacity: 10,
+        ..CLEAN
+    };
+    let following = fleet.run(halved, 20);
+    assert!(
+        following[15..].iter().all(|s| (8..=13).contains(&s.full)),
+        "halved: {}",
+        shown(&following)
+    );
+}
+
+/// One window closing on `estimate` (its window opened at 0, a second long) with these
+/// figures: the period it leaves.
+fn period_after(mut estimate: Estimate, window: Observed) -> u64 {
+    estimate.window = window;
+    let report = Report {
+        observed: Observed::default(),
+        bounds: BOUNDS,
+        window_ms: 1_000,
+    };
+    let now = Now {
+        ms: 1_000,
+        ns: 0,
+        order: 0,
+    };
+    Adapt::step(&mut estimate, &report, now, &mut Seen::default());
+    estimate.every_ms
+}
+
+/// Ten calls at 20 ms, `low` of them at low occupancy, `judged` of them judged clear.
+fn calls(low: u64, judged: u64) -> Observed {
+    let mut votes = Votes::default();
+    if judged > 0 {
+        votes.add(judged, 1_000, 20_000);
+    }
+    Observed {
+        samples: 10,
+        sum_us: 200_000,
+        calls: 10,
+        low,
+        peak: 20,
+        votes,
+    }
+}
+
+/// Only a cut someone judged (voters weighing half its calls) can confirm the bases: one that
+/// nobody, or hardly anybody, voted in keeps the period.
+#[test]
+fn a_cut_nobody_judged_keeps_the_period() {
+    let cut = Estimate {
+        limit_pm: 20_000,
+        latency_us: 20_000,
+        cut: true,
+        every_ms: CUT_EVERY_MS,
+        level: 20,
+        expires_ms: IDLE_MS,
+        ..Estimate::default()
+    };
+    for (judged, every) in [(0, CUT_EVERY_MS), (4, CUT_EVERY_MS), (5, 2 * CUT_EVERY_MS)] {
+        assert_eq!(
+            period_after(cut.clone(), calls(10, judged)),
+            every,
+            "{judged} of 10 calls judged"
+        );
+    }
+}
+
+/// Outside a cut, a window whose calls went mostly unjudged and had no share at low
+/// occupancy has processes without a base: the period goes back to 10 s. With a low share
+/// (a quiet fleet measuring its bases anyway) or judged, it is kept.
+#[test]
+fn a_window_mostly_unjudged_sets_the_period_back() {
+    let steady = Estimate {
+        limit_pm: 20_000,
+        latency_us: 20_000,
+        low_ms: 900,
+        every_ms: MAX_CUT_EVERY_MS,
+        level: 20,
+        expires_ms: IDLE_MS,
+        ..Estimate::default()
+    };
+    for (low, judged, every) in [
+        (0, 0, CUT_EVERY_MS),
+        (0, 4, CUT_EVERY_MS),
+        (0, 5, MAX_CUT_EVERY_MS),
+        (1, 0, MAX_CUT_EVERY_MS),
+    ] {
+        assert_eq!(
+            period_after(steady.clone(), calls(low, judged)),
+            every,
+            "{low} low, {judged} judged"
+        );
+    }
+}
+
+/// A stored period out of [10 s, 40 s] (an older script's absent field, a later version's
+/// longer cap, a foreign write) is read within it, so it neither cuts every window nor never.
+#[test]
+fn a_stored_period_is_read_within_its_bounds() {
+    for (stored, read) in [
+        (0, CUT_EVERY_MS),
+        (1, CUT_EVERY_MS),
+        (25_000, 25_000),
+        (1_000_000_000, MAX_CUT_EVERY_MS),
+        (u64::MAX, MAX_CUT_EVERY_MS),
+    ] {
+        let mut estimate = Estimate {
+            limit_pm: 20_000,
+            every_ms: stored,
+            expires_ms: IDLE_MS,
+            ..Estimate::default()
+        };
+        let report = Report {
+            observed: Observed::default(),
+            bounds: BOUNDS,
+            window_ms: 1_000,
+        };
+        let now = Now {
+            ms: 500,
+            ns: 0,
+            order: 0,
+        };
+        Adapt::step(&mut estimate, &report, now, &mut Seen::default());
+        assert_eq!(estimate.every_ms, read, "stored {stored}");
+    }
+}
+
+/// A downstream that fails one call in four at any concurrency, as slowly as a success: the
+/// processes see that share at low occupancy as near the limit, so it is not the overload's,
+/// and the limit follows the capacity as on a clean downstream, neither collapsing to `min` on
+/// drops nor climbing to `max` on clear votes. The share is learnt only where calls ran at low
+/// occupancy, in cuts: with one call in forty admitted in a dip (under the tenth that would
+/// stand in for a cut), those may only lower it, and cuts still come. (One in ten failing in a
+/// millisecond is too little of the slots' time to move a ratio: such a case guards nothing.)
+#[test]
+fn a_steady_share_of_failures_neither_collapses_nor_inflates_the_limit() {
+    for dips in [0, 40] {
+        steady_failures_follow_the_capacity(dips);
+    }
+}
+
+/// One in four calls failing slowly, with `dips`: the limit within [16, 30] for 60 s, then
+/// halved, within [8, 13] after 10 s.
+fn steady_failures_follow_the_capacity(dips: u64) {
+    let shape = Shape {
+        failing: (4, 0),
+        dips,
+        ..CLEAN
+    };
+    let mut fleet = Fleet::new();
+    fleet.run(shape, 30);
+    let steady = fleet.run(shape, 60);
+    assert!(
+        steady.iter().all(|s| (16..=30).contains(&s.full)),
+        "dips {dips}: {}",
+        shown(&steady)
+    );
+    let halved = Shape {
+        capacity: 10,
+        ..shape
+    };
+    let following = fleet.run(halved, 15);
+    assert!(
+        following[10..].iter().all(|s| (8..=13).contains(&s.full)),
+        "halved, dips {dips}: {}",
+        shown(&following)
+    );
+}
+
+/// One in four failing slowly and a quarter of the calls admitted in dips: the dips stand in
+/// for cuts that never come, the dipped calls may only lower the share, so it is never learnt
+/// and the limit falls to `min`.
+#[test]
+#[ignore = "issue 28: dips stand in for cuts; the share of failures is never learnt"]
+fn steady_failures_with_a_quarter_of_the_calls_in_dips_follow_the_capacity() {
+    steady_failures_follow_the_capacity(4);
 }
 
 /// A queue three times the base near the limit, and a cut that still queues at twice: the
