@@ -135,6 +135,8 @@ fn parse_heard(message: &str) -> Option<Heard<'_>> {
 
 #[cfg(test)]
 mod tests {
+    use tokio::sync::oneshot;
+
     use super::*;
     use crate::identity::{PolicyKind, Scope};
 
@@ -172,5 +174,40 @@ mod tests {
         ] {
             assert_eq!(parse(bad), None, "{bad:?}");
         }
+    }
+
+    /// What a publisher hears of its message (an announcement reads it to know whether the
+    /// fleet was told): a message the server took is reported sent, one it refused (here, a
+    /// user no longer allowed to `PUBLISH`; a link down fails the same way) unsent.
+    #[tokio::test]
+    async fn a_publisher_hears_whether_its_message_went_out() {
+        let server = caracal_tests::RedisServer::start();
+        let coordinator = Coordinator::redis(server.url())
+            .namespace("publish-outcome")
+            .connect()
+            .await
+            .expect("connected");
+        let key = coordinator
+            .identity(PolicyKind::Bulkhead, "told", "call", &Scope::GLOBAL)
+            .key;
+        let publish = || {
+            let (sent, heard) = oneshot::channel();
+            coordinator.publish(&key, "told?", move |went_out| {
+                let _ = sent.send(went_out);
+            });
+            heard
+        };
+        assert!(publish().await.expect("an outcome"), "the server took it");
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("default")
+            .arg("-publish")
+            .query(&mut server.connection())
+            .expect("ACL SETUSER");
+        assert!(
+            !publish().await.expect("an outcome"),
+            "the server refused it"
+        );
+        coordinator.shutdown().await;
     }
 }

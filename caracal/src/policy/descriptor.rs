@@ -192,6 +192,21 @@ mod tests {
     use super::*;
     use crate::policy::POLICIES;
 
+    /// Every kind's status read names keys: a batch of reads tells one identity's keys from
+    /// the next by their number (the coordinator's `batch_keys`).
+    #[test]
+    fn every_status_read_names_keys() {
+        for policy in POLICIES {
+            if let Some(read) = policy.read {
+                assert!(
+                    !read.keys.is_empty(),
+                    "{:?}'s status read names no keys",
+                    policy.kind
+                );
+            }
+        }
+    }
+
     #[test]
     fn every_kind_has_one_descriptor_in_kind_order() {
         let kinds: Vec<PolicyKind> = POLICIES.iter().map(|policy| policy.kind).collect();

@@ -191,6 +191,8 @@ impl RedisBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::coordinator::redis::scripts;
+    use crate::coordinator::registry::MemoryRead;
     use crate::identity::{Identity, PolicyKind, Scope};
 
     /// The identities of one kind at the registry's bound (10 000), each of its own scope.
@@ -239,28 +241,32 @@ mod tests {
         assert_eq!(batches, [vec![0, 2, 4], vec![1, 3]]);
     }
 
-    /// Every kind's status read names keys, which its batch needs to tell one identity's from
-    /// the next; a batch lists each identity's, in the read's order.
+    /// A batch lists each identity's keys, in the read's order, so the script can tell one
+    /// identity's from the next.
     #[test]
-    fn every_status_read_names_keys() {
-        for kind in PolicyKind::ALL {
-            if let Some(read) = crate::policy::descriptor(kind).read {
-                assert!(
-                    !read.keys.is_empty(),
-                    "{kind:?}'s status read names no keys"
-                );
-            }
-        }
-        let read = crate::policy::bulkhead::descriptor::DESCRIPTOR
-            .read
-            .expect("a bulkhead has a status read");
+    fn a_batch_lists_each_identitys_keys_in_the_reads_order() {
+        let read = StatusRead {
+            script: &scripts::PROCESSES_READ,
+            keys: &["first", "second"],
+            figures: 1,
+            memory: MemoryRead {
+                states: &[],
+                figures: |_, _| Vec::new(),
+            },
+        };
         let keys: Vec<KeyBase> = ["a", "b"]
             .iter()
             .map(|&name| Identity::new("ns", PolicyKind::Bulkhead, name, name, &Scope::GLOBAL).key)
             .collect();
         let every = batch_keys(&read, &keys);
-        assert_eq!(every.len(), 2 * read.keys.len());
-        assert_eq!(every[0], keys[0].key(read.keys[0]));
-        assert_eq!(every[read.keys.len()], keys[1].key(read.keys[0]));
+        assert_eq!(
+            every,
+            [
+                keys[0].key("first"),
+                keys[0].key("second"),
+                keys[1].key("first"),
+                keys[1].key("second"),
+            ]
+        );
     }
 }
