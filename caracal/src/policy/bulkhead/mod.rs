@@ -231,14 +231,15 @@ where
     // The local path runs in this one future, not in one of its own: a layer of futures (its
     // state, the result's moves, its drop) cost the local bulkhead as much as its admission
     // (callgrind, `bench local`). Waiting in line is rare, and boxed.
-    let decision = match local::admit(site, scope) {
-        local::Admission::Decided(decision) => decision,
-        local::Admission::Wait(line) => Box::pin(line.wait()).await,
+    // Held until the call ends.
+    let mut slot = None;
+    let refused = match local::admit(site, scope, &mut slot) {
+        local::Admission::Decided(refused) => refused,
+        local::Admission::Wait(line) => Box::pin(line.wait(&mut slot)).await,
     };
-    let _slot = match decision {
-        local::Decision::Run(slot) => slot,
-        local::Decision::Full(limit) => return Err(ctx.reject(site.full(scope, limit))),
-    };
+    if let Some(limit) = refused {
+        return Err(ctx.reject(site.full(scope, limit)));
+    }
     unfenced(body).await
 }
 
