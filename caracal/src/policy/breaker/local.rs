@@ -271,7 +271,9 @@ where
     // or around the body is built, then moved into the call's, and a copy of what was just
     // written stalls on its stores (`perf annotate`, `bench local`).
     let breaker = &*held;
-    let at = site.at(scope).shadowed(shadow);
+    // The labels, made only where they are read: a closed call reads them only for a debug
+    // event or the metrics, and otherwise never writes them out.
+    let at = || site.at(scope).shadowed(shadow);
     // Only an admission that may start a probe needs a token.
     let mut token = 0;
     let reply = match breaker.closed_generation() {
@@ -281,14 +283,18 @@ where
         },
         None => {
             token = u128::from(NEXT_TOKEN.fetch_add(1, Ordering::Relaxed));
-            breaker.with(&at, settings, |store, now| {
+            breaker.with(&at(), settings, |store, now| {
                 store.admit(now, token, settings, &mut Seen::default())
             })
         }
     };
     let result = match reply {
         AdmitReply::Closed { generation, .. } => {
-            events::admitted(&at, Phase::Closed, generation, arrival);
+            // An admission's event and metrics are its only readers of the labels (a local
+            // policy is in no tally).
+            if cfg!(feature = "metrics") || crate::events::debug_enabled() {
+                events::admitted(&at(), Phase::Closed, generation, arrival);
+            }
             let started = Started::now(slow_after);
             let result = AssertUnwindSafe(body).catch_unwind().await;
             started.settle(ctx, &classify, result, |verdict| {
@@ -298,7 +304,7 @@ where
                 if observation == SUCCESSES[0] && breaker.tally_success(generation) {
                     return;
                 }
-                let reply = breaker.with(&at, settings, |store, now| {
+                let reply = breaker.with(&at(), settings, |store, now| {
                     let observations = [observation];
                     store.observe(
                         now,
@@ -309,11 +315,11 @@ where
                         &mut Seen::default(),
                     )
                 });
-                observed(&at, generation, &reply);
+                observed(&at(), generation, &reply);
             })
         }
         AdmitReply::ForcedClosed { generation, .. } => {
-            events::admitted(&at, Phase::ForcedClosed, generation, arrival);
+            events::admitted(&at(), Phase::ForcedClosed, generation, arrival);
             body.await
         }
         AdmitReply::Probe {
@@ -326,11 +332,11 @@ where
                     to: Phase::HalfOpen,
                     generation,
                 };
-                announce(&at, change, None);
+                announce(&at(), change, None);
             }
-            events::probe_started(&at, generation, arrival);
+            events::probe_started(&at(), generation, arrival);
             let slot = ProbeSlot(Some(|outcome: ProbeOutcome| {
-                let reply = breaker.with(&at, settings, |store, now| {
+                let reply = breaker.with(&at(), settings, |store, now| {
                     store.settle(
                         now,
                         token,
@@ -340,9 +346,9 @@ where
                         &mut Seen::default(),
                     )
                 });
-                events::settled(&at, generation, &reply);
+                events::settled(&at(), generation, &reply);
                 if let Some(change) = reply.transition() {
-                    announce(&at, change, None);
+                    announce(&at(), change, None);
                 }
             }));
             run_admitted(slow_after, ctx, &classify, body, |verdict| {
@@ -355,7 +361,7 @@ where
             retry_after_ms,
         } => {
             let retry_after = std::time::Duration::from_millis(retry_after_ms);
-            events::rejected(&at, Phase::Open, Some(generation), Some(retry_after));
+            events::rejected(&at(), Phase::Open, Some(generation), Some(retry_after));
             // Shadowed, unrecorded: the breaker evolves as if the call had been refused.
             refuse(ctx, shadow, site.open_error(scope, Some(retry_after)), body).await
         }
@@ -364,11 +370,11 @@ where
             retry_after_ms,
         } => {
             let retry_after = retry_after_ms.map(std::time::Duration::from_millis);
-            events::rejected(&at, Phase::ForcedOpen, Some(generation), retry_after);
+            events::rejected(&at(), Phase::ForcedOpen, Some(generation), retry_after);
             refuse(ctx, shadow, site.open_error(scope, retry_after), body).await
         }
         AdmitReply::ProbeLimit { generation } => {
-            events::rejected(&at, Phase::HalfOpen, Some(generation), None);
+            events::rejected(&at(), Phase::HalfOpen, Some(generation), None);
             refuse(ctx, shadow, site.open_error(scope, None), body).await
         }
     };
