@@ -75,12 +75,15 @@ impl<V> Registry<V> {
         key: (&'static str, &'static str, &Scope),
         make: impl FnOnce() -> V,
     ) -> Held<'s, V> {
-        if *key.2 == Scope::GLOBAL
+        let (name, operation, scope) = key;
+        if *scope == Scope::GLOBAL
             && let Some(value) = site.value.get()
         {
             return Held::Site(value);
         }
-        self.look_up(site, key, make)
+        // The key's parts apart, in registers: a tuple passed whole is written to the stack
+        // first, and the compiler hoisted those stores above the test, onto every call's path.
+        self.look_up(site, name, operation, scope, make)
     }
 
     /// [`get`](Self::get) but for a site's cached value: the map, under its lock.
@@ -88,7 +91,9 @@ impl<V> Registry<V> {
     fn look_up<'s, A>(
         &self,
         site: &'s SiteCache<V, A>,
-        (name, operation, scope): (&'static str, &'static str, &Scope),
+        name: &'static str,
+        operation: &'static str,
+        scope: &Scope,
         make: impl FnOnce() -> V,
     ) -> Held<'s, V> {
         let lookup = || {

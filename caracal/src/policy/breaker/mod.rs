@@ -448,23 +448,50 @@ where
     C: Classify<T, E>,
     F: Future<Output = Result<T, E>>,
 {
-    let started = slow_after.map(|_| tokio::time::Instant::now());
+    let started = Started::now(slow_after);
     let result = AssertUnwindSafe(body).catch_unwind().await;
-    let slow = started
-        .zip(slow_after)
-        .is_some_and(|(started, after)| started.elapsed() > after);
-    match result {
-        Ok(result) => {
-            let outcome = classify.classify(&result, ctx.rejection());
-            record(Verdict { outcome, slow });
-            result
-        }
-        Err(panic) => {
-            record(Verdict {
-                outcome: Outcome::Failure,
-                slow,
-            });
-            std::panic::resume_unwind(panic)
+    started.settle(ctx, classify, result, record)
+}
+
+/// When an admitted body started, if the site has a `slow_call`: [`run_admitted`] in two
+/// halves, around the body's `.await`, for a caller that awaits the body itself rather than
+/// a future of its own around it.
+#[derive(Clone, Copy)]
+struct Started(Option<(tokio::time::Instant, Duration)>);
+
+impl Started {
+    /// The body starts now.
+    #[inline]
+    fn now(slow_after: Option<Duration>) -> Self {
+        Started(slow_after.map(|after| (tokio::time::Instant::now(), after)))
+    }
+
+    /// Hands the verdict on the body's `result` (or panic) to `record`, then returns the
+    /// result or resumes the panic.
+    #[inline]
+    fn settle<T, E, C: Classify<T, E>>(
+        self,
+        ctx: &CallCtx,
+        classify: &C,
+        result: std::thread::Result<Result<T, E>>,
+        record: impl FnOnce(Verdict),
+    ) -> Result<T, E> {
+        let slow = self
+            .0
+            .is_some_and(|(started, after)| started.elapsed() > after);
+        match result {
+            Ok(result) => {
+                let outcome = classify.classify(&result, ctx.rejection());
+                record(Verdict { outcome, slow });
+                result
+            }
+            Err(panic) => {
+                record(Verdict {
+                    outcome: Outcome::Failure,
+                    slow,
+                });
+                std::panic::resume_unwind(panic)
+            }
         }
     }
 }
