@@ -127,7 +127,13 @@ where
                 Ok(learnt) => {
                     values.limit = learnt.limit;
                     site.report_limit(learnt.full);
-                    Some((view, learnt))
+                    let Some(held) = view.hold(&learnt) else {
+                        let at = identity.at().shadowed(values.shadow);
+                        events::rejected(&at, Refusal::Capacity, None, values.limit);
+                        let full = site.full(&identity.scope, values.limit);
+                        return refuse(ctx, values.shadow, full, super::unfenced(body)).await;
+                    };
+                    Some((view, learnt, held))
                 }
                 Err(error) => {
                     unavailable(&identity, &values, &error);
@@ -164,7 +170,7 @@ where
                 &coordinator,
                 &identity,
                 (token, priority),
-                adaptive.as_ref().map(|(view, _)| view),
+                adaptive.as_ref().map(|(view, _, _)| view),
             )
             .await
             {
@@ -218,7 +224,7 @@ where
             body.as_mut().poll(cx).map(Ok)
         });
         // A body cut short from outside (an outer timeout, a caller gone) is congestion too.
-        let mut timing = adaptive.as_ref().map(|(view, learnt)| Timing {
+        let mut timing = adaptive.as_ref().map(|(view, learnt, _)| Timing {
             view,
             coordinator: &lease.coordinator,
             low: learnt.low(occupancy),
