@@ -10,10 +10,6 @@
 //! [`FRESH_FOR`] (the process's first, or its first after a pause) waits for a report's
 //! answer, so a process that joins a running fleet admits within the fleet's limit from its
 //! first call, not from `initial`.
-//!
-//! In a cut window a process holds at most ¾ of the slots it held in the window before
-//! ([`Holding`] says why); its calls beyond that are refused here, as a full bulkhead's are,
-//! without asking the coordinator.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -22,7 +18,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::events;
-use super::kernel::adaptive::vote::{Holding, REPORTS_PER_WINDOW, Sampling};
+use super::kernel::adaptive::vote::Sampling;
 use super::kernel::adaptive::{Adapt, Bounds, Learnt, Report};
 use crate::coordinator::{Coordinator, WeakCoordinator};
 use crate::error::Error;
@@ -35,9 +31,6 @@ pub(crate) const REPORT_EVERY: Duration = Duration::from_millis(250);
 pub(crate) const UPDATE_EVERY_MS: u64 = 1_000;
 /// How long a learnt limit is used without a newer answer.
 pub(crate) const FRESH_FOR: Duration = Duration::from_secs(2);
-// A process's last reports span the fleet's last window (its share in a cut is taken over them).
-const _: () =
-    assert!(REPORT_EVERY.as_millis() * REPORTS_PER_WINDOW as u128 == UPDATE_EVERY_MS as u128);
 /// How many empty rounds a reporter waits before it stops (it starts again with the next call).
 const IDLE_ROUNDS: u32 = 40;
 
@@ -85,61 +78,6 @@ struct Known {
     answered: u64,
     /// Whether the background reporter runs.
     reporting: bool,
-    slots: Slots,
-}
-
-/// The slots this process's calls of the identity hold (or are being granted), and the time
-/// they held them since the last report.
-#[derive(Debug, Default)]
-struct Slots {
-    held: u32,
-    /// When `held` last changed or a report took the time held, since which `held_us` misses
-    /// `held`'s time.
-    settled: Option<Instant>,
-    /// Slot-microseconds since the last report.
-    held_us: u128,
-    /// When the last report took the time held.
-    reported: Option<Instant>,
-    holding: Holding,
-}
-
-impl Slots {
-    fn settle(&mut self, now: Instant) {
-        if let Some(at) = self.settled {
-            self.held_us += u128::from(self.held) * (now - at).as_micros();
-        }
-        self.settled = Some(now);
-    }
-
-    /// Counts a call that is to take a slot, unless the process holds its cap already (`cut`:
-    /// whether a cut's limit is in force).
-    fn enter(&mut self, now: Instant, cut: bool) -> bool {
-        self.settle(now);
-        let allowed = self.holding.cap(cut).is_none_or(|cap| self.held < cap);
-        if allowed {
-            self.held += 1;
-        }
-        allowed
-    }
-
-    fn leave(&mut self, now: Instant) {
-        self.settle(now);
-        self.held -= 1;
-    }
-
-    /// The mean number of slots held since the last report joins the [`Holding`].
-    fn report(&mut self, now: Instant) {
-        self.settle(now);
-        if let Some(since) = self.reported {
-            let span = (now - since).as_micros();
-            if let Some(mean_pm) = (self.held_us * 1000).checked_div(span) {
-                self.holding
-                    .report(u64::try_from(mean_pm).unwrap_or(u64::MAX));
-            }
-        }
-        self.reported = Some(now);
-        self.held_us = 0;
-    }
 }
 
 impl View {
@@ -193,14 +131,6 @@ impl View {
         }
     }
 
-    /// Counts a call that is to take a slot, as long as the guard lives; `None` if `learnt` is a
-    /// cut's and this process already holds its cap ([`Holding::cap`]).
-    pub(crate) fn hold(self: &Arc<Self>, learnt: &Learnt) -> Option<Held> {
-        let cut = learnt.limit < learnt.full;
-        let entered = lock(&self.known).slots.enter(Instant::now(), cut);
-        entered.then(|| Held(Arc::clone(self)))
-    }
-
     /// Notes what one call showed (`record` adds it), and keeps the reporter running.
     pub(crate) fn observe(
         self: &Arc<Self>,
@@ -243,7 +173,6 @@ impl View {
             let cut = known
                 .learnt
                 .is_some_and(|(learnt, _)| learnt.limit < learnt.full);
-            known.slots.report(Instant::now());
             let report = Report {
                 observed: known.sampling.report(cut),
                 bounds,
@@ -271,15 +200,6 @@ impl View {
             events::limit_changed(&self.identity.at(), from, &learnt);
         }
         Ok(learnt)
-    }
-}
-
-/// A slot a view counts until this is dropped.
-pub(crate) struct Held(Arc<View>);
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        lock(&self.0.known).slots.leave(Instant::now());
     }
 }
 
@@ -355,50 +275,5 @@ impl Drop for Reporter {
         if self.1 == Ended::Running {
             lock(&self.0.known).reporting = false;
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A cut's cap is ¾ of the slots the process held over the window before, weighted by
-    /// time (8 slots for the first report and a half, none after: 3 on average, so 2.25, so 3),
-    /// kept for the cut whatever the process holds in it, and gone with the cut.
-    #[tokio::test(start_paused = true)]
-    async fn in_a_cut_a_process_holds_at_most_three_quarters_of_its_mean() {
-        let mut slots = Slots::default();
-        assert!(
-            slots.enter(Instant::now(), true),
-            "no window measured yet: no cap"
-        );
-        slots.leave(Instant::now());
-        slots.report(Instant::now());
-        for _ in 0..8 {
-            assert!(slots.enter(Instant::now(), false));
-        }
-        tokio::time::advance(REPORT_EVERY).await;
-        slots.report(Instant::now());
-        tokio::time::advance(REPORT_EVERY / 2).await;
-        (0..8).for_each(|_| slots.leave(Instant::now()));
-        tokio::time::advance(REPORT_EVERY / 2).await;
-        slots.report(Instant::now());
-        for _ in 2..REPORTS_PER_WINDOW {
-            tokio::time::advance(REPORT_EVERY).await;
-            slots.report(Instant::now());
-        }
-        for held in 0..3 {
-            assert!(
-                slots.enter(Instant::now(), true),
-                "{held} held, the cap is 3"
-            );
-        }
-        assert!(!slots.enter(Instant::now(), true), "3 held");
-        slots.leave(Instant::now());
-        tokio::time::advance(REPORT_EVERY).await;
-        slots.report(Instant::now());
-        assert!(slots.enter(Instant::now(), true), "the cap is kept: 2 held");
-        assert!(!slots.enter(Instant::now(), true), "3 held again");
-        assert!(slots.enter(Instant::now(), false), "out of the cut");
     }
 }

@@ -127,13 +127,7 @@ where
                 Ok(learnt) => {
                     values.limit = learnt.limit;
                     site.report_limit(learnt.full);
-                    let Some(held) = view.hold(&learnt) else {
-                        let at = identity.at().shadowed(values.shadow);
-                        events::rejected(&at, Refusal::Capacity, None, values.limit);
-                        let full = site.full(&identity.scope, values.limit);
-                        return refuse(ctx, values.shadow, full, super::unfenced(body)).await;
-                    };
-                    Some((view, learnt, held))
+                    Some((view, learnt))
                 }
                 Err(error) => {
                     unavailable(&identity, &values, &error);
@@ -170,7 +164,7 @@ where
                 &coordinator,
                 &identity,
                 (token, priority),
-                adaptive.as_ref().map(|(view, _, _)| view),
+                adaptive.as_ref().map(|(view, _)| view),
             )
             .await
             {
@@ -224,7 +218,7 @@ where
             body.as_mut().poll(cx).map(Ok)
         });
         // A body cut short from outside (an outer timeout, a caller gone) is congestion too.
-        let mut timing = adaptive.as_ref().map(|(view, learnt, _)| Timing {
+        let mut timing = adaptive.as_ref().map(|(view, learnt)| Timing {
             view,
             coordinator: &lease.coordinator,
             low: learnt.low(occupancy),

@@ -46,13 +46,10 @@
 //!   is Envoy's adaptive concurrency (its minimum latency measured at a reduced concurrency),
 //!   taken once per fleet rather than per process, and only while the fleet has no such calls
 //!   of its own.
-//! - **Every process cuts its own concurrency.** One that holds slots outside the downstream
-//!   (its bodies blocked after the reply) would take the cut's slots as fast as the others and
-//!   keep each longer, and the downstream would fall to a third of its capacity: in a cut each
-//!   process holds at most ¾ of its own mean concurrency of the window before
-//!   ([`vote::Holding`]), so the downstream falls by the cut's quarter, as the cut means it to.
 //! - **Cuts that confirm the limit come less often.** A cut costs a quarter of the limit for a
-//!   second. A cut in which voters weighed at least
+//!   second, and more where one process holds slots outside the downstream (its bodies blocked
+//!   after the reply): it takes the cut's slots as fast as the others and keeps each longer, so
+//!   the downstream falls to about half its capacity. A cut in which voters weighed at least
 //!   half the calls and that did not still queue (its latency did not fall with the occupancy,
 //!   its votes were not queued) was judged and found nothing to correct, so the period before
 //!   the next doubles, up to [`MAX_CUT_EVERY_MS`]; a cut nobody judged keeps it. A cut that

@@ -5,7 +5,7 @@
 //! its capacity, a capacity that halves and doubles back). Deterministic: the noise is a fixed
 //! sequence.
 
-use super::vote::{Holding, Sampling};
+use super::vote::Sampling;
 use super::*;
 
 const BOUNDS: Bounds = Bounds {
@@ -24,11 +24,6 @@ struct Process {
     extra_us: u64,
     /// Holds its slot this long after the downstream answered (not inside the downstream).
     hold_us: u64,
-    /// In a cut, it takes the slots the cut's refusals free four times as fast as the others
-    /// (its threads blocked, its tasks all waiting for a slot at once, its releases late): in
-    /// the field harness its blocked process held two thirds of a cut's slots, and the
-    /// downstream fell to a third of its capacity.
-    grabs_cut: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -72,7 +67,6 @@ const CLEAN: Shape = Shape {
     processes: [Process {
         extra_us: 0,
         hold_us: 0,
-        grabs_cut: false,
     }; 3],
     noise: Noise::None,
     fail_fast: false,
@@ -93,7 +87,6 @@ impl Shape {
 struct Fleet {
     estimate: Estimate,
     sampling: [Sampling; 3],
-    holding: [Holding; 3],
     learnt: Learnt,
     seed: u64,
     ms: u64,
@@ -105,8 +98,6 @@ struct Fleet {
 struct Second {
     full: u32,
     inside: f64,
-    /// The fewest calls inside in any of its ticks.
-    lowest: f64,
     goodput: f64,
     /// Whether a cut's limit was in force in any of its ticks.
     cut: bool,
@@ -117,7 +108,6 @@ impl Fleet {
         Fleet {
             estimate: Estimate::default(),
             sampling: Default::default(),
-            holding: Default::default(),
             learnt: Learnt {
                 limit: BOUNDS.initial,
                 full: BOUNDS.initial,
@@ -162,18 +152,15 @@ impl Fleet {
 
     fn second(&mut self, shape: Shape) -> Second {
         let (mut inside_sum, mut good, mut cut) = (0.0, 0.0, false);
-        let mut lowest = f64::INFINITY;
         for _ in 0..TICKS {
             cut |= self.learnt.limit < self.learnt.full;
             let (inside, served) = self.tick(shape);
             inside_sum += inside;
-            lowest = lowest.min(inside);
             good += served;
         }
         Second {
             full: self.learnt.full,
             inside: inside_sum / TICKS as f64,
-            lowest,
             goodput: good / (f64::from(shape.capacity) * 1e6 / shape.service_us as f64),
             cut,
         }
@@ -188,31 +175,18 @@ impl Fleet {
         let capacity = f64::from(shape.capacity);
         // Each process's slots, the part of their time spent inside the downstream (not
         // holding after the answer), and the queueing that causes, to a fixed point.
-        // In a cut, no process holds more than its cap (the slots it does not take go to the
-        // others, who ask for more than they get).
-        let cut = self.learnt.limit < self.learnt.full;
-        let caps: [f64; 3] = std::array::from_fn(|index| {
-            self.holding[index]
-                .cap(cut)
-                .map_or(f64::INFINITY, f64::from)
-        });
         let mut queue = 1.0;
         let mut inside = 0.0;
-        let mut slots = [0.0; 3];
+        let mut slots = [f64::from(occupancy) / 3.0; 3];
         for _ in 0..20 {
             let dwell = shape.service_us as f64 * queue;
             let cycles = shape
                 .processes
                 .map(|p| dwell + (p.hold_us + p.extra_us) as f64);
-            let weights: [f64; 3] = std::array::from_fn(|i| {
-                let grabs = if cut && shape.processes[i].grabs_cut {
-                    4.0
-                } else {
-                    1.0
-                };
-                grabs * if shape.contended { cycles[i] } else { 1.0 }
-            });
-            slots = shared(f64::from(occupancy), weights, caps);
+            if shape.contended {
+                let total: f64 = cycles.iter().sum();
+                slots = cycles.map(|cycle| f64::from(occupancy) * cycle / total);
+            }
             inside = (0..3).map(|i| slots[i] * dwell / cycles[i]).sum::<f64>();
             queue = if shape.fail_fast {
                 1.0
@@ -256,9 +230,6 @@ impl Fleet {
             self.sampling[index].occupancy(occupancy);
         }
         self.ms += TICK_US / 1000;
-        for (holding, slots) in self.holding.iter_mut().zip(slots) {
-            holding.report((slots * 1000.0) as u64);
-        }
         for index in 0..3 {
             let report = Report {
                 observed: self.sampling[index].report(self.learnt.limit < self.learnt.full),
@@ -273,30 +244,6 @@ impl Fleet {
             self.learnt = Adapt::step(&mut self.estimate, &report, now, &mut self.seen);
         }
         (inside, served)
-    }
-}
-
-/// `total` slots split in proportion to `weights`, none above its cap in `caps`: what a capped
-/// process leaves goes to the others in the same proportion.
-fn shared(total: f64, weights: [f64; 3], caps: [f64; 3]) -> [f64; 3] {
-    let mut capped = [false; 3];
-    loop {
-        let left = total - (0..3).filter(|&i| capped[i]).map(|i| caps[i]).sum::<f64>();
-        let weight: f64 = (0..3).filter(|&i| !capped[i]).map(|i| weights[i]).sum();
-        let slots: [f64; 3] = std::array::from_fn(|i| match capped[i] {
-            true => caps[i],
-            false => left * weights[i] / weight,
-        });
-        let over: Vec<usize> = (0..3)
-            .filter(|&i| !capped[i] && slots[i] > caps[i])
-            .collect();
-        if over.is_empty() {
-            return slots;
-        }
-        over.into_iter().for_each(|i| capped[i] = true);
-        if capped.iter().all(|&capped| capped) {
-            return caps;
-        }
     }
 }
 
@@ -423,7 +370,6 @@ fn latency_that_does_not_grow_with_concurrency_does_not_lower_the_limit() {
     let slow = Process {
         extra_us: 8_000,
         hold_us: 8_000,
-        grabs_cut: false,
     };
     let shapes = [
         (
@@ -471,7 +417,6 @@ fn calls_admitted_in_a_dip_of_the_occupancy_do_not_teach_a_queued_base() {
     let starved = Process {
         extra_us: 8_000,
         hold_us: 8_000,
-        grabs_cut: false,
     };
     let shape = Shape {
         processes: [starved, Process::default(), Process::default()],
@@ -502,7 +447,6 @@ fn one_slow_process_holding_most_slots_does_not_keep_a_halved_capacity_queued() 
     let slow = Process {
         extra_us: 30_000,
         hold_us: 0,
-        grabs_cut: false,
     };
     let shape = Shape {
         processes: [slow, Process::default(), Process::default()],
@@ -536,17 +480,14 @@ const SLOW_PROCESS: Shape = Shape {
         Process {
             extra_us: 8_000,
             hold_us: 8_000,
-            grabs_cut: false,
         },
         Process {
             extra_us: 0,
             hold_us: 0,
-            grabs_cut: false,
         },
         Process {
             extra_us: 0,
             hold_us: 0,
-            grabs_cut: false,
         },
     ],
     contended: true,
@@ -848,7 +789,6 @@ fn a_change_that_is_not_congestion_is_measured_again_not_followed_down() {
     let slower = Process {
         extra_us: 8_000,
         hold_us: 8_000,
-        grabs_cut: false,
     };
     let changes = [
         (
@@ -1019,29 +959,4 @@ fn the_limit_stays_within_its_bounds() {
         }
     }
     assert_eq!(bounds.whole(estimate.limit_pm), 5);
-}
-
-/// The field's slow process (its bodies blocking its thread 8 ms after each reply) takes a
-/// cut's slots faster than the others and keeps each longer: with the fleet's cut alone it held
-/// most of them and the downstream fell to a third of its capacity, every cut. Each process
-/// holding at most ¾ of what it held in the window before, the downstream falls by a quarter
-/// at most, as the cut means it to.
-#[test]
-fn a_process_grabbing_a_cuts_slots_holds_at_most_three_quarters_of_its_own() {
-    let mut shape = SLOW_PROCESS;
-    shape.processes[0].grabs_cut = true;
-    let mut fleet = Fleet::new();
-    fleet.run(shape, 40);
-    let steady = fleet.run(shape, 170);
-    let cuts: Vec<String> = steady
-        .iter()
-        .filter(|s| s.cut)
-        .map(|s| format!("{}/{:.1}", s.full, s.lowest))
-        .collect();
-    assert!(
-        !cuts.is_empty() && steady.iter().all(|s| !s.cut || s.lowest >= 15.0),
-        "cut seconds (limit/fewest inside) {cuts:?}: {}",
-        shown(&steady)
-    );
-    assert_steady(&steady, 20, "one process grabbing a cut's slots");
 }

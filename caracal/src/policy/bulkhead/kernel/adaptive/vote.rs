@@ -2,7 +2,7 @@
 //! keeps. Pure, like the fleet's step, and on the process's side of the wire: what goes out is
 //! a vote, never a raw latency that another process's would be compared with.
 
-use super::{DEEPER_PM, LOW_PM, MAX_LATENCY_US, MAX_RATIO_PM, Observed, add};
+use super::{DEEPER_PM, MAX_LATENCY_US, MAX_RATIO_PM, Observed, add};
 
 /// The fewest calls a vote judges: fewer say more about chance than about the downstream.
 pub(crate) const MIN_VOTE: u64 = 3;
@@ -22,9 +22,6 @@ pub(crate) const UNMOVED_PM: u64 = 100;
 /// the queued latency (a slow process holding slots outside the downstream keeps the fleet's
 /// limit there, and the cut still queues).
 pub(crate) const COMPARED_TIMES: u64 = 4;
-/// The reports a fleet's window spans (every 250 ms against a second): a process's mean
-/// concurrency over its last this many is its concurrency of the fleet's last window.
-pub(crate) const REPORTS_PER_WINDOW: usize = 4;
 
 /// Whether calls at low occupancy averaging `low_us` were not made faster by the lower
 /// occupancy than calls near the limit averaging `near_us`: at most [`UNMOVED_PM`] slower, and
@@ -214,47 +211,5 @@ impl Sampling {
             .checked_div(1000 - dropping_pm)
             .unwrap_or(MAX_RATIO_PM);
         latency_pm.max(drops_pm).min(MAX_RATIO_PM)
-    }
-}
-
-/// The slots one process held, as a mean over each of its last reports (thousandths), and
-/// what it may hold in a cut window: a cut lowers every process's own concurrency to ¾
-/// ([`LOW_PM`]) of what it held in the window before, not the fleet's alone. With the
-/// fleet's alone, a process whose slots turn over slowly (its bodies blocked after the reply,
-/// a starved replica) takes the cut's slots as fast as the others and keeps each longer: it
-/// ends up holding most of them, and the downstream falls to half its capacity for the cut.
-/// A cap taken from the process's share of the fleet's calls instead would give the others
-/// more slots than they held before the cut where the slow process held many: the
-/// downstream would not fall with the cut, and its latency would teach a queued base.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Holding {
-    /// The mean of each of its last reports, the latest at `reports % REPORTS_PER_WINDOW`.
-    recent: [u64; REPORTS_PER_WINDOW],
-    reports: usize,
-    /// The cap of the cut in force, set when the process first met it.
-    cap: Option<u32>,
-}
-
-impl Holding {
-    /// Notes the mean number of slots held (thousandths) since the last report.
-    pub(crate) fn report(&mut self, mean_pm: u64) {
-        self.recent[self.reports % REPORTS_PER_WINDOW] = mean_pm;
-        self.reports += 1;
-    }
-
-    /// The most slots the process may hold now: in a cut (`cut`), ¾ of its mean over the
-    /// window before the cut, rounded up and at least one, kept for as long as the cut lasts
-    /// (its own calls in the cut would lower it again and again); outside a cut, or with
-    /// no report yet to take it from, `None`.
-    pub(crate) fn cap(&mut self, cut: bool) -> Option<u32> {
-        if !cut {
-            self.cap = None;
-        } else if self.cap.is_none() && self.reports > 0 {
-            let reports = self.reports.min(REPORTS_PER_WINDOW) as u64;
-            let mean_pm = self.recent.iter().sum::<u64>() / reports;
-            let cap = (mean_pm * LOW_PM).div_ceil(1_000_000).max(1);
-            self.cap = Some(u32::try_from(cap).unwrap_or(u32::MAX));
-        }
-        self.cap
     }
 }
