@@ -121,6 +121,10 @@ impl Breaker {
 }
 
 impl Layer for Breaker {
+    fn reads_ctx_alone(&self) -> bool {
+        false
+    }
+
     fn identity(&self) -> Option<&Identity> {
         Some(&self.identity)
     }
@@ -186,7 +190,7 @@ impl Layer for Breaker {
             None => quote!(::caracal::__private::ClassifyByResult),
         };
         let inner = pinned(inner);
-        quote!(::caracal::__private::circuit_breaker(&#site, &#ctx, &#scope, #classify, #inner))
+        quote!(::caracal::__private::circuit_breaker(&#site, #ctx, #scope, #classify, #inner))
     }
 }
 

@@ -187,6 +187,10 @@ impl Layer for Bulkhead {
         true
     }
 
+    fn reads_ctx_alone(&self) -> bool {
+        false
+    }
+
     fn identity(&self) -> Option<&Identity> {
         Some(&self.identity)
     }
@@ -234,7 +238,7 @@ impl Layer for Bulkhead {
             site, scope, ctx, ..
         } = place;
         let inner = pinned(inner);
-        let admission = quote!(::caracal::__private::bulkhead(&#site, &#ctx, &#scope, #inner));
+        let admission = quote!(::caracal::__private::bulkhead(&#site, #ctx, #scope, #inner));
         self.priority.wrap(place, admission)
     }
 }

@@ -542,7 +542,7 @@ fn pipeline(stmts: &[Stmt], frame: &Frame<'_>, layers: &[Box<dyn Layer>]) -> Tok
     body.set_span(attempt_span);
     let witness = names::witness_name();
     let mut pipeline = quote_spanned! {attempt_span=>
-        ::caracal::__private::enter(&#witness, async #body)
+        ::caracal::__private::body(&#witness, async #body)
     };
     for (index, layer) in layers.iter().enumerate().rev() {
         pipeline = layer::wrap(&**layer, index, frame, pipeline);
@@ -552,6 +552,10 @@ fn pipeline(stmts: &[Stmt], frame: &Frame<'_>, layers: &[Box<dyn Layer>]) -> Tok
         .enumerate()
         .map(|(index, layer)| layer::site(&**layer, index, frame));
     let ctx = names::ctx_name();
+    let ctx_init = match layers {
+        [only] if !only.reads_ctx_alone() => quote!(::caracal::__private::CallCtx::unread()),
+        _ => quote!(&::caracal::__private::CallCtx::new()),
+    };
     let result = names::hygienic("__caracal_result");
     // Whether the error type takes rejections is checked once, here, with a message saying
     // what to write, spanned on the return type (see `caracal::__private::Probe`).
@@ -565,7 +569,7 @@ fn pipeline(stmts: &[Stmt], frame: &Frame<'_>, layers: &[Box<dyn Layer>]) -> Tok
     };
     quote! {
         #(#sites)*
-        let #ctx = ::caracal::__private::CallCtx::new();
+        let #ctx = #ctx_init;
         let #witness = #check;
         // Bound, so the pipeline's temporaries (which borrow the locals above) are dropped
         // before those locals, in every edition.

@@ -83,7 +83,7 @@ impl Layer for Fallback {
         // fallback inside a retry) is then reported.
         quote_spanned! {self.span=> async {
             let #result = #inner.await;
-            match ::caracal::__private::fallback(&#site, &#ctx, &#call_scope, #result) {
+            match ::caracal::__private::fallback(&#site, #ctx, #call_scope, #result) {
                 ::caracal::__private::ControlFlow::Break(#result) => #result,
                 ::caracal::__private::ControlFlow::Continue(#rejection) => #call,
             }

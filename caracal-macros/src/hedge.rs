@@ -195,7 +195,7 @@ impl Layer for Hedge {
         } = place;
         // A closure making each attempt's future; the `async` block holds what the layers
         // inside pin, so every attempt owns its own.
-        quote!(::caracal::__private::hedge(&#site, &#ctx, &#scope, || async { #inner.await }))
+        quote!(::caracal::__private::hedge(&#site, #ctx, #scope, || async { #inner.await }))
     }
 
     fn retry_span(&self) -> Option<Span> {

@@ -86,14 +86,19 @@ impl Identity {
         quote!(name: #name, operation: #operation, local: #local,)
     }
 
-    /// The expression evaluating the scope, once per call.
+    /// A reference to the scope, evaluated once per call: a `static` when it is a constant, so a
+    /// call writes and drops nothing for it.
     pub(crate) fn scope(&self) -> TokenStream {
         match &self.scope {
-            Scope::Global => quote!(::caracal::__private::global_scope()),
-            Scope::Static(scope) => quote!(::caracal::__private::static_scope(#scope)),
+            Scope::Global => quote!(&::caracal::__private::GLOBAL_SCOPE),
+            Scope::Static(scope) => quote!({
+                static SCOPE: ::caracal::__private::CallScope =
+                    ::caracal::__private::static_scope(#scope);
+                &SCOPE
+            }),
             // Spanned on the expression, so "doesn't implement `Display`" points at it.
             Scope::Dynamic(expr) => {
-                quote_spanned!(expr.span()=> ::caracal::__private::scope(&(#expr)))
+                quote_spanned!(expr.span()=> &::caracal::__private::scope(&(#expr)))
             }
         }
     }

@@ -66,7 +66,7 @@ pub(crate) struct Place {
     pub(crate) site: syn::Ident,
     /// The variable holding its own scope (for a layer with an [`identity`](Layer::identity)).
     pub(crate) scope: syn::Ident,
-    /// The variable holding the call's `CallCtx`.
+    /// The variable holding a reference to the call's `CallCtx`.
     pub(crate) ctx: syn::Ident,
     /// The variable holding the priority it gives the call (for a layer that takes
     /// `priority = …`), set by its [`per_call`](Layer::per_call) statements.
@@ -96,6 +96,13 @@ pub(crate) trait Layer {
     /// The identity of a coordinated policy.
     fn identity(&self) -> Option<&Identity> {
         None
+    }
+
+    /// Whether, as the function's only layer, it reads back what a call's context records: a
+    /// layer that only records its own rejection there (for layers outside it) runs on a
+    /// shared context that records nothing, which the call neither makes nor drops.
+    fn reads_ctx_alone(&self) -> bool {
+        true
     }
 
     /// Statements evaluated once per call before any layer runs, as the scopes are: what its

@@ -62,6 +62,10 @@ impl Layer for RateLimit {
         true
     }
 
+    fn reads_ctx_alone(&self) -> bool {
+        false
+    }
+
     fn identity(&self) -> Option<&Identity> {
         Some(&self.identity)
     }
@@ -95,7 +99,7 @@ impl Layer for RateLimit {
             site, scope, ctx, ..
         } = place;
         let inner = pinned(inner);
-        let admission = quote!(::caracal::__private::rate_limit(&#site, &#ctx, &#scope, #inner));
+        let admission = quote!(::caracal::__private::rate_limit(&#site, #ctx, #scope, #inner));
         self.priority.wrap(place, admission)
     }
 }

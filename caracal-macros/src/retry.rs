@@ -102,7 +102,7 @@ impl Layer for Retry {
         // A loop, not a closure, so a body borrowing `&mut self` can run once per attempt.
         quote!(async {
             let mut #state =
-                ::caracal::__private::Retry::new(&#site, &#ctx, &#call_scope, #when);
+                ::caracal::__private::Retry::new(&#site, #ctx, #call_scope, #when);
             loop {
                 let #outcome = #inner.await;
                 if let ::caracal::__private::ControlFlow::Break(#result) =

@@ -81,7 +81,7 @@ impl Layer for Budget {
             site, scope, ctx, ..
         } = place;
         let inner = pinned(inner);
-        quote!(::caracal::__private::retry_budget(&#site, &#ctx, &#scope, #inner))
+        quote!(::caracal::__private::retry_budget(&#site, #ctx, #scope, #inner))
     }
 
     fn gates_retries(&self) -> Option<(&'static str, Span)> {

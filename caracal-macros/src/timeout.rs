@@ -52,6 +52,10 @@ impl Timeout {
 }
 
 impl Layer for Timeout {
+    fn reads_ctx_alone(&self) -> bool {
+        false
+    }
+
     fn site(&self, frame: &Frame<'_>) -> (TokenStream, TokenStream) {
         let identity = &frame.identity;
         let after = durations::tokens(self.after);
@@ -68,6 +72,6 @@ impl Layer for Timeout {
         let Place { site, ctx, .. } = place;
         let call_scope = &frame.scope;
         let inner = pinned(inner);
-        quote!(::caracal::__private::timeout(&#site, &#ctx, &#call_scope, #inner))
+        quote!(::caracal::__private::timeout(&#site, #ctx, #call_scope, #inner))
     }
 }

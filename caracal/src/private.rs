@@ -20,13 +20,14 @@ pub fn scope<S: Display + ?Sized>(value: &S) -> Result<Scope, Error> {
     Scope::new(value.to_string())
 }
 
-/// The default scope, `"global"`.
-pub const fn global_scope() -> Result<Scope, Error> {
-    Ok(Scope::GLOBAL)
-}
+/// A call's scope, or why its `scope = <expr>` is not one.
+pub type CallScope = Result<Scope, Error>;
 
-/// A `scope = "literal"`, validated by the macro at compile time.
-pub const fn static_scope(value: &'static str) -> Result<Scope, Error> {
+/// The default scope, `"global"`: a `static`, which a call borrows rather than writes.
+pub static GLOBAL_SCOPE: CallScope = Ok(Scope::GLOBAL);
+
+/// A `scope = "literal"`, validated by the macro at compile time, for a `static`.
+pub const fn static_scope(value: &'static str) -> CallScope {
     Ok(Scope::from_static(value))
 }
 
@@ -136,7 +137,12 @@ pub const fn require<W: Accepted>(witness: W) -> W {
 pub trait Witness<R> {
     /// The pipeline's result type.
     type Pipeline;
-    /// Into the pipeline.
+    /// The body's future as the pipeline runs it: the body itself once checked, so it costs
+    /// no future around it.
+    type Body<F: Future<Output = R>>: Future<Output = Self::Pipeline>;
+    /// The body into the pipeline.
+    fn body<F: Future<Output = R>>(body: F) -> Self::Body<F>;
+    /// A result into the pipeline.
     fn enter(result: R) -> Self::Pipeline;
     /// Out of the pipeline.
     fn leave(result: Self::Pipeline) -> R;
@@ -144,6 +150,10 @@ pub trait Witness<R> {
 
 impl<R> Witness<R> for Checked<R> {
     type Pipeline = R;
+    type Body<F: Future<Output = R>> = F;
+    fn body<F: Future<Output = R>>(body: F) -> F {
+        body
+    }
     fn enter(result: R) -> R {
         result
     }
@@ -165,6 +175,10 @@ impl From<Error> for Unconvertible {
 
 impl<R, O> Witness<O> for NoFromCaracalError<R> {
     type Pipeline = Result<(), Unconvertible>;
+    type Body<F: Future<Output = O>> = std::future::Ready<Self::Pipeline>;
+    fn body<F: Future<Output = O>>(_: F) -> Self::Body<F> {
+        unreachable!("a function whose error type lacks From<caracal::Error> does not compile")
+    }
     fn enter(_: O) -> Self::Pipeline {
         unreachable!("a function whose error type lacks From<caracal::Error> does not compile")
     }
@@ -173,7 +187,13 @@ impl<R, O> Witness<O> for NoFromCaracalError<R> {
     }
 }
 
-/// `future`, with its result taken into the pipeline (the body, a fallback handler).
+/// The function's body as the pipeline runs it.
+pub fn body<R, W: Witness<R>, F: Future<Output = R>>(_: &W, body: F) -> W::Body<F> {
+    W::body(body)
+}
+
+/// `future` (a fallback handler's), with its result taken into the pipeline: a handler of the
+/// wrong type is one error, at this bound.
 pub fn enter<R, W: Witness<R>>(
     _: &W,
     future: impl Future<Output = R>,

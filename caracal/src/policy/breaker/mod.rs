@@ -396,7 +396,7 @@ where
     } else {
         // Boxed: the distributed path's state is large, and keeping it inline would make every
         // local call's future that large too. One allocation is nothing next to its round trips.
-        Box::pin(distributed::run(site, ctx, scope, classify, body)).await
+        crate::policy::boxed(|| distributed::run(site, ctx, scope, classify, body)).await
     }
 }
 

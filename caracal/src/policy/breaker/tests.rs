@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::__private::global_scope;
+use crate::__private::GLOBAL_SCOPE;
 use crate::coordinator::Coordinator;
 
 const OPEN: Duration = Duration::from_secs(10);
@@ -58,7 +58,7 @@ async fn call_taking(site: &'static BreakerSite, fail: bool, takes: Duration) ->
     circuit_breaker(
         site,
         &CallCtx::new(),
-        &global_scope(),
+        &GLOBAL_SCOPE,
         ClassifyByResult,
         async move {
             tokio::time::sleep(takes).await;
@@ -116,7 +116,7 @@ async fn a_panic_counts_as_a_failure_and_still_reaches_the_caller() {
     for _ in 0..4 {
         let task = tokio::spawn(async {
             let ctx = CallCtx::new();
-            circuit_breaker(&PANICS, &ctx, &global_scope(), ClassifyByResult, async {
+            circuit_breaker(&PANICS, &ctx, &GLOBAL_SCOPE, ClassifyByResult, async {
                 panic!("body panicked") as Result<(), Error>
             })
             .await
@@ -141,7 +141,7 @@ async fn a_dropped_probe_frees_its_slot() {
             tokio::time::sleep(OPEN).await;
             // The probe hangs and is dropped by the timeout; with one probe slot, the next
             // call is admitted only if dropping freed the slot.
-            let (ctx, scope) = (CallCtx::new(), global_scope());
+            let (ctx, scope) = (CallCtx::new(), GLOBAL_SCOPE.clone());
             let hung = circuit_breaker(&DROPS, &ctx, &scope, ClassifyByResult, async {
                 std::future::pending::<Result<(), Error>>().await
             });

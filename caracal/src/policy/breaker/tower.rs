@@ -251,7 +251,7 @@ impl<Req: 'static, Res: Send + 'static> Admit<Req, Res> for CircuitBreakerPolicy
         let classify = Arc::clone(&self.classify);
         Box::pin(async move {
             let classify = move |result: &Result<Res, BoxError>| classify(result);
-            super::circuit_breaker(&site, &CallCtx::new(), &scope, classify, call).await
+            super::circuit_breaker(&site, CallCtx::unread(), &scope, classify, call).await
         })
     }
 }

@@ -9,7 +9,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::*;
-use crate::__private::global_scope;
+use crate::__private::GLOBAL_SCOPE;
 use crate::coordinator::Coordinator;
 use crate::priority::{Priority, Thresholds, with_priority};
 
@@ -53,7 +53,7 @@ fn call(
     body: impl Future<Output = Result<(), Error>>,
 ) -> impl Future<Output = Result<(), Error>> {
     with_priority(priority, async move {
-        bulkhead(site, &CallCtx::new(), &global_scope(), body).await
+        bulkhead(site, &CallCtx::new(), &GLOBAL_SCOPE, body).await
     })
 }
 

@@ -32,6 +32,7 @@ use crate::fencing;
 use crate::identity::{PolicyKind, Scope};
 use crate::labels::At;
 use crate::metrics::LimitGauge;
+use crate::policy;
 use crate::policy::bulkhead::kernel::adaptive::Bounds;
 use crate::priority::Thresholds;
 
@@ -227,7 +228,7 @@ where
     if !site.config.local {
         // Boxed: the distributed path's state is large, and keeping it inline would make every
         // local call's future that large too. One allocation is nothing next to a round trip.
-        return Box::pin(distributed::run(site, ctx, scope, body)).await;
+        return policy::boxed(|| distributed::run(site, ctx, scope, body)).await;
     }
     // The local path runs in this one future, not in one of its own: a layer of futures (its
     // state, the result's moves, its drop) cost the local bulkhead as much as its admission

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::*;
-use crate::__private::{global_scope, static_scope};
+use crate::__private::{GLOBAL_SCOPE, static_scope};
 use crate::coordinator::Coordinator;
 use crate::priority::Priority;
 
@@ -55,7 +55,7 @@ async fn guarded<F, T>(site: &'static BulkheadSite, body: F) -> Result<T, Error>
 where
     F: Future<Output = Result<T, Error>>,
 {
-    bulkhead(site, &CallCtx::new(), &global_scope(), body).await
+    bulkhead(site, &CallCtx::new(), &GLOBAL_SCOPE, body).await
 }
 
 /// Drops to `true` when the body's future is dropped.

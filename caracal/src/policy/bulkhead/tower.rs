@@ -268,7 +268,7 @@ impl<Req: 'static, Res: Send + 'static> Admit<Req, Res> for BulkheadPolicy<Req> 
         F: Future<Output = Result<Res, BoxError>> + Send + 'static,
     {
         let site = Arc::clone(&self.site);
-        Box::pin(async move { bulkhead::bulkhead(&site, &CallCtx::new(), &scope, call).await })
+        Box::pin(async move { bulkhead::bulkhead(&site, CallCtx::unread(), &scope, call).await })
     }
 }
 

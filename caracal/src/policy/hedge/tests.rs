@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use super::*;
-use crate::__private::global_scope;
+use crate::__private::GLOBAL_SCOPE;
 use crate::coordinator::Coordinator;
 use crate::policy::retry_budget::{RetryBudgetConfig, RetryBudgetSite, retry_budget};
 
@@ -41,7 +41,7 @@ async fn call(
     script: Script,
 ) -> (Result<u32, Error>, u32) {
     let started = AtomicU32::new(0);
-    let result = hedge(site, ctx, &global_scope(), || {
+    let result = hedge(site, ctx, &GLOBAL_SCOPE, || {
         let index = started.fetch_add(1, Ordering::SeqCst);
         async move {
             let (after, answer) = script(index);
@@ -144,7 +144,7 @@ impl Drop for DropFlag {
 async fn the_losers_are_dropped_when_one_wins() {
     let dropped = Arc::new(AtomicBool::new(false));
     let started = AtomicU32::new(0);
-    let result: Result<u32, Error> = hedge(&ONE, &CallCtx::new(), &global_scope(), || {
+    let result: Result<u32, Error> = hedge(&ONE, &CallCtx::new(), &GLOBAL_SCOPE, || {
         let index = started.fetch_add(1, Ordering::SeqCst);
         let flag = DropFlag(Arc::clone(&dropped));
         async move {
@@ -167,7 +167,7 @@ async fn the_losers_are_dropped_when_one_wins() {
 async fn the_rejection_of_the_last_error_is_the_call_s() {
     let ctx = CallCtx::new();
     let started = AtomicU32::new(0);
-    let result: Result<u32, Error> = hedge(&ONE, &ctx, &global_scope(), || {
+    let result: Result<u32, Error> = hedge(&ONE, &ctx, &GLOBAL_SCOPE, || {
         let index = started.fetch_add(1, Ordering::SeqCst);
         let ctx = &ctx;
         async move {
@@ -185,7 +185,7 @@ async fn the_rejection_of_the_last_error_is_the_call_s() {
     assert_eq!(ctx.rejection(), None, "the last error was the body's");
 
     let started = AtomicU32::new(0);
-    let result: Result<u32, Error> = hedge(&ONE, &ctx, &global_scope(), || {
+    let result: Result<u32, Error> = hedge(&ONE, &ctx, &GLOBAL_SCOPE, || {
         let index = started.fetch_add(1, Ordering::SeqCst);
         let ctx = &ctx;
         async move {
@@ -205,7 +205,7 @@ async fn the_rejection_of_the_last_error_is_the_call_s() {
 async fn the_downstream_s_failure_outranks_a_later_refusal() {
     let ctx = CallCtx::new();
     let started = AtomicU32::new(0);
-    let result: Result<u32, Error> = hedge(&ONE, &ctx, &global_scope(), || {
+    let result: Result<u32, Error> = hedge(&ONE, &ctx, &GLOBAL_SCOPE, || {
         let index = started.fetch_add(1, Ordering::SeqCst);
         let ctx = &ctx;
         async move {
@@ -243,7 +243,7 @@ static ON_EMPTY: HedgeSite =
 async fn a_budget_that_refuses_stops_the_hedges() {
     // The budget is used in this process, so the hedge finds it by name.
     let used: Result<(), Error> =
-        retry_budget(&EMPTY_BUDGET, &CallCtx::new(), &global_scope(), async {
+        retry_budget(&EMPTY_BUDGET, &CallCtx::new(), &GLOBAL_SCOPE, async {
             Ok(())
         })
         .await;
@@ -272,7 +272,7 @@ static ON_FLOOR: HedgeSite =
 #[tokio::test(start_paused = true)]
 async fn each_extra_attempt_withdraws_from_the_budget() {
     let used: Result<(), Error> =
-        retry_budget(&FLOOR_BUDGET, &CallCtx::new(), &global_scope(), async {
+        retry_budget(&FLOOR_BUDGET, &CallCtx::new(), &GLOBAL_SCOPE, async {
             Ok(())
         })
         .await;
@@ -303,7 +303,7 @@ static ON_SHARE: HedgeSite =
 #[tokio::test(start_paused = true)]
 async fn a_hedge_run_again_by_a_retry_above_makes_no_second_deposit() {
     let used: Result<(), Error> =
-        retry_budget(&SHARE_BUDGET, &CallCtx::new(), &global_scope(), async {
+        retry_budget(&SHARE_BUDGET, &CallCtx::new(), &GLOBAL_SCOPE, async {
             Ok(())
         })
         .await;
@@ -355,13 +355,13 @@ static ON_GATED: HedgeSite =
 #[tokio::test(start_paused = true)]
 async fn a_gate_below_installed_after_the_hedge_deposited_makes_no_second_deposit() {
     let used: Result<(), Error> =
-        retry_budget(&GATED_BUDGET, &CallCtx::new(), &global_scope(), async {
+        retry_budget(&GATED_BUDGET, &CallCtx::new(), &GLOBAL_SCOPE, async {
             Ok(())
         })
         .await;
     used.unwrap();
     let ctx = CallCtx::new();
-    let result: Result<u32, Error> = hedge(&ON_GATED, &ctx, &global_scope(), || {
+    let result: Result<u32, Error> = hedge(&ON_GATED, &ctx, &GLOBAL_SCOPE, || {
         let ctx = &ctx;
         async move {
             // A layer above the budget's awaited past the first extra's due time; then the
@@ -414,7 +414,7 @@ async fn a_budget_the_process_uses_supersedes_one_adopted_before_it() {
         "a stand-in is not listed among the process's budgets"
     );
     let used: Result<(), Error> =
-        retry_budget(&ADOPTED_LATER, &CallCtx::new(), &global_scope(), async {
+        retry_budget(&ADOPTED_LATER, &CallCtx::new(), &GLOBAL_SCOPE, async {
             Ok(())
         })
         .await;
@@ -542,7 +542,11 @@ async fn the_attempts_a_hedge_outran_still_count_in_the_fleets_latency() {
             .await;
         assert_eq!(result.unwrap(), 1);
     }
-    let identity = delay::identity(&coordinator, &LEARNT, global_scope().as_ref().unwrap());
+    let identity = delay::identity(
+        &coordinator,
+        &LEARNT,
+        GLOBAL_SCOPE.clone().as_ref().unwrap(),
+    );
     let median = latency::fleet_latency(&coordinator, &identity).quantile(500);
     // Each call's winner took 1 ms, the attempt it outran at least the delay (50 ms): left
     // out, the fleet would read only the winners, and hedge ever sooner.

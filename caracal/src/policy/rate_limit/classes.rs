@@ -2,7 +2,7 @@
 //! burst, locally and through a coordinator.
 
 use super::*;
-use crate::__private::global_scope;
+use crate::__private::GLOBAL_SCOPE;
 use crate::ctx::CallCtx;
 use crate::priority::with_priority;
 
@@ -25,7 +25,7 @@ fn site(name: &'static str, local: bool) -> &'static RateLimitSite {
 async fn arrivals(site: &'static RateLimitSite, classes: &[Priority]) -> Vec<bool> {
     let mut admitted = Vec::new();
     for &priority in classes {
-        let (ctx, scope) = (CallCtx::new(), global_scope());
+        let (ctx, scope) = (CallCtx::new(), GLOBAL_SCOPE.clone());
         let call = rate_limit(site, &ctx, &scope, async { Ok::<_, Error>(()) });
         admitted.push(with_priority(priority, call).await.is_ok());
     }

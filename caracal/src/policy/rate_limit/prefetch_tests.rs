@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::{Instant, sleep};
 
 use super::*;
-use crate::__private::global_scope;
+use crate::__private::GLOBAL_SCOPE;
 use crate::ctx::CallCtx;
 use crate::identity::Identity;
 
@@ -29,7 +29,7 @@ fn site(name: &'static str, burst: u32, prefetch: u32) -> &'static RateLimitSite
 
 /// One call at `site`: whether it was admitted.
 async fn call(site: &RateLimitSite) -> bool {
-    let (ctx, scope) = (CallCtx::new(), global_scope());
+    let (ctx, scope) = (CallCtx::new(), GLOBAL_SCOPE.clone());
     rate_limit(site, &ctx, &scope, async { Ok::<_, Error>(()) })
         .await
         .is_ok()
@@ -37,7 +37,7 @@ async fn call(site: &RateLimitSite) -> bool {
 
 /// `site`'s identity on `coordinator`.
 fn identity(coordinator: &Coordinator, site: &RateLimitSite) -> Identity {
-    let scope = global_scope().expect("the global scope");
+    let scope = GLOBAL_SCOPE.clone().expect("the global scope");
     coordinator.identity(
         PolicyKind::RateLimit,
         site.config.name,

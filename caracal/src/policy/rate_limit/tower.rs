@@ -206,7 +206,7 @@ impl<Req: 'static, Res: Send + 'static> Admit<Req, Res> for RateLimitPolicy<Req>
         F: Future<Output = Result<Res, BoxError>> + Send + 'static,
     {
         let site = Arc::clone(&self.site);
-        Box::pin(async move { super::rate_limit(&site, &CallCtx::new(), &scope, call).await })
+        Box::pin(async move { super::rate_limit(&site, CallCtx::unread(), &scope, call).await })
     }
 }
 
