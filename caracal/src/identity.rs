@@ -47,6 +47,9 @@ pub(crate) fn intern(value: &str) -> &'static str {
     leaked
 }
 
+/// The scope of a call without `scope = …`, which the expansion borrows rather than writes.
+pub static DEFAULT_SCOPE: Result<Scope, Error> = Ok(Scope::GLOBAL);
+
 /// A validated scope: the per-call part of an identity.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Scope(Cow<'static, str>);
@@ -54,6 +57,15 @@ pub struct Scope(Cow<'static, str>);
 impl Scope {
     /// The scope used when none is given.
     pub const GLOBAL: Scope = Scope(Cow::Borrowed("global"));
+
+    /// Whether this is [`Scope::GLOBAL`]: by address first, for the one every call without
+    /// `scope = …` borrows ([`DEFAULT_SCOPE`]), so that the check on each of its calls is one
+    /// comparison.
+    #[inline]
+    pub(crate) fn is_global(&self) -> bool {
+        matches!(&DEFAULT_SCOPE, Ok(default) if std::ptr::eq(self, default))
+            || *self == Scope::GLOBAL
+    }
 
     /// A scope the macro already validated at compile time.
     pub(crate) const fn from_static(value: &'static str) -> Self {

@@ -24,7 +24,7 @@ pub fn scope<S: Display + ?Sized>(value: &S) -> Result<Scope, Error> {
 pub type CallScope = Result<Scope, Error>;
 
 /// The default scope, `"global"`: a `static`, which a call borrows rather than writes.
-pub static GLOBAL_SCOPE: CallScope = Ok(Scope::GLOBAL);
+pub use crate::identity::DEFAULT_SCOPE as GLOBAL_SCOPE;
 
 /// A `scope = "literal"`, validated by the macro at compile time, for a `static`.
 pub const fn static_scope(value: &'static str) -> CallScope {

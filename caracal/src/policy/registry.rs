@@ -76,7 +76,7 @@ impl<V> Registry<V> {
         make: impl FnOnce() -> V,
     ) -> Held<'s, V> {
         let (name, operation, scope) = key;
-        if *scope == Scope::GLOBAL
+        if scope.is_global()
             && let Some(value) = site.value.get()
         {
             return Held::Site(value);
@@ -112,7 +112,7 @@ impl<V> Registry<V> {
                     .or_insert_with(|| Arc::new(make())),
             )
         };
-        if *scope == Scope::GLOBAL {
+        if scope.is_global() {
             Held::Site(site.value.get_or_init(lookup))
         } else {
             Held::Shared(lookup())

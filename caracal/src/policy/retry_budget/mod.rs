@@ -410,7 +410,7 @@ impl RetryBudgetSite {
             })));
         }
         coordinator::with_current(|coordinator| {
-            let cached = (*scope == Scope::GLOBAL)
+            let cached = (scope.is_global())
                 .then(|| {
                     self.fleet
                         .get_or_init(|| Fleet::new(self, coordinator, scope))
