@@ -12,6 +12,7 @@ use crate::args::{Args, Convert};
 use crate::durations::{self, duration};
 use crate::identity::Identity;
 use crate::layer::{Frame, Kind, Layer, Place, Written, pinned};
+use crate::names::hygienic;
 use crate::priority::{Priority, Thresholds};
 use crate::values::{Value, boolean, integer};
 
@@ -231,6 +232,34 @@ impl Layer for Bulkhead {
 
     fn per_call(&self, place: &Place) -> TokenStream {
         self.priority.per_call(place)
+    }
+
+    /// A local bulkhead without a priority of its own decides at once, in the function's
+    /// future, and awaits the body there; the rest (waiting in line) goes through the layer's
+    /// future as when nested.
+    fn inline(&self, place: &Place, inner: &syn::Ident) -> Option<TokenStream> {
+        if !self.identity.local || self.priority.is_given() {
+            return None;
+        }
+        let Place {
+            site, scope, ctx, ..
+        } = place;
+        let slot = hygienic("__caracal_slot");
+        Some(quote!({
+            let mut #slot = ::caracal::__private::LocalSlot::new();
+            match ::caracal::__private::local_bulkhead(&#site, #ctx, #scope, &mut #slot) {
+                ::caracal::__private::AtOnce::Admitted => {
+                    match ::caracal::__private::fenced_off(#inner) {
+                        ::core::result::Result::Ok(fenced_off) => fenced_off.await,
+                        ::core::result::Result::Err(body) => body.await,
+                    }
+                }
+                ::caracal::__private::AtOnce::Refused(error) => ::core::result::Result::Err(error),
+                ::caracal::__private::AtOnce::Later => {
+                    ::caracal::__private::bulkhead(&#site, #ctx, #scope, #inner).await
+                }
+            }
+        }))
     }
 
     fn wrap(&self, place: &Place, _: &Frame<'_>, inner: TokenStream) -> TokenStream {

@@ -544,7 +544,12 @@ fn pipeline(stmts: &[Stmt], frame: &Frame<'_>, layers: &[Box<dyn Layer>]) -> Tok
     let mut pipeline = quote_spanned! {attempt_span=>
         ::caracal::__private::body(&#witness, async #body)
     };
-    for (index, layer) in layers.iter().enumerate().rev() {
+    let inner = names::hygienic("__caracal_inner");
+    let inline = layers
+        .first()
+        .and_then(|outermost| layer::inline(&**outermost, &inner));
+    let wrapped = if inline.is_some() { 1 } else { 0 };
+    for (index, layer) in layers.iter().enumerate().skip(wrapped).rev() {
         pipeline = layer::wrap(&**layer, index, frame, pipeline);
     }
     let sites = layers
@@ -557,6 +562,13 @@ fn pipeline(stmts: &[Stmt], frame: &Frame<'_>, layers: &[Box<dyn Layer>]) -> Tok
         _ => quote!(&::caracal::__private::CallCtx::new()),
     };
     let result = names::hygienic("__caracal_result");
+    let run = match inline {
+        Some(inline) => quote! {
+            let #inner = ::core::pin::pin!(#pipeline);
+            let #result = #inline;
+        },
+        None => quote!(let #result = #pipeline.await;),
+    };
     // Whether the error type takes rejections is checked once, here, with a message saying
     // what to write, spanned on the return type (see `caracal::__private::Probe`).
     let check = quote_spanned! {output.span()=>
@@ -573,7 +585,7 @@ fn pipeline(stmts: &[Stmt], frame: &Frame<'_>, layers: &[Box<dyn Layer>]) -> Tok
         let #witness = #check;
         // Bound, so the pipeline's temporaries (which borrow the locals above) are dropped
         // before those locals, in every edition.
-        let #result = #pipeline.await;
+        #run
         ::caracal::__private::leave(&#witness, #result)
     }
 }

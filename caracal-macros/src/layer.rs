@@ -117,6 +117,13 @@ pub(crate) trait Layer {
     /// The future that runs `inner` (a future) under this layer.
     fn wrap(&self, place: &Place, frame: &Frame<'_>, inner: TokenStream) -> TokenStream;
 
+    /// As the outermost layer, an expression that runs `inner` (a variable holding the pinned
+    /// future of the layers inside it) under this layer in the function's own future, where
+    /// the layer can: its admission then costs the call no future of its own.
+    fn inline(&self, _: &Place, _: &syn::Ident) -> Option<TokenStream> {
+        None
+    }
+
     /// Where errors about a fallback handler's shape point, if this is a fallback.
     fn fallback_span(&self) -> Option<Span> {
         None
@@ -144,6 +151,11 @@ pub(crate) fn site(layer: &dyn Layer, index: usize, frame: &Frame<'_>) -> TokenS
 /// The per-call statements of the layer at `index`.
 pub(crate) fn per_call(layer: &dyn Layer, index: usize) -> TokenStream {
     layer.per_call(&Place::at(index))
+}
+
+/// The outermost layer run inline around the pinned future in `inner`, if it can be.
+pub(crate) fn inline(layer: &dyn Layer, inner: &syn::Ident) -> Option<TokenStream> {
+    layer.inline(&Place::at(0), inner)
 }
 
 /// The layer at `index` wrapped around `inner`.

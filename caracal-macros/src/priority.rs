@@ -148,6 +148,11 @@ impl Priority {
         quote_spanned!(expr.span()=> let #name: ::caracal::Priority = #expr;)
     }
 
+    /// Whether the attribute gives the call a priority.
+    pub(crate) fn is_given(&self) -> bool {
+        self.0.is_some()
+    }
+
     /// `admission` (the layer's future) run with the call's priority, when one is given: its
     /// decision and the body inside it see it, as they would inside `caracal::with_priority`.
     pub(crate) fn wrap(&self, place: &Place, admission: TokenStream) -> TokenStream {

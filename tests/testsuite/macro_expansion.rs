@@ -102,6 +102,61 @@ async fn a_local_bulkhead_rejects_too() {
     ));
 }
 
+#[bulkhead(name = "local-line", limit = 1, max_wait = "30s", local)]
+async fn local_in_line(entered: &Notify, release: &Notify) -> Result<u32, TestError> {
+    entered.notify_one();
+    release.notified().await;
+    Ok(7)
+}
+
+/// A local bulkhead alone on its function decides in the function's own future; a call that
+/// finds no slot free and may wait still waits in line, and gets the slot when it is freed.
+#[tokio::test]
+async fn a_local_bulkhead_lets_a_caller_wait_in_line_for_the_slot() {
+    let (entered, release) = (Notify::new(), Notify::new());
+    let (second_entered, second_release) = (Notify::new(), Notify::new());
+    let (first, second) = tokio::join!(local_in_line(&entered, &release), async {
+        entered.notified().await;
+        let second = local_in_line(&second_entered, &second_release);
+        tokio::pin!(second);
+        // Not admitted while the first call holds the only slot.
+        tokio::select! {
+            biased;
+            _ = second_entered.notified() => panic!("admitted past the limit"),
+            _ = &mut second => panic!("refused rather than waiting in line"),
+            _ = tokio::task::yield_now() => {}
+        }
+        release.notify_one();
+        second_release.notify_one();
+        second.await
+    });
+    assert!(matches!(first, Ok(7)), "{first:?}");
+    assert!(matches!(second, Ok(7)), "{second:?}");
+}
+
+#[bulkhead(name = "fenced-outer", limit = 1)]
+async fn fenced_outer() -> Result<(Option<u64>, Option<u64>), TestError> {
+    let inner = local_inside().await?;
+    Ok((caracal::fencing_token(), inner))
+}
+
+#[bulkhead(name = "fenced-inner", limit = 1, local)]
+async fn local_inside() -> Result<Option<u64>, TestError> {
+    Ok(caracal::fencing_token())
+}
+
+/// A body guarded by a local bulkhead carries no fencing token, even inside a distributed
+/// bulkhead's body whose lease has one: a local slot is no lease.
+#[tokio::test]
+async fn a_local_bulkhead_inside_a_fenced_body_shows_no_token() {
+    let (outer, inner) = isolated(fenced_outer()).await.expect("admitted");
+    assert!(
+        outer.is_some(),
+        "the distributed bulkhead's body has its token"
+    );
+    assert_eq!(inner, None, "the local bulkhead's body shows none");
+}
+
 struct Client {
     tenant: String,
     calls: u32,

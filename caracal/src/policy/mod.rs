@@ -28,7 +28,10 @@ pub(crate) mod expansion {
         BreakerConfig, BreakerSite, Classify, ClassifyByResult, OnCoordinatorError, SlowCall,
         circuit_breaker,
     };
-    pub use super::bulkhead::{AdaptiveLimit, BulkheadConfig, BulkheadSite, bulkhead};
+    pub use super::bulkhead::{
+        AdaptiveLimit, AtOnce, BulkheadConfig, BulkheadSite, LocalSlot, bulkhead, fenced_off,
+        local_bulkhead,
+    };
     pub use super::fallback::{FallbackConfig, fallback};
     pub use super::hedge::{Delay, HedgeConfig, HedgeSite, hedge};
     pub use super::rate_limit::{RateLimitConfig, RateLimitSite, rate_limit};
