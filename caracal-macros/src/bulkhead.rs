@@ -244,17 +244,23 @@ impl Layer for Bulkhead {
         let Place {
             site, scope, ctx, ..
         } = place;
-        let slot = hygienic("__caracal_slot");
+        let [slot, fenced, body, error] = [
+            "__caracal_slot",
+            "__caracal_fenced",
+            "__caracal_body",
+            "__caracal_error",
+        ]
+        .map(hygienic);
         Some(quote!({
             let mut #slot = ::caracal::__private::LocalSlot::new();
             match ::caracal::__private::local_bulkhead(&#site, #ctx, #scope, &mut #slot) {
                 ::caracal::__private::AtOnce::Admitted => {
                     match ::caracal::__private::fenced_off(#inner) {
-                        ::core::result::Result::Ok(fenced_off) => fenced_off.await,
-                        ::core::result::Result::Err(body) => body.await,
+                        ::core::result::Result::Ok(#fenced) => #fenced.await,
+                        ::core::result::Result::Err(#body) => #body.await,
                     }
                 }
-                ::caracal::__private::AtOnce::Refused(error) => ::core::result::Result::Err(error),
+                ::caracal::__private::AtOnce::Refused(#error) => ::core::result::Result::Err(#error),
                 ::caracal::__private::AtOnce::Later => {
                     ::caracal::__private::bulkhead(&#site, #ctx, #scope, #inner).await
                 }

@@ -7,6 +7,7 @@ use syn::spanned::Spanned;
 use syn::{Expr, ExprLit, Lit};
 
 use crate::args::Args;
+use crate::names::hygienic;
 use crate::values::{self, Value};
 
 /// Who shares a budget or a breaker with whom.
@@ -91,11 +92,14 @@ impl Identity {
     pub(crate) fn scope(&self) -> TokenStream {
         match &self.scope {
             Scope::Global => quote!(&::caracal::__private::GLOBAL_SCOPE),
-            Scope::Static(scope) => quote!({
-                static SCOPE: ::caracal::__private::CallScope =
-                    ::caracal::__private::static_scope(#scope);
-                &SCOPE
-            }),
+            Scope::Static(scope) => {
+                let name = hygienic("__CARACAL_SCOPE");
+                quote!({
+                    static #name: ::caracal::__private::CallScope =
+                        ::caracal::__private::static_scope(#scope);
+                    &#name
+                })
+            }
             // Spanned on the expression, so "doesn't implement `Display`" points at it.
             Scope::Dynamic(expr) => {
                 quote_spanned!(expr.span()=> &::caracal::__private::scope(&(#expr)))

@@ -98,9 +98,10 @@ pub(crate) trait Layer {
         None
     }
 
-    /// Whether, as the function's only layer, it reads back what a call's context records: a
-    /// layer that only records its own rejection there (for layers outside it) runs on a
-    /// shared context that records nothing, which the call neither makes nor drops.
+    /// Whether, as the function's only layer, it needs a context of the call's own. A layer
+    /// that writes there only its own rejection (for layers outside it), and reads there only
+    /// what layers inside it record (alone, nothing: the body cannot reach the context), runs
+    /// on a shared context that records nothing, which the call neither makes nor drops.
     fn reads_ctx_alone(&self) -> bool {
         true
     }

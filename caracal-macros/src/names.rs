@@ -31,7 +31,7 @@ pub(crate) fn priority_name(index: usize) -> syn::Ident {
     format_ident!("__caracal_priority_{}", index, span = Span::mixed_site())
 }
 
-/// The variable holding the call's `CallCtx`.
+/// The variable holding a reference to the call's `CallCtx`.
 pub(crate) fn ctx_name() -> syn::Ident {
     hygienic("__caracal_ctx")
 }

@@ -156,11 +156,13 @@ impl CallCtx {
         }
     }
 
-    /// The context of a call guarded by one layer that reads nothing back (a bulkhead, a rate
-    /// limit, a breaker or a timeout alone on a function, or as a tower layer: each only records
-    /// its rejection, for layers outside it): shared by every such call, it records nothing, so
-    /// the call makes and drops none (a tenth of a local bulkhead's instructions, callgrind,
-    /// `bench local`).
+    /// The context of a call guarded by one layer that needs none of its own (a bulkhead, a
+    /// rate limit, a breaker or a timeout alone on a function, or as a tower layer): each writes
+    /// there only its own rejection, for layers outside it, of which there are none, and reads
+    /// only what layers inside it record, of which there are none either. Shared by every such
+    /// call, it records nothing, so the call makes and drops none (a tenth of a local
+    /// bulkhead's instructions, callgrind, `bench local`). Gates and deposits are a retry
+    /// budget's, which never runs on it.
     pub fn unread() -> &'static CallCtx {
         static UNREAD: CallCtx = CallCtx::recording(false);
         &UNREAD
@@ -169,6 +171,10 @@ impl CallCtx {
     /// Installs `gate` for the call's further attempts; a call takes one gate (the outermost
     /// layer's: it is installed first), so a later one is ignored.
     pub(crate) fn gate(&self, gate: Gated) {
+        debug_assert!(
+            self.recorded,
+            "a gate installed in the shared, unread context"
+        );
         lock(&self.gate).get_or_insert(gate);
     }
 

@@ -182,8 +182,8 @@ pub(crate) fn in_scope<R>(priority: Priority, f: impl FnOnce() -> R) -> R {
 /// the whole limit beside `thresholds(normal = 0.8)`, or an override lowering `normal` alone —
 /// it has `Normal`'s. (A configuration that writes both out of order is refused.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-// Aligned as one word, so that [`is_none`](Self::is_none), asked on every bulkhead call, is one
-// comparison.
+// Aligned as one 4-byte value, so that [`is_none`](Self::is_none), asked on every bulkhead call,
+// is one comparison.
 #[repr(C, align(4))]
 pub struct Thresholds {
     normal: u16,

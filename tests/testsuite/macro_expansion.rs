@@ -132,6 +132,11 @@ async fn a_local_bulkhead_lets_a_caller_wait_in_line_for_the_slot() {
     });
     assert!(matches!(first, Ok(7)), "{first:?}");
     assert!(matches!(second, Ok(7)), "{second:?}");
+    // Both slots were given back: a third call is admitted at once.
+    let third = Notify::new();
+    third.notify_one();
+    let third = local_in_line(&Notify::new(), &third).await;
+    assert!(matches!(third, Ok(7)), "{third:?}");
 }
 
 #[bulkhead(name = "fenced-outer", limit = 1)]
@@ -155,6 +160,30 @@ async fn a_local_bulkhead_inside_a_fenced_body_shows_no_token() {
         "the distributed bulkhead's body has its token"
     );
     assert_eq!(inner, None, "the local bulkhead's body shows none");
+}
+
+/// Items of the user's named like the expansion's bindings (which a pattern would take for
+/// constants) leave it alone.
+mod names_in_scope {
+    #![allow(non_upper_case_globals)]
+
+    use caracal::bulkhead;
+
+    use crate::common::TestError;
+
+    const error: u32 = 1;
+    const body: u32 = 2;
+    const fenced_off: u32 = 4;
+
+    #[bulkhead(limit = 1, scope = "tenant", local)]
+    pub(super) async fn guarded() -> Result<u32, TestError> {
+        Ok(error + body + fenced_off)
+    }
+}
+
+#[tokio::test]
+async fn the_expansions_bindings_leave_the_users_items_alone() {
+    assert!(matches!(names_in_scope::guarded().await, Ok(7)));
 }
 
 struct Client {

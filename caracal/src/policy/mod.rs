@@ -13,7 +13,7 @@ pub(crate) mod retry;
 pub(crate) mod retry_budget;
 pub(crate) mod timeout;
 
-/// The future `make` makes, built in its box: out of line, so a rare path's large state (a
+/// The future `make` makes, boxed out of line, so that a rare path's large state (a
 /// distributed policy's, kilobytes) is not laid out in the frame of every call that might take
 /// it. Built in place, that frame cost every local call a stack probe and the pages it spans
 /// (`perf annotate`, `bench local`: the stores they made held up the slot's atomic update).

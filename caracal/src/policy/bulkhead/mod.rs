@@ -268,7 +268,7 @@ impl LocalSlot<'_> {
 pub enum AtOnce<E> {
     /// A slot is held (or a shadow bulkhead lets the call run without one): run the body.
     Admitted,
-    /// Refused, with the rejection recorded in the call's context.
+    /// Refused, with the rejection recorded in the call's context (unless it records nothing).
     Refused(E),
     /// No slot is free and `max_wait` allows waiting for one: [`bulkhead`] decides.
     Later,

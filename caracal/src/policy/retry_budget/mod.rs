@@ -410,7 +410,8 @@ impl RetryBudgetSite {
             })));
         }
         coordinator::with_current(|coordinator| {
-            let cached = (scope.is_global())
+            let cached = scope
+                .is_global()
                 .then(|| {
                     self.fleet
                         .get_or_init(|| Fleet::new(self, coordinator, scope))
