@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use caracal_spec::bulkhead as spec;
 use caracal_spec::{Human, Key};
-use proc_macro2::TokenStream;
+use proc_macro2::{Span, TokenStream};
 use quote::quote;
 use syn::Expr;
 
@@ -235,8 +235,8 @@ impl Layer for Bulkhead {
     }
 
     /// A local bulkhead without a priority of its own decides at once, in the function's
-    /// future, and awaits the body there; the rest (waiting in line) goes through the layer's
-    /// future as when nested.
+    /// future, and awaits the body there; a caller that waits in line (rare) waits in a boxed
+    /// future of its own.
     fn inline(&self, place: &Place, inner: &syn::Ident) -> Option<TokenStream> {
         if !self.identity.local || self.priority.is_given() {
             return None;
@@ -244,26 +244,32 @@ impl Layer for Bulkhead {
         let Place {
             site, scope, ctx, ..
         } = place;
-        let [slot, fenced, body, error] = [
+        let [slot, line, fenced, body, error] = [
             "__caracal_slot",
+            "__caracal_line",
             "__caracal_fenced",
             "__caracal_body",
             "__caracal_error",
         ]
         .map(hygienic);
-        Some(quote!({
+        let decided = syn::Lifetime::new("'__caracal_decided", Span::mixed_site());
+        // The decision is taken apart in a statement of its own, so that it is gone before the
+        // body is awaited: matched around the await, it (and the error it may hold) would be kept
+        // in the function's future and written and read there on every call.
+        Some(quote!(#decided: {
             let mut #slot = ::caracal::__private::LocalSlot::new();
             match ::caracal::__private::local_bulkhead(&#site, #ctx, #scope, &mut #slot) {
-                ::caracal::__private::AtOnce::Admitted => {
-                    match ::caracal::__private::fenced_off(#inner) {
-                        ::core::result::Result::Ok(#fenced) => #fenced.await,
-                        ::core::result::Result::Err(#body) => #body.await,
-                    }
+                ::caracal::__private::AtOnce::Admitted => {}
+                ::caracal::__private::AtOnce::Wait(#line) => {
+                    break #decided ::caracal::__private::wait_in_line(#line, #ctx, &mut #slot, #inner).await
                 }
-                ::caracal::__private::AtOnce::Refused(#error) => ::core::result::Result::Err(#error),
-                ::caracal::__private::AtOnce::Later => {
-                    ::caracal::__private::bulkhead(&#site, #ctx, #scope, #inner).await
+                ::caracal::__private::AtOnce::Refused(#error) => {
+                    break #decided ::core::result::Result::Err(#error)
                 }
+            }
+            match ::caracal::__private::fenced_off(#inner) {
+                ::core::result::Result::Ok(#fenced) => #fenced.await,
+                ::core::result::Result::Err(#body) => #body.await,
             }
         }))
     }

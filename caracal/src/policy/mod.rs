@@ -29,8 +29,8 @@ pub(crate) mod expansion {
         circuit_breaker,
     };
     pub use super::bulkhead::{
-        AdaptiveLimit, AtOnce, BulkheadConfig, BulkheadSite, LocalSlot, bulkhead, fenced_off,
-        local_bulkhead,
+        AdaptiveLimit, AtOnce, BulkheadConfig, BulkheadSite, Line, LocalSlot, bulkhead, fenced_off,
+        local_bulkhead, wait_in_line,
     };
     pub use super::fallback::{FallbackConfig, fallback};
     pub use super::hedge::{Delay, HedgeConfig, HedgeSite, hedge};

@@ -397,7 +397,12 @@ fn decide<'s>(
     if !admitted {
         return refuse(site, scope, &budget, values);
     }
-    *place = Some(enter(site, scope, budget, values, arrival));
+    // The place is empty: each call's admission fills its own once. Assigned as usual, the old
+    // value's drop would be an out-of-line call on every admission (a tenth of the local
+    // bulkhead's instructions: callgrind, `bench local`), so it is known to be empty instead.
+    let empty = place.replace(enter(site, scope, budget, values, arrival));
+    debug_assert!(empty.is_none(), "a call's slot is placed once");
+    std::mem::forget(empty);
     None
 }
 
@@ -421,6 +426,11 @@ pub(super) struct Line<'s> {
 }
 
 impl<'s> Line<'s> {
+    /// The bulkhead and scope the caller waits for.
+    pub(super) fn at(&self) -> (&'s BulkheadSite, &'s Scope) {
+        (self.site, self.scope)
+    }
+
     /// Waits in line, up to `max_wait`, for a slot, which goes to `place`; refused, the limit
     /// its rejection names, as [`admit`] decides.
     pub(super) async fn wait(self, place: &mut SlotPlace<'s>) -> Option<u32> {

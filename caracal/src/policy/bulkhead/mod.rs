@@ -224,23 +224,21 @@ where
     E: From<Error>,
     F: Future<Output = Result<T, E>>,
 {
-    let scope = ctx.scope(scope)?;
     if !site.config.local {
+        let scope = ctx.scope(scope)?;
         // Boxed: the distributed path's state is large, and keeping it inline would make every
         // local call's future that large too. One allocation is nothing next to a round trip.
         return policy::boxed(|| distributed::run(site, ctx, scope, body)).await;
     }
     // The local path runs in this one future, not in one of its own: a layer of futures (its
     // state, the result's moves, its drop) cost the local bulkhead as much as its admission
-    // (callgrind, `bench local`). Waiting in line is rare, and boxed.
-    // Held until the call ends.
-    let mut slot = None;
-    let refused = match local::admit(site, scope, &mut slot) {
-        local::Admission::Decided(refused) => refused,
-        local::Admission::Wait(line) => Box::pin(line.wait(&mut slot)).await,
-    };
-    if let Some(limit) = refused {
-        return Err(ctx.reject(site.full(scope, limit)));
+    // (callgrind, `bench local`). A local bulkhead that guards a whole function takes the same
+    // steps in the function's own future (the attribute's expansion).
+    let mut slot = LocalSlot::new();
+    match local_bulkhead(site, ctx, scope, &mut slot) {
+        AtOnce::Admitted => {}
+        AtOnce::Refused(error) => return Err(error),
+        AtOnce::Wait(line) => return wait_in_line(line, ctx, &mut slot, body).await,
     }
     // The body itself is awaited here, not a future around it (an `Either` from `unfenced`
     // cost the local bulkhead 10 of its 370 instructions a call: callgrind, `bench local`).
@@ -250,8 +248,8 @@ where
     }
 }
 
-/// Where a local bulkhead that guards a whole function keeps the call's slot: in the
-/// function's own future, made by the expansion.
+/// Where a local bulkhead keeps a call's slot until the call ends: in the future of the
+/// function it guards (made by the expansion), or of [`bulkhead`].
 #[doc(hidden)]
 pub struct LocalSlot<'s>(local::SlotPlace<'s>);
 
@@ -263,21 +261,25 @@ impl LocalSlot<'_> {
     }
 }
 
-/// A local bulkhead's decision on a call, made at once where it can be.
+/// A local bulkhead's decision on a call, made at once.
 #[doc(hidden)]
-pub enum AtOnce<E> {
+pub enum AtOnce<'s, E> {
     /// A slot is held (or a shadow bulkhead lets the call run without one): run the body.
     Admitted,
     /// Refused, with the rejection recorded in the call's context (unless it records nothing).
     Refused(E),
-    /// No slot is free and `max_wait` allows waiting for one: [`bulkhead`] decides.
-    Later,
+    /// No slot is free and `max_wait` allows waiting for one: [`wait_in_line`] decides.
+    Wait(Line<'s>),
 }
 
-/// Decides at once on a call of a local bulkhead that guards its whole function, its slot
-/// going to `slot`: the expansion then awaits the body in the function's own future, rather
-/// than in a future of the bulkhead's around it (whose state, result and drop cost a call a
-/// tenth of its instructions: callgrind, `bench local`).
+/// The place of a caller that waits for a local slot. Boxed: rare, and large.
+#[doc(hidden)]
+pub struct Line<'s>(Box<local::Line<'s>>);
+
+/// Decides at once on a call of a local bulkhead, its slot going to `slot`. The expansion of a
+/// local bulkhead that guards its whole function calls it, and awaits the body in the
+/// function's own future rather than in a future of the bulkhead's around it (whose state,
+/// result and drop cost a call a tenth of its instructions: callgrind, `bench local`).
 #[doc(hidden)]
 #[inline(always)]
 pub fn local_bulkhead<'s, E: From<Error>>(
@@ -285,7 +287,7 @@ pub fn local_bulkhead<'s, E: From<Error>>(
     ctx: &CallCtx,
     scope: &'s Result<Scope, Error>,
     slot: &mut LocalSlot<'s>,
-) -> AtOnce<E> {
+) -> AtOnce<'s, E> {
     let scope = match ctx.scope(scope) {
         Ok(scope) => scope,
         Err(error) => return AtOnce::Refused(error),
@@ -295,8 +297,31 @@ pub fn local_bulkhead<'s, E: From<Error>>(
         local::Admission::Decided(Some(limit)) => {
             AtOnce::Refused(ctx.reject(site.full(scope, limit)))
         }
-        local::Admission::Wait(_) => AtOnce::Later,
+        local::Admission::Wait(line) => AtOnce::Wait(Line(line)),
     }
+}
+
+/// Waits in `line`, up to the bulkhead's `max_wait`, for a slot, which goes to `slot`, then
+/// runs `body`; else the rejection, recorded in the call's context. Boxed, so that waiting
+/// (rare) takes no room in every call's future.
+#[doc(hidden)]
+pub fn wait_in_line<'a, 's: 'a, T, E, F>(
+    line: Line<'s>,
+    ctx: &'a CallCtx,
+    slot: &'a mut LocalSlot<'s>,
+    body: F,
+) -> Pin<Box<impl Future<Output = Result<T, E>> + 'a>>
+where
+    E: From<Error> + 'a,
+    F: Future<Output = Result<T, E>> + 'a,
+{
+    Box::pin(async move {
+        let (site, scope) = line.0.at();
+        if let Some(limit) = line.0.wait(&mut slot.0).await {
+            return Err(ctx.reject(site.full(scope, limit)));
+        }
+        unfenced(body).await
+    })
 }
 
 /// Runs `body` without a slot (a local slot, or a call a shadow bulkhead would have refused):
