@@ -69,9 +69,9 @@ const KEPT: &str = "soak-kept";
 /// A guarded body: it enters the ledger, works for `hold`, and leaves (cancelled by a lost
 /// lease, it leaves when dropped).
 async fn work(ledger: &AsyncLedger, id: &str, hold: Duration) -> Result<(), SoakError> {
-    let entered = ledger.enter(id).await;
+    let entered = ledger.enter(id);
     tokio::time::sleep(hold).await;
-    entered.leave().await;
+    entered.leave();
     Ok(())
 }
 
@@ -164,14 +164,13 @@ async fn worker(options: &HashMap<String, String>) {
     };
     let ledger_name = get("ledger_name");
     let ledger =
-        AsyncLedger::connect_logging_longer_than(&get("ledger"), &ledger_name, LIMIT, LEASE).await;
+        AsyncLedger::connect_logging_longer_than(&get("ledger"), &ledger_name, LIMIT, LEASE);
     let kept_ledger = AsyncLedger::connect_logging_longer_than(
         &get("ledger"),
         &kept_ledger_name(&ledger_name),
         LIMIT,
         LEASE,
-    )
-    .await;
+    );
     let scope = get("scope");
     let tally = Arc::new(Tally::default());
     let stop = Arc::new(tokio::sync::Notify::new());

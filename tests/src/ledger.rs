@@ -254,11 +254,21 @@ fn parse_violation(line: &str) -> Option<Violation> {
     })
 }
 
-/// A worker's side: bodies enter and leave.
+/// A worker's side, for guarded bodies in async code: they enter and leave.
+///
+/// Every record is written on a blocking connection, the calling thread waiting for its reply
+/// (one round trip to the ledger's own server). A body's exit is recorded as its guard is
+/// dropped, which cannot await: written there, it has landed before the drop returns, so
+/// before the library's cancellation of the body is over, and the ledger judges the body by
+/// when it stopped. An exit sent from a task of its own landed whenever that task ran: after
+/// the next holder's entry, or never when the process ended first (a holder cancelled just
+/// before its process exits), a false overlap either way. Entries and completions go the
+/// same way, so no record is ever in flight behind a body cancelled while making it, and
+/// every record of a process reaches the server in the order it was made.
 #[derive(Clone)]
 pub struct AsyncLedger {
     keys: Keys,
-    conn: redis::aio::MultiplexedConnection,
+    conn: std::sync::Arc<std::sync::Mutex<redis::Connection>>,
     limit: u64,
     /// Bodies completing after running longer than this are logged (µs).
     long_us: u64,
@@ -278,8 +288,8 @@ impl AsyncLedger {
     ///
     /// # Panics
     /// When the server cannot be reached within 5 s.
-    pub async fn connect(url: &str, name: &str, limit: u64) -> Self {
-        Self::connect_logging_longer_than(url, name, limit, Duration::MAX).await
+    pub fn connect(url: &str, name: &str, limit: u64) -> Self {
+        Self::connect_logging_longer_than(url, name, limit, Duration::MAX)
     }
 
     /// Like [`connect`](Self::connect), and logs every body that completes after running
@@ -287,62 +297,51 @@ impl AsyncLedger {
     ///
     /// # Panics
     /// When the server cannot be reached within 5 s.
-    pub async fn connect_logging_longer_than(
-        url: &str,
-        name: &str,
-        limit: u64,
-        long: Duration,
-    ) -> Self {
-        let client = redis::Client::open(url).unwrap_or_else(|e| panic!("ledger url {url}: {e}"));
-        // A ledger entry must never be lost to a busy machine: a minute per reply, not the
-        // client's default half second.
-        let config =
-            redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(60)));
-        let conn = tokio::time::timeout(
-            Duration::from_secs(5),
-            client.get_multiplexed_async_connection_with_config(&config),
-        )
-        .await
-        .unwrap_or_else(|_| panic!("ledger {name} on {url}: connect timed out"))
-        .unwrap_or_else(|e| panic!("ledger {name} on {url}: {e}"));
+    pub fn connect_logging_longer_than(url: &str, name: &str, limit: u64, long: Duration) -> Self {
+        let conn = redis::Client::open(url)
+            .and_then(|client| client.get_connection_with_timeout(Duration::from_secs(5)))
+            .unwrap_or_else(|e| panic!("ledger {name} on {url}: {e}"));
+        // A record waits out a busy machine (a minute per reply), not a server that stopped
+        // answering for good.
+        let patience = Some(Duration::from_secs(60));
+        conn.set_read_timeout(patience)
+            .and_then(|()| conn.set_write_timeout(patience))
+            .unwrap_or_else(|e| panic!("ledger {name} on {url}: {e}"));
         AsyncLedger {
             keys: Keys::new(name),
-            conn,
+            conn: std::sync::Arc::new(std::sync::Mutex::new(conn)),
             limit,
             long_us: u64::try_from(long.as_micros()).unwrap_or(u64::MAX),
         }
     }
 
-    /// Records body `id` entering. The body is in the ledger until [`Entered::leave`] — or,
-    /// if it is cancelled first, until the guard is dropped (recorded from a task of its own,
-    /// so inside a tokio runtime).
-    pub async fn enter(&self, id: &str) -> Entered {
-        // The guard exists before the entry is sent: a body cancelled while its entry is on
-        // the way (its lease lost at that moment) is recorded leaving, on the same connection
-        // and so after the entry, instead of staying open in the ledger for the rest of the
-        // run and counting as a body over the limit.
-        let entered = Entered {
-            ledger: self.clone(),
-            id: Some(id.to_owned()),
-        };
+    /// Records body `id` entering. The body is in the ledger until [`Entered::leave`], or
+    /// until the guard is dropped if it is cancelled first.
+    pub fn enter(&self, id: &str) -> Entered {
         let _open: u64 = self
             .keys
             .enter(id, self.limit)
-            .invoke_async(&mut self.conn.clone())
-            .await
+            .invoke(&mut *self.connection())
             .unwrap_or_else(|e| panic!("ledger enter: {e}"));
-        entered
+        Entered {
+            ledger: self.clone(),
+            id: Some(id.to_owned()),
+        }
     }
 
-    async fn exit(&self, id: &str) {
-        self.keys
-            .exit(id)
-            .query_async::<()>(&mut self.conn.clone())
-            .await
-            .unwrap_or_else(|e| panic!("ledger exit: {e}"));
+    /// The connection; a panic while another body held it (its record failed) leaves it fit
+    /// for the next record.
+    fn connection(&self) -> std::sync::MutexGuard<'_, redis::Connection> {
+        self.conn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    async fn complete(&self, id: &str) {
+    fn exit(&self, id: &str) -> redis::RedisResult<()> {
+        self.keys.exit(id).query(&mut *self.connection())
+    }
+
+    fn complete(&self, id: &str) {
         static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
         SCRIPT
             .get_or_init(|| redis::Script::new(COMPLETE))
@@ -350,8 +349,7 @@ impl AsyncLedger {
             .key(&self.keys.long)
             .arg(id)
             .arg(self.long_us)
-            .invoke_async::<()>(&mut self.conn.clone())
-            .await
+            .invoke::<()>(&mut *self.connection())
             .unwrap_or_else(|e| panic!("ledger complete: {e}"));
     }
 }
@@ -364,23 +362,23 @@ pub struct Entered {
 }
 
 impl Entered {
-    /// Records the body completing (leaving, not dropped), and waits until the ledger has it.
-    /// The id is let go only once the ledger has it: a body cancelled while its completion is
-    /// on the way (its lease lost at that moment) is recorded leaving when it is dropped,
-    /// instead of staying open in the ledger for the rest of the run.
-    pub async fn leave(mut self) {
-        if let Some(id) = self.id.as_deref() {
-            self.ledger.complete(id).await;
+    /// Records the body completing (leaving, not dropped); the ledger has it on return.
+    pub fn leave(mut self) {
+        if let Some(id) = self.id.take() {
+            self.ledger.complete(&id);
         }
-        self.id = None;
     }
 }
 
 impl Drop for Entered {
     fn drop(&mut self) {
-        if let Some(id) = self.id.take() {
-            let ledger = self.ledger.clone();
-            tokio::spawn(async move { ledger.exit(&id).await });
+        if let Some(id) = self.id.take()
+            && let Err(e) = self.ledger.exit(&id)
+            // Unrecorded, the body stays open in the ledger: counted, never hidden. Said
+            // unless a panic is under way already, which a second one would turn into an abort.
+            && !std::thread::panicking()
+        {
+            panic!("ledger exit of {id}: {e}");
         }
     }
 }

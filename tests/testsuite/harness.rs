@@ -5,6 +5,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use caracal_tests::cluster::key_slot;
+use caracal_tests::ledger::{AsyncLedger, Ledger};
 use caracal_tests::wait::wait_until;
 use caracal_tests::{
     AsyncWitness, CommandStats, EventLog, FaultProxy, ProxyMode, RedisCluster, RedisServer,
@@ -683,4 +684,22 @@ async fn futures_join(witness: &AsyncWitness) -> Vec<u64> {
     }
     entered.sort_unstable();
     entered
+}
+
+/// A cancelled body has left the ledger by the time its guard's drop returns, not whenever a
+/// task of its own gets to say so: the process may end right after (a holder cancelled as its
+/// lease was lost, then exiting), and the next holder's entry must not find it still in. On a
+/// runtime, as a body is: a task spawned there would not have run yet.
+#[tokio::test]
+async fn a_dropped_bodys_exit_is_in_the_ledger_when_its_drop_returns() {
+    let server = RedisServer::start();
+    let name = crate::common::unique("ledger-drop");
+    let ledger = AsyncLedger::connect(&server.url(), &name, 1);
+    let mut orchestrator = Ledger::new(&server.url(), &name);
+    let entered = ledger.enter("1-0");
+    assert_eq!(orchestrator.open(), 1, "entered");
+    drop(entered);
+    assert_eq!(orchestrator.open(), 0, "still in after its drop returned");
+    ledger.enter("1-1").leave();
+    assert_eq!(orchestrator.violations(), [], "one body at a time");
 }

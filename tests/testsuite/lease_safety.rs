@@ -23,9 +23,9 @@ async fn ledgered(
     id: &str,
     hold: Duration,
 ) -> Result<(), TestError> {
-    let entered = ledger.enter(id).await;
+    let entered = ledger.enter(id);
     tokio::time::sleep(hold).await;
-    entered.leave().await;
+    entered.leave();
     Ok(())
 }
 
@@ -37,7 +37,7 @@ async fn busy_holder(
     ledger: &caracal_tests::ledger::AsyncLedger,
     id: &str,
 ) -> Result<(), TestError> {
-    let _entered = ledger.enter(id).await;
+    let _entered = ledger.enter(id);
     loop {
         std::thread::sleep(Duration::from_millis(30));
         tokio::task::yield_now().await;
@@ -79,7 +79,7 @@ async fn a_partitioned_holder_stops_before_its_lease_could_expire() {
     };
     let (partitioned, healthy) = (connect(proxy.url()).await, connect(server.url()).await);
     let name = unique("margin-ledger");
-    let ledger = caracal_tests::ledger::AsyncLedger::connect(&ledger_server.url(), &name, 1).await;
+    let ledger = caracal_tests::ledger::AsyncLedger::connect(&ledger_server.url(), &name, 1);
     for round in 0..3 {
         let scope = unique("margin");
         let holder = tokio::spawn(partitioned.scoped({

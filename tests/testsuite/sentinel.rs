@@ -30,9 +30,9 @@ async fn call(scope: &str) -> Result<(), TestError> {
 /// switch (a holder's trust does not end before the process notices the new master).
 #[bulkhead(name = "sentinel-ledgered", limit = 2, scope = scope)]
 async fn ledgered(scope: &str, ledger: &AsyncLedger, id: &str) -> Result<(), TestError> {
-    let entered = ledger.enter(id).await;
+    let entered = ledger.enter(id);
     tokio::time::sleep(Duration::from_millis(20)).await;
-    entered.leave().await;
+    entered.leave();
     Ok(())
 }
 
@@ -146,7 +146,7 @@ async fn a_switch_under_load_is_followed(how: Switch) {
 
     let ledger_server = RedisServer::start();
     let name = unique("sentinel-ledger");
-    let ledger = AsyncLedger::connect(&ledger_server.url(), &name, 2).await;
+    let ledger = AsyncLedger::connect(&ledger_server.url(), &name, 2);
     let stop = Arc::new(AtomicBool::new(false));
     let seen = Arc::new(Seen::default());
     let tasks: Vec<_> = (0..4)

@@ -122,10 +122,10 @@ async fn ledgered(
     id: &str,
     hold: Duration,
 ) -> Result<(), WorkerError> {
-    let entered = ledger.enter(id).await;
+    let entered = ledger.enter(id);
     say("entered");
     tokio::time::sleep(hold).await;
-    entered.leave().await;
+    entered.leave();
     Ok(())
 }
 
@@ -138,10 +138,10 @@ async fn ledgered_long(
     id: &str,
     hold: Duration,
 ) -> Result<(), WorkerError> {
-    let entered = ledger.enter(id).await;
+    let entered = ledger.enter(id);
     say("entered");
     tokio::time::sleep(hold).await;
-    entered.leave().await;
+    entered.leave();
     Ok(())
 }
 
@@ -149,9 +149,9 @@ async fn ledgered_long(
 /// helps), waiting up to 200 ms for a slot.
 #[bulkhead(name = "mp-ledger-loop", limit = 5, max_wait = "200ms", scope = scope)]
 async fn ledgered_loop(scope: &str, ledger: &AsyncLedger, id: &str) -> Result<(), WorkerError> {
-    let entered = ledger.enter(id).await;
+    let entered = ledger.enter(id);
     tokio::time::sleep(Duration::from_millis(20)).await;
-    entered.leave().await;
+    entered.leave();
     Ok(())
 }
 
@@ -734,7 +734,7 @@ async fn main() {
             coordinator.shutdown().await;
         }
         "ledger-hold" | "ledger-take" => {
-            let ledger = AsyncLedger::connect(&get("ledger"), &get("ledger_name"), 1).await;
+            let ledger = AsyncLedger::connect(&get("ledger"), &get("ledger_name"), 1);
             // A taker stops at `admissions=`, or at the end of `millis=`, whichever comes first.
             let (hold, wanted) = if scenario == "ledger-hold" {
                 (Duration::from_millis(number("hold_ms")), 1)
@@ -777,8 +777,7 @@ async fn main() {
             say(&format!("result code={last} admitted={admitted}"));
         }
         "ledger-loop" => {
-            let ledger =
-                Arc::new(AsyncLedger::connect(&get("ledger"), &get("ledger_name"), 5).await);
+            let ledger = Arc::new(AsyncLedger::connect(&get("ledger"), &get("ledger_name"), 5));
             let outcomes = Arc::new(Mutex::new(BTreeMap::<&'static str, u64>::new()));
             let next = Arc::new(AtomicU64::new(0));
             let calls = Arc::clone(&outcomes);

@@ -9,7 +9,8 @@
 //! runtime each extra task woken in the same turn as another wakes a second worker thread;
 //! that, not the `ZREM` on the wire, was most of what a release cost a lone caller.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::future::{Future, poll_fn};
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -41,6 +42,9 @@ pub(crate) struct Background {
 thread_local! {
     /// Whether the work polled here runs on a runtime borrowed for its first poll.
     static BORROWED: Cell<bool> = const { Cell::new(false) };
+    /// Work handed on while this thread is starting handed-on work already (see
+    /// [`Background::hand_on`]), in order; `None` while it is not.
+    static HANDED_ON: RefCell<Option<VecDeque<(Background, Work)>>> = const { RefCell::new(None) };
 }
 
 /// Whether what is polled here runs on a runtime of its own, where a timer may be armed at
@@ -104,6 +108,36 @@ impl Background {
         match shelf.poll(work, None) {
             Poll::Ready(()) => Parked(None),
             Poll::Pending => Parked(Some(shelf)),
+        }
+    }
+
+    /// [`start`](Self::start) for work that work ending hands on (a lane's next batch, as
+    /// the call before it ends): started here and now, unless this thread is already starting
+    /// handed-on work, and then as soon as that start returns. Each start polls its work in
+    /// place, so a chain of work that ends within its first poll and hands on to the next
+    /// would otherwise nest a start in the one before for every link: a lane whose backlog
+    /// failed at once (no connection to check out) overflowed a thread's stack.
+    pub(crate) fn hand_on(&self, work: impl Future<Output = ()> + Send + 'static) {
+        // Tracked while it waits its turn: the work it follows may stop being tracked first,
+        // and a flush must not find nothing in flight meanwhile.
+        let work: Work = Box::pin(self.tracker.track_future(work));
+        let mut first = Some((self.clone(), work));
+        // A thread whose locals are being torn down starts it here and now, as `start` would.
+        let _ = HANDED_ON.try_with(|queue| match &mut *queue.borrow_mut() {
+            Some(queue) => queue.extend(first.take()),
+            none => *none = Some(VecDeque::new()),
+        });
+        let Some(first) = first else {
+            return;
+        };
+        let _handing_on = HandingOn;
+        let mut next = Some(first);
+        while let Some((background, work)) = next {
+            background.start(work);
+            next = HANDED_ON
+                .try_with(|queue| queue.borrow_mut().as_mut().and_then(VecDeque::pop_front))
+                .ok()
+                .flatten();
         }
     }
 
@@ -273,6 +307,17 @@ impl Drop for Homed {
         {
             spawn_moved(&next, &self.homes, work, self.moves + 1);
         }
+    }
+}
+
+/// Ends the outermost [`Background::hand_on`] of this thread, however it ends.
+struct HandingOn;
+
+impl Drop for HandingOn {
+    fn drop(&mut self) {
+        // What is left (only after a panic) is taken out first: its drop may hand on again.
+        let left = HANDED_ON.try_with(RefCell::take);
+        drop(left);
     }
 }
 
@@ -754,6 +799,51 @@ mod tests {
         go.send(()).expect("the work waits");
         flush.await;
         assert!(background.tracker.is_empty(), "taken back, it finished");
+    }
+
+    /// Links of a chain that end in their first poll, each handing on to the next (a lane's
+    /// backlog failing at once): how deep they nested, and how many ran.
+    #[derive(Clone, Default)]
+    struct Chain {
+        deepest: Arc<AtomicUsize>,
+        ran: Arc<AtomicUsize>,
+    }
+
+    thread_local! {
+        /// How many links of a chain are being polled on this thread, one inside the other.
+        static LINKS_POLLED: Cell<usize> = const { Cell::new(0) };
+    }
+
+    impl Chain {
+        fn link(&self, background: Background, left: usize) -> Work {
+            let chain = self.clone();
+            Box::pin(async move {
+                let depth = LINKS_POLLED.get() + 1;
+                LINKS_POLLED.set(depth);
+                chain.deepest.fetch_max(depth, Ordering::SeqCst);
+                chain.ran.fetch_add(1, Ordering::SeqCst);
+                if left > 0 {
+                    background.hand_on(chain.link(background.clone(), left - 1));
+                }
+                LINKS_POLLED.set(depth - 1);
+            })
+        }
+    }
+
+    /// Each link starts once the one before has returned, not inside it: the stack does not
+    /// grow with the chain.
+    #[tokio::test]
+    async fn work_handed_on_starts_after_the_work_that_handed_it_on() {
+        let background = Background::here();
+        let chain = Chain::default();
+        background.hand_on(chain.link(background.clone(), 99));
+        assert_eq!(chain.ran.load(Ordering::SeqCst), 100, "every link, by now");
+        assert_eq!(
+            chain.deepest.load(Ordering::SeqCst),
+            1,
+            "none inside another"
+        );
+        assert!(background.tracker.is_empty());
     }
 
     /// Polls `future` once.

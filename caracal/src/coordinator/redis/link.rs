@@ -316,7 +316,7 @@ impl<R: Batched> Drop for MoveOn<'_, R> {
         if let Some(next) = R::lanes(self.link).next(self.key) {
             self.link
                 .background
-                .start(Arc::clone(self.link).run(self.key.clone(), next));
+                .hand_on(Arc::clone(self.link).run(self.key.clone(), next));
         }
     }
 }
