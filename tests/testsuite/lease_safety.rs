@@ -275,12 +275,15 @@ async fn a_holder_resumed_past_its_lease_takes_no_further_step() {
 /// Fencing: what a lease cannot promise, a downstream that checks fencing tokens enforces. A
 /// holder's write leaves, the holder freezes past its lease, another holder takes the slot
 /// and writes with a higher token; the first write arrives late, and is refused.
+///
+/// Ordered by events, not by time: the holder's body runs on (for [`PATIENCE`]) until the
+/// freeze has cost it its lease, and its write is held on the link until the other's has
+/// landed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fencing_downstream_refuses_a_holder_whose_lease_was_lost() {
     let server = RedisServer::start();
     let store_server = RedisServer::start();
-    // The frozen holder's write travels through a slow link and lands after the other's.
-    let slow_link = FaultProxy::start(store_server.addr());
+    let link = FaultProxy::start(store_server.addr());
     let namespace = unique("fenced");
     let coordinator = caracal::Coordinator::redis(server.url())
         .namespace(namespace.clone())
@@ -294,14 +297,15 @@ async fn a_fencing_downstream_refuses_a_holder_whose_lease_was_lost() {
         "fenced-write",
         &[
             format!("scope={scope}"),
-            format!("side={}", slow_link.url()),
+            format!("side={}", link.url()),
             format!("store={store}"),
             "pause_ms=50".to_owned(),
+            format!("hold_ms={}", PATIENCE.as_millis()),
         ],
     );
     let admitted = worker.expect_line("admitted", PATIENCE);
     let stale = Worker::field(&admitted, "fence");
-    slow_link.delay(Duration::from_secs(2));
+    link.blackhole();
     worker.go();
     worker.expect_line("sent", PATIENCE);
     let fresh = freeze_while_the_slot_is_taken(&worker, &coordinator, &scope).await;
@@ -315,9 +319,11 @@ async fn a_fencing_downstream_refuses_a_holder_whose_lease_was_lost() {
         fenced::write(&mut direct, &store, fresh).await,
         "the current holder's write"
     );
+    link.restore();
     let mut history = store_server.connection();
     eventually("the stale write reached the store", || {
-        !fenced::history(&mut history, &store).1.is_empty()
+        let (accepted, refused) = fenced::history(&mut history, &store);
+        accepted.len() + refused.len() == 2
     })
     .await;
     assert_eq!(

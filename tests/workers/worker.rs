@@ -156,13 +156,15 @@ async fn ledgered_loop(scope: &str, ledger: &AsyncLedger, id: &str) -> Result<()
 }
 
 /// What a frozen holder would do after its pause: count a side effect, or write to a fenced
-/// downstream (the write, once sent, is in the network's hands: its task is kept here so the
-/// process lives until the write has landed, whatever became of the body).
+/// downstream and then hold on for the given time (the write, once sent, is in the network's
+/// hands: its task is kept here so the process lives until the write has landed, whatever
+/// became of the body).
 enum Step {
     SideEffect(redis::aio::MultiplexedConnection, String),
     FencedWrite(
         redis::aio::MultiplexedConnection,
         String,
+        Duration,
         std::sync::Mutex<Option<tokio::task::JoinHandle<bool>>>,
     ),
 }
@@ -183,9 +185,9 @@ async fn frozen_step(scope: &str, pause: Duration, step: &Step) -> Result<(), Wo
                 .expect("side effect");
             say("stepped");
         }
-        Step::FencedWrite(conn, store, write) => {
-            // Once the parent has slowed the link, the write leaves; the process is frozen
-            // while it travels.
+        Step::FencedWrite(conn, store, hold, write) => {
+            // Once the parent holds the link, the write leaves; the process is frozen while it
+            // waits there.
             tokio::task::spawn_blocking(wait_for_go)
                 .await
                 .expect("wait for go");
@@ -196,7 +198,10 @@ async fn frozen_step(scope: &str, pause: Duration, step: &Step) -> Result<(), Wo
             *write.lock().expect("write slot") = Some(sent);
             tokio::time::sleep(pause).await;
             say("sent");
-            tokio::time::sleep(pause).await;
+            // Still running when the parent's `SIGSTOP` lands, however late a loaded machine
+            // delivers it: a body that ended a pause after `sent` had often returned `Ok` by
+            // then, its lease still held. Frozen past its lease, it ends when it thaws.
+            tokio::time::sleep(*hold).await;
         }
     }
     Ok(())
@@ -813,7 +818,12 @@ async fn main() {
             let step = if scenario == "frozen-step" {
                 Step::SideEffect(conn, get("side_key"))
             } else {
-                Step::FencedWrite(conn, get("store"), std::sync::Mutex::default())
+                Step::FencedWrite(
+                    conn,
+                    get("store"),
+                    Duration::from_millis(number("hold_ms")),
+                    std::sync::Mutex::default(),
+                )
             };
             let result =
                 frozen_step(&scope, Duration::from_millis(number("pause_ms")), &step).await;
