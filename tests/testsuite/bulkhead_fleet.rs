@@ -29,8 +29,12 @@ pub(crate) fn fleet(redis_url: &str, mut leases: Leases, tasks: u64) -> u64 {
         format!("witness_key={witness_key}"),
         "limit=3".to_owned(),
     ];
+    // Each process's tasks retry a refused call at once: on a starved host (other builds
+    // running) a command could wait past the default second for its answer, and the call
+    // fail closed, correctly but beside what this checks.
+    let env = [("CARACAL_COMMAND_TIMEOUT", "10s")];
     let workers: Vec<_> = (0..4)
-        .map(|_| Worker::spawn(redis_url, &namespace, "bulkhead-load", &args))
+        .map(|_| Worker::spawn_with_env(redis_url, &namespace, "bulkhead-load", &args, &env))
         .collect();
     let mut calls = 0;
     for worker in &workers {
