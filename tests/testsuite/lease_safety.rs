@@ -204,13 +204,14 @@ async fn frozen_slot(scope: &str) -> Result<u64, TestError> {
     Ok(caracal::fencing_token().expect("a fencing token inside the body"))
 }
 
-/// Freezes `worker` (SIGSTOP) until the test has taken its slot, and for at least a second
-/// (longer than the worker's pause: when it thaws, its body is ready to step at once), then
-/// thaws it.
+/// Freezes `worker` (SIGSTOP) until the test has taken its slot, and for at least a second,
+/// then does `before_thaw` (the word a frozen step waits for) and thaws it: when it thaws, its
+/// body is ready to step at once, its lease timers long overdue.
 async fn freeze_while_the_slot_is_taken(
     worker: &Worker,
     coordinator: &caracal::Coordinator,
     scope: &str,
+    before_thaw: impl FnOnce(),
 ) -> u64 {
     let thaw_at = tokio::time::Instant::now() + Duration::from_secs(1);
     worker.signal("STOP");
@@ -226,6 +227,7 @@ async fn freeze_while_the_slot_is_taken(
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
     tokio::time::sleep_until(thaw_at).await;
+    before_thaw();
     worker.signal("CONT");
     fence
 }
@@ -233,6 +235,11 @@ async fn freeze_while_the_slot_is_taken(
 /// Defect 3: a holder frozen (SIGSTOP) past its 300 ms lease resumed after another holder took
 /// the slot, and finished its body — the side effect happened, and it returned `Ok`. After a
 /// stall the lease is checked before the body takes another step: `LeaseLost`, no side effect.
+///
+/// Ordered by events: the holder steps only on the test's word, given while it is frozen, and
+/// finds it in the first poll after it thaws (so polling the body before the check is red
+/// every time, where a pause of 600 ms was red one run in three and, on a loaded machine, could
+/// end before the `SIGSTOP` landed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_resumed_past_its_lease_takes_no_further_step() {
     let server = RedisServer::start();
@@ -254,11 +261,17 @@ async fn a_holder_resumed_past_its_lease_takes_no_further_step() {
                 format!("scope={scope}"),
                 format!("side={}", side.url()),
                 format!("side_key={side_key}"),
-                "pause_ms=600".to_owned(),
             ],
         );
         worker.expect_line("admitted", PATIENCE);
-        freeze_while_the_slot_is_taken(&worker, &coordinator, &scope).await;
+        freeze_while_the_slot_is_taken(&worker, &coordinator, &scope, || {
+            redis::cmd("SET")
+                .arg(format!("{side_key}:go"))
+                .arg(1)
+                .exec(&mut side.connection())
+                .expect("the word to step");
+        })
+        .await;
         let result = worker.expect_line("result", PATIENCE);
         assert_eq!(code_field(&result), "lease_lost", "round {round}: {result}");
         let side_effects: Option<u64> = redis::cmd("GET")
@@ -308,7 +321,7 @@ async fn a_fencing_downstream_refuses_a_holder_whose_lease_was_lost() {
     link.blackhole();
     worker.go();
     worker.expect_line("sent", PATIENCE);
-    let fresh = freeze_while_the_slot_is_taken(&worker, &coordinator, &scope).await;
+    let fresh = freeze_while_the_slot_is_taken(&worker, &coordinator, &scope, || {}).await;
     assert!(fresh > stale, "fencing tokens {stale} then {fresh}");
     let mut direct = store_server
         .client()

@@ -155,37 +155,60 @@ async fn ledgered_loop(scope: &str, ledger: &AsyncLedger, id: &str) -> Result<()
     Ok(())
 }
 
-/// What a frozen holder would do after its pause: count a side effect, or write to a fenced
-/// downstream and then hold on for the given time (the write, once sent, is in the network's
-/// hands: its task is kept here so the process lives until the write has landed, whatever
-/// became of the body).
+/// What a frozen holder would do: count a side effect once the parent has set `<key>:go`
+/// (over a blocking connection, so the step is taken within the poll that finds the word), or
+/// write to a fenced downstream, say `sent` after the pause and then hold on for the given time
+/// (the write, once sent, is in the network's hands: its task is kept here so the process lives
+/// until the write has landed, whatever became of the body).
 enum Step {
-    SideEffect(redis::aio::MultiplexedConnection, String),
-    FencedWrite(
-        redis::aio::MultiplexedConnection,
-        String,
-        Duration,
-        std::sync::Mutex<Option<tokio::task::JoinHandle<bool>>>,
-    ),
+    SideEffect(std::sync::Mutex<redis::Connection>, String),
+    FencedWrite {
+        conn: redis::aio::MultiplexedConnection,
+        store: String,
+        pause: Duration,
+        hold: Duration,
+        write: std::sync::Mutex<Option<tokio::task::JoinHandle<bool>>>,
+    },
 }
 
-/// A holder that takes one step after `pause`, for the frozen-holder and fencing tests:
-/// lease 300 ms, so a freeze of a second outlives it.
+/// A holder that takes one step, for the frozen-holder and fencing tests: lease 300 ms, so a
+/// freeze of a second outlives it.
 #[bulkhead(name = "mp-frozen", limit = 1, lease = "300ms", scope = scope)]
-async fn frozen_step(scope: &str, pause: Duration, step: &Step) -> Result<(), WorkerError> {
+async fn frozen_step(scope: &str, step: &Step) -> Result<(), WorkerError> {
     let fence = caracal::fencing_token().unwrap_or(0);
     say(&format!("admitted fence={fence}"));
     match step {
-        Step::SideEffect(conn, key) => {
-            tokio::time::sleep(pause).await;
-            let _: u64 = redis::cmd("INCR")
-                .arg(key)
-                .query_async(&mut conn.clone())
-                .await
-                .expect("side effect");
+        Step::SideEffect(side, key) => {
+            // The step waits for the parent's word, not for a time (a pause could end before a
+            // loaded machine had delivered the parent's `SIGSTOP`, and the step was then taken
+            // on a lease still held), and looks for it between short sleeps: the parent gives
+            // it while the process is frozen, so as the process thaws the sleep is overdue
+            // with the lease's timers, and the one poll they wake finds the word and steps.
+            let go = format!("{key}:go");
+            loop {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                let mut side = side.lock().expect("side connection");
+                let said: bool = redis::cmd("EXISTS")
+                    .arg(&go)
+                    .query(&mut *side)
+                    .expect("the parent's word");
+                if said {
+                    let _: u64 = redis::cmd("INCR")
+                        .arg(key)
+                        .query(&mut *side)
+                        .expect("side effect");
+                    break;
+                }
+            }
             say("stepped");
         }
-        Step::FencedWrite(conn, store, hold, write) => {
+        Step::FencedWrite {
+            conn,
+            store,
+            pause,
+            hold,
+            write,
+        } => {
             // Once the parent holds the link, the write leaves; the process is frozen while it
             // waits there.
             tokio::task::spawn_blocking(wait_for_go)
@@ -196,7 +219,7 @@ async fn frozen_step(scope: &str, pause: Duration, step: &Step) -> Result<(), Wo
                 async move { fenced::write(&mut conn, &store, fence).await }
             });
             *write.lock().expect("write slot") = Some(sent);
-            tokio::time::sleep(pause).await;
+            tokio::time::sleep(*pause).await;
             say("sent");
             // Still running when the parent's `SIGSTOP` lands, however late a loaded machine
             // delivers it: a body that ended a pause after `sent` had often returned `Ok` by
@@ -814,22 +837,24 @@ async fn main() {
             say(&format!("result {}", counts.join(" ")));
         }
         "frozen-step" | "fenced-write" => {
-            let conn = side_connection(&get("side")).await;
             let step = if scenario == "frozen-step" {
-                Step::SideEffect(conn, get("side_key"))
+                let side = redis::Client::open(get("side"))
+                    .and_then(|client| client.get_connection())
+                    .expect("side connection");
+                Step::SideEffect(std::sync::Mutex::new(side), get("side_key"))
             } else {
-                Step::FencedWrite(
-                    conn,
-                    get("store"),
-                    Duration::from_millis(number("hold_ms")),
-                    std::sync::Mutex::default(),
-                )
+                Step::FencedWrite {
+                    conn: side_connection(&get("side")).await,
+                    store: get("store"),
+                    pause: Duration::from_millis(number("pause_ms")),
+                    hold: Duration::from_millis(number("hold_ms")),
+                    write: std::sync::Mutex::default(),
+                }
             };
-            let result =
-                frozen_step(&scope, Duration::from_millis(number("pause_ms")), &step).await;
+            let result = frozen_step(&scope, &step).await;
             coordinator.shutdown().await;
             say(&format!("result code={}", code(&result)));
-            if let Step::FencedWrite(.., write) = step {
+            if let Step::FencedWrite { write, .. } = step {
                 let sent = write.lock().expect("write slot").take();
                 if let Some(sent) = sent {
                     let accepted = sent.await.expect("fenced write");
