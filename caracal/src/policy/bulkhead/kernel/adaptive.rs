@@ -27,9 +27,14 @@
 //!   and the drop share, never raise them (a drop share learnt from a downstream failing fast
 //!   past its capacity is the overload's own, and the limit would climb on clear votes). Learnt from such calls, a base is the queued latency, the process votes clear
 //!   on a queued downstream, and the limit climbs past the capacity on its probes. And a base
-//!   is never above the mean latency of the process's calls near the limit: queueing only adds
-//!   latency, so faster calls there show the base too high (a first base taken from a
-//!   process's warm-up, its connections opened while the fleet ramped up) and lower it at once.
+//!   is never above what the mean latency of the process's calls near the limit could be by
+//!   chance: queueing only adds latency, so calls there faster by more than
+//!   [`vote::CHANCE_SE`] standard errors (of the process's latency, its variance learnt over
+//!   reports) show the base too high (a first base taken from a process's warm-up, its
+//!   connections opened while the fleet ramped up) and lower it at once; a dip's few calls
+//!   lower it only by as much. Lowered by every faster mean, a base learns the fastest of many
+//!   reports (one slow request in ten at random: a sixth below an empty downstream's latency)
+//!   and the limit holds on unsure votes where it should probe.
 //!   A measurement raises the base only if its latency did not fall with the occupancy: by
 //!   less than a cut's quarter ([`DEEPER_PM`], Little's law), from the last report near the
 //!   limit and from their average alike (the average lags a capacity that just halved), the

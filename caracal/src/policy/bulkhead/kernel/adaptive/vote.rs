@@ -31,12 +31,22 @@ fn unmoved(low_us: u64, near_us: u64) -> bool {
     low_us * 1000 >= near_us * DEEPER_PM && low_us * 1000 <= near_us * (1000 + UNMOVED_PM)
 }
 
+/// How many standard errors a report's mean latency is given before it may lower the base.
+pub(crate) const CHANCE_SE: u64 = 2;
+/// The most chance is given, in thousandths of the mean: a fifth. A report's mean, its
+/// latencies counted up to twice the base, varies by far less (one slow request in ten at
+/// random: a twentieth); wider, the spread is a warm-up's (connections opening, a base taken
+/// then), whose base must come down within a report, not as the spread fades.
+pub(crate) const MAX_CHANCE_PM: u64 = 200;
+
 /// Calls of one kind of admission since the last report.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Bucket {
     samples: u64,
     /// The successes' latencies (each up to twice the base), in microseconds.
     sum_us: u64,
+    /// Their squares, for the mean's standard error.
+    squares: u128,
     /// The same, each up to [`COMPARED_TIMES`] the base.
     compared_us: u64,
     drops: u64,
@@ -47,6 +57,31 @@ struct Bucket {
 impl Bucket {
     fn calls(&self) -> u64 {
         self.samples + self.drops
+    }
+
+    /// The slowest mean latency these successes could be a chance sample of, for successes
+    /// whose latency varies by `variance` (µs²): their mean plus [`CHANCE_SE`] standard errors,
+    /// at most [`MAX_CHANCE_PM`] of it.
+    /// A base lowered to every mean that fell below it would learn the fastest of many reports
+    /// (a slow class of requests, a busy host: a report's mean varies by a tenth), sit below
+    /// the latency of an empty downstream, and hold the limit on unsure votes where it should
+    /// probe. The variance is the process's, learnt over reports: a report's own is as much
+    /// a matter of chance (of a few calls in a dip, none of the slow class).
+    fn slowest_mean_us(&self, variance: u128) -> Option<u64> {
+        let mean = self.sum_us.checked_div(self.samples)?;
+        let error = (variance / u128::from(self.samples)).isqrt();
+        let error = u64::try_from(error).unwrap_or(u64::MAX);
+        let chance = error
+            .saturating_mul(CHANCE_SE)
+            .min(mean * MAX_CHANCE_PM / 1000);
+        Some(mean + chance)
+    }
+
+    /// The sum of the successes' squared deviations from their mean (µs²).
+    fn deviations(&self) -> u128 {
+        let sum = u128::from(self.sum_us);
+        self.squares
+            .saturating_sub((sum * sum).checked_div(self.samples.into()).unwrap_or(0))
     }
 
     /// The share of the time these calls held their slots that went to drops (thousandths).
@@ -75,6 +110,9 @@ pub(crate) struct Sampling {
     drop_share_pm: u64,
     /// The same share near the limit, averaged half-way per report (`None`: no call near it).
     near_drop_pm: Option<u64>,
+    /// The variance of a success's latency (µs², as the vote counts it), averaged over
+    /// reports, an eighth of the way per report (0: none yet).
+    variance: u128,
 }
 
 impl Sampling {
@@ -93,6 +131,7 @@ impl Sampling {
         if succeeded {
             bucket.samples += 1;
             add(&mut bucket.sum_us, us);
+            bucket.squares = bucket.squares.saturating_add(u128::from(us).pow(2));
             add(&mut bucket.compared_us, compared);
         } else {
             bucket.drops += 1;
@@ -119,6 +158,7 @@ impl Sampling {
     /// are what the cut's are compared with).
     pub(crate) fn report(&mut self, cut: bool) -> Observed {
         let (low, high) = (self.low, self.high);
+        let capped = self.base_us > 0;
         let mut observed = Observed {
             samples: low.samples + high.samples,
             calls: low.calls() + high.calls(),
@@ -141,17 +181,28 @@ impl Sampling {
             let compared = low.compared_us / low.samples;
             let unmoved = self.near_us == 0
                 || unmoved(compared, self.near_us) && unmoved(compared, self.last_near_us);
+            // In a dip, a few calls a report: only beyond chance (a cut's are many, and rare).
+            let faster = |base| match dipped {
+                true => low
+                    .slowest_mean_us(self.variance)
+                    .is_some_and(|slowest| slowest < base),
+                false => mean < base,
+            };
             self.base_us = match self.base_us {
                 0 => mean,
                 _ if unmoved && !dipped => mean,
-                base if mean < base => (base + mean) / 2,
+                base if faster(base) => (base + mean) / 2,
                 base => base,
             };
         }
-        if high.samples >= MIN_VOTE && self.base_us > 0 {
-            // Queueing only adds latency: calls near the limit faster than the base show it
-            // too high (a first base taken from a process's warm-up), and lower it at once.
-            self.base_us = self.base_us.min((high.sum_us / high.samples).max(1));
+        if high.samples >= MIN_VOTE
+            && self.base_us > 0
+            && let Some(slowest) = high.slowest_mean_us(self.variance)
+        {
+            // Queueing only adds latency: calls near the limit faster than the base, beyond
+            // chance, show it too high (a first base taken from a process's warm-up), and
+            // lower it at once.
+            self.base_us = self.base_us.min(slowest.max(1));
         }
         let judged = if high.calls() >= MIN_VOTE { high } else { low };
         if self.base_us > 0 && judged.calls() >= MIN_VOTE {
@@ -169,6 +220,18 @@ impl Sampling {
         } else if !cut {
             self.near_us = 0;
             self.last_near_us = 0;
+        }
+        // Learnt from latencies capped as the vote counts them, so not before a base: a
+        // first report's slow class, uncounted, would keep a warm-up's base for many reports.
+        let samples = u128::from(low.samples + high.samples);
+        if let (true, Some(variance)) = (
+            capped,
+            (low.deviations() + high.deviations()).checked_div(samples),
+        ) {
+            self.variance = match self.variance {
+                0 => variance,
+                before => before - before / 8 + variance / 8,
+            };
         }
         if let Some(share) = low.drop_share_pm()
             && low.calls() >= MIN_BASE
