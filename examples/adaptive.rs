@@ -174,19 +174,14 @@ impl From<std::io::Error> for CallError {
 // ---------------------------------------------------------------------------------------------
 // The worker process.
 
-/// One call under the fleet's adaptive limit. A `slow` process's bodies keep their thread
-/// 8 ms after the reply (a starved or pausing replica).
+/// One call under the fleet's adaptive limit.
 #[bulkhead(name = "adaptive-bench", limit = adaptive(min = 2, initial = 20, max = 400))]
 async fn fleet_call(
     connection: &mut Option<TcpStream>,
     downstream: SocketAddr,
     slow: bool,
 ) -> Result<(), CallError> {
-    request(connection, downstream).await?;
-    if slow {
-        std::thread::sleep(Duration::from_millis(8));
-    }
-    Ok(())
+    body(connection, downstream, slow).await
 }
 
 /// One call under a static limit for the fleet: each run's workers override this one with
@@ -195,8 +190,9 @@ async fn fleet_call(
 async fn static_call(
     connection: &mut Option<TcpStream>,
     downstream: SocketAddr,
+    slow: bool,
 ) -> Result<(), CallError> {
-    request(connection, downstream).await
+    body(connection, downstream, slow).await
 }
 
 /// One call under this process's Gradient2 limiter.
@@ -204,10 +200,25 @@ async fn local_call(
     limiter: &Arc<Gradient2>,
     connection: &mut Option<TcpStream>,
     downstream: SocketAddr,
+    slow: bool,
 ) -> Result<(), CallError> {
     let permit = limiter.try_acquire().ok_or(CallError::Refused)?;
-    request(connection, downstream).await?;
+    body(connection, downstream, slow).await?;
     permit.sample();
+    Ok(())
+}
+
+/// What every limiter guards: one request and, in a `slow` process, its thread kept 8 ms after
+/// the reply (a starved or pausing replica), the same under each limiter.
+async fn body(
+    connection: &mut Option<TcpStream>,
+    downstream: SocketAddr,
+    slow: bool,
+) -> Result<(), CallError> {
+    request(connection, downstream).await?;
+    if slow {
+        std::thread::sleep(Duration::from_millis(8));
+    }
     Ok(())
 }
 
@@ -322,8 +333,8 @@ async fn calls(
     loop {
         let result = match limiter {
             Limiter::Fleet => fleet_call(&mut connection, downstream, slow).await,
-            Limiter::Local => local_call(local, &mut connection, downstream).await,
-            Limiter::Static(_) => static_call(&mut connection, downstream).await,
+            Limiter::Local => local_call(local, &mut connection, downstream, slow).await,
+            Limiter::Static(_) => static_call(&mut connection, downstream, slow).await,
         };
         let Err(error) = result else {
             continue;
@@ -784,7 +795,7 @@ enum Shape {
     Clean,
     /// A thread spinning beside the processes for the whole run.
     Busy,
-    /// One process's bodies keep their thread 8 ms after the reply.
+    /// One process's bodies keep their thread 8 ms after the reply, whichever limiter it runs.
     SlowProcess,
     /// One request in ten takes 200 ms, the others 5 ms.
     Bimodal,
