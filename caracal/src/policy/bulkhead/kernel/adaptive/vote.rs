@@ -62,8 +62,9 @@ impl Bucket {
     /// The slowest mean latency these successes could be a chance sample of, for successes
     /// whose latency varies by `variance` (µs²): their mean plus [`CHANCE_SE`] standard errors,
     /// at most [`MAX_CHANCE_PM`] of it.
+    ///
     /// A base lowered to every mean that fell below it would learn the fastest of many reports
-    /// (a slow class of requests, a busy host: a report's mean varies by a tenth), sit below
+    /// (a slow class of requests, a busy host: a report's mean varies by a twentieth), sit below
     /// the latency of an empty downstream, and hold the limit on unsure votes where it should
     /// probe. The variance is the process's, learnt over reports: a report's own is as much
     /// a matter of chance (of a few calls in a dip, none of the slow class).
