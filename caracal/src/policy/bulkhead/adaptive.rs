@@ -12,12 +12,14 @@
 //! first call, not from `initial`.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::events;
+use super::kernel::adaptive::share::Share;
 use super::kernel::adaptive::vote::Sampling;
 use super::kernel::adaptive::{Adapt, Bounds, Learnt, Report};
 use crate::coordinator::{Coordinator, WeakCoordinator};
@@ -58,6 +60,11 @@ pub(crate) struct View {
     /// Held by the call that waits for a report's answer, so that callers finding no fresh
     /// limit at once wait for one answer, not one each.
     asking: tokio::sync::Mutex<()>,
+    /// The bodies of this process running under the limit.
+    held: AtomicU32,
+    /// The most of them it may hold ([`Share`]; `u32::MAX`: no bound), as the last answer
+    /// left it.
+    share: AtomicU32,
 }
 
 #[derive(Debug, Default)]
@@ -78,6 +85,10 @@ struct Known {
     answered: u64,
     /// Whether the background reporter runs.
     reporting: bool,
+    /// The window its last report with calls joined ([`Report::joined_ms`]).
+    joined_ms: u64,
+    /// How its calls compare with the fleet's.
+    share: Share,
 }
 
 impl View {
@@ -86,7 +97,31 @@ impl View {
             identity,
             known: Mutex::default(),
             asking: tokio::sync::Mutex::new(()),
+            held: AtomicU32::new(0),
+            share: AtomicU32::new(u32::MAX),
         }
+    }
+
+    /// Whether this process holds its share of a saturated fleet already: its next call is
+    /// refused here, so that the slots it lets go go to the other processes' calls.
+    pub(crate) fn over_share(&self) -> bool {
+        self.held.load(Ordering::Relaxed) >= self.share.load(Ordering::Relaxed)
+    }
+
+    /// Bounds this process's bodies to `share`, as an answer would.
+    #[cfg(test)]
+    pub(crate) fn hold_to(&self, share: u32) {
+        self.share.store(share, Ordering::Relaxed);
+    }
+
+    /// Counts a body that starts under the limit; [`View::ended`] counts it out.
+    pub(crate) fn started(&self) {
+        self.held.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts out a body [`View::started`] counted.
+    pub(crate) fn ended(&self) {
+        self.held.fetch_sub(1, Ordering::Relaxed);
     }
 
     /// The limit in force for a call under `bounds`: the one learnt, if fresh; else the
@@ -177,6 +212,7 @@ impl View {
                 observed: known.sampling.report(cut),
                 bounds,
                 window_ms: UPDATE_EVERY_MS,
+                joined_ms: known.joined_ms,
             };
             (report, known.sent)
         };
@@ -188,6 +224,12 @@ impl View {
             }
             known.answered = number;
             known.learnt = Some((learnt, Instant::now()));
+            if report.observed.calls > 0 {
+                known.joined_ms = learnt.joined_ms;
+            }
+            let share = known.share.learn(&report.observed, &learnt);
+            self.share
+                .store(share.unwrap_or(u32::MAX), Ordering::Relaxed);
             // The first limit learnt is where this process starts, not a change.
             // A cut window's limit is a measurement, not a change.
             let was = *known.announced.get_or_insert(learnt.full);

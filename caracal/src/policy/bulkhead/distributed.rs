@@ -218,13 +218,9 @@ where
             body.as_mut().poll(cx).map(Ok)
         });
         // A body cut short from outside (an outer timeout, a caller gone) is congestion too.
-        let mut timing = adaptive.as_ref().map(|(view, learnt)| Timing {
-            view,
-            coordinator: &lease.coordinator,
-            low: learnt.low(occupancy),
-            started: Instant::now(),
-            succeeded: Some(false),
-        });
+        let mut timing = adaptive
+            .as_ref()
+            .map(|(view, learnt)| Timing::start(view, &lease.coordinator, learnt.low(occupancy)));
         // Awaited apart from the match: a shadow bulkhead goes on polling the body after a
         // loss.
         let held = held.await;
@@ -292,8 +288,23 @@ struct Timing<'a> {
     succeeded: Option<bool>,
 }
 
+impl<'a> Timing<'a> {
+    /// Times a body that starts now, counted among the view's running ones until it ends.
+    fn start(view: &'a Arc<adaptive::View>, coordinator: &'a Coordinator, low: bool) -> Self {
+        view.started();
+        Timing {
+            view,
+            coordinator,
+            low,
+            started: Instant::now(),
+            succeeded: Some(false),
+        }
+    }
+}
+
 impl Drop for Timing<'_> {
     fn drop(&mut self) {
+        self.view.ended();
         if let Some(succeeded) = self.succeeded {
             let elapsed = micros(self.started.elapsed());
             self.view.observe(self.coordinator, |sampling| {
@@ -345,77 +356,85 @@ async fn admit(
     loop {
         // Registered before the attempt, so a release that lands during it is not missed.
         let released = give_up.map(|_| coordinator.released(&identity.key));
-        let command = LeaseCommand {
-            identity,
-            action: LeaseAction::Acquire,
-            token,
-            ttl: values.lease,
-            limit: values.limit,
-            share: values.thresholds.thousandths(priority),
-        };
-        // Until the reply is read, the acquire may have taken a lease nobody knows of: if this
-        // call is dropped meanwhile, or the outcome stays unknown, it is released right away
-        // rather than held until it expires.
-        let mut unclaimed = UnclaimedLease {
-            coordinator,
-            identity,
-            token,
-            lease: values.lease,
-            armed: true,
-        };
-        let reply = lease(coordinator, command).await;
-        unclaimed.armed = reply.is_err();
-        if let (Some(view), Ok(answer)) = (view, &reply) {
-            let occupancy = answer.reply.occupancy;
-            view.observe(coordinator, |sampling| sampling.occupancy(occupancy));
-        }
-        match reply {
-            // Trusted from when its batch was sent, not from when it joined its lane: a fleet
-            // under load tolerates the round trips a lone caller does.
-            Ok(LeaseAnswer { reply, sent }) if reply.allowed => {
-                return Ok(Grant {
-                    sent,
-                    occupancy: reply.occupancy,
-                    fence: reply.fence,
-                });
+        // A process holding its share of a saturated fleet is refused here, before asking: the
+        // slots it lets go go to the other processes' calls rather than back to its own.
+        let refused_at = if view.is_some_and(|view| view.over_share()) {
+            None
+        } else {
+            let command = LeaseCommand {
+                identity,
+                action: LeaseAction::Acquire,
+                token,
+                ttl: values.lease,
+                limit: values.limit,
+                share: values.thresholds.thousandths(priority),
+            };
+            // Until the reply is read, the acquire may have taken a lease nobody knows of: if
+            // this call is dropped meanwhile, or the outcome stays unknown, it is released
+            // right away rather than held until it expires.
+            let mut unclaimed = UnclaimedLease {
+                coordinator,
+                identity,
+                token,
+                lease: values.lease,
+                armed: true,
+            };
+            let reply = lease(coordinator, command).await;
+            unclaimed.armed = reply.is_err();
+            if let (Some(view), Ok(answer)) = (view, &reply) {
+                let occupancy = answer.reply.occupancy;
+                view.observe(coordinator, |sampling| sampling.occupancy(occupancy));
             }
-            Ok(LeaseAnswer { reply, .. }) => {
-                // Whatever `keep` says here: another process may keep leases of the identity.
-                if !values.shadow {
-                    contention::refused(coordinator, identity);
+            match reply {
+                // Trusted from when its batch was sent, not from when it joined its lane: a
+                // fleet under load tolerates the round trips a lone caller does.
+                Ok(LeaseAnswer { reply, sent }) if reply.allowed => {
+                    return Ok(Grant {
+                        sent,
+                        occupancy: reply.occupancy,
+                        fence: reply.fence,
+                    });
                 }
-                let now = Instant::now();
-                let retry = match give_up.zip(released) {
-                    Some((give_up, released)) if now < give_up => {
-                        let waiting = waiting
-                            .get_or_insert_with(|| coordinator.waiting(&identity.key, priority));
-                        let _ = tokio::time::timeout(pause.min(give_up - now), released).await;
-                        pause = (pause * 2).min(MAX_WAIT_PAUSE);
-                        // A slot freed here is for the highest class waiting here: a lower
-                        // one tries again only once none waits.
-                        waiting.outranked_until(give_up).await
+                Ok(LeaseAnswer { reply, .. }) => {
+                    // Whatever `keep` says here: another process may keep leases of the
+                    // identity.
+                    if !values.shadow {
+                        contention::refused(coordinator, identity);
                     }
-                    _ => false,
-                };
-                if !retry {
-                    let reason = if give_up.is_some() {
-                        Refusal::WaitTimeout
-                    } else {
-                        Refusal::Capacity
-                    };
-                    events::rejected(
-                        &identity.at().shadowed(values.shadow),
-                        reason,
-                        Some(reply.occupancy),
-                        values.limit,
-                    );
-                    return Err(site.full(&identity.scope, values.limit));
+                    Some(reply.occupancy)
+                }
+                Err(error) => {
+                    unavailable(identity, values, &error);
+                    return Err(error);
                 }
             }
-            Err(error) => {
-                unavailable(identity, values, &error);
-                return Err(error);
+        };
+        let now = Instant::now();
+        let retry = match give_up.zip(released) {
+            Some((give_up, released)) if now < give_up => {
+                let waiting =
+                    waiting.get_or_insert_with(|| coordinator.waiting(&identity.key, priority));
+                let _ = tokio::time::timeout(pause.min(give_up - now), released).await;
+                pause = (pause * 2).min(MAX_WAIT_PAUSE);
+                // A slot freed here is for the highest class waiting here: a lower one tries
+                // again only once none waits.
+                waiting.outranked_until(give_up).await
             }
+            _ => false,
+        };
+        if !retry {
+            let reason = if give_up.is_some() {
+                Refusal::WaitTimeout
+            } else {
+                Refusal::Capacity
+            };
+            events::rejected(
+                &identity.at().shadowed(values.shadow),
+                reason,
+                refused_at,
+                values.limit,
+            );
+            return Err(site.full(&identity.scope, values.limit));
         }
     }
 }

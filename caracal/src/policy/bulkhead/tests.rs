@@ -51,6 +51,19 @@ static LOCAL_FIFO: BulkheadSite = BulkheadSite::new(BulkheadConfig {
     thresholds: Thresholds::NONE,
 });
 
+static ADAPTIVE: BulkheadSite = BulkheadSite::new(BulkheadConfig {
+    name: "unit-adaptive",
+    operation: "unit-adaptive",
+    limit: 20,
+    adaptive: Some(AdaptiveLimit::new(2, 20, 40)),
+    lease: LEASE,
+    max_wait: None,
+    keep: None,
+    local: false,
+    shadow: false,
+    thresholds: Thresholds::NONE,
+});
+
 async fn guarded<F, T>(site: &'static BulkheadSite, body: F) -> Result<T, Error>
 where
     F: Future<Output = Result<T, Error>>,
@@ -1088,4 +1101,40 @@ mod kept {
         assert!(admitted > 0);
         assert!(most.load(Ordering::SeqCst) <= 2, "{most:?}");
     }
+}
+
+/// A process the fleet's answer held to its share (one process of several, holding each slot
+/// longer than the fleet's calls take, the fleet at its limit) is refused at its share without
+/// asking, though the fleet has slots free; and admitted again once a body of its own ends.
+#[tokio::test(start_paused = true)]
+async fn a_process_at_its_share_of_a_saturated_fleet_is_refused_until_a_body_of_its_own_ends() {
+    let coordinator = Coordinator::in_memory();
+    coordinator
+        .scoped(async {
+            let identity = coordinator.identity(
+                crate::identity::PolicyKind::Bulkhead,
+                "unit-adaptive",
+                "unit-adaptive",
+                GLOBAL_SCOPE.as_ref().expect("the global scope"),
+            );
+            let (end, ended) = tokio::sync::oneshot::channel::<()>();
+            let mut running = std::pin::pin!(guarded(&ADAPTIVE, async {
+                ended.await.map_err(|_| Error::NotInstalled)
+            }));
+            // Until its body waits: admitted, and counted as running.
+            let waiting = tokio::time::timeout(Duration::from_millis(10), running.as_mut()).await;
+            assert!(waiting.is_err(), "{waiting:?}");
+            adaptive::Views::of(&coordinator, &identity).hold_to(1);
+            let refused = guarded(&ADAPTIVE, async { Ok(()) }).await;
+            assert!(
+                matches!(refused, Err(Error::BulkheadFull { .. })),
+                "{refused:?}"
+            );
+            end.send(()).expect("the body waits");
+            running.await.expect("the running body");
+            guarded(&ADAPTIVE, async { Ok(()) })
+                .await
+                .expect("admitted once its body ended");
+        })
+        .await;
 }

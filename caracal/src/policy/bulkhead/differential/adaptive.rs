@@ -106,7 +106,7 @@ pub(crate) fn run(conn: Connection, cases: u32) {
         &Branch::ALL,
         |env, (bounds, window_ms, commands)| {
             let mut estimate = Estimate::default();
-            let mut processes: [Sampling; 3] = Default::default();
+            let mut processes: [(Sampling, u64); 3] = Default::default();
             let mut seen = Seen::default();
             let mut now_us = env.start_us;
             for command in commands {
@@ -116,7 +116,7 @@ pub(crate) fn run(conn: Connection, cases: u32) {
                         bodies,
                         occupancy,
                     } => {
-                        let sampling = &mut processes[process];
+                        let (sampling, joined_ms) = &mut processes[process];
                         for (low, body) in bodies {
                             sampling.body(low, body.unwrap_or(1_000), body.is_some());
                         }
@@ -125,18 +125,22 @@ pub(crate) fn run(conn: Connection, cases: u32) {
                             observed: sampling.report(false),
                             bounds,
                             window_ms,
+                            joined_ms: *joined_ms,
                         };
                         if estimate.limit_pm > 0 && estimate.forgettable(clock(now_us)) {
                             let key = env.key("adaptive");
                             env.delete(&key)?;
                         }
-                        env.step::<Adapt>(
+                        let learnt = env.step::<Adapt>(
                             &mut estimate,
                             &report,
                             Wire::default(),
                             now_us,
                             &mut seen,
                         )?;
+                        if report.observed.calls > 0 {
+                            *joined_ms = learnt.joined_ms;
+                        }
                     }
                     Command::Advance { us } => now_us += us,
                     Command::ToWindowEnd { offset } => {
@@ -162,6 +166,7 @@ pub(crate) fn run(conn: Connection, cases: u32) {
                             observed: Observed::default(),
                             bounds,
                             window_ms,
+                            joined_ms: 0,
                         };
                         env.step::<Adapt>(
                             &mut estimate,
@@ -207,6 +212,8 @@ fn compare_final_state(env: &mut Env<'_>, estimate: &Estimate) -> Result<(), Tes
             ("unsure", votes.unsure),
             ("ratios", votes.ratio_sum),
             ("bases", votes.base_sum),
+            ("askers", estimate.askers),
+            ("procs", estimate.processes),
         ]
         .into_iter()
         .map(|(field, n)| (field.to_owned(), n))

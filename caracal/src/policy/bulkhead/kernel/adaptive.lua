@@ -9,13 +9,18 @@
 --          [10 s, 40 s], absent as 10 s; an older script leaves it untouched, which costs at
 --          most one period of 40 s after a mixed fleet or a rollback), and the open
 --          window's `n`, `sum`, `calls`, `low`, `peak`, `queued`, `clear`, `unsure`, `ratios`
---          and `bases`.
+--          and `bases`; `askers`, the processes counted in the open window, and `procs`, in the
+--          last window that closed.
 -- ARGV     samples, sum (µs), calls, low, peak, queued, clear, unsure, ratios, bases, min,
---          initial, max, window (ms): integers.
--- Reply    {limit, full, low, latency, base}: the whole limit in force (`low` in a cut window)
---          and the limit, within [min, max]; the occupancy up to which a call counts as low (¾
---          of the limit, or of the last window's highest occupancy if lower); the mean latency
---          and the voters' mean base of the last window (0: none yet).
+--          initial, max, window (ms), joined: integers. `joined` is the `since` the reporting
+--          process's last report with calls was answered with (0: none): a report with calls
+--          whose `joined` is not the open window's start counts its process in the window.
+-- Reply    {limit, full, low, latency, base, since, procs}: the whole limit in force (`low`
+--          in a cut window) and the limit, within [min, max]; the occupancy up to which a call
+--          counts as low (¾ of the limit, or of the last window's highest occupancy if lower);
+--          the mean latency and the voters' mean base of the last window (0: none yet); when
+--          the window this report joined started (ms); the processes counted in the last
+--          window that closed (at most 2^32 - 1).
 -- TTL      PEXPIREAT now + 600 s (`IDLE_MS`) at every step.
 -- Cost     O(1): one HMGET, one HSET, one PEXPIREAT.
 local clock = redis.call('TIME')
@@ -27,13 +32,13 @@ local CUT_EVERY_MS, LOW_SHARE_PM, VERIFY_MS = 10000, 100, 3000
 local MAX_CUT_EVERY_MS = 4 * CUT_EVERY_MS
 local DEEPER_PM = LOW_PM * CLEAR_PM / 1000
 local a = {}
-for i = 1, 14 do
+for i = 1, 15 do
   a[i] = tonumber(ARGV[i])
 end
 local min, initial, max, window = a[11], a[12], a[13], a[14]
 
 local fields = {'limit', 'latency', 'base', 'since', 'lowat', 'cut', 'level', 'every', 'n', 'sum',
-  'calls', 'low', 'peak', 'queued', 'clear', 'unsure', 'ratios', 'bases'}
+  'calls', 'low', 'peak', 'queued', 'clear', 'unsure', 'ratios', 'bases', 'askers', 'procs'}
 local stored = redis.call('HMGET', KEYS[1], unpack(fields))
 local e = {}
 for i = 1, #fields do
@@ -49,7 +54,9 @@ end
 every = math.min(every, MAX_CUT_EVERY_MS)
 -- The open window: samples, sum, calls, low, peak, queued, clear, unsure, ratios, bases.
 local w = {e[9], e[10], e[11], e[12], e[13], e[14], e[15], e[16], e[17], e[18]}
+local askers, procs = e[19], e[20]
 if limit == 0 then
+  askers, procs = 0, 0
   limit, latency, base, since, lowat, cut, level = initial * 1000, 0, 0, now, 0, 0, 0
   lowat = math.max(now - CUT_EVERY_MS, 0)
   every = CUT_EVERY_MS
@@ -73,6 +80,10 @@ for i = 1, 10 do
   else
     w[i] = math.min(w[i] + a[i], MAX_SUM)
   end
+end
+local joined = since
+if a[3] > 0 and a[15] ~= joined then
+  askers = math.min(askers + 1, MAX_SUM)
 end
 
 if now >= since + window then
@@ -135,13 +146,15 @@ if now >= since + window then
   end
   since = now
   w = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+  askers, procs = 0, askers
 end
 
 local function int(n)
   return string.format('%d', n)
 end
 local set = {'limit', int(limit), 'latency', int(latency), 'base', int(base), 'since', int(since),
-  'lowat', int(lowat), 'cut', int(cut), 'level', int(level), 'every', int(every)}
+  'lowat', int(lowat), 'cut', int(cut), 'level', int(level), 'every', int(every),
+  'askers', int(askers), 'procs', int(procs)}
 for i = 1, 10 do
   set[#set + 1] = fields[8 + i]
   set[#set + 1] = int(w[i])
@@ -156,4 +169,5 @@ local in_force = limit
 if cut == 1 then
   in_force = low
 end
-return {whole(in_force), whole(limit), math.floor(low / 1000), latency, base}
+return {whole(in_force), whole(limit), math.floor(low / 1000), latency, base, joined,
+  math.min(procs, 4294967295)}

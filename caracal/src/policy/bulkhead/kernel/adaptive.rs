@@ -74,6 +74,11 @@
 //!   processes in both: a slow process or a busy host adds latency that does not fall with the
 //!   occupancy, so it stops the descent rather than driving it. Each cut costs no goodput while
 //!   it queues; the first that did not queue ends it.
+//! - **A process holding slots outside the downstream is held to its share** ([`share`]): the
+//!   step counts the processes that reported calls in each window (a report carries the
+//!   start of the window its process last joined, so each counts once), and a process whose
+//!   calls were slower than the fleet's holds at most the limit over that count while the fleet
+//!   is at its limit.
 //! - A fleet that never came near its limit (its highest occupancy under half of it) gives no
 //!   evidence the limit could be higher: the target is at most the limit (Gradient2's
 //!   application-limited check), so a quiet hour does not leave the limit at `max`.
@@ -102,6 +107,7 @@
 //! base. The estimate expires [`IDLE_MS`] after the last report: a fleet that comes back after
 //! that starts again at `initial`.
 
+pub(crate) mod share;
 #[cfg(test)]
 mod tests;
 pub(crate) mod vote;
@@ -284,6 +290,9 @@ pub(crate) struct Report {
     pub(crate) bounds: Bounds,
     /// The least time between updates, in milliseconds (at least 1).
     pub(crate) window_ms: u64,
+    /// When the window the process's last report with calls joined started (server ms; 0:
+    /// none): a process is counted once in each window it reports calls in.
+    pub(crate) joined_ms: u64,
 }
 
 /// The answer to a report: the limit in force, and what it came from.
@@ -301,6 +310,11 @@ pub(crate) struct Learnt {
     pub(crate) latency_us: u64,
     /// The voters' mean base latency in that window (0: nobody voted).
     pub(crate) base_us: u64,
+    /// When the window this report joined started (server ms): the report's next
+    /// [`joined_ms`](Report::joined_ms), if it had calls.
+    pub(crate) joined_ms: u64,
+    /// How many processes reported calls in the last window that closed.
+    pub(crate) processes: u32,
 }
 
 impl Learnt {
@@ -331,6 +345,10 @@ pub(crate) struct Estimate {
     pub(crate) level: u64,
     /// What the open window gathered.
     pub(crate) window: Observed,
+    /// The processes counted in the open window.
+    pub(crate) askers: u64,
+    /// The processes counted in the last window that closed.
+    pub(crate) processes: u64,
     /// The key's expiry (ms).
     pub(crate) expires_ms: u64,
 }
@@ -383,6 +401,10 @@ impl Kernel for Adapt {
         // window, nor one that never cuts.
         estimate.every_ms = estimate.every_ms.clamp(CUT_EVERY_MS, MAX_CUT_EVERY_MS);
         estimate.window.join(&report.observed);
+        let joined_ms = estimate.since_ms;
+        if report.observed.calls > 0 && report.joined_ms != joined_ms {
+            add(&mut estimate.askers, 1);
+        }
         if now.ms < estimate.since_ms.saturating_add(report.window_ms) {
             Branch::Gathered.reach(seen);
         } else {
@@ -393,6 +415,7 @@ impl Kernel for Adapt {
             }
             estimate.since_ms = now.ms;
             estimate.window = Observed::default();
+            estimate.processes = std::mem::take(&mut estimate.askers);
         }
         estimate.expires_ms = now.ms.saturating_add(IDLE_MS);
         let low_pm = estimate.low_pm();
@@ -407,6 +430,8 @@ impl Kernel for Adapt {
             low_at: u32::try_from(low_pm / 1000).unwrap_or(u32::MAX),
             latency_us: estimate.latency_us,
             base_us: estimate.base_us,
+            joined_ms,
+            processes: u32::try_from(estimate.processes).unwrap_or(u32::MAX),
         }
     }
 }
@@ -508,7 +533,7 @@ static SCRIPT: Script = Script::new("adaptive limit", &[include_str!("adaptive.l
 impl Scripted for Adapt {
     const SCRIPT: &'static Script = &SCRIPT;
     const KEYS: &'static [&'static str] = &["adaptive"];
-    const WIDTH: usize = 5;
+    const WIDTH: usize = 7;
 
     fn encode(batch: &[&Report], _: &Wire<'_>, sink: &mut dyn Sink) {
         let report = batch[0];
@@ -529,6 +554,7 @@ impl Scripted for Adapt {
             report.bounds.initial.into(),
             report.bounds.max.into(),
             report.window_ms,
+            report.joined_ms,
         ] {
             sink.int(n);
         }
@@ -541,6 +567,8 @@ impl Scripted for Adapt {
             low_at: Malformed::count(reply[2])?,
             latency_us: Malformed::natural("latency", reply[3])?,
             base_us: Malformed::natural("base latency", reply[4])?,
+            joined_ms: Malformed::natural("window start", reply[5])?,
+            processes: Malformed::count(reply[6])?,
         })
     }
 }

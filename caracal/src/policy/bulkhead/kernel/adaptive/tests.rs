@@ -114,6 +114,8 @@ impl Fleet {
                 low_at: BOUNDS.initial * 3 / 4,
                 latency_us: 0,
                 base_us: 0,
+                joined_ms: 0,
+                processes: 0,
             },
             seed: 7,
             ms: 1_000,
@@ -235,6 +237,7 @@ impl Fleet {
                 observed: self.sampling[index].report(self.learnt.limit < self.learnt.full),
                 bounds: BOUNDS,
                 window_ms: 1_000,
+                joined_ms: 0,
             };
             let now = Now {
                 ms: self.ms + index as u64,
@@ -586,6 +589,7 @@ fn period_after(mut estimate: Estimate, window: Observed) -> u64 {
         observed: Observed::default(),
         bounds: BOUNDS,
         window_ms: 1_000,
+        joined_ms: 0,
     };
     let now = Now {
         ms: 1_000,
@@ -683,6 +687,7 @@ fn a_stored_period_is_read_within_its_bounds() {
             observed: Observed::default(),
             bounds: BOUNDS,
             window_ms: 1_000,
+            joined_ms: 0,
         };
         let now = Now {
             ms: 500,
@@ -894,6 +899,7 @@ fn every_branch_is_reached() {
         observed: Observed::default(),
         bounds: BOUNDS,
         window_ms: 1_000,
+        joined_ms: 0,
     };
     let at = |ms| Now {
         ms,
@@ -946,6 +952,7 @@ fn the_limit_stays_within_its_bounds() {
             observed: sampling.report(false),
             bounds,
             window_ms: 1000,
+            joined_ms: 0,
         };
         let now = Now {
             ms: second * 1000,
@@ -1047,4 +1054,46 @@ fn a_warm_up_base_comes_down_within_a_report_however_widely_calls_spread() {
     let votes = calls(&mut sampling, false, 10, 130_000);
     let base = votes.base_sum / votes.weight();
     assert!(base <= 40_000, "base {base} µs: {sampling:?}");
+}
+
+/// A window counts each process that reported calls in it once, however often it reported
+/// (every 250 ms here, against a 1 s window), and not a process whose reports carry no calls
+/// (one whose limit was ageing while it had none): the processes a saturated fleet's slots are
+/// shared among ([`share`](super::share)).
+#[test]
+fn a_window_counts_each_process_that_reported_calls_once() {
+    let mut estimate = Estimate::default();
+    let mut seen = Seen::default();
+    let busy = Observed {
+        samples: 5,
+        sum_us: 100_000,
+        calls: 5,
+        ..Observed::default()
+    };
+    let mut joined = [0u64; 4];
+    let mut counted = Vec::new();
+    for tick in 0..16u64 {
+        for (index, joined) in joined.iter_mut().enumerate() {
+            let observed = if index < 3 { busy } else { Observed::default() };
+            let report = Report {
+                observed,
+                bounds: BOUNDS,
+                window_ms: 1_000,
+                joined_ms: *joined,
+            };
+            let now = Now {
+                ms: 1_000 + tick * 250 + index as u64,
+                ns: 0,
+                order: 0,
+            };
+            let learnt = Adapt::step(&mut estimate, &report, now, &mut seen);
+            if observed.calls > 0 {
+                *joined = learnt.joined_ms;
+            }
+            counted.push(learnt.processes);
+        }
+    }
+    // Nothing closed before the first window did; every window after counted three.
+    assert!(counted[..16].iter().all(|&n| n == 0), "{counted:?}");
+    assert!(counted[16..].iter().all(|&n| n == 3), "{counted:?}");
 }

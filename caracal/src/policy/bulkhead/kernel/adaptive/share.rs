@@ -1,0 +1,133 @@
+//! A process's share of a saturated fleet: how many of the limit's slots a process may hold
+//! when it holds each longer than the fleet's calls take.
+//!
+//! No limit on the fleet's slots helps a downstream whose slots are held outside it: a replica
+//! whose bodies keep their thread after the reply (a starved or pausing replica) takes free
+//! slots as fast as the others and keeps each longer, so it comes to hold most of a saturated
+//! fleet's, and the more it holds the longer each waits for its threads. In the field harness
+//! a static limit of 20 left the downstream at 6 of its 20, and the adaptive limit's downstream
+//! swung between half and all of it from one second to the next. So a process slower than the
+//! fleet by more than [`SLOWER_PM`] holds at most the limit over the processes that reported
+//! calls in the last window, while the fleet is at its limit: its own calls wait for its own
+//! bodies, and the slots it lets go go to the others. Work-conserving: alone, or in a fleet
+//! with slots to spare, it holds what the fleet admits; and a process slow for its own reasons
+//! (heavier requests) still has its equal share.
+
+use super::{Learnt, Observed};
+
+/// How much slower (thousandths) than the fleet's a process's mean latency must be, averaged
+/// over its reports, before its slots are bounded by its share.
+pub(crate) const SLOWER_PM: u64 = 1_200;
+
+/// How far each report moves the average (a fraction: over about two seconds of reports). The
+/// fleet's latency rises when the slots a bounded process lets go queue at the downstream, and
+/// falls when it holds them again, so that one report's comparison flips every second or two;
+/// the average does not, and neither does the bound.
+const AVERAGED_OVER: u64 = 8;
+
+/// What a process learnt of how its calls compare with the fleet's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Share {
+    /// Its mean latency over the fleet's, in thousandths, averaged over reports (0: none yet).
+    slower_pm: u64,
+}
+
+impl Share {
+    /// Learns from a report of `observed` answered with `learnt`: the most slots of the limit
+    /// in force the process may hold until the next answer, `None` when it may hold as many as
+    /// the fleet admits.
+    pub(crate) fn learn(&mut self, observed: &Observed, learnt: &Learnt) -> Option<u32> {
+        let mean = observed.sum_us.checked_div(observed.samples)?;
+        let slower = (mean * 1000).checked_div(learnt.latency_us)?;
+        self.slower_pm = match self.slower_pm {
+            0 => slower,
+            was => (was * (AVERAGED_OVER - 1) + slower) / AVERAGED_OVER,
+        };
+        let saturated = observed.peak >= u64::from(learnt.limit);
+        (learnt.processes >= 2 && saturated && self.slower_pm > SLOWER_PM)
+            .then(|| learnt.limit.div_ceil(learnt.processes).max(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A report of 40 calls at `mean_us`, the fleet's occupancy reaching `peak`.
+    fn calls(mean_us: u64, peak: u64) -> Observed {
+        Observed {
+            samples: 40,
+            sum_us: 40 * mean_us,
+            calls: 40,
+            peak,
+            ..Observed::default()
+        }
+    }
+
+    /// A limit of 25 in force, the fleet's calls at 20 ms, `processes` of them.
+    fn learnt(processes: u32) -> Learnt {
+        Learnt {
+            limit: 25,
+            full: 25,
+            low_at: 18,
+            latency_us: 20_000,
+            base_us: 18_000,
+            joined_ms: 1_000,
+            processes,
+        }
+    }
+
+    /// A process's first report of calls at `mean_us` and `peak`, answered with `learnt`.
+    fn first(mean_us: u64, peak: u64, learnt: &Learnt) -> Option<u32> {
+        Share::default().learn(&calls(mean_us, peak), learnt)
+    }
+
+    #[test]
+    fn a_process_holding_slots_longer_than_the_fleet_is_held_to_its_share_of_a_full_one() {
+        // 30 ms against the fleet's 20: a third of 25, rounded up.
+        assert_eq!(first(30_000, 25, &learnt(3)), Some(9));
+        assert_eq!(first(30_000, 40, &learnt(2)), Some(13));
+    }
+
+    #[test]
+    fn any_other_process_may_hold_what_the_fleet_admits() {
+        // As fast as the fleet, or slower by no more than a fifth.
+        assert_eq!(first(20_000, 25, &learnt(3)), None);
+        assert_eq!(first(24_000, 25, &learnt(3)), None);
+        // A fleet below its limit: nobody waits for the slots it holds.
+        assert_eq!(first(30_000, 24, &learnt(3)), None);
+        // Alone, or before any window closed.
+        assert_eq!(first(30_000, 25, &learnt(1)), None);
+        assert_eq!(first(30_000, 25, &learnt(0)), None);
+        // No call succeeded, or no latency of the fleet's yet: nothing to compare.
+        assert_eq!(
+            Share::default().learn(&Observed::default(), &learnt(3)),
+            None
+        );
+        let fleet_unknown = Learnt {
+            latency_us: 0,
+            ..learnt(3)
+        };
+        assert_eq!(first(30_000, 25, &fleet_unknown), None);
+    }
+
+    /// The fleet's latency swings with what a bounded process lets go (queued at the
+    /// downstream, its calls read barely slower than the fleet's; bounded no more, not queued,
+    /// far slower): the bound holds through the swing, and a process as fast as the others
+    /// but for one slow report in four is never bounded.
+    #[test]
+    fn the_bound_follows_the_average_comparison_not_each_report() {
+        let mut slow = Share::default();
+        let mut bounds = Vec::new();
+        for report in 0..40 {
+            let mean = if report % 4 < 2 { 21_000 } else { 32_000 };
+            bounds.push(slow.learn(&calls(mean, 25), &learnt(3)));
+        }
+        assert!(bounds[8..].iter().all(|&b| b == Some(9)), "{bounds:?}");
+        let mut clean = Share::default();
+        for report in 0..40 {
+            let mean = if report % 4 == 3 { 30_000 } else { 19_000 };
+            assert_eq!(clean.learn(&calls(mean, 25), &learnt(3)), None, "{report}");
+        }
+    }
+}
