@@ -9,7 +9,8 @@
 //! and each answer is the limit in force. Only a call that finds no limit learnt in the last
 //! [`FRESH_FOR`] (the process's first, or its first after a pause) waits for a report's
 //! answer, so a process that joins a running fleet admits within the fleet's limit from its
-//! first call, not from `initial`.
+//! first call, not from `initial`. An answer may also bound how many calls this process holds
+//! ([`Share`]): past it a call is refused here, without a round trip.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -60,7 +61,7 @@ pub(crate) struct View {
     /// Held by the call that waits for a report's answer, so that callers finding no fresh
     /// limit at once wait for one answer, not one each.
     asking: tokio::sync::Mutex<()>,
-    /// The bodies of this process running under the limit.
+    /// This process's calls counted against its share ([`Held`]).
     held: AtomicU32,
     /// The most of them it may hold ([`Share`]; `u32::MAX`: no bound), as the last answer
     /// left it.
@@ -102,26 +103,24 @@ impl View {
         }
     }
 
-    /// Whether this process holds its share of a saturated fleet already: its next call is
-    /// refused here, so that the slots it lets go go to the other processes' calls.
-    pub(crate) fn over_share(&self) -> bool {
-        self.held.load(Ordering::Relaxed) >= self.share.load(Ordering::Relaxed)
+    /// Counts a call against this process's share, unless it holds its share of a saturated
+    /// fleet already (`None`: the call is refused here, so that the slots it lets go go to the
+    /// other processes' calls). Counted from before its acquire is sent, so that calls admitted
+    /// together (a paused process's tasks resuming at once) cannot pass the share together.
+    pub(crate) fn hold(&self) -> Option<Held<'_>> {
+        let share = self.share.load(Ordering::Relaxed);
+        self.held
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                (held < share).then_some(held + 1)
+            })
+            .ok()?;
+        Some(Held(self))
     }
 
     /// Bounds this process's bodies to `share`, as an answer would.
     #[cfg(test)]
     pub(crate) fn hold_to(&self, share: u32) {
         self.share.store(share, Ordering::Relaxed);
-    }
-
-    /// Counts a body that starts under the limit; [`View::ended`] counts it out.
-    pub(crate) fn started(&self) {
-        self.held.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Counts out a body [`View::started`] counted.
-    pub(crate) fn ended(&self) {
-        self.held.fetch_sub(1, Ordering::Relaxed);
     }
 
     /// The limit in force for a call under `bounds`: the one learnt, if fresh; else the
@@ -219,14 +218,16 @@ impl View {
         let learnt = coordinator.run::<Adapt>(&self.identity, report).await?;
         let announce = {
             let mut known = lock(&self.known);
+            // Even from an answer a newer one overtook: the window it joined counted this
+            // process, and a later report must not count it again.
+            if report.observed.calls > 0 {
+                known.joined_ms = known.joined_ms.max(learnt.joined_ms);
+            }
             if number < known.answered {
                 return Ok(learnt);
             }
             known.answered = number;
             known.learnt = Some((learnt, Instant::now()));
-            if report.observed.calls > 0 {
-                known.joined_ms = learnt.joined_ms;
-            }
             let share = known.share.learn(&report.observed, &learnt);
             self.share
                 .store(share.unwrap_or(u32::MAX), Ordering::Relaxed);
@@ -242,6 +243,17 @@ impl View {
             events::limit_changed(&self.identity.at(), from, &learnt);
         }
         Ok(learnt)
+    }
+}
+
+/// One call counted against its process's share ([`View::hold`]), until dropped: when its
+/// acquire is refused or fails, or when its body ends.
+#[derive(Debug)]
+pub(crate) struct Held<'a>(&'a View);
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0.held.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -142,12 +142,13 @@ where
     let reused = pool
         .as_ref()
         .and_then(|pool| pool.take(&identity.key, |lease| lease.reusable_under(&values)));
-    let (mut lease, occupancy) = match reused {
+    // Adaptive limits keep no leases: a reused lease is never counted against a share.
+    let (mut lease, occupancy, counted) = match reused {
         Some(mut lease) => {
             lease.parked = false;
             events::lease_reused(&lease.identity.at());
             let occupancy = lease.occupancy.load(Ordering::Relaxed);
-            (lease, occupancy)
+            (lease, occupancy, None)
         }
         None => {
             if pool.is_some() {
@@ -158,7 +159,7 @@ where
             // that may have taken this lease with it.
             let epoch = coordinator.incarnation().epoch();
             let reconnections = coordinator.incarnation().reconnections();
-            let grant = match admit(
+            let mut grant = match admit(
                 site,
                 &values,
                 &coordinator,
@@ -173,7 +174,7 @@ where
                     return refuse(ctx, values.shadow, error, super::unfenced(body)).await;
                 }
             };
-            let occupancy = grant.occupancy;
+            let (occupancy, counted) = (grant.occupancy, grant.held.take());
             let highest_read = pool.as_ref().map(|pool| pool.highest_read(&identity.key));
             let lease = Lease::new(
                 (coordinator, identity, token),
@@ -182,7 +183,7 @@ where
                 (epoch, reconnections),
                 highest_read,
             );
-            (lease, occupancy)
+            (lease, occupancy, counted)
         }
     };
     let at = lease.identity.at().shadowed(values.shadow);
@@ -218,9 +219,14 @@ where
             body.as_mut().poll(cx).map(Ok)
         });
         // A body cut short from outside (an outer timeout, a caller gone) is congestion too.
-        let mut timing = adaptive
-            .as_ref()
-            .map(|(view, learnt)| Timing::start(view, &lease.coordinator, learnt.low(occupancy)));
+        let mut timing = adaptive.as_ref().map(|(view, learnt)| Timing {
+            view,
+            coordinator: &lease.coordinator,
+            low: learnt.low(occupancy),
+            started: Instant::now(),
+            succeeded: Some(false),
+            _held: counted,
+        });
         // Awaited apart from the match: a shadow bulkhead goes on polling the body after a
         // loss.
         let held = held.await;
@@ -279,32 +285,19 @@ fn keeping(values: &BulkheadValues) -> Option<Duration> {
 /// What an adaptive limit's view learns of one body, however it ends: how long it took, and
 /// whether it succeeded (`Some(true)`), was a drop (`Some(false)`, also what a body dropped
 /// unfinished leaves) or has nothing to teach (`None`); `low`, whether it was admitted at low
-/// occupancy.
+/// occupancy. It holds the body's count against its process's share until the body ends.
 struct Timing<'a> {
     view: &'a Arc<adaptive::View>,
     coordinator: &'a Coordinator,
     low: bool,
     started: Instant,
     succeeded: Option<bool>,
-}
-
-impl<'a> Timing<'a> {
-    /// Times a body that starts now, counted among the view's running ones until it ends.
-    fn start(view: &'a Arc<adaptive::View>, coordinator: &'a Coordinator, low: bool) -> Self {
-        view.started();
-        Timing {
-            view,
-            coordinator,
-            low,
-            started: Instant::now(),
-            succeeded: Some(false),
-        }
-    }
+    /// The body's count against its process's share, given back after the body ends.
+    _held: Option<adaptive::Held<'a>>,
 }
 
 impl Drop for Timing<'_> {
     fn drop(&mut self) {
-        self.view.ended();
         if let Some(succeeded) = self.succeeded {
             let elapsed = micros(self.started.elapsed());
             self.view.observe(self.coordinator, |sampling| {
@@ -322,23 +315,25 @@ fn lost(site: &BulkheadSite, scope: &Scope) -> Error {
 }
 
 /// A granted lease, as the acquire answered it.
-struct Grant {
+struct Grant<'a> {
     /// When the successful acquire was sent.
     sent: Instant,
     occupancy: u32,
     fence: u64,
+    /// Its count against an adaptive limit's share of this process.
+    held: Option<adaptive::Held<'a>>,
 }
 
 /// Takes a lease for a call of `priority`, waiting up to `max_wait` for one. An adaptive
 /// limit's `view` learns the fleet occupancy each reply shows.
-async fn admit(
+async fn admit<'a>(
     site: &BulkheadSite,
     values: &BulkheadValues,
     coordinator: &Coordinator,
     identity: &Identity,
     (token, priority): (Uuid, Priority),
-    view: Option<&Arc<adaptive::View>>,
-) -> Result<Grant, Error> {
+    view: Option<&'a Arc<adaptive::View>>,
+) -> Result<Grant<'a>, Error> {
     if coordinator.incarnation().waiting_after_loss(values.lease) {
         let error = Error::unavailable(
             FailureKind::DataLost,
@@ -358,7 +353,8 @@ async fn admit(
         let released = give_up.map(|_| coordinator.released(&identity.key));
         // A process holding its share of a saturated fleet is refused here, before asking: the
         // slots it lets go go to the other processes' calls rather than back to its own.
-        let refused_at = if view.is_some_and(|view| view.over_share()) {
+        let held = view.map(|view| view.hold());
+        let refused_at = if matches!(held, Some(None)) {
             None
         } else {
             let command = LeaseCommand {
@@ -393,6 +389,7 @@ async fn admit(
                         sent,
                         occupancy: reply.occupancy,
                         fence: reply.fence,
+                        held: held.flatten(),
                     });
                 }
                 Ok(LeaseAnswer { reply, .. }) => {
@@ -519,7 +516,7 @@ impl Lease {
     fn new(
         (coordinator, identity, token): (Coordinator, Identity, Uuid),
         values: &BulkheadValues,
-        grant: Grant,
+        grant: Grant<'_>,
         (epoch, reconnections): (u64, u64),
         highest_read: Option<Arc<AtomicU64>>,
     ) -> Self {

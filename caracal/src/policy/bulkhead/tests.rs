@@ -1103,6 +1103,17 @@ mod kept {
     }
 }
 
+/// The view of [`ADAPTIVE`]'s limit in `coordinator`.
+fn adaptive_view(coordinator: &Coordinator) -> Arc<adaptive::View> {
+    let identity = coordinator.identity(
+        crate::identity::PolicyKind::Bulkhead,
+        "unit-adaptive",
+        "unit-adaptive",
+        GLOBAL_SCOPE.as_ref().expect("the global scope"),
+    );
+    adaptive::Views::of(coordinator, &identity)
+}
+
 /// A process the fleet's answer held to its share (one process of several, holding each slot
 /// longer than the fleet's calls take, the fleet at its limit) is refused at its share without
 /// asking, though the fleet has slots free; and admitted again once a body of its own ends.
@@ -1111,12 +1122,6 @@ async fn a_process_at_its_share_of_a_saturated_fleet_is_refused_until_a_body_of_
     let coordinator = Coordinator::in_memory();
     coordinator
         .scoped(async {
-            let identity = coordinator.identity(
-                crate::identity::PolicyKind::Bulkhead,
-                "unit-adaptive",
-                "unit-adaptive",
-                GLOBAL_SCOPE.as_ref().expect("the global scope"),
-            );
             let (end, ended) = tokio::sync::oneshot::channel::<()>();
             let mut running = std::pin::pin!(guarded(&ADAPTIVE, async {
                 ended.await.map_err(|_| Error::NotInstalled)
@@ -1124,7 +1129,7 @@ async fn a_process_at_its_share_of_a_saturated_fleet_is_refused_until_a_body_of_
             // Until its body waits: admitted, and counted as running.
             let waiting = tokio::time::timeout(Duration::from_millis(10), running.as_mut()).await;
             assert!(waiting.is_err(), "{waiting:?}");
-            adaptive::Views::of(&coordinator, &identity).hold_to(1);
+            adaptive_view(&coordinator).hold_to(1);
             let refused = guarded(&ADAPTIVE, async { Ok(()) }).await;
             assert!(
                 matches!(refused, Err(Error::BulkheadFull { .. })),
@@ -1135,6 +1140,32 @@ async fn a_process_at_its_share_of_a_saturated_fleet_is_refused_until_a_body_of_
             guarded(&ADAPTIVE, async { Ok(()) })
                 .await
                 .expect("admitted once its body ended");
+        })
+        .await;
+}
+
+/// Calls admitted together (a paused process's tasks resuming at once) do not pass a share
+/// together: each counts against it from before its acquire is sent, not from its body's start.
+#[tokio::test(start_paused = true)]
+async fn calls_admitted_together_do_not_pass_the_share_together() {
+    let coordinator = Coordinator::in_memory();
+    coordinator
+        .scoped(async {
+            guarded(&ADAPTIVE, async { Ok(()) })
+                .await
+                .expect("a first call learns the limit");
+            adaptive_view(&coordinator).hold_to(1);
+            let body = || async {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                Ok(())
+            };
+            let calls = [guarded(&ADAPTIVE, body()), guarded(&ADAPTIVE, body())];
+            let results = futures_util::future::join_all(calls).await;
+            let refused = results
+                .iter()
+                .filter(|result| matches!(result, Err(Error::BulkheadFull { .. })))
+                .count();
+            assert_eq!(refused, 1, "{results:?}");
         })
         .await;
 }

@@ -15,7 +15,8 @@ use crate::coordinator::differential::{Connection, Env, clock, differential};
 use crate::kernel::{Seen, State, Wire};
 use crate::policy::bulkhead::kernel::adaptive::vote::Sampling;
 use crate::policy::bulkhead::kernel::adaptive::{
-    Adapt, Bounds, Branch, CUT_EVERY_MS, Estimate, IDLE_MS, MAX_CUT_EVERY_MS, Observed, Report,
+    Adapt, Bounds, Branch, CUT_EVERY_MS, Estimate, IDLE_MS, MAX_CUT_EVERY_MS, MAX_SUM, Observed,
+    Report,
 };
 
 #[derive(Debug, Clone)]
@@ -38,6 +39,8 @@ enum Command {
     /// The stored period replaced (`None`: deleted, as an older script's hash has none), then
     /// a report of nothing.
     Period(Option<&'static str>),
+    /// The stored counts of processes (`askers`, `procs`) replaced likewise.
+    Counts(Option<&'static str>),
 }
 
 /// Stored periods and how the kernel reads them: absent, negative, fractional, within the
@@ -49,6 +52,18 @@ const PERIODS: [(Option<&str>, u64); 7] = [
     (Some("25000"), 25_000),
     (Some("25000.5"), 25_000),
     (Some("1000000000"), u64::MAX),
+    (Some("nan"), 0),
+];
+
+/// Stored counts of processes and how the kernel reads them: absent, negative, fractional, a
+/// count, fractional, huge, not a number.
+const COUNTS: [(Option<&str>, u64); 7] = [
+    (None, 0),
+    (Some("-5"), 0),
+    (Some("0.5"), 0),
+    (Some("7"), 7),
+    (Some("7.5"), 7),
+    (Some("1e300"), MAX_SUM),
     (Some("nan"), 0),
 ];
 
@@ -84,6 +99,7 @@ fn command() -> impl Strategy<Value = Command> {
         1 => Just(Command::Idle),
         1 => Just(Command::Cut),
         1 => prop::sample::select(&PERIODS[..]).prop_map(|(stored, _)| Command::Period(stored)),
+        1 => prop::sample::select(&COUNTS[..]).prop_map(|(stored, _)| Command::Counts(stored)),
     ]
 }
 
@@ -152,15 +168,23 @@ pub(crate) fn run(conn: Connection, cases: u32) {
                     Command::Cut => {
                         now_us += estimate.every_ms.clamp(CUT_EVERY_MS, MAX_CUT_EVERY_MS) * 1000;
                     }
-                    Command::Period(stored) => {
+                    Command::Period(stored) | Command::Counts(stored) => {
                         // Only over a live estimate: a field alone would be a key with no TTL.
                         if estimate.limit_pm == 0 || estimate.forgettable(clock(now_us)) {
                             continue;
                         }
                         let key = env.key("adaptive");
-                        env.set_field(&key, "every", stored)?;
-                        let read = PERIODS.iter().find(|(s, _)| *s == stored);
-                        estimate.every_ms = read.map_or(0, |(_, read)| *read);
+                        if let Command::Period(_) = command {
+                            env.set_field(&key, "every", stored)?;
+                            let read = PERIODS.iter().find(|(s, _)| *s == stored);
+                            estimate.every_ms = read.map_or(0, |(_, read)| *read);
+                        } else {
+                            env.set_field(&key, "askers", stored)?;
+                            env.set_field(&key, "procs", stored)?;
+                            let read = COUNTS.iter().find(|(s, _)| *s == stored);
+                            let read = read.map_or(0, |(_, read)| *read);
+                            (estimate.askers, estimate.processes) = (read, read);
+                        }
                         // A report of nothing, so that the final state holds the value read.
                         let report = Report {
                             observed: Observed::default(),

@@ -54,7 +54,15 @@ end
 every = math.min(every, MAX_CUT_EVERY_MS)
 -- The open window: samples, sum, calls, low, peak, queued, clear, unsure, ratios, bases.
 local w = {e[9], e[10], e[11], e[12], e[13], e[14], e[15], e[16], e[17], e[18]}
-local askers, procs = e[19], e[20]
+-- Counts something else wrote (negative, fractional, not a number) read as none, so that
+-- the reply stays a count.
+local function count(n)
+  if not (n >= 0) then
+    return 0
+  end
+  return math.min(math.floor(n), MAX_SUM)
+end
+local askers, procs = count(e[19]), count(e[20])
 if limit == 0 then
   askers, procs = 0, 0
   limit, latency, base, since, lowat, cut, level = initial * 1000, 0, 0, now, 0, 0, 0

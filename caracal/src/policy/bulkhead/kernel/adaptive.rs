@@ -76,7 +76,9 @@
 //!   it queues; the first that did not queue ends it.
 //! - **A process holding slots outside the downstream is held to its share** ([`share`]): the
 //!   step counts the processes that reported calls in each window (a report carries the
-//!   start of the window its process last joined, so each counts once), and a process whose
+//!   start of the window its process last joined, so each counts once; an older script in a
+//!   mixed fleet neither counts nor clears the count, which counts a process again in each
+//!   window such a script closed), and a process whose
 //!   calls were slower than the fleet's holds at most the limit over that count while the fleet
 //!   is at its limit.
 //! - A fleet that never came near its limit (its highest occupancy under half of it) gives no
@@ -104,7 +106,8 @@
 //!
 //! Every step answers the limit in force (¾ of the limit in a cut window; whole, within
 //! `[min, max]`), the limit itself, the mean latency of the last window and the voters' mean
-//! base. The estimate expires [`IDLE_MS`] after the last report: a fleet that comes back after
+//! base, the start of the window the report joined and the processes counted in the last
+//! window. The estimate expires [`IDLE_MS`] after the last report: a fleet that comes back after
 //! that starts again at `initial`.
 
 pub(crate) mod share;

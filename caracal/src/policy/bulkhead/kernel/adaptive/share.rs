@@ -8,16 +8,25 @@
 //! a static limit of 20 left the downstream at 6 of its 20, and the adaptive limit's downstream
 //! swung between half and all of it from one second to the next. So a process slower than the
 //! fleet by more than [`SLOWER_PM`] holds at most the limit over the processes that reported
-//! calls in the last window, while the fleet is at its limit: its own calls wait for its own
-//! bodies, and the slots it lets go go to the others. Work-conserving: alone, or in a fleet
-//! with slots to spare, it holds what the fleet admits; and a process slow for its own reasons
-//! (heavier requests) still has its equal share.
+//! calls in the last window, while the fleet is at its limit: its calls past that are refused
+//! in the process (or wait for a body of its own to end, within `max_wait`), and the slots it
+//! lets go go to the others. Alone, or in a fleet with slots to spare, it holds what the fleet
+//! admits; a process slow for its own reasons (heavier requests) still has its equal share.
+//!
+//! Not work-conserving in two cases: every process that reported calls counts alike, so
+//! processes with a trickle of calls shrink the share of a slower busy one (two busy processes
+//! and eight trickling: a tenth of the limit); and a slower process that is itself what fills
+//! the fleet, bounded, leaves slots free until its next report (250 ms) lifts the bound.
 
 use super::{Learnt, Observed};
 
 /// How much slower (thousandths) than the fleet's a process's mean latency must be, averaged
 /// over its reports, before its slots are bounded by its share.
 pub(crate) const SLOWER_PM: u64 = 1_200;
+
+/// The most one report counts: half again the fleet's latency (a new process's first calls,
+/// opening connections before it has a base to count them up to, would bound it at once).
+const MAX_SLOWER_PM: u64 = 1_500;
 
 /// How far each report moves the average (a fraction: over about two seconds of reports). The
 /// fleet's latency rises when the slots a bounded process lets go queue at the downstream, and
@@ -28,7 +37,8 @@ const AVERAGED_OVER: u64 = 8;
 /// What a process learnt of how its calls compare with the fleet's.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Share {
-    /// Its mean latency over the fleet's, in thousandths, averaged over reports (0: none yet).
+    /// Its mean latency over the fleet's, in thousandths, averaged over reports (0: no report
+    /// yet, read as the fleet's).
     slower_pm: u64,
 }
 
@@ -37,12 +47,22 @@ impl Share {
     /// in force the process may hold until the next answer, `None` when it may hold as many as
     /// the fleet admits.
     pub(crate) fn learn(&mut self, observed: &Observed, learnt: &Learnt) -> Option<u32> {
-        let mean = observed.sum_us.checked_div(observed.samples)?;
-        let slower = (mean * 1000).checked_div(learnt.latency_us)?;
-        self.slower_pm = match self.slower_pm {
-            0 => slower,
-            was => (was * (AVERAGED_OVER - 1) + slower) / AVERAGED_OVER,
-        };
+        // A report without a success (only failures; a bounded process's quiet quarter of a
+        // second) keeps the average: it says nothing of latency, and lifting the bound on it
+        // would let the process take its slots back in a burst. A process starts as fast as
+        // the fleet.
+        let slower = observed
+            .sum_us
+            .checked_div(observed.samples)
+            .and_then(|mean| (mean * 1000).checked_div(learnt.latency_us));
+        if let Some(slower) = slower {
+            let was = match self.slower_pm {
+                0 => 1000,
+                was => was,
+            };
+            self.slower_pm =
+                (was * (AVERAGED_OVER - 1) + slower.min(MAX_SLOWER_PM)) / AVERAGED_OVER;
+        }
         let saturated = observed.peak >= u64::from(learnt.limit);
         (learnt.processes >= 2 && saturated && self.slower_pm > SLOWER_PM)
             .then(|| learnt.limit.div_ceil(learnt.processes).max(1))
@@ -77,28 +97,33 @@ mod tests {
         }
     }
 
-    /// A process's first report of calls at `mean_us` and `peak`, answered with `learnt`.
-    fn first(mean_us: u64, peak: u64, learnt: &Learnt) -> Option<u32> {
-        Share::default().learn(&calls(mean_us, peak), learnt)
+    /// What a process's two seconds of reports of calls at `mean_us` and `peak`, each
+    /// answered with `learnt`, leave.
+    fn steady(mean_us: u64, peak: u64, learnt: &Learnt) -> Option<u32> {
+        let mut share = Share::default();
+        (0..8)
+            .map(|_| share.learn(&calls(mean_us, peak), learnt))
+            .last()
+            .flatten()
     }
 
     #[test]
     fn a_process_holding_slots_longer_than_the_fleet_is_held_to_its_share_of_a_full_one() {
         // 30 ms against the fleet's 20: a third of 25, rounded up.
-        assert_eq!(first(30_000, 25, &learnt(3)), Some(9));
-        assert_eq!(first(30_000, 40, &learnt(2)), Some(13));
+        assert_eq!(steady(30_000, 25, &learnt(3)), Some(9));
+        assert_eq!(steady(30_000, 40, &learnt(2)), Some(13));
     }
 
     #[test]
     fn any_other_process_may_hold_what_the_fleet_admits() {
         // As fast as the fleet, or slower by no more than a fifth.
-        assert_eq!(first(20_000, 25, &learnt(3)), None);
-        assert_eq!(first(24_000, 25, &learnt(3)), None);
+        assert_eq!(steady(20_000, 25, &learnt(3)), None);
+        assert_eq!(steady(24_000, 25, &learnt(3)), None);
         // A fleet below its limit: nobody waits for the slots it holds.
-        assert_eq!(first(30_000, 24, &learnt(3)), None);
+        assert_eq!(steady(30_000, 24, &learnt(3)), None);
         // Alone, or before any window closed.
-        assert_eq!(first(30_000, 25, &learnt(1)), None);
-        assert_eq!(first(30_000, 25, &learnt(0)), None);
+        assert_eq!(steady(30_000, 25, &learnt(1)), None);
+        assert_eq!(steady(30_000, 25, &learnt(0)), None);
         // No call succeeded, or no latency of the fleet's yet: nothing to compare.
         assert_eq!(
             Share::default().learn(&Observed::default(), &learnt(3)),
@@ -108,7 +133,7 @@ mod tests {
             latency_us: 0,
             ..learnt(3)
         };
-        assert_eq!(first(30_000, 25, &fleet_unknown), None);
+        assert_eq!(steady(30_000, 25, &fleet_unknown), None);
     }
 
     /// The fleet's latency swings with what a bounded process lets go (queued at the
@@ -123,11 +148,33 @@ mod tests {
             let mean = if report % 4 < 2 { 21_000 } else { 32_000 };
             bounds.push(slow.learn(&calls(mean, 25), &learnt(3)));
         }
-        assert!(bounds[8..].iter().all(|&b| b == Some(9)), "{bounds:?}");
+        assert!(bounds[16..].iter().all(|&b| b == Some(9)), "{bounds:?}");
         let mut clean = Share::default();
         for report in 0..40 {
             let mean = if report % 4 == 3 { 30_000 } else { 19_000 };
             assert_eq!(clean.learn(&calls(mean, 25), &learnt(3)), None, "{report}");
+        }
+    }
+
+    /// A report without a success keeps the bound (lifted, the process would take its slots
+    /// back in a burst); a new process's first reports, slow while it opens its connections,
+    /// do not bound it within its first second.
+    #[test]
+    fn a_report_without_successes_keeps_the_bound_and_a_warm_up_does_not_set_one() {
+        let mut slow = Share::default();
+        for _ in 0..16 {
+            slow.learn(&calls(30_000, 25), &learnt(3));
+        }
+        let failures = Observed {
+            calls: 5,
+            peak: 25,
+            ..Observed::default()
+        };
+        assert_eq!(slow.learn(&failures, &learnt(3)), Some(9));
+        let mut joining = Share::default();
+        for report in 0..3 {
+            let warming = joining.learn(&calls(200_000, 25), &learnt(3));
+            assert_eq!(warming, None, "report {report}");
         }
     }
 }
