@@ -236,6 +236,7 @@ fn compare_final_state(env: &mut Env<'_>, estimate: &Estimate) -> Result<(), Tes
             ("unsure", votes.unsure),
             ("ratios", votes.ratio_sum),
             ("bases", votes.base_sum),
+            ("clears", votes.clear_sum),
             ("askers", estimate.askers),
             ("procs", estimate.processes),
         ]

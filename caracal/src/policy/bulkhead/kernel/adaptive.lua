@@ -8,11 +8,14 @@
 --          window's highest occupancy), `every` (ms from `lowat` to the next cut; read within
 --          [10 s, 40 s], absent as 10 s; an older script leaves it untouched, which costs at
 --          most one period of 40 s after a mixed fleet or a rollback), and the open
---          window's `n`, `sum`, `calls`, `low`, `peak`, `queued`, `clear`, `unsure`, `ratios`
---          and `bases`; `askers`, the processes counted in the open window, and `procs`, in the
---          last window that closed.
+--          window's `n`, `sum`, `calls`, `low`, `peak`, `queued`, `clear`, `unsure`, `ratios`,
+--          `bases` and `clears` (the clear votes' ratios; an older script neither adds to it
+--          nor clears it, which slows the probes of a mixed fleet, never speeds them); `askers`,
+--          the processes counted in the open window, and `procs`, in the last window that
+--          closed.
 -- ARGV     samples, sum (µs), calls, low, peak, queued, clear, unsure, ratios, bases, min,
---          initial, max, window (ms), joined: integers. `joined` is the `since` the reporting
+--          initial, max, window (ms), joined, clears: integers (`clears` absent from an older
+--          process: none). `joined` is the `since` the reporting
 --          process's last report with calls was answered with (0: none): a report with calls
 --          whose `joined` is not the open window's start counts its process in the window.
 -- Reply    {limit, full, low, latency, base, since, procs}: the whole limit in force (`low`
@@ -35,10 +38,12 @@ local a = {}
 for i = 1, 15 do
   a[i] = tonumber(ARGV[i])
 end
+a[16] = tonumber(ARGV[16]) or 0
 local min, initial, max, window = a[11], a[12], a[13], a[14]
 
 local fields = {'limit', 'latency', 'base', 'since', 'lowat', 'cut', 'level', 'every', 'n', 'sum',
-  'calls', 'low', 'peak', 'queued', 'clear', 'unsure', 'ratios', 'bases', 'askers', 'procs'}
+  'calls', 'low', 'peak', 'queued', 'clear', 'unsure', 'ratios', 'bases', 'askers', 'procs',
+  'clears'}
 local stored = redis.call('HMGET', KEYS[1], unpack(fields))
 local e = {}
 for i = 1, #fields do
@@ -52,8 +57,9 @@ if not (every >= CUT_EVERY_MS) then
   every = CUT_EVERY_MS
 end
 every = math.min(every, MAX_CUT_EVERY_MS)
--- The open window: samples, sum, calls, low, peak, queued, clear, unsure, ratios, bases.
-local w = {e[9], e[10], e[11], e[12], e[13], e[14], e[15], e[16], e[17], e[18]}
+-- The open window: samples, sum, calls, low, peak, queued, clear, unsure, ratios, bases,
+-- clears.
+local w = {e[9], e[10], e[11], e[12], e[13], e[14], e[15], e[16], e[17], e[18], e[21]}
 -- Counts something else wrote (negative, fractional, not a number) read as none, so that
 -- the reply stays a count.
 local function count(n)
@@ -68,7 +74,7 @@ if limit == 0 then
   limit, latency, base, since, lowat, cut, level = initial * 1000, 0, 0, now, 0, 0, 0
   lowat = math.max(now - CUT_EVERY_MS, 0)
   every = CUT_EVERY_MS
-  w = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+  w = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 end
 limit = math.min(math.max(limit, min * 1000), max * 1000)
 
@@ -89,6 +95,7 @@ for i = 1, 10 do
     w[i] = math.min(w[i] + a[i], MAX_SUM)
   end
 end
+w[11] = math.min(w[11] + a[16], MAX_SUM)
 local joined = since
 if a[3] > 0 and a[15] ~= joined then
   askers = math.min(askers + 1, MAX_SUM)
@@ -96,7 +103,7 @@ end
 
 if now >= since + window then
   local samples, sum, calls, low, peak = w[1], w[2], w[3], w[4], w[5]
-  local queued, clear, unsure, ratios, bases = w[6], w[7], w[8], w[9], w[10]
+  local queued, clear, unsure, ratios, bases, clears = w[6], w[7], w[8], w[9], w[10], w[11]
   if calls > 0 then
     local before, cut_pm, deeper = latency, low_pm(), false
     if samples > 0 then
@@ -122,7 +129,10 @@ if now >= since + window then
           verify = true
         end
       elseif clear * 2 > weight and cut == 0 then
-        target = math.floor(limit * GROWTH_PM / 1000)
+        -- The growth tapers to none as the clear votes' ratio nears CLEAR_PM.
+        local over = math.min(math.max(math.floor(clears / clear) - 1000, 0), CLEAR_PM - 1000)
+        local growth = GROWTH_PM - math.floor((GROWTH_PM - 1000) * over / (CLEAR_PM - 1000))
+        target = math.floor(limit * growth / 1000)
       end
     end
     if deeper then
@@ -132,7 +142,11 @@ if now >= since + window then
       target = math.min(target, limit)
     end
     target = math.max(target, math.floor(limit / 2))
-    limit = math.min(math.max(math.floor((limit + target) / 2), min * 1000), max * 1000)
+    -- Lowered at once, raised halfway.
+    if target >= limit then
+      target = math.floor((limit + target) / 2)
+    end
+    limit = math.min(math.max(target, min * 1000), max * 1000)
     level = peak
     if deeper then
       level = math.min(peak, math.floor(cut_pm / 1000))
@@ -153,7 +167,7 @@ if now >= since + window then
     end
   end
   since = now
-  w = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+  w = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
   askers, procs = 0, askers
 end
 
@@ -167,6 +181,8 @@ for i = 1, 10 do
   set[#set + 1] = fields[8 + i]
   set[#set + 1] = int(w[i])
 end
+set[#set + 1] = 'clears'
+set[#set + 1] = int(w[11])
 redis.call('HSET', KEYS[1], unpack(set))
 redis.call('PEXPIREAT', KEYS[1], now + IDLE_MS)
 local function whole(pm)

@@ -42,8 +42,10 @@
 //!   cap of twice, a queue two to four times deep reads the same at both occupancies).
 //! - **The fleet decides by majority of weight**, once a window (a second): queued → the target
 //!   is `L × 1.1 / ratio` (the ratio the queued voters saw, on average), which is `1.1 × C`
-//!   whatever `L` was; clear → the target is `1.2 × L` (a probe); no majority, or no vote → the
-//!   limit holds. One process cannot drag the fleet: it is one vote of its weight.
+//!   whatever `L` was; clear → the target is `1.2 × L` (a probe) when the clear voters saw no
+//!   queueing (a ratio of 1 or less, on average), tapering to `L` as their ratio nears 1.1
+//!   ([`growth_pm`]: a ratio just short of it queues a little already); no majority, or no
+//!   vote → the limit holds. One process cannot drag the fleet: it is one vote of its weight.
 //! - **Bases need calls at low occupancy.** A fleet offered more than its limit admits every
 //!   call near the limit, so when no window in the last period (at first [`CUT_EVERY_MS`]) had
 //!   a tenth of its calls at low occupancy ([`LOW_SHARE_PM`]), the next window is a **cut**: the
@@ -84,8 +86,11 @@
 //! - A fleet that never came near its limit (its highest occupancy under half of it) gives no
 //!   evidence the limit could be higher: the target is at most the limit (Gradient2's
 //!   application-limited check), so a quiet hour does not leave the limit at `max`.
-//! - The target is never below half the limit, and the new limit is the mean of the old and
-//!   the target (smoothing ½), within `[min, max]`.
+//! - The target is never below half the limit. A lower one is the new limit; a higher one
+//!   moves it halfway (smoothing ½, a probe being a guess); within `[min, max]`. So the fleet
+//!   comes to rest near 1.1 × C from either side: halfway down, the queued votes would stop at
+//!   the first window that reads unsure, at the top of that band (1.25 × C), and a probe of a
+//!   tenth from a clear vote would cross it; a second's noise past 1.3 × C would follow.
 //!
 //! | condition | branch | effect |
 //! |-----------|--------|--------|
@@ -95,7 +100,7 @@
 //! | the queued votes weigh more than half | [`Queued`](Branch::Queued) | target `L × 1.1 / ratio`; in a cut, the period back to [`CUT_EVERY_MS`] |
 //! | they do, on bases older than [`VERIFY_MS`] | [`Verify`](Branch::Verify) | the next window is a cut; the period back to [`CUT_EVERY_MS`] |
 //! | a cut's latency fell with its occupancy | [`Deeper`](Branch::Deeper) | target at most 1.1 × the cut; the next window is a cut; the period back to [`CUT_EVERY_MS`] |
-//! | the clear votes do, outside a cut | [`Probed`](Branch::Probed) | target 1.2 × the limit |
+//! | the clear votes do, outside a cut | [`Probed`](Branch::Probed) | target 1.2 × the limit, tapering to 1 × as their ratio nears 1.1 |
 //! | neither does | [`Unsure`](Branch::Unsure) | target the limit |
 //! | nobody voted | [`Unjudged`](Branch::Unjudged) | target the limit (voters under half the calls, outside a cut and with no low share: the period back to [`CUT_EVERY_MS`]) |
 //! | the highest occupancy under half the limit | [`AppLimited`](Branch::AppLimited) | target at most the limit |
@@ -126,7 +131,7 @@ pub(crate) const CLEAR_PM: u64 = 1_100;
 pub(crate) const QUEUED_PM: u64 = 1_250;
 /// The highest ratio a vote carries: latencies count up to twice the base.
 pub(crate) const MAX_RATIO_PM: u64 = 2_000;
-/// The target of a clear majority, in thousandths of the limit: 1.2 ×.
+/// The target of a clear majority that saw no queueing, in thousandths of the limit: 1.2 ×.
 pub(crate) const GROWTH_PM: u64 = 1_200;
 /// How recent calls at low occupancy (a cut's, or a quiet fleet's) must be for queued votes to
 /// lower the limit; older, a cut comes first.
@@ -227,6 +232,8 @@ pub(crate) struct Votes {
     pub(crate) unsure: u64,
     /// The queued votes' ratios (thousandths), each times its weight.
     pub(crate) ratio_sum: u64,
+    /// The clear votes' ratios, likewise.
+    pub(crate) clear_sum: u64,
     /// Every voter's base (µs), times its weight.
     pub(crate) base_sum: u64,
 }
@@ -239,6 +246,7 @@ impl Votes {
             add(&mut self.ratio_sum, weight.saturating_mul(ratio_pm));
         } else if ratio_pm < CLEAR_PM {
             add(&mut self.clear, weight);
+            add(&mut self.clear_sum, weight.saturating_mul(ratio_pm));
         } else {
             add(&mut self.unsure, weight);
         }
@@ -254,6 +262,7 @@ impl Votes {
         add(&mut self.clear, other.clear);
         add(&mut self.unsure, other.unsure);
         add(&mut self.ratio_sum, other.ratio_sum);
+        add(&mut self.clear_sum, other.clear_sum);
         add(&mut self.base_sum, other.base_sum);
     }
 }
@@ -481,7 +490,7 @@ fn update(estimate: &mut Estimate, bounds: Bounds, now: Now, seen: &mut Seen) {
         // A cut's calls ran below the limit: they tell whether it queues even there, not
         // whether it could be higher.
         Branch::Probed.reach(seen);
-        target = limit * GROWTH_PM / 1000;
+        target = limit * growth_pm(votes.clear_sum / votes.clear) / 1000;
     } else {
         Branch::Unsure.reach(seen);
     }
@@ -494,7 +503,14 @@ fn update(estimate: &mut Estimate, bounds: Bounds, now: Now, seen: &mut Seen) {
         target = target.min(limit);
     }
     let target = target.max(limit / 2);
-    let next = bounds.clamp_pm((limit + target) / 2);
+    // Lowered at once: a queued target is where Little's law puts the ratio at CLEAR_PM, and
+    // halfway there the votes would read unsure at the top of their band and hold. Raised
+    // halfway, as a probe is a guess.
+    let next = bounds.clamp_pm(if target < limit {
+        target
+    } else {
+        (limit + target) / 2
+    });
     match next.cmp(&limit) {
         std::cmp::Ordering::Greater => Branch::Grew.reach(seen),
         std::cmp::Ordering::Less => Branch::Shrank.reach(seen),
@@ -531,6 +547,18 @@ fn update(estimate: &mut Estimate, bounds: Bounds, now: Now, seen: &mut Seen) {
     }
 }
 
+/// A probe's target (thousandths of the limit) on clear votes at `ratio_pm`, on average.
+/// Unqueued (at most 1), the downstream may have any room left: [`GROWTH_PM`]. Between 1 and
+/// [`CLEAR_PM`] it queues a little already (Little's law: `D = ratio × C`), and the growth
+/// tapers to none at [`CLEAR_PM`]: halfway there, as a probe moves, it puts the downstream
+/// near `CLEAR_PM × C` whatever the ratio, so the fleet comes to rest below the queued votes'
+/// threshold rather than probing past it. An older process's clear votes carry no ratio, and
+/// read as unqueued.
+fn growth_pm(ratio_pm: u64) -> u64 {
+    let over = ratio_pm.saturating_sub(1000).min(CLEAR_PM - 1000);
+    GROWTH_PM - (GROWTH_PM - 1000) * over / (CLEAR_PM - 1000)
+}
+
 static SCRIPT: Script = Script::new("adaptive limit", &[include_str!("adaptive.lua")]);
 
 impl Scripted for Adapt {
@@ -558,6 +586,7 @@ impl Scripted for Adapt {
             report.bounds.max.into(),
             report.window_ms,
             report.joined_ms,
+            votes.clear_sum,
         ] {
             sink.int(n);
         }

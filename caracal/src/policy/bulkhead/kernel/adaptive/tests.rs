@@ -497,6 +497,42 @@ const SLOW_PROCESS: Shape = Shape {
     ..CLEAN
 };
 
+/// Where the fleet comes to rest, outside its cuts: the mean of the calls inside the
+/// downstream over the capacity. Approached from above (a capacity that halved) halfway a
+/// window, the queued votes stop at the first window that reads unsure, at the top of that
+/// band (1.25 C); approached from below by probes of a tenth, one probe from clear crosses it.
+/// Either way a second's noise puts the downstream past 1.3 C. Lowered at once, and probed no
+/// further than the clear votes' ratio allows, the fleet rests near 1.1 C.
+#[test]
+fn the_fleet_comes_to_rest_near_the_capacity_not_at_the_edge_of_the_band() {
+    for (what, shape) in [("clean", CLEAN), ("one slow process", SLOW_PROCESS)] {
+        let halved = Shape {
+            capacity: 10,
+            ..shape
+        };
+        let mut fleet = Fleet::new();
+        fleet.run(shape, 40);
+        let rest = |seconds: &[Second], capacity: f64| {
+            let uncut: Vec<f64> = seconds
+                .iter()
+                .filter(|s| !s.cut)
+                .map(|s| s.inside / capacity)
+                .collect();
+            uncut.iter().sum::<f64>() / uncut.len() as f64
+        };
+        let full = fleet.run(shape, 40);
+        fleet.run(halved, 10);
+        let half = fleet.run(halved, 30);
+        let (at_full, at_half) = (rest(&full, 20.0), rest(&half, 10.0));
+        assert!(
+            at_full <= 1.15 && at_half <= 1.15,
+            "{what}: at rest {at_full:.2} C, halved {at_half:.2} C: {} | {}",
+            shown(&full),
+            shown(&half)
+        );
+    }
+}
+
 /// The seconds in which a cut started (a cut's window straddles two of the simulation's).
 fn cut_starts(seconds: &[Second]) -> Vec<usize> {
     (1..seconds.len())
