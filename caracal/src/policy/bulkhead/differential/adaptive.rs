@@ -237,6 +237,8 @@ fn compare_final_state(env: &mut Env<'_>, estimate: &Estimate) -> Result<(), Tes
             ("ratios", votes.ratio_sum),
             ("bases", votes.base_sum),
             ("clears", votes.clear_sum),
+            ("lown", window.low_samples),
+            ("lowsum", window.low_sum_us),
             ("askers", estimate.askers),
             ("procs", estimate.processes),
         ]

@@ -9,19 +9,22 @@
 --          [10 s, 40 s], absent as 10 s; an older script leaves it untouched, which costs at
 --          most one period of 40 s after a mixed fleet or a rollback), and the open
 --          window's `n`, `sum`, `calls`, `low`, `peak`, `queued`, `clear`, `unsure`, `ratios`,
---          `bases` and `clears` (the clear votes' ratios; an older script neither adds to it
---          nor clears it, which slows the probes of a mixed fleet, never speeds them); `askers`,
+--          `bases`, `clears` (the clear votes' ratios; an older script neither adds to it
+--          nor clears it, which slows the probes of a mixed fleet, never speeds them), `lown`
+--          and `lowsum` (the successes at low occupancy and their latencies; likewise left by an
+--          older script, read only in a cut, where they stand for the cut's latency); `askers`,
 --          the processes counted in the open window, and `procs`, in the last window that
 --          closed.
 -- ARGV     samples, sum (µs), calls, low, peak, queued, clear, unsure, ratios, bases, min,
---          initial, max, window (ms), joined, clears: integers (`clears` absent from an older
---          process: none). `joined` is the `since` the reporting
+--          initial, max, window (ms), joined, clears, low samples, low sum (µs): integers (the
+--          last three absent from an older process: none). `joined` is the `since` the reporting
 --          process's last report with calls was answered with (0: none): a report with calls
 --          whose `joined` is not the open window's start counts its process in the window.
 -- Reply    {limit, full, low, latency, base, since, procs}: the whole limit in force (`low`
 --          in a cut window) and the limit, within [min, max]; the occupancy up to which a call
 --          counts as low (¾ of the limit, or of the last window's highest occupancy if lower);
---          the mean latency and the voters' mean base of the last window (0: none yet); when
+--          the mean latency (a cut's: of its calls at low occupancy) and the voters' mean base
+--          of the last window (0: none yet); when
 --          the window this report joined started (ms); the processes counted in the last
 --          window that closed (at most 2^32 - 1).
 -- TTL      PEXPIREAT now + 600 s (`IDLE_MS`) at every step.
@@ -38,12 +41,14 @@ local a = {}
 for i = 1, 15 do
   a[i] = tonumber(ARGV[i])
 end
-a[16] = tonumber(ARGV[16]) or 0
+for i = 16, 18 do
+  a[i] = tonumber(ARGV[i]) or 0
+end
 local min, initial, max, window = a[11], a[12], a[13], a[14]
 
 local fields = {'limit', 'latency', 'base', 'since', 'lowat', 'cut', 'level', 'every', 'n', 'sum',
   'calls', 'low', 'peak', 'queued', 'clear', 'unsure', 'ratios', 'bases', 'askers', 'procs',
-  'clears'}
+  'clears', 'lown', 'lowsum'}
 local stored = redis.call('HMGET', KEYS[1], unpack(fields))
 local e = {}
 for i = 1, #fields do
@@ -58,8 +63,9 @@ if not (every >= CUT_EVERY_MS) then
 end
 every = math.min(every, MAX_CUT_EVERY_MS)
 -- The open window: samples, sum, calls, low, peak, queued, clear, unsure, ratios, bases,
--- clears.
-local w = {e[9], e[10], e[11], e[12], e[13], e[14], e[15], e[16], e[17], e[18], e[21]}
+-- clears, low samples, low sum.
+local w = {e[9], e[10], e[11], e[12], e[13], e[14], e[15], e[16], e[17], e[18], e[21], e[22],
+  e[23]}
 -- Counts something else wrote (negative, fractional, not a number) read as none, so that
 -- the reply stays a count.
 local function count(n)
@@ -74,7 +80,7 @@ if limit == 0 then
   limit, latency, base, since, lowat, cut, level = initial * 1000, 0, 0, now, 0, 0, 0
   lowat = math.max(now - CUT_EVERY_MS, 0)
   every = CUT_EVERY_MS
-  w = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+  w = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 end
 limit = math.min(math.max(limit, min * 1000), max * 1000)
 
@@ -95,7 +101,9 @@ for i = 1, 10 do
     w[i] = math.min(w[i] + a[i], MAX_SUM)
   end
 end
-w[11] = math.min(w[11] + a[16], MAX_SUM)
+for i = 11, 13 do
+  w[i] = math.min(w[i] + a[i + 5], MAX_SUM)
+end
 local joined = since
 if a[3] > 0 and a[15] ~= joined then
   askers = math.min(askers + 1, MAX_SUM)
@@ -106,6 +114,11 @@ if now >= since + window then
   local queued, clear, unsure, ratios, bases, clears = w[6], w[7], w[8], w[9], w[10], w[11]
   if calls > 0 then
     local before, cut_pm, deeper = latency, low_pm(), false
+    -- A cut's latency is its own calls', those admitted at low occupancy, once processes had
+    -- bases to count latencies against.
+    if cut == 1 and w[12] > 0 and base > 0 then
+      samples, sum = w[12], w[13]
+    end
     if samples > 0 then
       latency = math.floor(sum / samples)
       -- A cut whose latency fell with its occupancy still queued.
@@ -167,7 +180,7 @@ if now >= since + window then
     end
   end
   since = now
-  w = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+  w = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
   askers, procs = 0, askers
 end
 
@@ -181,8 +194,10 @@ for i = 1, 10 do
   set[#set + 1] = fields[8 + i]
   set[#set + 1] = int(w[i])
 end
-set[#set + 1] = 'clears'
-set[#set + 1] = int(w[11])
+for i = 11, 13 do
+  set[#set + 1] = fields[10 + i]
+  set[#set + 1] = int(w[i])
+end
 redis.call('HSET', KEYS[1], unpack(set))
 redis.call('PEXPIREAT', KEYS[1], now + IDLE_MS)
 local function whole(pm)

@@ -75,7 +75,12 @@
 //!   this one's. The fleet's mean latency of two adjacent windows is compared, the same
 //!   processes in both: a slow process or a busy host adds latency that does not fall with the
 //!   occupancy, so it stops the descent rather than driving it. Each cut costs no goodput while
-//!   it queues; the first that did not queue ends it.
+//!   it queues; the first that did not queue ends it. A cut's latency is that of the calls it
+//!   admitted (at low occupancy): its window also holds calls admitted before the processes
+//!   learnt it, queued as the limit before it was, and a cut after one that still queued read
+//!   faster than it by their share alone, went deeper, and left the limit below the capacity
+//!   (bimodal latency, whose slow class queues the fast one deeply at 1.1 × C: 11 → 9 → 6 at a
+//!   capacity of 10).
 //! - **A process holding slots outside the downstream is held to its share** ([`share`]): the
 //!   step counts the processes that reported calls in each window (a report carries the
 //!   start of the window its process last joined, so each counts once; an older script in a
@@ -278,6 +283,10 @@ pub(crate) struct Observed {
     pub(crate) calls: u64,
     /// Of those, the ones admitted at low occupancy.
     pub(crate) low: u64,
+    /// Of the successes, the ones admitted at low occupancy.
+    pub(crate) low_samples: u64,
+    /// Their latencies' sum, counted as [`sum_us`](Self::sum_us) counts them.
+    pub(crate) low_sum_us: u64,
     /// The highest fleet occupancy a lease reply showed.
     pub(crate) peak: u64,
     pub(crate) votes: Votes,
@@ -290,6 +299,8 @@ impl Observed {
         add(&mut self.sum_us, other.sum_us);
         add(&mut self.calls, other.calls);
         add(&mut self.low, other.low);
+        add(&mut self.low_samples, other.low_samples);
+        add(&mut self.low_sum_us, other.low_sum_us);
         self.peak = self.peak.max(other.peak);
         self.votes.join(&other.votes);
     }
@@ -318,7 +329,8 @@ pub(crate) struct Learnt {
     /// The occupancy at or below which a call counts as admitted at low occupancy: ¾ of the
     /// limit, or of the highest occupancy of the last window if that was lower.
     pub(crate) low_at: u32,
-    /// The mean latency of the window the limit was last updated from (0: not updated yet).
+    /// The mean latency of the window the limit was last updated from (a cut's: of its calls
+    /// at low occupancy; 0: not updated yet).
     pub(crate) latency_us: u64,
     /// The voters' mean base latency in that window (0: nobody voted).
     pub(crate) base_us: u64,
@@ -456,7 +468,19 @@ fn update(estimate: &mut Estimate, bounds: Bounds, now: Now, seen: &mut Seen) {
     let limit = estimate.limit_pm;
     let (before_us, cut_pm) = (estimate.latency_us, estimate.low_pm());
     let mut deeper = false;
-    if let Some(latency) = window.sum_us.checked_div(window.samples) {
+    // A cut's latency is its own calls': those admitted at low occupancy. The others were
+    // admitted before the processes learnt the cut (a report's interval, a quarter of its
+    // window), queued as the limit before it did, and a cut that follows one that still
+    // queued would read faster than it by their share and go deeper again, below the capacity.
+    // Unless nobody had a base before (a fleet's first cut): latencies count up to twice a
+    // process's base, uncounted before it has one, and the calls admitted before the cut,
+    // counted as the window before counted its own, keep the two comparable.
+    let own = estimate.cut && window.low_samples > 0 && estimate.base_us > 0;
+    let (sum_us, samples) = match own {
+        true => (window.low_sum_us, window.low_samples),
+        false => (window.sum_us, window.samples),
+    };
+    if let Some(latency) = sum_us.checked_div(samples) {
         deeper = estimate.cut && before_us > 0 && latency * 1000 <= before_us * DEEPER_PM;
         estimate.latency_us = latency;
     }
@@ -587,6 +611,8 @@ impl Scripted for Adapt {
             report.window_ms,
             report.joined_ms,
             votes.clear_sum,
+            observed.low_samples,
+            observed.low_sum_us,
         ] {
             sink.int(n);
         }

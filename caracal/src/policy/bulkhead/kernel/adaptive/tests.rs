@@ -321,6 +321,72 @@ fn a_limit_far_above_the_capacity_comes_down_within_seconds() {
     }
 }
 
+/// A cut's window also holds calls admitted before the processes learnt the cut (a report's
+/// interval), queued as the limit before it was. After a cut that still queued, the next cut
+/// compared with that window read faster by their share alone, went deeper, and left the limit
+/// below the capacity (in the field, bimodal latency at a capacity of 10: 11 → 9 → 6). Each cut
+/// is judged by the calls it admitted.
+#[test]
+fn a_cut_after_one_that_still_queued_is_judged_by_its_own_calls() {
+    let window = |queued: u64, unqueued: u64, peak: u64| {
+        let mut votes = Votes::default();
+        votes.add(queued + unqueued, 1_000, 7_000);
+        Observed {
+            samples: queued + unqueued,
+            sum_us: queued * 14_000 + unqueued * 7_000,
+            calls: queued + unqueued,
+            low: unqueued,
+            low_samples: unqueued,
+            low_sum_us: unqueued * 7_000,
+            peak,
+            votes,
+        }
+    };
+    // A limit of 11 queued at twice the base; the first cut to ¾ of it is under way.
+    let mut estimate = Estimate {
+        limit_pm: 11_000,
+        latency_us: 14_000,
+        base_us: 7_000,
+        since_ms: 1_000,
+        low_ms: 1_000,
+        cut: true,
+        every_ms: CUT_EVERY_MS,
+        level: 11,
+        expires_ms: IDLE_MS,
+        ..Estimate::default()
+    };
+    let mut seen = Seen::default();
+    let mut report = |estimate: &mut Estimate, observed: Observed, ms: u64| {
+        let report = Report {
+            observed,
+            bounds: BOUNDS,
+            window_ms: 1_000,
+            joined_ms: 0,
+        };
+        let now = Now {
+            ms,
+            ns: 0,
+            order: 0,
+        };
+        Adapt::step(estimate, &report, now, &mut seen)
+    };
+    // A third of its calls admitted before the processes learnt it, at 14 ms; the rest at 7.
+    report(&mut estimate, window(10, 20, 11), 1_500);
+    let first = report(&mut estimate, Observed::default(), 2_000);
+    assert!(
+        first.limit < first.full && first.full <= 9,
+        "the first cut still queued: {first:?}"
+    );
+    // The second cut, at ¾ of the first, as fast as the first's own calls: the downstream
+    // does not queue there.
+    report(&mut estimate, window(0, 30, 6), 2_500);
+    let second = report(&mut estimate, Observed::default(), 3_000);
+    assert!(
+        second.full >= first.full && second.limit == second.full,
+        "the second cut found no queue: {first:?} then {second:?}"
+    );
+}
+
 #[test]
 fn a_downstream_failing_fast_past_its_capacity_is_followed_when_it_halves() {
     let fail_fast = Shape {
@@ -647,6 +713,8 @@ fn calls(low: u64, judged: u64) -> Observed {
         sum_us: 200_000,
         calls: 10,
         low,
+        low_samples: low,
+        low_sum_us: low * 20_000,
         peak: 20,
         votes,
     }

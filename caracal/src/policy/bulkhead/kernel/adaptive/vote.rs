@@ -169,6 +169,8 @@ impl Sampling {
         };
         add(&mut observed.sum_us, low.sum_us);
         add(&mut observed.sum_us, high.sum_us);
+        observed.low_samples = low.samples;
+        observed.low_sum_us = low.sum_us;
         // Outside a cut, calls at low occupancy beside calls near the limit were admitted in a
         // dip of the fleet's occupancy (slots released in a burst, by a starved process or
         // host, or by calls failing fast and backing off) and met the queue, or the refusals,
