@@ -9,15 +9,15 @@
 --          [10 s, 40 s], absent as 10 s; an older script leaves it untouched, which costs at
 --          most one period of 40 s after a mixed fleet or a rollback), and the open
 --          window's `n`, `sum`, `calls`, `low`, `peak`, `queued`, `clear`, `unsure`, `ratios`,
---          `bases`, `clears` (the clear votes' ratios; an older script neither adds to it
---          nor clears it, which slows the probes of a mixed fleet, never speeds them), `lown`
---          and `lowsum` (the successes at low occupancy and their latencies; likewise left by an
---          older script, read only in a cut, where they stand for the cut's latency); `askers`,
+--          `bases`, `clears` (the clear votes' ratios), `lown` and `lowsum` (the successes at low
+--          occupancy and their latencies, which stand for a cut's latency); `askers`,
 --          the processes counted in the open window, and `procs`, in the last window that
---          closed.
+--          closed. In a mixed fleet an older script adds its processes' figures but not to the
+--          last three, nor clears them when it closes a window: its clear votes read as unqueued
+--          and stale `clears` as queued, so a probe's growth stays within the older script's
+--          1.2 ×, and `lown`/`lowsum` are read only while within the window's `n`/`sum`.
 -- ARGV     samples, sum (µs), calls, low, peak, queued, clear, unsure, ratios, bases, min,
---          initial, max, window (ms), joined, clears, low samples, low sum (µs): integers (the
---          last three absent from an older process: none). `joined` is the `since` the reporting
+--          initial, max, window (ms), joined, clears, low samples, low sum (µs): integers. `joined` is the `since` the reporting
 --          process's last report with calls was answered with (0: none): a report with calls
 --          whose `joined` is not the open window's start counts its process in the window.
 -- Reply    {limit, full, low, latency, base, since, procs}: the whole limit in force (`low`
@@ -34,7 +34,7 @@ local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local MAX_SUM = 9007199254740991
 local IDLE_MS = 600000
 local LOW_PM, CLEAR_PM, QUEUED_PM, GROWTH_PM = 750, 1100, 1250, 1200
-local CUT_EVERY_MS, LOW_SHARE_PM, VERIFY_MS = 10000, 100, 3000
+local CUT_EVERY_MS, LOW_SHARE_PM, VERIFY_MS, MIN_BASE = 10000, 100, 3000, 3
 local MAX_CUT_EVERY_MS = 4 * CUT_EVERY_MS
 local DEEPER_PM = LOW_PM * CLEAR_PM / 1000
 local a = {}
@@ -115,8 +115,8 @@ if now >= since + window then
   if calls > 0 then
     local before, cut_pm, deeper = latency, low_pm(), false
     -- A cut's latency is its own calls', those admitted at low occupancy, once processes had
-    -- bases to count latencies against.
-    if cut == 1 and w[12] > 0 and base > 0 then
+    -- bases to count latencies against, and on enough of them.
+    if cut == 1 and base > 0 and w[12] >= MIN_BASE and w[12] <= samples and w[13] <= sum then
       samples, sum = w[12], w[13]
     end
     if samples > 0 then

@@ -71,7 +71,7 @@
 //!   queues, and the ratio its calls give can never exceed 4/3. When a cut's mean latency fell
 //!   with the occupancy (to at most [`DEEPER_PM`] of the window before it: the downstream served
 //!   as many calls a second at ¾ of the calls inside, Little's law, so it was saturated at both),
-//!   the limit falls towards 1.1 × the cut's level and the next window is a cut again, at ¾ of
+//!   the limit falls to at most 1.1 × the cut's level and the next window is a cut again, at ¾ of
 //!   this one's. The fleet's mean latency of two adjacent windows is compared, the same
 //!   processes in both: a slow process or a busy host adds latency that does not fall with the
 //!   occupancy, so it stops the descent rather than driving it. Each cut costs no goodput while
@@ -474,8 +474,13 @@ fn update(estimate: &mut Estimate, bounds: Bounds, now: Now, seen: &mut Seen) {
     // queued would read faster than it by their share and go deeper again, below the capacity.
     // Unless nobody had a base before (a fleet's first cut): latencies count up to twice a
     // process's base, uncounted before it has one, and the calls admitted before the cut,
-    // counted as the window before counted its own, keep the two comparable.
-    let own = estimate.cut && window.low_samples > 0 && estimate.base_us > 0;
+    // counted as the window before counted its own, keep the two comparable. Nor on fewer
+    // calls than a base moves on, nor on more than the window's own (what windows an older
+    // script closed, in a mixed fleet, left in the stored sums).
+    let own = estimate.cut
+        && estimate.base_us > 0
+        && (vote::MIN_BASE..=window.samples).contains(&window.low_samples)
+        && window.low_sum_us <= window.sum_us;
     let (sum_us, samples) = match own {
         true => (window.low_sum_us, window.low_samples),
         false => (window.sum_us, window.samples),
