@@ -228,6 +228,7 @@ impl View {
             }
             known.answered = number;
             known.learnt = Some((learnt, Instant::now()));
+            known.sampling.fleet_base(learnt.base_us);
             let share = known.share.learn(&report.observed, &learnt);
             self.share
                 .store(share.unwrap_or(u32::MAX), Ordering::Relaxed);

@@ -4,7 +4,8 @@
 //! moves to just before, at and after the open window's end, past the period before the next
 //! cut (10 to 40 s), and past the estimate's idle expiry (where the key is deleted, as its TTL
 //! would on real time); and a stored period an older script left absent or something foreign
-//! wrote (negative, fractional, huge), which both read within [10 s, 40 s].
+//! wrote (negative, fractional, huge), which both read within [10 s, 40 s], and stored counts
+//! of processes and settled limits likewise.
 
 use std::collections::HashMap;
 
@@ -39,7 +40,8 @@ enum Command {
     /// The stored period replaced (`None`: deleted, as an older script's hash has none), then
     /// a report of nothing.
     Period(Option<&'static str>),
-    /// The stored counts of processes (`askers`, `procs`) replaced likewise.
+    /// The stored counts of processes (`askers`, `procs`) and the settled limit replaced
+    /// likewise.
     Counts(Option<&'static str>),
 }
 
@@ -55,8 +57,8 @@ const PERIODS: [(Option<&str>, u64); 7] = [
     (Some("nan"), 0),
 ];
 
-/// Stored counts of processes and how the kernel reads them: absent, negative, fractional, a
-/// count, fractional, huge, not a number.
+/// Stored counts of processes, or settled limits, and how the kernel reads them: absent,
+/// negative, fractional, a count, fractional, huge, not a number.
 const COUNTS: [(Option<&str>, u64); 7] = [
     (None, 0),
     (Some("-5"), 0),
@@ -157,6 +159,7 @@ pub(crate) fn run(conn: Connection, cases: u32) {
                         if report.observed.calls > 0 {
                             *joined_ms = learnt.joined_ms;
                         }
+                        sampling.fleet_base(learnt.base_us);
                     }
                     Command::Advance { us } => now_us += us,
                     Command::ToWindowEnd { offset } => {
@@ -179,11 +182,13 @@ pub(crate) fn run(conn: Connection, cases: u32) {
                             let read = PERIODS.iter().find(|(s, _)| *s == stored);
                             estimate.every_ms = read.map_or(0, |(_, read)| *read);
                         } else {
-                            env.set_field(&key, "askers", stored)?;
-                            env.set_field(&key, "procs", stored)?;
+                            for field in ["askers", "procs", "settled"] {
+                                env.set_field(&key, field, stored)?;
+                            }
                             let read = COUNTS.iter().find(|(s, _)| *s == stored);
                             let read = read.map_or(0, |(_, read)| *read);
                             (estimate.askers, estimate.processes) = (read, read);
+                            estimate.settled_pm = read;
                         }
                         // A report of nothing, so that the final state holds the value read.
                         let report = Report {
@@ -239,6 +244,7 @@ fn compare_final_state(env: &mut Env<'_>, estimate: &Estimate) -> Result<(), Tes
             ("clears", votes.clear_sum),
             ("lown", window.low_samples),
             ("lowsum", window.low_sum_us),
+            ("settled", estimate.settled_pm),
             ("askers", estimate.askers),
             ("procs", estimate.processes),
         ]

@@ -7,19 +7,23 @@
 --          `base` (µs), `since` and `lowat` (ms of server time), `cut` (0 or 1), `level` (the last
 --          window's highest occupancy), `every` (ms from `lowat` to the next cut; read within
 --          [10 s, 40 s], absent as 10 s; an older script leaves it untouched, which costs at
---          most one period of 40 s after a mixed fleet or a rollback), and the open
+--          most one period of 40 s after a mixed fleet or a rollback), `settled` (the limit of
+--          the last window outside a cut whose votes were not queued; 0: none), and the open
 --          window's `n`, `sum`, `calls`, `low`, `peak`, `queued`, `clear`, `unsure`, `ratios`,
 --          `bases`, `clears` (the clear votes' ratios), `lown` and `lowsum` (the successes at low
---          occupancy and their latencies, which stand for a cut's latency); `askers`,
---          the processes counted in the open window, and `procs`, in the last window that
---          closed. In a mixed fleet an older script adds its processes' figures but not to the
---          last three, nor clears them when it closes a window: its clear votes read as unqueued
---          and stale `clears` as queued, so a probe's growth stays within the older script's
---          1.2 ×, and `lown`/`lowsum` are read only while within the window's `n`/`sum`.
+--          occupancy and their latencies, which stand for a cut's latency); `askers`, the
+--          processes counted in the open window, and `procs`, in the last window that closed.
+--          In a mixed fleet an older script adds its processes' figures but not to the last
+--          three, nor clears them when it closes a window: its clear votes read as unqueued and
+--          stale `clears` as queued, so a probe's growth stays within the older script's 1.2 ×,
+--          and `lown`/`lowsum` are read only while within the window's `n`/`sum`. Nor does it
+--          move `settled`: a growth it made is verified by a cut or, within a probe's growth of
+--          the last settled limit, undone to no lower than that limit.
 -- ARGV     samples, sum (µs), calls, low, peak, queued, clear, unsure, ratios, bases, min,
---          initial, max, window (ms), joined, clears, low samples, low sum (µs): integers. `joined` is the `since` the reporting
---          process's last report with calls was answered with (0: none): a report with calls
---          whose `joined` is not the open window's start counts its process in the window.
+--          initial, max, window (ms), joined, clears, low samples, low sum (µs): integers.
+--          `joined` is the `since` the reporting process's last report with calls was answered
+--          with (0: none): a report with calls whose `joined` is not the open window's start
+--          counts its process in the window.
 -- Reply    {limit, full, low, latency, base, since, procs}: the whole limit in force (`low`
 --          in a cut window) and the limit, within [min, max]; the occupancy up to which a call
 --          counts as low (¾ of the limit, or of the last window's highest occupancy if lower);
@@ -48,7 +52,7 @@ local min, initial, max, window = a[11], a[12], a[13], a[14]
 
 local fields = {'limit', 'latency', 'base', 'since', 'lowat', 'cut', 'level', 'every', 'n', 'sum',
   'calls', 'low', 'peak', 'queued', 'clear', 'unsure', 'ratios', 'bases', 'askers', 'procs',
-  'clears', 'lown', 'lowsum'}
+  'clears', 'lown', 'lowsum', 'settled'}
 local stored = redis.call('HMGET', KEYS[1], unpack(fields))
 local e = {}
 for i = 1, #fields do
@@ -74,9 +78,9 @@ local function count(n)
   end
   return math.min(math.floor(n), MAX_SUM)
 end
-local askers, procs = count(e[19]), count(e[20])
+local askers, procs, settled = count(e[19]), count(e[20]), count(e[24])
 if limit == 0 then
-  askers, procs = 0, 0
+  askers, procs, settled = 0, 0, 0
   limit, latency, base, since, lowat, cut, level = initial * 1000, 0, 0, now, 0, 0, 0
   lowat = math.max(now - CUT_EVERY_MS, 0)
   every = CUT_EVERY_MS
@@ -134,18 +138,27 @@ if now >= since + window then
     if weight > 0 then
       base = math.floor(bases / weight)
       if queued * 2 > weight then
+        local ratio = math.max(math.floor(ratios / queued), QUEUED_PM)
+        local lowered = math.floor(limit * CLEAR_PM / ratio)
         if now < lowat + VERIFY_MS then
-          local ratio = math.max(math.floor(ratios / queued), QUEUED_PM)
-          target = math.floor(limit * CLEAR_PM / ratio)
+          target = lowered
+          queued_cut = cut == 1
+        elseif limit > settled and limit * 2000 <= settled * (1000 + GROWTH_PM) then
+          -- Not queued at the limit before a probe's growth, queued now: the growth is undone
+          -- without a cut, no further.
+          target = math.max(lowered, settled)
           queued_cut = cut == 1
         else
           verify = true
         end
       elseif clear * 2 > weight and cut == 0 then
+        settled = limit
         -- The growth tapers to none as the clear votes' ratio nears CLEAR_PM.
         local over = math.min(math.max(math.floor(clears / clear) - 1000, 0), CLEAR_PM - 1000)
         local growth = GROWTH_PM - math.floor((GROWTH_PM - 1000) * over / (CLEAR_PM - 1000))
         target = math.floor(limit * growth / 1000)
+      elseif cut == 0 then
+        settled = limit
       end
     end
     if deeper then
@@ -189,7 +202,7 @@ local function int(n)
 end
 local set = {'limit', int(limit), 'latency', int(latency), 'base', int(base), 'since', int(since),
   'lowat', int(lowat), 'cut', int(cut), 'level', int(level), 'every', int(every),
-  'askers', int(askers), 'procs', int(procs)}
+  'askers', int(askers), 'procs', int(procs), 'settled', int(settled)}
 for i = 1, 10 do
   set[#set + 1] = fields[8 + i]
   set[#set + 1] = int(w[i])

@@ -16,7 +16,12 @@
 //!   or host is measured against itself). Its other calls' mean latency over that base is its
 //!   **ratio**; its drops (failures, timeouts) beyond the share it sees at low occupancy raise
 //!   the ratio by that excess (a downstream failing fast past its capacity). Latencies count up
-//!   to twice the base, so a slow class of requests (bimodal latency) cannot swamp the mean.
+//!   to twice the base, so a slow class of requests (bimodal latency) cannot swamp the mean;
+//!   before a process has a base, up to four times the fleet's ([`vote::COMPARED_TIMES`]), so
+//!   that a new process's slow class does not make the window before its first cut read
+//!   slower than the cut by far more than the occupancy fell (a cut that still queued, to the
+//!   fleet: with one slow request in ten, a limit of 23 fell to 18 and the downstream to 13 of
+//!   20).
 //!   Its vote: *queued* above 1.25 ([`QUEUED_PM`]), *clear* below 1.1 ([`CLEAR_PM`]), else
 //!   *unsure*; weighted by the calls it judged, so a process weighs by its share of calls.
 //! - **A base, and the drop share at low occupancy, rise only on a measurement**: a cut's
@@ -64,8 +69,14 @@
 //!   with no share at low occupancy (processes without a base: a new process, a rolling
 //!   restart) sets it back to [`CUT_EVERY_MS`]. The stored period is read within those two,
 //!   whatever wrote it. Bases that drift up between cuts are not
-//!   missed: queued votes on bases older than [`VERIFY_MS`] call a cut at once. So a steady
-//!   fleet cuts for one second in forty-one rather than in eleven.
+//!   missed: queued votes on bases older than [`VERIFY_MS`] call a cut at once, unless the
+//!   limit grew since the last window outside a cut whose votes were not queued, by a probe's
+//!   growth at most: the same bases read no queue at that limit and a queue above it, so the
+//!   latency grew with the calls in flight (Little's law's evidence, whatever the bases' age),
+//!   and the limit falls to its queued target without a cut, but not below that limit (with one slow request in ten at a capacity of
+//!   10, the probes from 9 reached 11 in five seconds, read queued there, and each
+//!   verification's cut took the downstream to 6.4, every seven seconds). So a steady fleet
+//!   cuts for one second in forty-one rather than in eleven.
 //! - **A cut that still queued goes deeper.** A limit far above the capacity (a high
 //!   `initial`, a capacity that collapsed) never saw an unqueued call: a cut to ¾ of it still
 //!   queues, and the ratio its calls give can never exceed 4/3. When a cut's mean latency fell
@@ -103,7 +114,8 @@
 //! | the window has not passed | [`Gathered`](Branch::Gathered) | the report joins the window |
 //! | it has, with no call in it | [`Idle`](Branch::Idle) | a window opens now; the limit is kept |
 //! | the queued votes weigh more than half | [`Queued`](Branch::Queued) | target `L × 1.1 / ratio`; in a cut, the period back to [`CUT_EVERY_MS`] |
-//! | they do, on bases older than [`VERIFY_MS`] | [`Verify`](Branch::Verify) | the next window is a cut; the period back to [`CUT_EVERY_MS`] |
+//! | they do, on bases older than [`VERIFY_MS`], the limit above the last one (outside a cut) whose votes were not queued, by at most a probe's growth | [`Undone`](Branch::Undone) | target `L × 1.1 / ratio`, not below that limit; in a cut, the period back to [`CUT_EVERY_MS`] |
+//! | they do, on bases older than [`VERIFY_MS`], otherwise | [`Verify`](Branch::Verify) | the next window is a cut; the period back to [`CUT_EVERY_MS`] |
 //! | a cut's latency fell with its occupancy | [`Deeper`](Branch::Deeper) | target at most 1.1 × the cut; the next window is a cut; the period back to [`CUT_EVERY_MS`] |
 //! | the clear votes do, outside a cut | [`Probed`](Branch::Probed) | target 1.2 × the limit, tapering to 1 × as their ratio nears 1.1 |
 //! | neither does | [`Unsure`](Branch::Unsure) | target the limit |
@@ -169,6 +181,7 @@ pub(crate) enum Branch {
     Queued,
     Probed,
     Verify,
+    Undone,
     Deeper,
     Unsure,
     Unjudged,
@@ -182,13 +195,14 @@ pub(crate) enum Branch {
 impl Branch {
     /// Every branch, indexed as [`Seen`] records them.
     #[cfg(test)]
-    pub(crate) const ALL: [Branch; 14] = [
+    pub(crate) const ALL: [Branch; 15] = [
         Branch::Started,
         Branch::Gathered,
         Branch::Idle,
         Branch::Queued,
         Branch::Probed,
         Branch::Verify,
+        Branch::Undone,
         Branch::Deeper,
         Branch::Unsure,
         Branch::Unjudged,
@@ -359,6 +373,9 @@ pub(crate) struct Estimate {
     pub(crate) since_ms: u64,
     /// When a window last had calls at low occupancy, or a cut was last decided (ms).
     pub(crate) low_ms: u64,
+    /// The limit (thousandths) of the last window outside a cut whose votes were not queued
+    /// (0: none yet).
+    pub(crate) settled_pm: u64,
     /// Whether the open window is a cut.
     pub(crate) cut: bool,
     /// The period (ms) after [`low_ms`](Self::low_ms) at which a closing window calls a cut;
@@ -504,11 +521,23 @@ fn update(estimate: &mut Estimate, bounds: Bounds, now: Now, seen: &mut Seen) {
     if weight == 0 {
         Branch::Unjudged.reach(seen);
     } else if votes.queued * 2 > weight {
+        let ratio = (votes.ratio_sum / votes.queued).max(QUEUED_PM);
+        let queued = limit * CLEAR_PM / ratio;
         if now.ms < estimate.low_ms.saturating_add(VERIFY_MS) {
             Branch::Queued.reach(seen);
             lowered = true;
-            let ratio = (votes.ratio_sum / votes.queued).max(QUEUED_PM);
-            target = limit * CLEAR_PM / ratio;
+            target = queued;
+        } else if limit > estimate.settled_pm
+            && limit * 2000 <= estimate.settled_pm.saturating_mul(1000 + GROWTH_PM)
+        {
+            // The same bases read no queue at the limit before the growth and a queue now:
+            // the latency grew with the calls in flight, whatever the bases' age. The growth
+            // is undone without a cut; below it, the bases are measured again first. Only a
+            // probe's growth (half-way to 1.2 ×): a limit further above the last settled one
+            // grew some other way (an older script in a mixed fleet, a raised `min`).
+            Branch::Undone.reach(seen);
+            lowered = true;
+            target = queued.max(estimate.settled_pm);
         } else {
             // Bases learnt long ago may be from another downstream (or host): measured
             // again before the limit falls on them.
@@ -519,9 +548,13 @@ fn update(estimate: &mut Estimate, bounds: Bounds, now: Now, seen: &mut Seen) {
         // A cut's calls ran below the limit: they tell whether it queues even there, not
         // whether it could be higher.
         Branch::Probed.reach(seen);
+        estimate.settled_pm = limit;
         target = limit * growth_pm(votes.clear_sum / votes.clear) / 1000;
     } else {
         Branch::Unsure.reach(seen);
+        if !estimate.cut {
+            estimate.settled_pm = limit;
+        }
     }
     if deeper {
         Branch::Deeper.reach(seen);
@@ -556,10 +589,11 @@ fn update(estimate: &mut Estimate, bounds: Bounds, now: Now, seen: &mut Seen) {
     // The period before the next cut. A cut in which voters weighed at least half the calls
     // and that did not still queue (its latency did not fall with the occupancy, its votes
     // were not queued) found nothing it could tell was wrong (weak evidence: its votes judge
-    // the bases it has just moved): the next can wait twice as long. A cut that still queued, or a verification, found them wrong; a window outside a
-    // cut whose calls mostly went unjudged, with no share at low occupancy to measure bases
-    // on, has processes without a base (a new process, a rolling restart): back to the first
-    // period. A cut nobody judged keeps it.
+    // the bases it has just moved): the next can wait twice as long. A cut that still queued,
+    // or a verification, found them wrong; a window outside a cut whose calls mostly went
+    // unjudged, with no share at low occupancy to measure bases on, has processes without a
+    // base (a new process, a rolling restart): back to the first period. A cut nobody judged
+    // keeps it.
     let judged = weight * 2 >= window.calls;
     estimate.every_ms =
         if verify || deeper || estimate.cut && lowered || !estimate.cut && !judged && !low_share {

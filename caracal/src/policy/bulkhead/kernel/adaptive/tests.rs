@@ -245,6 +245,7 @@ impl Fleet {
                 order: 0,
             };
             self.learnt = Adapt::step(&mut self.estimate, &report, now, &mut self.seen);
+            self.sampling[index].fleet_base(self.learnt.base_us);
         }
         (inside, served)
     }
@@ -356,35 +357,81 @@ fn a_cut_after_one_that_still_queued_is_judged_by_its_own_calls() {
         ..Estimate::default()
     };
     let mut seen = Seen::default();
-    let mut report = |estimate: &mut Estimate, observed: Observed, ms: u64| {
-        let report = Report {
-            observed,
-            bounds: BOUNDS,
-            window_ms: 1_000,
-            joined_ms: 0,
-        };
-        let now = Now {
-            ms,
-            ns: 0,
-            order: 0,
-        };
-        Adapt::step(estimate, &report, now, &mut seen)
-    };
     // A third of its calls admitted before the processes learnt it, at 14 ms; the rest at 7.
-    report(&mut estimate, window(10, 20, 11), 1_500);
-    let first = report(&mut estimate, Observed::default(), 2_000);
+    report(&mut estimate, window(10, 20, 11), 1_500, &mut seen);
+    let first = report(&mut estimate, Observed::default(), 2_000, &mut seen);
     assert!(
         first.limit < first.full && first.full <= 9,
         "the first cut still queued: {first:?}"
     );
     // The second cut, at ¾ of the first, as fast as the first's own calls: the downstream
     // does not queue there.
-    report(&mut estimate, window(0, 30, 6), 2_500);
-    let second = report(&mut estimate, Observed::default(), 3_000);
+    report(&mut estimate, window(0, 30, 6), 2_500, &mut seen);
+    let second = report(&mut estimate, Observed::default(), 3_000, &mut seen);
     assert!(
         second.full >= first.full && second.limit == second.full,
         "the second cut found no queue: {first:?} then {second:?}"
     );
+}
+
+/// Queued votes on bases measured more than [`VERIFY_MS`] ago call a cut before the limit
+/// falls (the bases may be another downstream's, or host's), unless the limit grew since the
+/// last window whose votes were not queued: the same bases read no queue there and a queue now,
+/// so the growth is undone without a cut, to that limit and no further. With one slow request
+/// in ten at a capacity of 10, the probes from 9 reached 11 in five seconds, read queued there,
+/// and each verification's cut took the downstream to 6.4, every seven seconds.
+#[test]
+fn queued_votes_after_a_probe_undo_it_without_a_cut() {
+    // Probed to 11; queued there 4 s after the cut: back to 10, where the votes read clear;
+    // queued there too: a verification, whose cut runs at ¾ of the last second's occupancy.
+    assert_eq!(
+        probed_then_queued(&mut Seen::default()),
+        [(9, 9), (10, 10), (11, 11), (10, 10), (8, 10)],
+        "probes, an undone one, a verification"
+    );
+}
+
+/// A limit of 9 whose bases a cut measured at 1 s, probed on clear votes, then queued twice:
+/// the limit in force and the limit after each second.
+fn probed_then_queued(seen: &mut Seen) -> Vec<(u32, u32)> {
+    // Thirty calls near the limit, every one judged at `ratio_pm` against a base of 7 ms.
+    let window = |ratio_pm: u64| {
+        let mut votes = Votes::default();
+        votes.add(30, ratio_pm, 7_000);
+        Observed {
+            samples: 30,
+            sum_us: 30 * 7 * ratio_pm,
+            calls: 30,
+            peak: 11,
+            votes,
+            ..Observed::default()
+        }
+    };
+    // A limit of 9, its bases measured by a cut that ended at 1 s.
+    let mut estimate = Estimate {
+        limit_pm: 9_000,
+        latency_us: 7_000,
+        base_us: 7_000,
+        since_ms: 1_000,
+        low_ms: 1_000,
+        every_ms: CUT_EVERY_MS,
+        level: 9,
+        expires_ms: IDLE_MS,
+        ..Estimate::default()
+    };
+    let mut limits = vec![];
+    for (ms, ratio_pm) in [
+        (2_000, 1_000),
+        (3_000, 1_000),
+        (4_000, 1_050),
+        (5_000, 1_500),
+        (6_000, 1_500),
+    ] {
+        estimate.window = window(ratio_pm);
+        let learnt = report(&mut estimate, Observed::default(), ms, seen);
+        limits.push((learnt.limit, learnt.full));
+    }
+    limits
 }
 
 #[test]
@@ -683,23 +730,58 @@ fn processes_without_a_base_bring_the_next_cut_closer() {
     );
 }
 
+/// A process without a base (one that joins a fleet at its limit, or restarts, sees no call at
+/// low occupancy until the next cut, up to 40 s away) counts its latencies up to four times the
+/// fleet's base: uncounted, its slow class (bimodal latency) made the window before that cut
+/// slower than the cut by far more than the occupancy fell, the cut read as one that still
+/// queued, and the limit fell from 23 to 18 and the downstream to 13 of 20.
+#[test]
+fn a_process_without_a_base_counts_its_latencies_as_the_fleet_does() {
+    let bimodal = Shape {
+        noise: Noise::Bimodal(200_000),
+        ..CLEAN
+    };
+    let mut fleet = Fleet::new();
+    fleet.run(bimodal, 100);
+    while !fleet.second(bimodal).cut {}
+    fleet.run(bimodal, 2);
+    fleet.sampling[0] = Sampling::default();
+    let following = fleet.run(bimodal, 50);
+    let starts = cut_starts(&following);
+    assert!(
+        !starts.is_empty() && following.iter().all(|s| s.full >= 20),
+        "cuts at {starts:?}: {}",
+        shown(&following)
+    );
+}
+
 /// One window closing on `estimate` (its window opened at 0, a second long) with these
 /// figures: the period it leaves.
 fn period_after(mut estimate: Estimate, window: Observed) -> u64 {
     estimate.window = window;
+    report(
+        &mut estimate,
+        Observed::default(),
+        1_000,
+        &mut Seen::default(),
+    );
+    estimate.every_ms
+}
+
+/// One process's report of `observed` to `estimate` at `ms`, in windows of a second.
+fn report(estimate: &mut Estimate, observed: Observed, ms: u64, seen: &mut Seen) -> Learnt {
     let report = Report {
-        observed: Observed::default(),
+        observed,
         bounds: BOUNDS,
         window_ms: 1_000,
         joined_ms: 0,
     };
     let now = Now {
-        ms: 1_000,
+        ms,
         ns: 0,
         order: 0,
     };
-    Adapt::step(&mut estimate, &report, now, &mut Seen::default());
-    estimate.every_ms
+    Adapt::step(estimate, &report, now, seen)
 }
 
 /// Ten calls at 20 ms, `low` of them at low occupancy, `judged` of them judged clear.
@@ -998,6 +1080,7 @@ fn every_branch_is_reached() {
     );
     let mut seen = fleet.seen;
     seen.merge(far.seen);
+    probed_then_queued(&mut seen);
     let mut estimate = fleet.estimate.clone();
     let idle = Report {
         observed: Observed::default(),

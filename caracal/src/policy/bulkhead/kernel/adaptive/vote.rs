@@ -114,6 +114,8 @@ pub(crate) struct Sampling {
     /// The variance of a success's latency (µs², as the vote counts it), averaged over
     /// reports, an eighth of the way per report (0: none yet).
     variance: u128,
+    /// The fleet's base, as the last answer gave it (the voters' mean; 0: none).
+    fleet_base_us: u64,
 }
 
 impl Sampling {
@@ -121,13 +123,24 @@ impl Sampling {
     /// it was admitted at low occupancy.
     pub(crate) fn body(&mut self, low: bool, elapsed_us: u64, succeeded: bool) {
         // Up to twice the base: a slow class of requests, or a drop that waited for a timeout,
-        // weighs as much as a call queued twice as long, at every occupancy alike.
-        let cap = |times: u64| match self.base_us {
-            0 => MAX_LATENCY_US,
-            base => (base * times).min(MAX_LATENCY_US),
+        // weighs as much as a call queued twice as long, at every occupancy alike. Before a
+        // base of its own, a process counts up to [`COMPARED_TIMES`] the fleet's (uncounted, a
+        // new process's slow class made the window before its first cut slower than the cut by
+        // far more than the occupancy fell, and the cut read as one that still queued; up to
+        // twice, a queue deeper than that, as the capacity fell while every process restarted,
+        // read too shallow for the cut to go deeper), and compares its latencies uncounted: its
+        // first base is their mean, its own however slow.
+        let cap = match (self.base_us, self.fleet_base_us) {
+            (0, 0) => MAX_LATENCY_US,
+            (0, fleet) => fleet.saturating_mul(COMPARED_TIMES),
+            (base, _) => base.saturating_mul(2),
         };
-        let us = elapsed_us.min(cap(2));
-        let compared = elapsed_us.min(cap(COMPARED_TIMES));
+        let compared_cap = match self.base_us {
+            0 => MAX_LATENCY_US,
+            base => base.saturating_mul(COMPARED_TIMES),
+        };
+        let us = elapsed_us.min(cap).min(MAX_LATENCY_US);
+        let compared = elapsed_us.min(compared_cap).min(MAX_LATENCY_US);
         let bucket = if low { &mut self.low } else { &mut self.high };
         if succeeded {
             bucket.samples += 1;
@@ -138,6 +151,11 @@ impl Sampling {
             bucket.drops += 1;
             add(&mut bucket.drops_us, us);
         }
+    }
+
+    /// Notes the fleet's base an answer to a report showed (the voters' mean; 0: none).
+    pub(crate) fn fleet_base(&mut self, base_us: u64) {
+        self.fleet_base_us = base_us;
     }
 
     /// Notes a fleet occupancy a lease reply showed.
@@ -192,7 +210,7 @@ impl Sampling {
                 false => mean < base,
             };
             self.base_us = match self.base_us {
-                0 => mean,
+                0 => compared.max(1),
                 _ if unmoved && !dipped => mean,
                 base if faster(base) => (base + mean) / 2,
                 base => base,
