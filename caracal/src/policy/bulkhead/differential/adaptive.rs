@@ -3,9 +3,9 @@
 //! a process's [`Sampling`] as a process would) under generated bounds and windows, with clock
 //! moves to just before, at and after the open window's end, past the period before the next
 //! cut (10 to 40 s), and past the estimate's idle expiry (where the key is deleted, as its TTL
-//! would on real time); and a stored period an older script left absent or something foreign
-//! wrote (negative, fractional, huge), which both read within [10 s, 40 s], and stored counts
-//! of processes and settled limits likewise.
+//! would on real time); and any stored field an older script left absent or something foreign
+//! wrote (negative, fractional, huge, not a number, a time after now), which the kernel reads
+//! as a count (a period within [10 s, 40 s], a time at most now).
 
 use std::collections::HashMap;
 
@@ -37,36 +37,25 @@ enum Command {
     Idle,
     /// Past the period before the next cut.
     Cut,
-    /// The stored period replaced (`None`: deleted, as an older script's hash has none), then
-    /// a report of nothing.
-    Period(Option<&'static str>),
-    /// The stored counts of processes (`askers`, `procs`) and the settled limit replaced
-    /// likewise.
-    Counts(Option<&'static str>),
+    /// One stored field replaced (`None`: deleted, as an older script's hash lacks its later
+    /// fields), then a report of nothing.
+    Field(&'static str, Option<&'static str>),
 }
 
-/// Stored periods and how the kernel reads them: absent, negative, fractional, within the
-/// bounds, fractional within them, huge, not a number.
-const PERIODS: [(Option<&str>, u64); 7] = [
+/// Stored values and how the kernel reads them: absent, negative, fractional, a count, one
+/// within the period's bounds, fractional, a time in 1970, huge, not a number, infinite.
+const STORED: [(Option<&str>, u64); 11] = [
     (None, 0),
     (Some("-5"), 0),
     (Some("0.5"), 0),
+    (Some("1"), 1),
+    (Some("7.5"), 7),
     (Some("25000"), 25_000),
     (Some("25000.5"), 25_000),
-    (Some("1000000000"), u64::MAX),
-    (Some("nan"), 0),
-];
-
-/// Stored counts of processes, or settled limits, and how the kernel reads them: absent,
-/// negative, fractional, a count, fractional, huge, not a number.
-const COUNTS: [(Option<&str>, u64); 7] = [
-    (None, 0),
-    (Some("-5"), 0),
-    (Some("0.5"), 0),
-    (Some("7"), 7),
-    (Some("7.5"), 7),
+    (Some("1000000000"), 1_000_000_000),
     (Some("1e300"), MAX_SUM),
     (Some("nan"), 0),
+    (Some("inf"), MAX_SUM),
 ];
 
 fn latency() -> impl Strategy<Value = Option<u64>> {
@@ -100,8 +89,11 @@ fn command() -> impl Strategy<Value = Command> {
         3 => (-1i8..=1).prop_map(|offset| Command::ToWindowEnd { offset }),
         1 => Just(Command::Idle),
         1 => Just(Command::Cut),
-        1 => prop::sample::select(&PERIODS[..]).prop_map(|(stored, _)| Command::Period(stored)),
-        1 => prop::sample::select(&COUNTS[..]).prop_map(|(stored, _)| Command::Counts(stored)),
+        2 => (
+            prop::sample::select(&FIELDS[..]),
+            prop::sample::select(&STORED[..]),
+        )
+            .prop_map(|(field, (stored, _))| Command::Field(field, stored)),
     ]
 }
 
@@ -171,24 +163,21 @@ pub(crate) fn run(conn: Connection, cases: u32) {
                     Command::Cut => {
                         now_us += estimate.every_ms.clamp(CUT_EVERY_MS, MAX_CUT_EVERY_MS) * 1000;
                     }
-                    Command::Period(stored) | Command::Counts(stored) => {
+                    Command::Field(field, stored) => {
                         // Only over a live estimate: a field alone would be a key with no TTL.
                         if estimate.limit_pm == 0 || estimate.forgettable(clock(now_us)) {
                             continue;
                         }
                         let key = env.key("adaptive");
-                        if let Command::Period(_) = command {
-                            env.set_field(&key, "every", stored)?;
-                            let read = PERIODS.iter().find(|(s, _)| *s == stored);
-                            estimate.every_ms = read.map_or(0, |(_, read)| *read);
-                        } else {
-                            for field in ["askers", "procs", "settled"] {
-                                env.set_field(&key, field, stored)?;
+                        env.set_field(&key, field, stored)?;
+                        let read = STORED.iter().find(|(s, _)| *s == stored);
+                        let read = read.map_or(0, |(_, read)| *read);
+                        match field {
+                            "cut" => estimate.cut = read == 1,
+                            field => {
+                                let slot = counts(&mut estimate).find(|(name, _)| *name == field);
+                                *slot.expect("a stored field").1 = read;
                             }
-                            let read = COUNTS.iter().find(|(s, _)| *s == stored);
-                            let read = read.map_or(0, |(_, read)| *read);
-                            (estimate.askers, estimate.processes) = (read, read);
-                            estimate.settled_pm = read;
                         }
                         // A report of nothing, so that the final state holds the value read.
                         let report = Report {
@@ -213,6 +202,45 @@ pub(crate) fn run(conn: Connection, cases: u32) {
     );
 }
 
+/// The `adaptive` hash's fields.
+const FIELDS: [&str; 24] = [
+    "limit", "latency", "base", "since", "lowat", "cut", "level", "every", "n", "sum", "calls",
+    "low", "peak", "queued", "clear", "unsure", "ratios", "bases", "clears", "lown", "lowsum",
+    "settled", "askers", "procs",
+];
+
+/// Each field of the hash but `cut` (a flag), and the model's count it stores.
+fn counts(estimate: &mut Estimate) -> impl Iterator<Item = (&'static str, &mut u64)> {
+    let window = &mut estimate.window;
+    let votes = &mut window.votes;
+    [
+        ("limit", &mut estimate.limit_pm),
+        ("latency", &mut estimate.latency_us),
+        ("base", &mut estimate.base_us),
+        ("since", &mut estimate.since_ms),
+        ("lowat", &mut estimate.low_ms),
+        ("level", &mut estimate.level),
+        ("every", &mut estimate.every_ms),
+        ("n", &mut window.samples),
+        ("sum", &mut window.sum_us),
+        ("calls", &mut window.calls),
+        ("low", &mut window.low),
+        ("peak", &mut window.peak),
+        ("queued", &mut votes.queued),
+        ("clear", &mut votes.clear),
+        ("unsure", &mut votes.unsure),
+        ("ratios", &mut votes.ratio_sum),
+        ("bases", &mut votes.base_sum),
+        ("clears", &mut votes.clear_sum),
+        ("lown", &mut window.low_samples),
+        ("lowsum", &mut window.low_sum_us),
+        ("settled", &mut estimate.settled_pm),
+        ("askers", &mut estimate.askers),
+        ("procs", &mut estimate.processes),
+    ]
+    .into_iter()
+}
+
 /// The stored estimate and the key's expiry against the model's.
 fn compare_final_state(env: &mut Env<'_>, estimate: &Estimate) -> Result<(), TestCaseError> {
     let key = env.key("adaptive");
@@ -220,37 +248,13 @@ fn compare_final_state(env: &mut Env<'_>, estimate: &Estimate) -> Result<(), Tes
     let want: HashMap<String, u64> = if estimate.limit_pm == 0 {
         HashMap::new()
     } else {
-        let window = estimate.window;
-        let votes = window.votes;
-        [
-            ("limit", estimate.limit_pm),
-            ("latency", estimate.latency_us),
-            ("base", estimate.base_us),
-            ("since", estimate.since_ms),
-            ("lowat", estimate.low_ms),
-            ("cut", estimate.cut.into()),
-            ("level", estimate.level),
-            ("every", estimate.every_ms),
-            ("n", window.samples),
-            ("sum", window.sum_us),
-            ("calls", window.calls),
-            ("low", window.low),
-            ("peak", window.peak),
-            ("queued", votes.queued),
-            ("clear", votes.clear),
-            ("unsure", votes.unsure),
-            ("ratios", votes.ratio_sum),
-            ("bases", votes.base_sum),
-            ("clears", votes.clear_sum),
-            ("lown", window.low_samples),
-            ("lowsum", window.low_sum_us),
-            ("settled", estimate.settled_pm),
-            ("askers", estimate.askers),
-            ("procs", estimate.processes),
-        ]
-        .into_iter()
-        .map(|(field, n)| (field.to_owned(), n))
-        .collect()
+        let mut estimate = estimate.clone();
+        let cut = ("cut", estimate.cut.into());
+        counts(&mut estimate)
+            .map(|(field, n)| (field, *n))
+            .chain([cut])
+            .map(|(field, n)| (field.to_owned(), n))
+            .collect()
     };
     prop_assert_eq!(want, stored, "the estimate");
     let expiry = env.expiry(&key)?;

@@ -54,31 +54,32 @@ local fields = {'limit', 'latency', 'base', 'since', 'lowat', 'cut', 'level', 'e
   'calls', 'low', 'peak', 'queued', 'clear', 'unsure', 'ratios', 'bases', 'askers', 'procs',
   'clears', 'lown', 'lowsum', 'settled'}
 local stored = redis.call('HMGET', KEYS[1], unpack(fields))
-local e = {}
-for i = 1, #fields do
-  e[i] = tonumber(stored[i]) or 0
-end
-local limit, latency, base, since, lowat, cut, level = e[1], e[2], e[3], e[4], e[5], e[6], e[7]
--- Absent (an older script's hash) or foreign (negative, fractional, huge, not a number): read
--- within [CUT_EVERY_MS, MAX_CUT_EVERY_MS], never a period that cuts every window or never cuts.
-local every = math.floor(e[8])
-if not (every >= CUT_EVERY_MS) then
-  every = CUT_EVERY_MS
-end
-every = math.min(every, MAX_CUT_EVERY_MS)
--- The open window: samples, sum, calls, low, peak, queued, clear, unsure, ratios, bases,
--- clears, low samples, low sum.
-local w = {e[9], e[10], e[11], e[12], e[13], e[14], e[15], e[16], e[17], e[18], e[21], e[22],
-  e[23]}
--- Counts something else wrote (negative, fractional, not a number) read as none, so that
--- the reply stays a count.
+-- What something else wrote (negative, fractional, huge, not a number) reads as a count, as
+-- the kernel's integers would hold it, so that no foreign field turns the step's arithmetic
+-- fractional or the reply into something other than counts.
 local function count(n)
   if not (n >= 0) then
     return 0
   end
   return math.min(math.floor(n), MAX_SUM)
 end
-local askers, procs, settled = count(e[19]), count(e[20]), count(e[24])
+local e = {}
+for i = 1, #fields do
+  e[i] = count(tonumber(stored[i]) or 0)
+end
+local limit, latency, base, since, lowat, level = e[1], e[2], e[3], e[4], e[5], e[7]
+local cut = 0
+if e[6] == 1 then
+  cut = 1
+end
+-- Absent (an older script's hash) or foreign: read within [CUT_EVERY_MS, MAX_CUT_EVERY_MS],
+-- never a period that cuts every window or never cuts.
+local every = math.min(math.max(e[8], CUT_EVERY_MS), MAX_CUT_EVERY_MS)
+-- The open window: samples, sum, calls, low, peak, queued, clear, unsure, ratios, bases,
+-- clears, low samples, low sum.
+local w = {e[9], e[10], e[11], e[12], e[13], e[14], e[15], e[16], e[17], e[18], e[21], e[22],
+  e[23]}
+local askers, procs, settled = e[19], e[20], e[24]
 if limit == 0 then
   askers, procs, settled = 0, 0, 0
   limit, latency, base, since, lowat, cut, level = initial * 1000, 0, 0, now, 0, 0, 0
@@ -86,6 +87,10 @@ if limit == 0 then
   every = CUT_EVERY_MS
   w = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 end
+-- Server time that stepped back (a failover to a replica whose clock is behind) or a foreign
+-- time: a window that started, or calls at low occupancy seen, after now would hold the limit
+-- or its next cut until the clock caught up.
+since, lowat = math.min(since, now), math.min(lowat, now)
 limit = math.min(math.max(limit, min * 1000), max * 1000)
 
 -- ¾ of the limit or, lower, of the occupancy the fleet ran at: the occupancy up to which a

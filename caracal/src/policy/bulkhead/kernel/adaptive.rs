@@ -130,7 +130,11 @@
 //! `[min, max]`), the limit itself, the mean latency of the last window and the voters' mean
 //! base, the start of the window the report joined and the processes counted in the last
 //! window. The estimate expires [`IDLE_MS`] after the last report: a fleet that comes back after
-//! that starts again at `initial`.
+//! that starts again at `initial`. A window, or calls at low occupancy, stored as after now
+//! (server time that stepped back at a failover to a replica whose clock is behind) are read
+//! as now, so neither the limit nor its next cut waits for the clock to catch up; the script
+//! reads any other field something else wrote (negative, fractional, not a number) as the
+//! count this kernel's integers would hold.
 
 pub(crate) mod share;
 #[cfg(test)]
@@ -441,6 +445,11 @@ impl Kernel for Adapt {
         // Absent (an older script's estimate), or foreign: never a period that cuts every
         // window, nor one that never cuts.
         estimate.every_ms = estimate.every_ms.clamp(CUT_EVERY_MS, MAX_CUT_EVERY_MS);
+        // Server time that stepped back (a failover to a replica whose clock is behind), or a
+        // foreign time: a window that started, or calls at low occupancy seen, after now would
+        // hold the limit, or its next cut, until the clock caught up.
+        estimate.since_ms = estimate.since_ms.min(now.ms);
+        estimate.low_ms = estimate.low_ms.min(now.ms);
         estimate.window.join(&report.observed);
         let joined_ms = estimate.since_ms;
         if report.observed.calls > 0 && report.joined_ms != joined_ms {

@@ -885,6 +885,39 @@ fn a_stored_period_is_read_within_its_bounds() {
     }
 }
 
+/// Server time that stepped back (a failover to a replica whose clock is an hour behind): the
+/// open window started, and the last calls at low occupancy were seen, after now. The window
+/// closes a window's length from the first report, and the next cut comes a period after it,
+/// not an hour later.
+#[test]
+fn server_time_that_stepped_back_does_not_hold_the_limit() {
+    const HOUR_MS: u64 = 3_600_000;
+    let mut estimate = Estimate {
+        limit_pm: 20_000,
+        latency_us: 20_000,
+        since_ms: HOUR_MS,
+        low_ms: HOUR_MS,
+        every_ms: CUT_EVERY_MS,
+        level: 20,
+        expires_ms: 2 * HOUR_MS,
+        ..Estimate::default()
+    };
+    let mut seen = Seen::default();
+    let limits: Vec<u32> = (0..3)
+        .map(|second| report(&mut estimate, calls(0, 10), 1_000 * second, &mut seen).full)
+        .collect();
+    assert_eq!(limits, [20, 22, 24], "probes, a window a second");
+    let cut = (3..=12).find(|second| {
+        report(&mut estimate, calls(0, 10), 1_000 * second, &mut seen);
+        estimate.cut
+    });
+    assert_eq!(
+        cut,
+        Some(10),
+        "the next cut, a period after the first report"
+    );
+}
+
 /// A downstream that fails one call in four at any concurrency, as slowly as a success: the
 /// processes see that share at low occupancy as near the limit, so it is not the overload's,
 /// and the limit follows the capacity as on a clean downstream, neither collapsing to `min` on
