@@ -211,8 +211,10 @@ impl Fleet {
             let fast_drops = fails * (shape.service_us / 1_000);
             let (one_in, failure_us) = shape.failing;
             for call in 0..calls - fails {
-                // The first of each `one_in` calls: not in step with the dips (the last).
-                if one_in > 0 && call % one_in == 0 {
+                // One in `one_in` calls, and one in `one_in` of those in dips: a downstream
+                // failing at random fails calls admitted in a dip as often as the others.
+                let shift = call.checked_div(shape.dips).unwrap_or(0);
+                if one_in > 0 && (call + shift) % one_in == 0 {
                     let us = if failure_us == 0 { latency } else { failure_us };
                     self.sampling[index].body(low || shape.dipped(call), us, false);
                     continue;
@@ -962,7 +964,9 @@ fn steady_failures_follow_the_capacity(dips: u64) {
 
 /// One in four failing slowly and a quarter of the calls admitted in dips: the dips stand in
 /// for cuts that never come, the dipped calls may only lower the share, so it is never learnt
-/// and the limit falls to `min`.
+/// and the limit falls to `min`. Not counting dipped calls as the window's calls at low
+/// occupancy brings the cuts and holds the steady phase, but after the halving a process then
+/// learns a cut's queued latency as its base and the limit rests at 17 for a capacity of 10.
 #[test]
 #[ignore = "issue 28: dips stand in for cuts; the share of failures is never learnt"]
 fn steady_failures_with_a_quarter_of_the_calls_in_dips_follow_the_capacity() {
