@@ -62,6 +62,11 @@ enum Command {
     },
     ExpireAll,
     DeleteState,
+    /// Moves the clock back (no earlier than the case's start), as a failover to a replica
+    /// whose clock is behind does.
+    Back {
+        ms: u64,
+    },
 }
 
 fn settings() -> impl Strategy<Value = Settings> {
@@ -155,6 +160,7 @@ fn command() -> impl Strategy<Value = Command> {
             .prop_map(|(boundary, offset)| Command::AdvanceTo { boundary, offset }),
         1 => Just(Command::ExpireAll),
         1 => Just(Command::DeleteState),
+        1 => (0u64..5_000).prop_map(|ms| Command::Back { ms }),
     ]
 }
 
@@ -278,6 +284,9 @@ impl Case<'_, '_> {
             Command::DeleteState => {
                 self.stored.store.state = None;
                 self.env.delete(&self.keys[0])?;
+            }
+            Command::Back { ms } => {
+                self.now = self.now.saturating_sub(*ms).max(self.env.start_us / 1000);
             }
         }
         Ok(())

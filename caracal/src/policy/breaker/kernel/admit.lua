@@ -22,7 +22,8 @@
 --          half-open), 4 forced open (reject; retry_after_ms until it lapses, 0 for "until a
 --          reset"), 5 forced closed (admit, record nothing; retry_after_ms until it lapses, 0 for
 --          "until a reset")
--- TTL      reads only, except on a transition: half-open is persisted; a closed state after a
+-- TTL      reads only, except on a transition and on an open time stored after now (server time
+--          that stepped back, rewritten as now): half-open is persisted; a closed state after a
 --          forced-closed period expires at closed_until = now + max(window, 2 x open); the
 --          probe set expires 1 s after its latest deadline.
 -- Cost     O(log P + E): P live probes, E expired ones pruned.
@@ -57,7 +58,14 @@ end
 
 local transitioned = 0
 if phase == 1 or phase == 3 then
-  local due = tonumber(fields[3]) + config.open_ms
+  local opened_at = tonumber(fields[3]) or 0
+  if opened_at > now then
+    -- Server time stepped back (a failover to a replica whose clock is behind): the open time
+    -- runs from now, not from when the clock catches up.
+    opened_at = now
+    redis.call('HSET', state_key, 'opened_at', now)
+  end
+  local due = opened_at + config.open_ms
   if phase == 1 and now < due then
     return {1, generation, due - now, 0, stamp}
   end

@@ -389,8 +389,18 @@ impl Store {
             };
         };
         let (phase, generation) = (state.phase, state.generation);
-        let (opened_at, forced_until) = (state.opened_at, state.forced_until);
+        let (mut opened_at, forced_until) = (state.opened_at, state.forced_until);
         let lapsed = forced_until != 0 && forced_until <= now;
+        // Opened after now: server time stepped back (a failover to a replica whose clock is
+        // behind). The open time runs from now, not from when the clock catches up.
+        if (phase == Open || phase == ForcedOpen && lapsed)
+            && opened_at > now
+            && let Some(state) = self.state.as_mut()
+        {
+            state.opened_at = now;
+            opened_at = now;
+        }
+        let due = opened_at.saturating_add(settings.open_ms);
         match phase {
             Closed => {
                 step(Closed, T::AdmissionRequested, seen);
@@ -423,11 +433,11 @@ impl Store {
                     retry_after_ms: (forced_until != 0).then(|| forced_until - now),
                 };
             }
-            Open if now < opened_at.saturating_add(settings.open_ms) => {
+            Open if now < due => {
                 step(Open, T::AdmissionRequested, seen);
                 return AdmitReply::Open {
                     generation,
-                    retry_after_ms: opened_at.saturating_add(settings.open_ms) - now,
+                    retry_after_ms: due - now,
                 };
             }
             Open | ForcedOpen => {

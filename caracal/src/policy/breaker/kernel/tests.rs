@@ -298,6 +298,37 @@ fn force(store: &mut Store, now: u64, force: Force) -> ForceReply {
     store.force(now, force, &mut Seen::default())
 }
 
+/// Opened at a server time an hour after now (a failover to a replica whose clock is behind):
+/// the open time runs from now, and the breaker probes after it, not an hour later.
+#[test]
+fn an_open_time_stored_after_now_runs_from_now() {
+    const HOUR_MS: u64 = 3_600_000;
+    let mut store = Store::default();
+    observe(&mut store, HOUR_MS, 0, "ffff");
+    assert_eq!(
+        admit(&mut store, 10, 1),
+        AdmitReply::Open {
+            generation: 1,
+            retry_after_ms: 100
+        }
+    );
+    assert_eq!(
+        admit(&mut store, 100, 2),
+        AdmitReply::Open {
+            generation: 1,
+            retry_after_ms: 10
+        },
+        "from the first admission that saw it"
+    );
+    assert_eq!(
+        admit(&mut store, 110, 3),
+        AdmitReply::Probe {
+            generation: 1,
+            transitioned: true
+        }
+    );
+}
+
 #[test]
 fn forced_open_rejects_until_it_lapses_then_probes() {
     let mut store = Store::default();
