@@ -14,7 +14,7 @@
 //! | closed        | observation recorded    | closed        | append to the window, keep the state alive for its TTL |
 //! | closed        | threshold reached       | open          | new generation, `opened_at = now`, clear the window, never expire |
 //! | closed        | state lost              | closed        | start a fresh epoch (minted generation if window data survived, else 0) |
-//! | open          | admission requested     | open          | reject until `opened_at + open` |
+//! | open          | admission requested     | open          | reject until `opened_at + open` (an `opened_at` after now, server time that stepped back, becomes now) |
 //! | open          | open time elapsed       | half-open     | clear probes and successes (same generation), then admit a probe |
 //! | half-open     | probe admitted          | half-open     | take a probe slot until `now + probe_lease` |
 //! | half-open     | probe limit reached     | half-open     | reject |
