@@ -1,6 +1,7 @@
 //! `window.lua` against the [`Slide`] kernel: generated deposits, withdrawals and reads at one
 //! identity's window, widths from a millisecond to seconds, and clock moves to just before, at
-//! and after a bucket's end and the moment the oldest bucket leaves the window.
+//! and after a bucket's end and the moment the oldest bucket leaves the window, and back (no
+//! earlier than the case's start), as a failover to a replica whose clock is behind moves it.
 
 use std::collections::HashMap;
 
@@ -19,6 +20,9 @@ enum Command {
     Advance { us: u64 },
     /// To the end of the oldest bucket's window (when it leaves), offset by -1, 0 or 1 ms.
     ToExpiry { offset: i8 },
+    /// Moves the clock back (no earlier than the case's start), as a failover to a replica
+    /// whose clock is behind does.
+    Back { ms: u64 },
 }
 
 fn command() -> impl Strategy<Value = Command> {
@@ -27,6 +31,7 @@ fn command() -> impl Strategy<Value = Command> {
         1 => (0u64..500, 0u64..1_000_000).prop_map(|(deposits, withdrawals)| Command::Add { deposits, withdrawals }),
         3 => prop_oneof![0u64..2_000, 0u64..3_000_000].prop_map(|us| Command::Advance { us }),
         2 => (-1i8..=1).prop_map(|offset| Command::ToExpiry { offset }),
+        1 => (0u64..5_000).prop_map(|ms| Command::Back { ms }),
     ]
 }
 
@@ -75,6 +80,9 @@ pub(crate) fn run(conn: Connection, cases: u32) {
                             let ms = leaves.saturating_add_signed(offset.into());
                             now_us = now_us.max(ms * 1000);
                         }
+                    }
+                    Command::Back { ms } => {
+                        now_us = now_us.saturating_sub(ms * 1000).max(env.start_us);
                     }
                 }
             }

@@ -50,7 +50,8 @@
 //!   states never expire.
 //! - **window** (`:brk:window` list): one entry per recorded batch, `"<at>:<outcomes>"` with one
 //!   letter per observation (`s` success, `f` failure, `w` slow success, `x` slow failure),
-//!   oldest first. Entries leave by time (`at + window <= now`) and by count (the oldest
+//!   oldest first. Entries leave by time (`at + window <= now`, or `at > now` when they reach
+//!   the head: recorded before server time stepped back) and by count (the oldest
 //!   observations beyond `window_size`, trimming inside an entry if need be). The totals in the
 //!   state make recording O(1) amortised: every observation is added once and removed once, the
 //!   window is never scanned.
@@ -323,11 +324,12 @@ impl Store {
         }
     }
 
-    /// Drops window entries that have aged out; returns what they counted.
-    fn expire_window(&mut self, now: u64, window_ms: u64) -> Counts {
+    /// Drops window entries that have aged out, and with `ahead` those stamped after now;
+    /// returns what they counted.
+    fn expire_window(&mut self, now: u64, window_ms: u64, ahead: bool) -> Counts {
         let mut removed = Counts::default();
         while let Some(entry) = self.window.front() {
-            if entry.at.saturating_add(window_ms) > now {
+            if entry.at.saturating_add(window_ms) > now && !(ahead && entry.at > now) {
                 break;
             }
             let entry = self.window.pop_front().unwrap_or_else(|| unreachable!());
@@ -493,9 +495,10 @@ impl Store {
     ) -> ObserveReply {
         if self.live_state(now).is_none() {
             // The state is gone: surviving window data belongs to a lost epoch, so it is
-            // discarded and the new epoch gets a generation no earlier result can carry.
+            // discarded and the new epoch gets a generation no earlier result can carry (data
+            // stamped after now survives: its results may still come).
             step(Closed, T::StateLost, seen);
-            self.expire_window(now, settings.window_ms);
+            self.expire_window(now, settings.window_ms, false);
             let generation = if self.window.is_empty() { 0 } else { mint };
             self.window.clear();
             self.probes.clear();
@@ -511,7 +514,10 @@ impl Store {
                 generation: state.generation,
             };
         }
-        let aged = self.expire_window(now, settings.window_ms);
+        // Entries stamped after now were recorded before server time stepped back (a failover
+        // to a replica whose clock is behind): at the head, they would hold every later entry
+        // in the window until the clock caught up.
+        let aged = self.expire_window(now, settings.window_ms, true);
         let batch = Outcomes::from_slice(observations);
         let state = self.state_mut();
         state.counts.remove(aged);

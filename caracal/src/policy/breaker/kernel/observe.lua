@@ -22,8 +22,9 @@
 -- TTL      closed: the state expires at closed_until = now + max(window, 2 x open), refreshed on
 --          every record (never before the window it governs); the window list expires with it,
 --          so the totals in the state never count entries the list has lost (entries leave by
---          their own times, popped here). Open: the state is persisted (an absent state reads
---          as closed).
+--          their own times, popped here; an entry stamped after now, server time that stepped
+--          back, leaves when it reaches the head). Open: the state is persisted (an absent
+--          state reads as closed).
 -- Cost     O(1) amortised: every observation is pushed once and popped once; the window is
 --          never scanned (totals live in the state).
 local config = settings()
@@ -35,14 +36,16 @@ local function count(outcomes)
     select(2, string.gsub(outcomes, '[wx]', ''))
 end
 
--- Pops the entries that aged out; returns what they counted.
-local function expire_window()
+-- Pops the entries that aged out, and with `ahead` those stamped after now; returns what they
+-- counted.
+local function expire_window(ahead)
   local gone, gone_failures, gone_slow = 0, 0, 0
   while true do
     local entry = redis.call('LINDEX', window_key, 0)
     if not entry then break end
     local sep = string.find(entry, ':', 1, true)
-    if tonumber(string.sub(entry, 1, sep - 1)) + window_ms > now then break end
+    local at = tonumber(string.sub(entry, 1, sep - 1))
+    if at + window_ms > now and not (ahead and at > now) then break end
     redis.call('LPOP', window_key)
     local n, f, s = count(string.sub(entry, sep + 1))
     gone, gone_failures, gone_slow = gone + n, gone_failures + f, gone_slow + s
@@ -56,8 +59,9 @@ local phase = tonumber(fields[1])
 local generation = tonumber(fields[2])
 local total, failures, slow = tonumber(fields[4]), tonumber(fields[5]), tonumber(fields[6]) or 0
 if phase == nil or (phase == 0 and tonumber(fields[3]) <= now) then
-  -- The state is gone: window data that survived it belongs to a lost epoch.
-  expire_window()
+  -- The state is gone: window data that survived it belongs to a lost epoch (data stamped
+  -- after now too: its results may still come).
+  expire_window(false)
   generation = 0
   if redis.call('LLEN', window_key) > 0 then
     generation = tonumber(ARGV[14])
@@ -73,7 +77,10 @@ if phase ~= 0 or generation ~= tonumber(ARGV[12]) then
   return {0, phase, generation, 0, 0, 0, stamp}
 end
 
-local gone, gone_failures, gone_slow = expire_window()
+-- Entries stamped after now were recorded before server time stepped back (a failover to a
+-- replica whose clock is behind): at the head, they would hold every later entry in the window
+-- until the clock caught up.
+local gone, gone_failures, gone_slow = expire_window(true)
 local outcomes = ARGV[13]
 local n, f, s = count(outcomes)
 total = total - gone + n

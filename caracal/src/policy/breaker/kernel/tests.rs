@@ -329,6 +329,32 @@ fn an_open_time_stored_after_now_runs_from_now() {
     );
 }
 
+/// Observations recorded an hour after now (a failover to a replica whose clock is behind):
+/// they leave the window at the next record, so it slides on from now rather than holding
+/// every later entry until the clock catches up.
+#[test]
+fn window_entries_stamped_after_now_leave_at_the_next_record() {
+    const HOUR_MS: u64 = 3_600_000;
+    let mut store = Store::default();
+    observe(&mut store, HOUR_MS, 0, "ss");
+    assert_eq!(
+        observe(&mut store, 10, 0, "ss"),
+        ObserveReply::Recorded {
+            generation: 0,
+            window: counts(2, 0, 0)
+        },
+        "the entry after now left"
+    );
+    assert_eq!(
+        observe(&mut store, 1_010, 0, "s"),
+        ObserveReply::Recorded {
+            generation: 0,
+            window: counts(1, 0, 0)
+        },
+        "the window slides from now"
+    );
+}
+
 #[test]
 fn forced_open_rejects_until_it_lapses_then_probes() {
     let mut store = Store::default();

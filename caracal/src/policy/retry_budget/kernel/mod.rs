@@ -11,7 +11,7 @@
 //!
 //! | condition | branch | effect |
 //! |-----------|--------|--------|
-//! | a stored bucket started a whole window before the current one | [`Expired`](Branch::Expired) | dropped (before anything else) |
+//! | a stored bucket started a whole window before the current one, or after now (server time that stepped back) | [`Expired`](Branch::Expired) | dropped (before anything else) |
 //! | nothing to add | [`Read`](Branch::Read) | nothing written: the totals are read |
 //! | the current bucket is stored | [`Joined`](Branch::Joined) | the counts are added to it |
 //! | it is not | [`Opened`](Branch::Opened) | a bucket starts with the counts |
@@ -202,9 +202,12 @@ impl Kernel for Slide {
         let current = now.ms - now.ms % record.width_ms;
         let span = record.width_ms.saturating_mul(u64::from(record.buckets));
         let held = window.buckets.len();
+        // A bucket that starts after now was opened before server time stepped back (a
+        // failover to a replica whose clock is behind): kept, it would count until the clock
+        // caught up. Only such a bucket starts after now, whatever width opened it.
         window
             .buckets
-            .retain(|bucket| bucket.start.saturating_add(span) > current);
+            .retain(|bucket| bucket.start <= now.ms && bucket.start.saturating_add(span) > current);
         if window.buckets.len() < held {
             seen.record(Branch::Expired as usize);
         }
@@ -329,6 +332,25 @@ mod tests {
         );
         assert_eq!(window, Window::default());
         assert!(seen.missing(&Branch::ALL).is_empty());
+    }
+
+    /// Buckets opened an hour after now (a failover to a replica whose clock is behind): the
+    /// retries they counted leave the window at once, not when the clock catches up.
+    #[test]
+    fn buckets_that_start_after_now_leave_the_window() {
+        const HOUR_MS: u64 = 3_600_000;
+        let mut window = Window::default();
+        let mut seen = Seen::default();
+        Slide::step(&mut window, &record(5, 5), at(HOUR_MS + 1_050), &mut seen);
+        assert_eq!(
+            Slide::step(&mut window, &record(1, 0), at(1_050), &mut seen),
+            Totals {
+                deposits: 1,
+                withdrawals: 0
+            },
+            "the buckets after now are gone"
+        );
+        assert_eq!(window.expires_ms, 2_000);
     }
 
     #[test]

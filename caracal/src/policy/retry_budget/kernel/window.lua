@@ -8,6 +8,7 @@
 -- ARGV[2]  withdrawals to add (integer >= 0)
 -- ARGV[3]  a bucket's width in milliseconds (integer >= 1)
 -- ARGV[4]  buckets in a window (integer >= 1)
+--          Buckets that start after now (server time that stepped back) are dropped too.
 -- Reply    {deposits, withdrawals}: the window's totals after the step.
 -- TTL      PEXPIREAT the end of the window of the current bucket, set when counts are added:
 --          past it every bucket would be dropped.
@@ -26,7 +27,9 @@ local here = nil
 for i = 1, #stored, 2 do
   local start = tonumber(stored[i])
   local value = stored[i + 1]
-  if start + span > current then
+  -- A bucket that starts after now was opened before server time stepped back (a failover to
+  -- a replica whose clock is behind): kept, it would count until the clock caught up.
+  if start <= now and start + span > current then
     local sep = string.find(value, ':', 1, true)
     local d, w = tonumber(string.sub(value, 1, sep - 1)), tonumber(string.sub(value, sep + 1))
     total_deposits = total_deposits + d
