@@ -61,6 +61,13 @@ fn counts(total: u32, failures: u32, slow: u32) -> Counts {
     }
 }
 
+/// How far a server's clock is behind in the tests of a failover to it.
+const HOUR_MS: u64 = 3_600_000;
+
+fn recorded(generation: u64, window: Counts) -> ObserveReply {
+    ObserveReply::Recorded { generation, window }
+}
+
 fn closed(generation: u64) -> AdmitReply {
     AdmitReply::Closed {
         generation,
@@ -80,10 +87,7 @@ fn opens_exactly_at_the_threshold_once_throughput_is_reached() {
     assert_eq!(admit(&mut store, 0, 1), closed(0));
     assert_eq!(
         observe(&mut store, 1, 0, "fff"),
-        ObserveReply::Recorded {
-            generation: 0,
-            window: counts(3, 3, 0)
-        }
+        recorded(0, counts(3, 3, 0))
     );
     assert_eq!(
         observe(&mut store, 2, 0, "s"),
@@ -106,10 +110,7 @@ fn slow_calls_open_it_only_with_a_slow_call_threshold() {
     let mut store = Store::default();
     assert_eq!(
         observe(&mut store, 1, 0, "wwws"),
-        ObserveReply::Recorded {
-            generation: 0,
-            window: counts(4, 0, 3)
-        },
+        recorded(0, counts(4, 0, 3)),
         "no slow-call threshold: slow successes are successes"
     );
     let slow_half = Settings {
@@ -135,19 +136,13 @@ fn a_window_bounded_by_count_and_time_is_kept_in_totals() {
     // 3 more push out the 3 oldest, trimming inside the second entry.
     assert_eq!(
         observe(&mut store, 20, 0, "ssf"),
-        ObserveReply::Recorded {
-            generation: 0,
-            window: counts(10, 1, 2)
-        }
+        recorded(0, counts(10, 1, 2))
     );
     assert_eq!(store.window.len(), 2, "the batches of ms 10 share an entry");
     // Past the window, only the newest batch remains.
     assert_eq!(
         observe(&mut store, 1_015, 0, "s"),
-        ObserveReply::Recorded {
-            generation: 0,
-            window: counts(4, 1, 0)
-        }
+        recorded(0, counts(4, 1, 0))
     );
 }
 
@@ -268,10 +263,7 @@ fn a_lost_state_starts_a_fresh_epoch_that_fences_earlier_results() {
     assert!(store.window.is_empty());
     assert_eq!(
         observe(&mut store, 2, 77, "f"),
-        ObserveReply::Recorded {
-            generation: 77,
-            window: counts(1, 1, 0)
-        }
+        recorded(77, counts(1, 1, 0))
     );
 }
 
@@ -302,7 +294,6 @@ fn force(store: &mut Store, now: u64, force: Force) -> ForceReply {
 /// the open time runs from now, and the breaker probes after it, not an hour later.
 #[test]
 fn an_open_time_stored_after_now_runs_from_now() {
-    const HOUR_MS: u64 = 3_600_000;
     let mut store = Store::default();
     observe(&mut store, HOUR_MS, 0, "ffff");
     assert_eq!(
@@ -334,23 +325,16 @@ fn an_open_time_stored_after_now_runs_from_now() {
 /// every later entry until the clock catches up.
 #[test]
 fn window_entries_stamped_after_now_leave_at_the_next_record() {
-    const HOUR_MS: u64 = 3_600_000;
     let mut store = Store::default();
     observe(&mut store, HOUR_MS, 0, "ss");
     assert_eq!(
         observe(&mut store, 10, 0, "ss"),
-        ObserveReply::Recorded {
-            generation: 0,
-            window: counts(2, 0, 0)
-        },
+        recorded(0, counts(2, 0, 0)),
         "the entry after now left"
     );
     assert_eq!(
         observe(&mut store, 1_010, 0, "s"),
-        ObserveReply::Recorded {
-            generation: 0,
-            window: counts(1, 0, 0)
-        },
+        recorded(0, counts(1, 0, 0)),
         "the window slides from now"
     );
 }
