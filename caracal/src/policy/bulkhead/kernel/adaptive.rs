@@ -13,15 +13,27 @@
 //! - **Each process judges its own calls** ([`vote`]): those admitted while the fleet's
 //!   occupancy was at most three quarters of the limit ([`LOW_PM`]) ran below the capacity the
 //!   limit has found; their mean latency is the process's **base** (its own, so a slow process
-//!   or host is measured against itself). Its other calls' mean latency over that base is its
-//!   **ratio**; its drops (failures, timeouts) beyond the share it sees at low occupancy raise
-//!   the ratio by that excess (a downstream failing fast past its capacity). Latencies count up
-//!   to twice the base, so a slow class of requests (bimodal latency) cannot swamp the mean;
-//!   before a process has a base, up to four times the fleet's ([`vote::COMPARED_TIMES`]), so
-//!   that a new process's slow class does not make the window before its first cut read
-//!   slower than the cut by far more than the occupancy fell (a cut that still queued, to the
-//!   fleet: with one slow request in ten, a limit of 23 fell to 18 and the downstream to 13 of
-//!   20).
+//!   or host is measured against itself). Its other calls' mean latency over that base, read
+//!   against its **service time**, is its **ratio**: `1 + (mean − base) / service`, since a
+//!   queue of `D` past a capacity `C` makes every call wait `(D / C − 1)` mean service times,
+//!   slow requests included (Little's law). The service time is the base plus a slow class's
+//!   time past the count's cap, learnt over reports; where no call reaches the cap the two
+//!   are the same and the ratio is the mean over the base (with one request in ten 40 times
+//!   slower, read over the base, a queue a tenth past `C` read 1.4 and the fleet rested at
+//!   `C`, its cuts at ¾ of it). Its drops (failures, timeouts) beyond the share it sees at low
+//!   occupancy raise the ratio by that excess (a downstream failing fast past its capacity).
+//!   Latencies count up to the base plus the larger of the base and half the service time
+//!   (twice the base where nothing is slower), so a slow class of requests (bimodal latency)
+//!   cannot swamp the mean, and go out to the fleet raised by the slow class's time past the
+//!   cap, so that its windows fall with the occupancy as Little's law has them (counted at the
+//!   cap, a cut that removed a wait of a tenth of the service time read as a fall of a fifth:
+//!   a cut that still queued);
+//!   a process without a base in a fleet that has one (a new process, until its first cut)
+//!   sends its calls but not their latencies, so that they make the windows around that cut
+//!   read neither slower than the others' (uncounted: with one slow request in ten, a limit of
+//!   23 fell to 18 and the downstream to 13 of 20) nor faster (not yet raised by the slow
+//!   class's time: 12 → 9 at a capacity of 10), either of which the fleet reads as a cut that
+//!   still queued.
 //!   Its vote: *queued* above 1.25 ([`QUEUED_PM`]), *clear* below 1.1 ([`CLEAR_PM`]), else
 //!   *unsure*; weighted by the calls it judged, so a process weighs by its share of calls.
 //! - **A base, and the drop share at low occupancy, rise only on a measurement**: a cut's
@@ -150,7 +162,8 @@ pub(crate) const LOW_PM: u64 = 750;
 pub(crate) const CLEAR_PM: u64 = 1_100;
 /// A ratio above which it sees queueing.
 pub(crate) const QUEUED_PM: u64 = 1_250;
-/// The highest ratio a vote carries: latencies count up to twice the base.
+/// The highest ratio a vote carries: latencies count up to twice the base where no call is
+/// slower than that unqueued.
 pub(crate) const MAX_RATIO_PM: u64 = 2_000;
 /// The target of a clear majority that saw no queueing, in thousandths of the limit: 1.2 ×.
 pub(crate) const GROWTH_PM: u64 = 1_200;

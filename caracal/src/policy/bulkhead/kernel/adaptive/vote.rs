@@ -2,7 +2,7 @@
 //! keeps. Pure, like the fleet's step, and on the process's side of the wire: what goes out is
 //! a vote, never a raw latency that another process's would be compared with.
 
-use super::{DEEPER_PM, MAX_LATENCY_US, MAX_RATIO_PM, Observed, add};
+use super::{DEEPER_PM, MAX_LATENCY_US, MAX_RATIO_PM, MAX_SUM, Observed, add};
 
 /// The fewest calls a vote judges: fewer say more about chance than about the downstream.
 pub(crate) const MIN_VOTE: u64 = 3;
@@ -16,8 +16,9 @@ pub(crate) const MIN_BASE: u64 = 3;
 /// downstream changed since the latency near the limit was measured (a cut that still queued
 /// because the capacity fell below it). Drop shares are compared within it either way.
 pub(crate) const UNMOVED_PM: u64 = 100;
-/// The latencies the two occupancies are compared by count up to this many times the base,
-/// not twice as the vote's do: capped at twice, a queue two to four times the base reads the
+/// The latencies the two occupancies are compared by count up to the base and this many times
+/// less one the service time (four times the base where no call is slower), not twice as the
+/// vote's do: capped at twice, a queue two to four times the base reads the
 /// same at the limit and at the cut (both at the cap), looks unmoved, and the base would learn
 /// the queued latency (a slow process holding slots outside the downstream keeps the fleet's
 /// limit there, and the cut still queues).
@@ -43,12 +44,14 @@ pub(crate) const MAX_CHANCE_PM: u64 = 200;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Bucket {
     samples: u64,
-    /// The successes' latencies (each up to twice the base), in microseconds.
+    /// The successes' latencies (each up to [`Sampling::counted_cap_us`]), in microseconds.
     sum_us: u64,
     /// Their squares, for the mean's standard error.
     squares: u128,
     /// The same, each up to [`COMPARED_TIMES`] the base.
     compared_us: u64,
+    /// The same, uncounted (each up to [`MAX_LATENCY_US`]).
+    served_us: u64,
     drops: u64,
     /// The drops' durations, likewise.
     drops_us: u64,
@@ -116,28 +119,33 @@ pub(crate) struct Sampling {
     variance: u128,
     /// The fleet's base, as the last answer gave it (the voters' mean; 0: none).
     fleet_base_us: u64,
+    /// How much longer a success took than it was counted, on average over reports: a slow
+    /// class's time past the cap (0 where no call reaches it). The base plus this is the
+    /// service time, what an unqueued call takes, slow requests included, and what a call's
+    /// wait in a queue compares with (see [`ratio_pm`](Self::ratio_pm)).
+    excess_us: u64,
+    /// Whether [`excess_us`](Self::excess_us) has been learnt from a report.
+    excess_learnt: bool,
 }
 
 impl Sampling {
     /// Adds one body's outcome: how long it held its slot, and whether it succeeded; `low` if
     /// it was admitted at low occupancy.
     pub(crate) fn body(&mut self, low: bool, elapsed_us: u64, succeeded: bool) {
-        // Up to twice the base: a slow class of requests, or a drop that waited for a timeout,
-        // weighs as much as a call queued twice as long, at every occupancy alike. Before a
-        // base of its own, a process counts up to [`COMPARED_TIMES`] the fleet's (uncounted, a
-        // new process's slow class made the window before its first cut slower than the cut by
-        // far more than the occupancy fell, and the cut read as one that still queued; up to
-        // twice, a queue deeper than that, as the capacity fell while every process restarted,
-        // read too shallow for the cut to go deeper), and compares its latencies uncounted: its
-        // first base is their mean, its own however slow.
+        // Up to the counted cap (twice the base where no call is slower): a slow class of
+        // requests, or a drop that waited for a timeout, weighs as much as a call queued that
+        // long, at every occupancy alike. Before a base of its own, a process counts up to
+        // [`COMPARED_TIMES`] the fleet's (for its drops' share of its slots' time: its
+        // latencies go out only once it has a base, see `report`), and compares its latencies
+        // uncounted: its first base is their mean, its own however slow.
         let cap = match (self.base_us, self.fleet_base_us) {
             (0, 0) => MAX_LATENCY_US,
             (0, fleet) => fleet.saturating_mul(COMPARED_TIMES),
-            (base, _) => base.saturating_mul(2),
+            (_, _) => self.counted_cap_us(),
         };
         let compared_cap = match self.base_us {
             0 => MAX_LATENCY_US,
-            base => base.saturating_mul(COMPARED_TIMES),
+            base => base.saturating_add(self.service_us().saturating_mul(COMPARED_TIMES - 1)),
         };
         let us = elapsed_us.min(cap).min(MAX_LATENCY_US);
         let compared = elapsed_us.min(compared_cap).min(MAX_LATENCY_US);
@@ -147,10 +155,26 @@ impl Sampling {
             add(&mut bucket.sum_us, us);
             bucket.squares = bucket.squares.saturating_add(u128::from(us).pow(2));
             add(&mut bucket.compared_us, compared);
+            add(&mut bucket.served_us, elapsed_us.min(MAX_LATENCY_US));
         } else {
             bucket.drops += 1;
             add(&mut bucket.drops_us, us);
         }
+    }
+
+    /// The service time: the base and a slow class's time past the cap.
+    fn service_us(&self) -> u64 {
+        self.base_us.saturating_add(self.excess_us)
+    }
+
+    /// What a success's latency counts up to once the process has a base: the base plus the
+    /// larger of the base and half the service time (where no call takes twice the base,
+    /// twice the base; a slow class of requests counts up to half a service time over it, so
+    /// that its share cannot swamp the mean, and a queue reads up to 1.5 × before its calls
+    /// reach the cap).
+    fn counted_cap_us(&self) -> u64 {
+        self.base_us
+            .saturating_add(self.base_us.max(self.service_us() / 2))
     }
 
     /// Notes the fleet's base an answer to a report showed (the voters' mean; 0: none).
@@ -185,10 +209,54 @@ impl Sampling {
             peak: self.peak,
             ..Observed::default()
         };
-        add(&mut observed.sum_us, low.sum_us);
-        add(&mut observed.sum_us, high.sum_us);
+        let samples = low.samples + high.samples;
+        let counted = low.sum_us.saturating_add(high.sum_us).checked_div(samples);
+        if let (true, Some(counted)) = (capped, counted)
+            && samples >= MIN_VOTE
+            && counted.saturating_mul(4) < self.counted_cap_us().saturating_mul(3)
+        {
+            // The slow class's time past the cap, from every success: served in order, every
+            // call waits alike, so the uncounted mean is the counted one and that time (the
+            // slow class's share of the wait too, a tenth of it with one slow request in ten).
+            // Not from a report whose counted mean nears the cap: there calls queued past it
+            // would read as a slow class. Averaged over reports (one slow request in ten moves
+            // a report's uncounted mean by a quarter); the first report with a base sets it,
+            // before this report's latencies go out raised by it (later, one report's tail
+            // past the cap as a queue builds moves it by an eighth, not to itself).
+            let served = low.served_us.saturating_add(high.served_us) / samples;
+            let excess = served.saturating_sub(counted);
+            self.excess_us = match self.excess_learnt {
+                false => excess,
+                true => self.excess_us - self.excess_us / 8 + excess / 8,
+            };
+            self.excess_learnt = true;
+        }
+        // Each latency as far over the service time as it is over the base: the fleet compares
+        // windows' latencies by how far they fell with the occupancy (Little's law), and a
+        // slow class counted at its cap keeps the base, and every window's latency, far under
+        // the service time, so that a wait of a tenth of it read as a fall of more than a
+        // fifth (a cut at rest read as one that still queued, and went deeper).
+        let shift = self.excess_us;
+        let shifted = |bucket: &Bucket| {
+            bucket
+                .sum_us
+                .saturating_add(shift.saturating_mul(bucket.samples))
+                .min(MAX_SUM)
+        };
+        add(&mut observed.sum_us, shifted(&low));
+        add(&mut observed.sum_us, shifted(&high));
         observed.low_samples = low.samples;
-        observed.low_sum_us = low.sum_us;
+        observed.low_sum_us = shifted(&low);
+        if self.base_us == 0 && self.fleet_base_us > 0 {
+            // Joined a fleet that has bases: its latencies cannot yet be raised by its slow
+            // class's time past the cap as the others' are, and counted lower they would make
+            // the window it joins read faster than the one before (with one slow request in
+            // ten, a fourth process's calls took a fleet at rest at 12 of C = 10 through a cut
+            // that read as still queued, to 9 and the downstream to 6.7). Its calls count; its
+            // latencies wait for its base.
+            (observed.samples, observed.sum_us) = (0, 0);
+            (observed.low_samples, observed.low_sum_us) = (0, 0);
+        }
         // Outside a cut, calls at low occupancy beside calls near the limit were admitted in a
         // dip of the fleet's occupancy (slots released in a burst, by a starved process or
         // host, or by calls failing fast and backing off) and met the queue, or the refusals,
@@ -201,7 +269,8 @@ impl Sampling {
             // at low occupancy are its calls.
             let compared = low.compared_us / low.samples;
             let unmoved = self.near_us == 0
-                || unmoved(compared, self.near_us) && unmoved(compared, self.last_near_us);
+                || unmoved(compared + shift, self.near_us + shift)
+                    && unmoved(compared + shift, self.last_near_us + shift);
             // In a dip, a few calls a report: only beyond chance (a cut's are many, and rare).
             let faster = |base| match dipped {
                 true => low
@@ -283,11 +352,25 @@ impl Sampling {
     /// more of their slots' time went to drops than at low occupancy — a slot held by a drop
     /// is a slot the downstream did not serve in: past its capacity, `D` slots of which `C`
     /// succeed read `D / C`, as a queue of `D` would.
+    ///
+    /// The latency over the base is read against the service time, not the base: a queue of
+    /// `D` past a capacity `C` makes each call wait `(D / C − 1)` times the mean service time,
+    /// slow requests included (Little's law), and the wait is what a call's latency gains
+    /// over the base. Where no call takes twice the base, the two are the same and the ratio
+    /// is the mean over the base. With a slow class counted at its cap, the base is its fast
+    /// calls' latency: one slow request in ten at 40 × the others, at a tenth past the
+    /// capacity, read a ratio of 1.4 over the base, and the fleet came to rest at the
+    /// capacity, its cuts at three quarters of it.
     fn ratio_pm(&self, calls: &Bucket) -> u64 {
+        let base = self.base_us;
+        let service = self.service_us();
         let latency_pm = calls
             .sum_us
             .checked_div(calls.samples)
-            .map_or(1000, |mean| mean * 1000 / self.base_us);
+            .map_or(1000, |mean| match mean.checked_sub(base) {
+                Some(over) => 1000 + mul_div(over, 1000, service),
+                None => 1000u64.saturating_sub(mul_div(base - mean, 1000, service)),
+            });
         let dropping_pm = calls
             .drop_share_pm()
             .map_or(0, |share| share.saturating_sub(self.drop_share_pm));
@@ -296,4 +379,10 @@ impl Sampling {
             .unwrap_or(MAX_RATIO_PM);
         latency_pm.max(drops_pm).min(MAX_RATIO_PM)
     }
+}
+
+/// `n × by / over`, without overflow (0 over 0).
+fn mul_div(n: u64, by: u64, over: u64) -> u64 {
+    let product = u128::from(n) * u128::from(by);
+    u64::try_from(product.checked_div(over.into()).unwrap_or(0)).unwrap_or(u64::MAX)
 }
