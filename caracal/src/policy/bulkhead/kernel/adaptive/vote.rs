@@ -224,7 +224,11 @@ impl Sampling {
             // before this report's latencies go out raised by it (later, one report's tail
             // past the cap as a queue builds moves it by an eighth, not to itself).
             let served = low.served_us.saturating_add(high.served_us) / samples;
-            let excess = served.saturating_sub(counted);
+            // At most four times the base: a few calls held for minutes (timeouts) would
+            // otherwise make the service time so long that no queue read as one.
+            let excess = served
+                .saturating_sub(counted)
+                .min(self.base_us.saturating_mul(COMPARED_TIMES));
             self.excess_us = match self.excess_learnt {
                 false => excess,
                 true => self.excess_us - self.excess_us / 8 + excess / 8,
