@@ -201,7 +201,7 @@ impl View {
 
     /// Sends what was observed and learns the answer.
     async fn report(&self, coordinator: &Coordinator, bounds: Bounds) -> Result<Learnt, Error> {
-        let (report, number) = {
+        let (report, number, mean_us) = {
             let mut known = lock(&self.known);
             known.sent += 1;
             let cut = known
@@ -213,7 +213,7 @@ impl View {
                 window_ms: UPDATE_EVERY_MS,
                 joined_ms: known.joined_ms,
             };
-            (report, known.sent)
+            (report, known.sent, known.sampling.last_mean_us())
         };
         let learnt = coordinator.run::<Adapt>(&self.identity, report).await?;
         let announce = {
@@ -229,7 +229,7 @@ impl View {
             known.answered = number;
             known.learnt = Some((learnt, Instant::now()));
             known.sampling.fleet_base(learnt.base_us);
-            let share = known.share.learn(&report.observed, &learnt);
+            let share = known.share.learn(mean_us, report.observed.peak, &learnt);
             self.share
                 .store(share.unwrap_or(u32::MAX), Ordering::Relaxed);
             // The first limit learnt is where this process starts, not a change.

@@ -68,16 +68,19 @@ fn latency() -> impl Strategy<Value = Option<u64>> {
 
 fn command() -> impl Strategy<Value = Command> {
     prop_oneof![
-        // A third of the reports have every call near the limit, as a saturated fleet's do.
+        // A third of the reports have every call near the limit, as a saturated fleet's do,
+        // and a sixth every call at low occupancy, as a quiet fleet's or a cut's do.
         6 => (
             0usize..3,
             prop::collection::vec((any::<bool>(), latency()), 0..24),
-            0u32..3,
+            0u32..6,
             0u32..600,
         )
-            .prop_map(|(process, mut bodies, saturated, occupancy)| {
-                if saturated == 0 {
-                    bodies.iter_mut().for_each(|(low, _)| *low = false);
+            .prop_map(|(process, mut bodies, kind, occupancy)| {
+                match kind {
+                    0 | 1 => bodies.iter_mut().for_each(|(low, _)| *low = false),
+                    2 => bodies.iter_mut().for_each(|(low, _)| *low = true),
+                    _ => {}
                 }
                 Command::Report {
                     process,
@@ -116,7 +119,9 @@ pub(crate) fn run(conn: Connection, cases: u32) {
         &Branch::ALL,
         |env, (bounds, window_ms, commands)| {
             let mut estimate = Estimate::default();
-            let mut processes: [(Sampling, u64); 3] = Default::default();
+            // Each process's sampling, the window it last joined, and whether its last answer
+            // was a cut's.
+            let mut processes: [(Sampling, u64, bool); 3] = Default::default();
             let mut seen = Seen::default();
             let mut now_us = env.start_us;
             for command in commands {
@@ -126,13 +131,13 @@ pub(crate) fn run(conn: Connection, cases: u32) {
                         bodies,
                         occupancy,
                     } => {
-                        let (sampling, joined_ms) = &mut processes[process];
+                        let (sampling, joined_ms, cut) = &mut processes[process];
                         for (low, body) in bodies {
                             sampling.body(low, body.unwrap_or(1_000), body.is_some());
                         }
                         sampling.occupancy(occupancy);
                         let report = Report {
-                            observed: sampling.report(false),
+                            observed: sampling.report(*cut),
                             bounds,
                             window_ms,
                             joined_ms: *joined_ms,
@@ -152,6 +157,7 @@ pub(crate) fn run(conn: Connection, cases: u32) {
                             *joined_ms = learnt.joined_ms;
                         }
                         sampling.fleet_base(learnt.base_us);
+                        *cut = learnt.limit < learnt.full;
                     }
                     Command::Advance { us } => now_us += us,
                     Command::ToWindowEnd { offset } => {

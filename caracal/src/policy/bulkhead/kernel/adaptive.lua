@@ -40,7 +40,9 @@ local IDLE_MS = 600000
 local LOW_PM, CLEAR_PM, QUEUED_PM, GROWTH_PM = 750, 1100, 1250, 1200
 local CUT_EVERY_MS, LOW_SHARE_PM, VERIFY_MS, MIN_BASE = 10000, 100, 3000, 3
 local MAX_CUT_EVERY_MS = 4 * CUT_EVERY_MS
-local DEEPER_PM = LOW_PM * CLEAR_PM / 1000
+local DEEPER_PM = (LOW_PM + 1000000 / QUEUED_PM) / 2
+local DEEPER_WHOLE_PM = math.floor((1000 + 3 * DEEPER_PM) / 4)
+local ABOVE_PM, MAX_LATENCY_US = math.floor(1000000 / CLEAR_PM), 600000000
 local a = {}
 for i = 1, 15 do
   a[i] = tonumber(ARGV[i])
@@ -95,12 +97,15 @@ limit = math.min(math.max(limit, min * 1000), max * 1000)
 
 -- ¾ of the limit or, lower, of the occupancy the fleet ran at: the occupancy up to which a
 -- call is at low occupancy, and a cut window's limit in force.
-local function low_pm()
-  local at = limit
+local function occupancy_pm()
   if level > 0 then
-    at = math.min(limit, level * 1000)
+    return math.min(limit, level * 1000)
   end
-  return math.floor(at * LOW_PM / 1000)
+  return limit
+end
+
+local function low_pm()
+  return math.floor(occupancy_pm() * LOW_PM / 1000)
 end
 
 for i = 1, 10 do
@@ -122,16 +127,22 @@ if now >= since + window then
   local samples, sum, calls, low, peak = w[1], w[2], w[3], w[4], w[5]
   local queued, clear, unsure, ratios, bases, clears = w[6], w[7], w[8], w[9], w[10], w[11]
   if calls > 0 then
-    local before, cut_pm, deeper = latency, low_pm(), false
+    local before, cut_pm, occupancy, deeper, above = latency, low_pm(), occupancy_pm(), false, nil
     -- A cut's latency is its own calls', those admitted at low occupancy, once processes had
     -- bases to count latencies against, and on enough of them.
+    local deeper_pm, own = DEEPER_WHOLE_PM, false
     if cut == 1 and base > 0 and w[12] >= MIN_BASE and w[12] <= samples and w[13] <= sum then
-      samples, sum = w[12], w[13]
+      samples, sum, deeper_pm, own = w[12], w[13], DEEPER_PM, true
     end
     if samples > 0 then
       latency = math.floor(sum / samples)
-      -- A cut whose latency fell with its occupancy still queued.
-      deeper = cut == 1 and before > 0 and latency * 1000 <= before * DEEPER_PM
+      -- A cut whose latency fell with its occupancy still queued; one of its own calls that
+      -- fell by less, but by more than at 1.1 x C, did not: Little's law gives C.
+      deeper = cut == 1 and before > 0 and latency * 1000 <= before * deeper_pm
+      local fell = latency * 1000 < before * ABOVE_PM
+      if own and not deeper and latency <= MAX_LATENCY_US and fell then
+        above = math.floor(latency * 1000 / before)
+      end
     end
     local low_share = low > 0 and low * 1000 >= calls * LOW_SHARE_PM
     if low_share then
@@ -168,6 +179,8 @@ if now >= since + window then
     end
     if deeper then
       target = math.min(target, math.floor(cut_pm * CLEAR_PM / 1000))
+    elseif above then
+      target = math.min(target, math.floor(math.floor(occupancy * above / 1000) * CLEAR_PM / 1000))
     end
     if peak * 2 * 1000 < limit then
       target = math.min(target, limit)

@@ -53,7 +53,7 @@
 //!   reports (one slow request in ten at random: a sixth below an empty downstream's latency)
 //!   and the limit holds on unsure votes where it should probe.
 //!   A measurement raises the base only if its latency did not fall with the occupancy: by
-//!   less than a cut's quarter ([`DEEPER_PM`], Little's law), from the last report near the
+//!   less than a cut's quarter ([`vote::FELL_PM`], Little's law), from the last report near the
 //!   limit and from their average alike (the average lags a capacity that just halved), the
 //!   latencies counted up to four times the base ([`vote::COMPARED_TIMES`]; at the vote's
 //!   cap of twice, a queue two to four times deep reads the same at both occupancies).
@@ -104,6 +104,15 @@
 //!   faster than it by their share alone, went deeper, and left the limit below the capacity
 //!   (bimodal latency, whose slow class queues the fast one deeply at 1.1 × C: 11 → 9 → 6 at a
 //!   capacity of 10).
+//! - **A cut that did not still queue measures the capacity.** Its own calls' latency fell
+//!   with the occupancy as Little's law has it, to `C / D` of the window before: by more than
+//!   a limit at 1.1 × C would see ([`ABOVE_PM`]), the limit falls to 1.1 × the occupancy
+//!   before the cut × that fall. The fleet holds wherever its votes read unsure (ratios from
+//!   1.1 to 1.25), so a limit that a queued target left high or that hoarded slots made read
+//!   low rested up to 1.25 × C until the next change of capacity (one slow request in ten at
+//!   a capacity of 10: 12; one slow process: 15, the downstream at 12 to 13.3). Latency that
+//!   does not fall with the occupancy (a busy host, a slow process) makes the fall, and the
+//!   correction, smaller, never larger.
 //! - **A process holding slots outside the downstream is held to its share** ([`share`]): the
 //!   step counts the processes that reported calls in each window (a report carries the
 //!   start of the window its process last joined, so each counts once; an older script in a
@@ -129,6 +138,7 @@
 //! | they do, on bases older than [`VERIFY_MS`], the limit above the last one (outside a cut) whose votes were not queued, by at most a probe's growth | [`Undone`](Branch::Undone) | target `L × 1.1 / ratio`, not below that limit; in a cut, the period back to [`CUT_EVERY_MS`] |
 //! | they do, on bases older than [`VERIFY_MS`], otherwise | [`Verify`](Branch::Verify) | the next window is a cut; the period back to [`CUT_EVERY_MS`] |
 //! | a cut's latency fell with its occupancy | [`Deeper`](Branch::Deeper) | target at most 1.1 × the cut; the next window is a cut; the period back to [`CUT_EVERY_MS`] |
+//! | a cut's own calls' latency fell by less, but by more than a limit at 1.1 × C allows ([`ABOVE_PM`]) | [`Above`](Branch::Above) | target at most 1.1 × the occupancy before the cut × that fall (Little's law: `C`) |
 //! | the clear votes do, outside a cut | [`Probed`](Branch::Probed) | target 1.2 × the limit, tapering to 1 × as their ratio nears 1.1 |
 //! | neither does | [`Unsure`](Branch::Unsure) | target the limit |
 //! | nobody voted | [`Unjudged`](Branch::Unjudged) | target the limit (voters under half the calls, outside a cut and with no low share: the period back to [`CUT_EVERY_MS`]) |
@@ -171,8 +181,22 @@ pub(crate) const GROWTH_PM: u64 = 1_200;
 /// lower the limit; older, a cut comes first.
 pub(crate) const VERIFY_MS: u64 = 3_000;
 /// A cut window whose mean latency is at most this share (thousandths) of the window's before
-/// it still queued: ¾ of the occupancy ([`LOW_PM`]) with a tenth to spare ([`CLEAR_PM`]).
-pub(crate) const DEEPER_PM: u64 = LOW_PM * CLEAR_PM / 1000;
+/// it still queued: halfway between ¾ ([`LOW_PM`]: saturated at both occupancies, the latency
+/// falls with the occupancy) and 1 / 1.25 = 0.8 (a limit at the top of the unsure band,
+/// [`QUEUED_PM`], unqueued in its cut, the latency falling as `C / L`). At ¾ with a tenth to
+/// spare (0.825), a fleet resting at 1.2 × C (bimodal latency at a capacity of 10, a limit of
+/// 12) read half its cuts as still queued, within a second's noise of the line: 12 → 9, the
+/// downstream at 6.7 of 10, and the next second a cut again.
+pub(crate) const DEEPER_PM: u64 = (LOW_PM + 1_000_000 / QUEUED_PM) / 2;
+/// The same test of a cut whose latency is its whole window's (a fleet's first cut, before
+/// processes have bases): a quarter of the window's calls were admitted before the processes
+/// learnt the cut, at the limit before it, so a cut that still queued reads ¼ + ¾ × ¾ of the
+/// window before, not ¾.
+pub(crate) const DEEPER_WHOLE_PM: u64 = (1000 + 3 * DEEPER_PM) / 4;
+/// A cut window whose latency is under this share (thousandths) of the window's before it,
+/// and that did not still queue, read the limit above 1.1 × C ([`CLEAR_PM`]): at 1.1 × C an
+/// unqueued cut answers in 1 / 1.1 of the time.
+pub(crate) const ABOVE_PM: u64 = 1_000_000 / CLEAR_PM;
 /// How long a fleet goes without calls at low occupancy before a cut window, at first and
 /// again after a cut that still queued, a verification, or a window mostly unjudged.
 pub(crate) const CUT_EVERY_MS: u64 = 10_000;
@@ -200,6 +224,7 @@ pub(crate) enum Branch {
     Verify,
     Undone,
     Deeper,
+    Above,
     Unsure,
     Unjudged,
     AppLimited,
@@ -212,7 +237,7 @@ pub(crate) enum Branch {
 impl Branch {
     /// Every branch, indexed as [`Seen`] records them.
     #[cfg(test)]
-    pub(crate) const ALL: [Branch; 15] = [
+    pub(crate) const ALL: [Branch; 16] = [
         Branch::Started,
         Branch::Gathered,
         Branch::Idle,
@@ -221,6 +246,7 @@ impl Branch {
         Branch::Verify,
         Branch::Undone,
         Branch::Deeper,
+        Branch::Above,
         Branch::Unsure,
         Branch::Unjudged,
         Branch::AppLimited,
@@ -412,15 +438,20 @@ pub(crate) struct Estimate {
 }
 
 impl Estimate {
-    /// The occupancy (thousandths) up to which a call runs at low occupancy, and a cut
-    /// window's limit in force: ¾ of the limit or, lower, of the occupancy the fleet ran at (a
-    /// fleet offered less than its limit queues at what it offers).
-    fn low_pm(&self) -> u64 {
-        let level = match self.level {
+    /// The occupancy (thousandths) the fleet ran at: the limit or, lower, the highest
+    /// occupancy of the last window (a fleet offered less than its limit queues at what it
+    /// offers).
+    fn occupancy_pm(&self) -> u64 {
+        match self.level {
             0 => self.limit_pm,
             level => self.limit_pm.min(level * 1000),
-        };
-        level * LOW_PM / 1000
+        }
+    }
+
+    /// The occupancy (thousandths) up to which a call runs at low occupancy, and a cut
+    /// window's limit in force: ¾ of the occupancy the fleet ran at.
+    fn low_pm(&self) -> u64 {
+        self.occupancy_pm() * LOW_PM / 1000
     }
 }
 
@@ -506,7 +537,8 @@ fn update(estimate: &mut Estimate, bounds: Bounds, now: Now, seen: &mut Seen) {
     let votes = window.votes;
     let limit = estimate.limit_pm;
     let (before_us, cut_pm) = (estimate.latency_us, estimate.low_pm());
-    let mut deeper = false;
+    let occupancy_pm = estimate.occupancy_pm();
+    let (mut deeper, mut above) = (false, None);
     // A cut's latency is its own calls': those admitted at low occupancy. The others were
     // admitted before the processes learnt the cut (a report's interval, a quarter of its
     // window), queued as the limit before it did, and a cut that follows one that still
@@ -520,12 +552,18 @@ fn update(estimate: &mut Estimate, bounds: Bounds, now: Now, seen: &mut Seen) {
         && estimate.base_us > 0
         && (vote::MIN_BASE..=window.samples).contains(&window.low_samples)
         && window.low_sum_us <= window.sum_us;
-    let (sum_us, samples) = match own {
-        true => (window.low_sum_us, window.low_samples),
-        false => (window.sum_us, window.samples),
+    let (sum_us, samples, deeper_pm) = match own {
+        true => (window.low_sum_us, window.low_samples, DEEPER_PM),
+        false => (window.sum_us, window.samples, DEEPER_WHOLE_PM),
     };
     if let Some(latency) = sum_us.checked_div(samples) {
-        deeper = estimate.cut && before_us > 0 && latency * 1000 <= before_us * DEEPER_PM;
+        deeper = estimate.cut && before_us > 0 && latency * 1000 <= before_us * deeper_pm;
+        // A cut of its own calls that did not still queue: its latency fell with the occupancy
+        // as far as an unqueued downstream's falls from one queued at the occupancy before
+        // (Little's law: `C / D`), and by more than one at 1.1 × C would.
+        if own && !deeper && latency <= MAX_LATENCY_US && latency * 1000 < before_us * ABOVE_PM {
+            above = Some(latency * 1000 / before_us);
+        }
         estimate.latency_us = latency;
     }
     let weight = votes.weight();
@@ -581,6 +619,14 @@ fn update(estimate: &mut Estimate, bounds: Bounds, now: Now, seen: &mut Seen) {
     if deeper {
         Branch::Deeper.reach(seen);
         target = target.min(cut_pm * CLEAR_PM / 1000);
+    } else if let Some(fell_pm) = above {
+        // The capacity is the occupancy before the cut times that fall: the limit at 1.1 × it.
+        // A fleet resting high in the band where votes hold (at 1.2 × C with one slow request
+        // in ten, or one slow process hoarding slots) comes down to it; a cut from 1.1 × C
+        // or under reads no such fall, and latency that does not fall with the occupancy (a
+        // busy host, a slow process) only makes the fall, and so the correction, smaller.
+        Branch::Above.reach(seen);
+        target = target.min(occupancy_pm * fell_pm / 1000 * CLEAR_PM / 1000);
     }
     if window.peak * 2 * 1000 < limit {
         Branch::AppLimited.reach(seen);

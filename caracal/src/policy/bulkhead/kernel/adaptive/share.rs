@@ -18,7 +18,7 @@
 //! and eight trickling: a tenth of the limit); and a slower process that is itself what fills
 //! the fleet, bounded, leaves slots free until its next report (250 ms) lifts the bound.
 
-use super::{Learnt, Observed};
+use super::Learnt;
 
 /// How much slower (thousandths) than the fleet's a process's mean latency must be, averaged
 /// over its reports, before its slots are bounded by its share.
@@ -43,18 +43,22 @@ pub(crate) struct Share {
 }
 
 impl Share {
-    /// Learns from a report of `observed` answered with `learnt`: the most slots of the limit
-    /// in force the process may hold until the next answer, `None` when it may hold as many as
-    /// the fleet admits.
-    pub(crate) fn learn(&mut self, observed: &Observed, learnt: &Learnt) -> Option<u32> {
+    /// Learns from a report answered with `learnt`, whose successes took `mean_us` on average
+    /// (as the process counts them, whether or not it sent them: see
+    /// [`Sampling::last_mean_us`](super::vote::Sampling::last_mean_us)) and which saw the
+    /// fleet's occupancy reach `peak`: the most slots of the limit in force the process may
+    /// hold until the next answer, `None` when it may hold as many as the fleet admits.
+    pub(crate) fn learn(
+        &mut self,
+        mean_us: Option<u64>,
+        peak: u64,
+        learnt: &Learnt,
+    ) -> Option<u32> {
         // A report without a success (only failures; a bounded process's quiet quarter of a
         // second) keeps the average: it says nothing of latency, and lifting the bound on it
         // would let the process take its slots back in a burst. A process starts as fast as
         // the fleet.
-        let slower = observed
-            .sum_us
-            .checked_div(observed.samples)
-            .and_then(|mean| (mean * 1000).checked_div(learnt.latency_us));
+        let slower = mean_us.and_then(|mean| (mean * 1000).checked_div(learnt.latency_us));
         if let Some(slower) = slower {
             let was = match self.slower_pm {
                 0 => 1000,
@@ -63,7 +67,7 @@ impl Share {
             self.slower_pm =
                 (was * (AVERAGED_OVER - 1) + slower.min(MAX_SLOWER_PM)) / AVERAGED_OVER;
         }
-        let saturated = observed.peak >= u64::from(learnt.limit);
+        let saturated = peak >= u64::from(learnt.limit);
         (learnt.processes >= 2 && saturated && self.slower_pm > SLOWER_PM)
             .then(|| learnt.limit.div_ceil(learnt.processes).max(1))
     }
@@ -71,18 +75,8 @@ impl Share {
 
 #[cfg(test)]
 mod tests {
+    use super::super::vote::Sampling;
     use super::*;
-
-    /// A report of 40 calls at `mean_us`, the fleet's occupancy reaching `peak`.
-    fn calls(mean_us: u64, peak: u64) -> Observed {
-        Observed {
-            samples: 40,
-            sum_us: 40 * mean_us,
-            calls: 40,
-            peak,
-            ..Observed::default()
-        }
-    }
 
     /// A limit of 25 in force, the fleet's calls at 20 ms, `processes` of them.
     fn learnt(processes: u32) -> Learnt {
@@ -102,7 +96,7 @@ mod tests {
     fn steady(mean_us: u64, peak: u64, learnt: &Learnt) -> Option<u32> {
         let mut share = Share::default();
         (0..8)
-            .map(|_| share.learn(&calls(mean_us, peak), learnt))
+            .map(|_| share.learn(Some(mean_us), peak, learnt))
             .last()
             .flatten()
     }
@@ -125,10 +119,7 @@ mod tests {
         assert_eq!(steady(30_000, 25, &learnt(1)), None);
         assert_eq!(steady(30_000, 25, &learnt(0)), None);
         // No call succeeded, or no latency of the fleet's yet: nothing to compare.
-        assert_eq!(
-            Share::default().learn(&Observed::default(), &learnt(3)),
-            None
-        );
+        assert_eq!(Share::default().learn(None, 25, &learnt(3)), None);
         let fleet_unknown = Learnt {
             latency_us: 0,
             ..learnt(3)
@@ -146,14 +137,36 @@ mod tests {
         let mut bounds = Vec::new();
         for report in 0..40 {
             let mean = if report % 4 < 2 { 21_000 } else { 32_000 };
-            bounds.push(slow.learn(&calls(mean, 25), &learnt(3)));
+            bounds.push(slow.learn(Some(mean), 25, &learnt(3)));
         }
         assert!(bounds[16..].iter().all(|&b| b == Some(9)), "{bounds:?}");
         let mut clean = Share::default();
         for report in 0..40 {
             let mean = if report % 4 == 3 { 30_000 } else { 19_000 };
-            assert_eq!(clean.learn(&calls(mean, 25), &learnt(3)), None, "{report}");
+            assert_eq!(clean.learn(Some(mean), 25, &learnt(3)), None, "{report}");
         }
+    }
+
+    /// A process without a base of its own (its first calls came once the fleet was at its
+    /// limit: none at low occupancy until a cut) sends its calls without their latencies; its
+    /// share compares what it counted all the same: judged by what it sent, a slow replica
+    /// would read as fast as the fleet until its first cut (up to 40 s), and hold as many slots
+    /// outside the downstream as its tasks could.
+    #[test]
+    fn a_process_without_a_base_is_held_to_its_share() {
+        let mut sampling = Sampling::default();
+        sampling.fleet_base(18_000);
+        let mut share = Share::default();
+        let mut bound = None;
+        for _ in 0..8 {
+            for _ in 0..40 {
+                sampling.body(false, 30_000, true);
+            }
+            let sent = sampling.report(false);
+            assert_eq!(sent.samples, 0, "its latencies are withheld");
+            bound = share.learn(sampling.last_mean_us(), 25, &learnt(3));
+        }
+        assert_eq!(bound, Some(9));
     }
 
     /// A report without a success keeps the bound (lifted, the process would take its slots
@@ -163,17 +176,12 @@ mod tests {
     fn a_report_without_successes_keeps_the_bound_and_a_warm_up_does_not_set_one() {
         let mut slow = Share::default();
         for _ in 0..16 {
-            slow.learn(&calls(30_000, 25), &learnt(3));
+            slow.learn(Some(30_000), 25, &learnt(3));
         }
-        let failures = Observed {
-            calls: 5,
-            peak: 25,
-            ..Observed::default()
-        };
-        assert_eq!(slow.learn(&failures, &learnt(3)), Some(9));
+        assert_eq!(slow.learn(None, 25, &learnt(3)), Some(9));
         let mut joining = Share::default();
         for report in 0..3 {
-            let warming = joining.learn(&calls(200_000, 25), &learnt(3));
+            let warming = joining.learn(Some(200_000), 25, &learnt(3));
             assert_eq!(warming, None, "report {report}");
         }
     }

@@ -91,6 +91,7 @@ impl Shape {
 }
 
 /// The simulation's state: the fleet's estimate, each process's sampling, the limit in force.
+#[derive(Clone)]
 struct Fleet {
     estimate: Estimate,
     sampling: [Sampling; 3],
@@ -384,6 +385,82 @@ fn a_cut_after_one_that_still_queued_is_judged_by_its_own_calls() {
     assert!(
         second.full >= first.full && second.limit == second.full,
         "the second cut found no queue: {first:?} then {second:?}"
+    );
+}
+
+/// A cut that still queued reads ¾ of the window before it (saturated at both occupancies:
+/// Little's law), and a cut from a limit at the top of the unsure band (1.25 × C, where the
+/// fleet may hold) 0.8 of it, unqueued: the line is halfway. At ¾ with a tenth to spare
+/// (0.825), a fleet resting at 1.2 × C read half its cuts as still queued within a second's
+/// noise (in the field, bimodal latency at a capacity of 10: 12 → 9, the downstream at 6.7 for
+/// a second and the next a cut again). A fleet's first cut, read from its whole window (a
+/// quarter of its calls admitted at the limit before it), is judged on ¼ + ¾ of each.
+#[test]
+fn a_cut_still_queued_is_told_from_one_at_the_top_of_the_unsure_band() {
+    // Whether a cut whose calls took `per_mille` of the window before's latency goes deeper,
+    // judged by its own calls (the fleet had bases) or by its whole window (it had none).
+    let deeper = |bases: bool, per_mille: u64| {
+        let latency_us = 30_000 * per_mille / 1000;
+        let mut votes = Votes::default();
+        votes.add(30, 1_000, 20_000);
+        let window = Observed {
+            samples: 30,
+            sum_us: 30 * latency_us,
+            calls: 30,
+            low: 30,
+            low_samples: 30,
+            low_sum_us: 30 * latency_us,
+            peak: 9,
+            votes,
+        };
+        let mut estimate = Estimate {
+            limit_pm: 12_000,
+            latency_us: 30_000,
+            base_us: if bases { 20_000 } else { 0 },
+            since_ms: 1_000,
+            low_ms: 1_000,
+            cut: true,
+            every_ms: CUT_EVERY_MS,
+            level: 12,
+            expires_ms: IDLE_MS,
+            ..Estimate::default()
+        };
+        let mut seen = Seen::default();
+        report(&mut estimate, window, 1_500, &mut seen);
+        let learnt = report(&mut estimate, Observed::default(), 2_000, &mut seen);
+        // Only a deeper cut is followed by another one this soon.
+        estimate.cut && learnt.full < 12
+    };
+    let judged = [750, 770, 780, 800, 833].map(|per_mille| deeper(true, per_mille));
+    assert_eq!(
+        judged,
+        [true, true, false, false, false],
+        "by its own calls"
+    );
+    let whole = [812, 825, 850].map(|per_mille| deeper(false, per_mille));
+    assert_eq!(whole, [true, true, false], "by its whole window");
+}
+
+/// A fleet holds wherever its votes read unsure (ratios from 1.1 to 1.25): a limit that came
+/// down to a queued target read too low a ratio, or one that a probe took past 1.1 × C, rests
+/// up to 1.25 × C (at 1.2 × C with one slow request in ten at a capacity of 10; with one slow
+/// process, 1.3 × C for seconds). A cut that did not still queue reads how far the latency
+/// fell with the occupancy: Little's law's `C / D`, so the limit comes to 1.1 × C (from 1.2 ×
+/// here, and the probes that follow taper to none by 1.15 ×).
+#[test]
+fn a_cut_brings_a_limit_resting_high_in_the_band_to_the_capacity() {
+    let mut fleet = Fleet::new();
+    fleet.run(CLEAN, 60);
+    fleet.estimate.limit_pm = 24_000;
+    let seconds = fleet.run(CLEAN, 45);
+    let starts = cut_starts(&seconds);
+    let after = starts
+        .first()
+        .map_or(&[][..], |&start| &seconds[start + 2..]);
+    assert!(
+        !after.is_empty() && after.iter().all(|s| (20..=23).contains(&s.full)),
+        "cuts at {starts:?}: {}",
+        shown(&seconds)
     );
 }
 
@@ -791,6 +868,49 @@ fn a_process_without_a_base_counts_its_latencies_as_the_fleet_does() {
             );
         }
     }
+}
+
+/// A process that joins as a cut starts, its first report answered (it knows the fleet's base,
+/// and has none of its own), learns its base from the cut's calls and sends their latencies
+/// from its next report on. Sent at once, counted up to four times the fleet's base and not
+/// raised by a slow class's time past the cap as the others' are (a slow class served in
+/// order), they made the cut read faster than the window before it by more than the others'
+/// calls did (in the simulation 0.79 against 0.85; in the field, a fourth process joined a
+/// second before a cut that read as still queued: 12 → 9 at a capacity of 10).
+#[test]
+fn a_process_joining_as_a_cut_starts_does_not_change_what_the_cut_reads() {
+    let shape = Shape {
+        service_us: 24_500,
+        noise: Noise::Classes {
+            fast_us: 5_000,
+            slow_us: 200_000,
+        },
+        ..CLEAN
+    };
+    let mut fleet = Fleet::new();
+    fleet.run(shape, 100);
+    while !fleet.second(shape).cut {}
+    fleet.run(shape, 2);
+    while !fleet.estimate.cut {
+        fleet.tick(shape);
+    }
+    // The cut's latency over the window's before it (thousandths).
+    let reading = |mut fleet: Fleet, joined: bool| {
+        let before = fleet.estimate.latency_us;
+        if joined {
+            fleet.sampling[0] = Sampling::default();
+            fleet.sampling[0].fleet_base(fleet.learnt.base_us);
+        }
+        fleet.second(shape);
+        fleet.estimate.latency_us * 1000 / before
+    };
+    let (alone, joined) = (reading(fleet.clone(), false), reading(fleet, true));
+    // Within a fortieth: from its second report on, its latencies count as the others' do,
+    // against a base and a slow class's time of its own.
+    assert!(
+        joined.abs_diff(alone) <= 25,
+        "the cut read {joined} of the window before with a process joining, {alone} without"
+    );
 }
 
 /// One window closing on `estimate` (its window opened at 0, a second long) with these

@@ -2,7 +2,7 @@
 //! keeps. Pure, like the fleet's step, and on the process's side of the wire: what goes out is
 //! a vote, never a raw latency that another process's would be compared with.
 
-use super::{DEEPER_PM, MAX_LATENCY_US, MAX_RATIO_PM, MAX_SUM, Observed, add};
+use super::{CLEAR_PM, LOW_PM, MAX_LATENCY_US, MAX_RATIO_PM, MAX_SUM, Observed, add};
 
 /// The fewest calls a vote judges: fewer say more about chance than about the downstream.
 pub(crate) const MIN_VOTE: u64 = 3;
@@ -24,12 +24,19 @@ pub(crate) const UNMOVED_PM: u64 = 100;
 /// limit there, and the cut still queues).
 pub(crate) const COMPARED_TIMES: u64 = 4;
 
+/// Calls at low occupancy whose mean latency is at most this share (thousandths) of the mean
+/// near the limit fell with the occupancy: a cut at ¾ of a queued limit ([`LOW_PM`]) answers
+/// in ¾ of the time (Little's law), with a tenth to spare ([`CLEAR_PM`]). Wider than the
+/// fleet's test of a cut that still queued ([`DEEPER_PM`](super::DEEPER_PM)): read as unmoved,
+/// a queued cut would raise the base to the queue's latency, and the limit would climb on
+/// clear votes, where a cut that did not queue read as fallen only keeps a base from rising.
+pub(crate) const FELL_PM: u64 = LOW_PM * CLEAR_PM / 1000;
+
 /// Whether calls at low occupancy averaging `low_us` were not made faster by the lower
 /// occupancy than calls near the limit averaging `near_us`: at most [`UNMOVED_PM`] slower, and
-/// faster by less than the occupancy fell (a cut at ¾ of a queued limit answers in ¾ of the
-/// time, Little's law: [`DEEPER_PM`], the fleet's test of a cut that still queued).
+/// faster by less than the occupancy fell ([`FELL_PM`]).
 fn unmoved(low_us: u64, near_us: u64) -> bool {
-    low_us * 1000 >= near_us * DEEPER_PM && low_us * 1000 <= near_us * (1000 + UNMOVED_PM)
+    low_us * 1000 >= near_us * FELL_PM && low_us * 1000 <= near_us * (1000 + UNMOVED_PM)
 }
 
 /// How many standard errors a report's mean latency is given before it may lower the base.
@@ -126,6 +133,9 @@ pub(crate) struct Sampling {
     excess_us: u64,
     /// Whether [`excess_us`](Self::excess_us) has been learnt from a report.
     excess_learnt: bool,
+    /// The last report's successes' mean latency, as counted, whether sent or not (see
+    /// [`last_mean_us`](Self::last_mean_us)).
+    last_mean_us: Option<u64>,
 }
 
 impl Sampling {
@@ -175,6 +185,15 @@ impl Sampling {
     fn counted_cap_us(&self) -> u64 {
         self.base_us
             .saturating_add(self.base_us.max(self.service_us() / 2))
+    }
+
+    /// The mean latency of the last report's successes, as counted (`None`: it had none),
+    /// including those of a process that sends its calls without their latencies until it has
+    /// a base: its share of the fleet's slots compares it with the fleet all the same (judged
+    /// by what it sent, a slow replica without a base would read as fast as the fleet, and
+    /// hold as many slots outside the downstream as its tasks could until its first cut).
+    pub(crate) fn last_mean_us(&self) -> Option<u64> {
+        self.last_mean_us
     }
 
     /// Notes the fleet's base an answer to a report showed (the voters' mean; 0: none).
@@ -251,6 +270,7 @@ impl Sampling {
         add(&mut observed.sum_us, shifted(&high));
         observed.low_samples = low.samples;
         observed.low_sum_us = shifted(&low);
+        self.last_mean_us = observed.sum_us.checked_div(observed.samples);
         if self.base_us == 0 && self.fleet_base_us > 0 {
             // Joined a fleet that has bases: its latencies cannot yet be raised by its slow
             // class's time past the cap as the others' are, and counted lower they would make
