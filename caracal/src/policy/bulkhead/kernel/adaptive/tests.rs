@@ -83,6 +83,17 @@ const CLEAN: Shape = Shape {
     contended: false,
 };
 
+/// The field harness's bimodal downstream: one request in ten takes 200 ms to serve, the
+/// others 5 ms, in order (a fast call waits behind slow ones).
+const IN_ORDER: Shape = Shape {
+    service_us: 24_500,
+    noise: Noise::Classes {
+        fast_us: 5_000,
+        slow_us: 200_000,
+    },
+    ..CLEAN
+};
+
 impl Shape {
     /// Whether a process's `call`th call of a tick was admitted in a dip of the occupancy.
     fn dipped(&self, call: u64) -> bool {
@@ -358,18 +369,7 @@ fn a_cut_after_one_that_still_queued_is_judged_by_its_own_calls() {
         }
     };
     // A limit of 11 queued at twice the base; the first cut to ¾ of it is under way.
-    let mut estimate = Estimate {
-        limit_pm: 11_000,
-        latency_us: 14_000,
-        base_us: 7_000,
-        since_ms: 1_000,
-        low_ms: 1_000,
-        cut: true,
-        every_ms: CUT_EVERY_MS,
-        level: 11,
-        expires_ms: IDLE_MS,
-        ..Estimate::default()
-    };
+    let mut estimate = cut_under_way(11, 14_000, 7_000);
     let mut seen = Seen::default();
     // A third of its calls admitted before the processes learnt it, at 14 ms; the rest at 7.
     report(&mut estimate, window(10, 20, 11), 1_500, &mut seen);
@@ -386,6 +386,23 @@ fn a_cut_after_one_that_still_queued_is_judged_by_its_own_calls() {
         second.full >= first.full && second.limit == second.full,
         "the second cut found no queue: {first:?} then {second:?}"
     );
+}
+
+/// An estimate whose cut of a limit of `limit`, the fleet at it, opened at 1 s, after a window
+/// whose latency was `latency_us` against bases of `base_us` (0: nobody had one).
+fn cut_under_way(limit: u32, latency_us: u64, base_us: u64) -> Estimate {
+    Estimate {
+        limit_pm: u64::from(limit) * 1000,
+        latency_us,
+        base_us,
+        since_ms: 1_000,
+        low_ms: 1_000,
+        cut: true,
+        every_ms: CUT_EVERY_MS,
+        level: limit.into(),
+        expires_ms: IDLE_MS,
+        ..Estimate::default()
+    }
 }
 
 /// A cut that still queued reads ¾ of the window before it (saturated at both occupancies:
@@ -413,18 +430,7 @@ fn a_cut_still_queued_is_told_from_one_at_the_top_of_the_unsure_band() {
             peak: 9,
             votes,
         };
-        let mut estimate = Estimate {
-            limit_pm: 12_000,
-            latency_us: 30_000,
-            base_us: if bases { 20_000 } else { 0 },
-            since_ms: 1_000,
-            low_ms: 1_000,
-            cut: true,
-            every_ms: CUT_EVERY_MS,
-            level: 12,
-            expires_ms: IDLE_MS,
-            ..Estimate::default()
-        };
+        let mut estimate = cut_under_way(12, 30_000, if bases { 20_000 } else { 0 });
         let mut seen = Seen::default();
         report(&mut estimate, window, 1_500, &mut seen);
         let learnt = report(&mut estimate, Observed::default(), 2_000, &mut seen);
@@ -879,14 +885,7 @@ fn a_process_without_a_base_counts_its_latencies_as_the_fleet_does() {
 /// second before a cut that read as still queued: 12 → 9 at a capacity of 10).
 #[test]
 fn a_process_joining_as_a_cut_starts_does_not_change_what_the_cut_reads() {
-    let shape = Shape {
-        service_us: 24_500,
-        noise: Noise::Classes {
-            fast_us: 5_000,
-            slow_us: 200_000,
-        },
-        ..CLEAN
-    };
+    let shape = IN_ORDER;
     let mut fleet = Fleet::new();
     fleet.run(shape, 100);
     while !fleet.second(shape).cut {}
@@ -1487,14 +1486,7 @@ fn a_window_counts_each_process_that_reported_calls_once() {
 /// [0.8 C, 1.3 C], at the capacity and from 10 s after it halves.
 #[test]
 fn a_slow_class_served_in_order_keeps_every_second_within_the_band() {
-    let shape = Shape {
-        service_us: 24_500,
-        noise: Noise::Classes {
-            fast_us: 5_000,
-            slow_us: 200_000,
-        },
-        ..CLEAN
-    };
+    let shape = IN_ORDER;
     let halved = Shape {
         capacity: 10,
         ..shape
