@@ -95,8 +95,7 @@ end
 since, lowat = math.min(since, now), math.min(lowat, now)
 limit = math.min(math.max(limit, min * 1000), max * 1000)
 
--- ¾ of the limit or, lower, of the occupancy the fleet ran at: the occupancy up to which a
--- call is at low occupancy, and a cut window's limit in force.
+-- The occupancy the fleet ran at: the limit or, lower, the last window's highest.
 local function occupancy_pm()
   if level > 0 then
     return math.min(limit, level * 1000)
@@ -104,6 +103,8 @@ local function occupancy_pm()
   return limit
 end
 
+-- ¾ of it: the occupancy up to which a call is at low occupancy, and a cut window's limit in
+-- force.
 local function low_pm()
   return math.floor(occupancy_pm() * LOW_PM / 1000)
 end

@@ -74,8 +74,9 @@
 //!   second, and more where one process holds slots outside the downstream (its bodies blocked
 //!   after the reply): it takes the cut's slots as fast as the others and keeps each longer, so
 //!   the downstream falls to about half its capacity. A cut in which voters weighed at least
-//!   half the calls and that did not still queue (its latency did not fall with the occupancy,
-//!   its votes were not queued) was judged and found nothing to correct, so the period before
+//!   half the calls and that did not still queue (its latency did not fall as a saturated
+//!   downstream's would, its votes were not queued) was judged and found at most the small
+//!   correction of a limit above 1.1 × C ([`Above`](Branch::Above)), so the period before
 //!   the next doubles, up to [`MAX_CUT_EVERY_MS`]; a cut nobody judged keeps it. A cut that
 //!   still queued, a verification, or a window outside a cut whose calls went mostly unjudged
 //!   with no share at low occupancy (processes without a base: a new process, a rolling
@@ -92,8 +93,10 @@
 //! - **A cut that still queued goes deeper.** A limit far above the capacity (a high
 //!   `initial`, a capacity that collapsed) never saw an unqueued call: a cut to ¾ of it still
 //!   queues, and the ratio its calls give can never exceed 4/3. When a cut's mean latency fell
-//!   with the occupancy (to at most [`DEEPER_PM`] of the window before it: the downstream served
-//!   as many calls a second at ¾ of the calls inside, Little's law, so it was saturated at both),
+//!   with the occupancy (to at most [`DEEPER_PM`] of the window before it, or
+//!   [`DEEPER_WHOLE_PM`] for a fleet's first cut, read from its whole window: the downstream
+//!   served as many calls a second at ¾ of the calls inside, Little's law, so it was saturated
+//!   at both),
 //!   the limit falls to at most 1.1 × the cut's level and the next window is a cut again, at ¾ of
 //!   this one's. The fleet's mean latency of two adjacent windows is compared, the same
 //!   processes in both: a slow process or a busy host adds latency that does not fall with the
@@ -108,9 +111,11 @@
 //!   with the occupancy as Little's law has it, to `C / D` of the window before: by more than
 //!   a limit at 1.1 × C would see ([`ABOVE_PM`]), the limit falls to 1.1 × the occupancy
 //!   before the cut × that fall. The fleet holds wherever its votes read unsure (ratios from
-//!   1.1 to 1.25), so a limit that a queued target left high or that hoarded slots made read
-//!   low rested up to 1.25 × C until the next change of capacity (one slow request in ten at
-//!   a capacity of 10: 12; one slow process: 15, the downstream at 12 to 13.3). Latency that
+//!   1.1 to 1.25), so a limit that a queued target left high rested there until the next
+//!   change of capacity, the downstream up to 1.25 × C and, with one slow process whose slots
+//!   outside the downstream make the ratio read low, past 1.3 × C (one slow request in ten at
+//!   a capacity of 10: a limit of 12; one slow process: 15 to 17, the downstream at 12 to
+//!   14.7). Latency that
 //!   does not fall with the occupancy (a busy host, a slow process) makes the fall, and the
 //!   correction, smaller, never larger.
 //! - **A process holding slots outside the downstream is held to its share** ([`share`]): the
@@ -655,13 +660,14 @@ fn update(estimate: &mut Estimate, bounds: Bounds, now: Now, seen: &mut Seen) {
         window.peak
     };
     // The period before the next cut. A cut in which voters weighed at least half the calls
-    // and that did not still queue (its latency did not fall with the occupancy, its votes
-    // were not queued) found nothing it could tell was wrong (weak evidence: its votes judge
-    // the bases it has just moved): the next can wait twice as long. A cut that still queued,
-    // or a verification, found them wrong; a window outside a cut whose calls mostly went
-    // unjudged, with no share at low occupancy to measure bases on, has processes without a
-    // base (a new process, a rolling restart): back to the first period. A cut nobody judged
-    // keeps it.
+    // and that did not still queue (its latency did not fall as a saturated downstream's
+    // would, its votes were not queued) found nothing it could tell was wrong, or only a
+    // limit a little above 1.1 × C (weak evidence: its votes judge the bases it has just
+    // moved; a correction of a tenth calls for no more cuts): the next can wait twice as
+    // long. A cut that still queued, or a verification, found them wrong; a window outside a
+    // cut whose calls mostly went unjudged, with no share at low occupancy to measure bases
+    // on, has processes without a base (a new process, a rolling restart): back to the first
+    // period. A cut nobody judged keeps it.
     let judged = weight * 2 >= window.calls;
     estimate.every_ms =
         if verify || deeper || estimate.cut && lowered || !estimate.cut && !judged && !low_share {

@@ -881,7 +881,7 @@ fn a_process_without_a_base_counts_its_latencies_as_the_fleet_does() {
 /// from its next report on. Sent at once, counted up to four times the fleet's base and not
 /// raised by a slow class's time past the cap as the others' are (a slow class served in
 /// order), they made the cut read faster than the window before it by more than the others'
-/// calls did (in the simulation 0.79 against 0.85; in the field, a fourth process joined a
+/// calls did (in the simulation 0.78 against 0.86; in the field, a fourth process joined a
 /// second before a cut that read as still queued: 12 → 9 at a capacity of 10).
 #[test]
 fn a_process_joining_as_a_cut_starts_does_not_change_what_the_cut_reads() {
