@@ -36,7 +36,10 @@
 //! Every second of every run is an `adaptive_second` line: `capacity`, `limit` (fleet: the
 //! limit `caracal status` shows; local: the sum of the processes' limits; static: the limit),
 //! `downstream_concurrency_max` and `_mean`, `goodput` (answers in that second), `p99_ms`,
-//! `rejected` and `processes`; the fleet's also `latency_ms` and `base_latency_ms`, what its
+//! `rejected`, `processes`, `slots_held` (the slots the workers' admitted calls held on
+//! average, from each acquire's send to the call's return: Little's law) and
+//! `slots_held_first` (the same of the first worker, the slow one in `slow-process`); the
+//! fleet's also `latency_ms` and `base_latency_ms`, what its
 //! limit was last computed from (`caracal status`' `latency_us`, `base_latency_us`). Each run ends with an `adaptive_summary` line, in two sets of
 //! figures: `all_` seconds, and `steady_` ones (without the first 5 s, nor the 10 s after each
 //! change of capacity): `overshoot_max` and `overshoot_mean` (the downstream's concurrency over
@@ -252,12 +255,15 @@ async fn request(
 struct Counts {
     rejected: AtomicU64,
     errors: AtomicU64,
+    /// How long its calls that were admitted held their slots, from the acquire's send to the
+    /// call's return, in µs (Little's law: over a second, the slots it held on average).
+    held_us: AtomicU64,
 }
 
 /// `adaptive worker <fleet|local|static limit> <namespace> <downstream port> <slow|normal>`:
 /// connects, says
-/// `ready`, starts calling on `go`, answers each `report` with `<rejected> <errors>` (and, for
-/// `local`, ` <limit>`), and stops when its stdin closes.
+/// `ready`, starts calling on `go`, answers each `report` with `<rejected> <errors> <held µs>`
+/// (and, for `local`, ` <limit>`), and stops when its stdin closes.
 async fn worker(args: &[String]) -> Result<()> {
     let [limiter, namespace, port, pace] = args else {
         return Err(format!("worker arguments: {args:?}").into());
@@ -301,9 +307,10 @@ async fn worker(args: &[String]) -> Result<()> {
         }
         let rejected = counts.rejected.load(Ordering::Relaxed);
         let errors = counts.errors.load(Ordering::Relaxed);
+        let held = counts.held_us.load(Ordering::Relaxed);
         match limiter {
-            Limiter::Local => println!("{rejected} {errors} {}", local.limit()),
-            Limiter::Fleet | Limiter::Static(_) => println!("{rejected} {errors}"),
+            Limiter::Local => println!("{rejected} {errors} {held} {}", local.limit()),
+            Limiter::Fleet | Limiter::Static(_) => println!("{rejected} {errors} {held}"),
         }
     }
     for task in &tasks {
@@ -331,11 +338,17 @@ async fn calls(
     let mut connection = None;
     let mut failures = 0;
     loop {
+        let began = Instant::now();
         let result = match limiter {
             Limiter::Fleet => fleet_call(&mut connection, downstream, slow).await,
             Limiter::Local => local_call(local, &mut connection, downstream, slow).await,
             Limiter::Static(_) => static_call(&mut connection, downstream, slow).await,
         };
+        // Admitted unless refused, or failed in caracal before its body.
+        if !matches!(result, Err(CallError::Refused | CallError::Caracal(_))) {
+            let held = u64::try_from(began.elapsed().as_micros()).unwrap_or(u64::MAX);
+            counts.held_us.fetch_add(held, Ordering::Relaxed);
+        }
         let Err(error) = result else {
             continue;
         };
@@ -413,6 +426,9 @@ struct Second {
     served: Duration,
     /// The fleet's: the mean and base latency its limit was computed from (ms).
     fleet_latency: Option<[f64; 2]>,
+    /// The slots the workers' admitted calls held on average: all of them, and the first
+    /// worker's (the slow one's, in `slow-process`).
+    held: [f64; 2],
 }
 
 impl Second {
@@ -428,6 +444,8 @@ impl Second {
             ("p99_ms", p99_ms(self.latencies.clone())),
             ("rejected", rejected),
             ("processes", processes as f64),
+            ("slots_held", self.held[0]),
+            ("slots_held_first", self.held[1]),
         ];
         if let Some([latency, base]) = self.fleet_latency {
             fields.extend([("latency_ms", latency), ("base_latency_ms", base)]);
@@ -498,6 +516,7 @@ async fn run(limiter: Limiter, shape: Shape, schedule: &Schedule, namespace: &st
     let mut seconds = Vec::with_capacity(schedule.seconds as usize);
     let mut joined_after = None;
     let mut rejected = 0.0;
+    let mut held_us: Vec<f64> = Vec::new();
     for t in 1..=schedule.seconds {
         ticks.tick().await;
         let seen = downstream.interval();
@@ -508,10 +527,18 @@ async fn run(limiter: Limiter, shape: Shape, schedule: &Schedule, namespace: &st
                     fleet_limit(admin.as_ref().expect("connected")).await?;
                 (limit, Some([latency, base]))
             }
-            Limiter::Local => (reports.iter().map(|report| report[2]).sum(), None),
+            Limiter::Local => (reports.iter().map(|report| report[3]).sum(), None),
             Limiter::Static(limit) => (f64::from(limit), None),
         };
         let rejected_now: f64 = reports.iter().map(|report| report[0]).sum();
+        let held_now: Vec<f64> = reports.iter().map(|report| report[2]).collect();
+        // Each worker's since the last second (a joiner's since it started): µs per second.
+        let held: Vec<f64> = held_now
+            .iter()
+            .enumerate()
+            .map(|(i, now)| (now - held_us.get(i).unwrap_or(&0.0)) / 1e6)
+            .collect();
+        held_us = held_now;
         let second = Second {
             t,
             capacity: schedule.capacity(t) as f64,
@@ -521,6 +548,7 @@ async fn run(limiter: Limiter, shape: Shape, schedule: &Schedule, namespace: &st
             latencies: seen.latencies,
             served: seen.served,
             fleet_latency,
+            held: [held.iter().sum(), held.first().copied().unwrap_or(0.0)],
         };
         second.emit(limiter, rejected_now - rejected, workers.len());
         rejected = rejected_now;
