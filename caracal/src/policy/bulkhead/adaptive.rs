@@ -86,7 +86,7 @@ struct Known {
     answered: u64,
     /// Whether the background reporter runs.
     reporting: bool,
-    /// The window its last report with calls joined ([`Report::joined_ms`]).
+    /// The window its last report that asked for slots joined ([`Report::joined_ms`]).
     joined_ms: u64,
     /// How its calls compare with the fleet's.
     share: Share,
@@ -220,7 +220,7 @@ impl View {
             let mut known = lock(&self.known);
             // Even from an answer a newer one overtook: the window it joined counted this
             // process, and a later report must not count it again.
-            if report.observed.calls > 0 {
+            if report.observed.asked() {
                 known.joined_ms = known.joined_ms.max(learnt.joined_ms);
             }
             if number < known.answered {
@@ -229,7 +229,10 @@ impl View {
             known.answered = number;
             known.learnt = Some((learnt, Instant::now()));
             known.sampling.fleet_base(learnt.base_us);
-            let share = known.share.learn(mean_us, report.observed.peak, &learnt);
+            let held = self.held.load(Ordering::Relaxed);
+            let share = known
+                .share
+                .learn(mean_us, report.observed.peak, held, &learnt);
             self.share
                 .store(share.unwrap_or(u32::MAX), Ordering::Relaxed);
             // The first limit learnt is where this process starts, not a change.

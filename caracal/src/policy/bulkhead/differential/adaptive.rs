@@ -209,10 +209,10 @@ pub(crate) fn run(conn: Connection, cases: u32) {
 }
 
 /// The `adaptive` hash's fields.
-const FIELDS: [&str; 24] = [
+const FIELDS: [&str; 25] = [
     "limit", "latency", "base", "since", "lowat", "cut", "level", "every", "n", "sum", "calls",
     "low", "peak", "queued", "clear", "unsure", "ratios", "bases", "clears", "lown", "lowsum",
-    "settled", "askers", "procs",
+    "settled", "measured", "askers", "procs",
 ];
 
 /// Each field of the hash but `cut` (a flag), and the model's count it stores.
@@ -241,6 +241,7 @@ fn counts(estimate: &mut Estimate) -> impl Iterator<Item = (&'static str, &mut u
         ("lown", &mut window.low_samples),
         ("lowsum", &mut window.low_sum_us),
         ("settled", &mut estimate.settled_pm),
+        ("measured", &mut estimate.measured_us),
         ("askers", &mut estimate.askers),
         ("procs", &mut estimate.processes),
     ]

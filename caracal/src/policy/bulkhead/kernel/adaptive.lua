@@ -8,7 +8,9 @@
 --          window's highest occupancy), `every` (ms from `lowat` to the next cut; read within
 --          [10 s, 40 s], absent as 10 s; an older script leaves it untouched, which costs at
 --          most one period of 40 s after a mixed fleet or a rollback), `settled` (the limit of
---          the last window outside a cut whose votes were not queued; 0: none), and the open
+--          the last window outside a cut whose votes were not queued; 0: none), `measured` (the
+--          voters' mean base, µs, the last cut or window with a low share left; 0: none; an
+--          older script leaves it untouched, which costs at most one cut), and the open
 --          window's `n`, `sum`, `calls`, `low`, `peak`, `queued`, `clear`, `unsure`, `ratios`,
 --          `bases`, `clears` (the clear votes' ratios), `lown` and `lowsum` (the successes at low
 --          occupancy and their latencies, which stand for a cut's latency); `askers`, the
@@ -21,9 +23,10 @@
 --          the last settled limit, undone to no lower than that limit.
 -- ARGV     samples, sum (µs), calls, low, peak, queued, clear, unsure, ratios, bases, min,
 --          initial, max, window (ms), joined, clears, low samples, low sum (µs): integers.
---          `joined` is the `since` the reporting process's last report with calls was answered
---          with (0: none): a report with calls whose `joined` is not the open window's start
---          counts its process in the window.
+--          `joined` is the `since` the reporting process's last report that asked for slots
+--          (with calls, or a peak: a lease reply, admitted or refused) was answered with (0:
+--          none): such a report whose `joined` is not the open window's start counts its
+--          process in the window.
 -- Reply    {limit, full, low, latency, base, since, procs}: the whole limit in force (`low`
 --          in a cut window) and the limit, within [min, max]; the occupancy up to which a call
 --          counts as low (¾ of the limit, or of the last window's highest occupancy if lower);
@@ -54,7 +57,7 @@ local min, initial, max, window = a[11], a[12], a[13], a[14]
 
 local fields = {'limit', 'latency', 'base', 'since', 'lowat', 'cut', 'level', 'every', 'n', 'sum',
   'calls', 'low', 'peak', 'queued', 'clear', 'unsure', 'ratios', 'bases', 'askers', 'procs',
-  'clears', 'lown', 'lowsum', 'settled'}
+  'clears', 'lown', 'lowsum', 'settled', 'measured'}
 local stored = redis.call('HMGET', KEYS[1], unpack(fields))
 -- What something else wrote (negative, fractional, huge, not a number) reads as a count, as
 -- the kernel's integers would hold it, so that no foreign field turns the step's arithmetic
@@ -81,9 +84,9 @@ local every = math.min(math.max(e[8], CUT_EVERY_MS), MAX_CUT_EVERY_MS)
 -- clears, low samples, low sum.
 local w = {e[9], e[10], e[11], e[12], e[13], e[14], e[15], e[16], e[17], e[18], e[21], e[22],
   e[23]}
-local askers, procs, settled = e[19], e[20], e[24]
+local askers, procs, settled, measured = e[19], e[20], e[24], e[25]
 if limit == 0 then
-  askers, procs, settled = 0, 0, 0
+  askers, procs, settled, measured = 0, 0, 0, 0
   limit, latency, base, since, lowat, cut, level = initial * 1000, 0, 0, now, 0, 0, 0
   lowat = math.max(now - CUT_EVERY_MS, 0)
   every = CUT_EVERY_MS
@@ -120,7 +123,7 @@ for i = 11, 13 do
   w[i] = math.min(w[i] + a[i + 5], MAX_SUM)
 end
 local joined = since
-if a[3] > 0 and a[15] ~= joined then
+if (a[3] > 0 or a[5] > 0) and a[15] ~= joined then
   askers = math.min(askers + 1, MAX_SUM)
 end
 
@@ -154,7 +157,17 @@ if now >= since + window then
     local verify, queued_cut = false, false
     if weight > 0 then
       base = math.floor(bases / weight)
-      if queued * 2 > weight then
+      -- Bases that fell by a quarter since a cut or a low share measured them were measured
+      -- wrong (a warm-up's): measured again, the limit held, VERIFY_MS or more after it.
+      local measuring = cut == 1 or low_share
+      local fallen = not measuring and base * 1000 < measured * LOW_PM
+        and now >= lowat + VERIFY_MS
+      if measuring then
+        measured = base
+      end
+      if fallen then
+        verify = true
+      elseif queued * 2 > weight then
         local ratio = math.max(math.floor(ratios / queued), QUEUED_PM)
         local lowered = math.floor(limit * CLEAR_PM / ratio)
         if now < lowat + VERIFY_MS then
@@ -221,7 +234,7 @@ local function int(n)
 end
 local set = {'limit', int(limit), 'latency', int(latency), 'base', int(base), 'since', int(since),
   'lowat', int(lowat), 'cut', int(cut), 'level', int(level), 'every', int(every),
-  'askers', int(askers), 'procs', int(procs), 'settled', int(settled)}
+  'askers', int(askers), 'procs', int(procs), 'settled', int(settled), 'measured', int(measured)}
 for i = 1, 10 do
   set[#set + 1] = fields[8 + i]
   set[#set + 1] = int(w[i])

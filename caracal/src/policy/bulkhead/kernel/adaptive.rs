@@ -70,6 +70,16 @@
 //!   is Envoy's adaptive concurrency (its minimum latency measured at a reduced concurrency),
 //!   taken once per fleet rather than per process, and only while the fleet has no such calls
 //!   of its own.
+//! - **Bases that fell by a quarter are measured again.** A base is an unqueued call's
+//!   latency, and calls near the limit are faster than it by chance only by far less (a
+//!   sixth, with one slow request in ten). A fleet whose voters' mean base fell below ¾
+//!   ([`FALLEN_PM`]) of the one the last window that measured bases (a cut, or one with a
+//!   share at low occupancy) left measured it wrong: in a warm-up (connections opening, one
+//!   slow process's tasks taking the first slots) its first cut measured 60–70 ms where the
+//!   downstream answers in 22, the bases came down to the mean of calls near a limit that
+//!   queued, and the votes read clear while the limit climbed to 1.35–1.7 × C until the
+//!   period's cut. So the limit holds and the next window is a cut, [`VERIFY_MS`] or more
+//!   after the last measurement (whose calls, reported late, still lower the bases).
 //! - **Cuts that confirm the limit come less often.** A cut costs a quarter of the limit for a
 //!   second, and more where one process holds slots outside the downstream (its bodies blocked
 //!   after the reply): it takes the cut's slots as fast as the others and keeps each longer, so
@@ -119,12 +129,16 @@
 //!   does not fall with the occupancy (a busy host, a slow process) makes the fall, and the
 //!   correction, smaller, never larger.
 //! - **A process holding slots outside the downstream is held to its share** ([`share`]): the
-//!   step counts the processes that reported calls in each window (a report carries the
-//!   start of the window its process last joined, so each counts once; an older script in a
-//!   mixed fleet neither counts nor clears the count, which counts a process again in each
-//!   window such a script closed), and a process whose
-//!   calls were slower than the fleet's holds at most the limit over that count while the fleet
-//!   is at its limit.
+//!   step counts the processes that asked for slots in each window, their reports carrying
+//!   calls or a lease reply's occupancy, admitted or refused (a report carries the start of
+//!   the window its process last joined, so each counts once; an older script in a mixed
+//!   fleet neither counts nor clears the count, which counts a process again in each window
+//!   such a script closed, and an older process, counted only by its calls, is counted again
+//!   in each report it sends refused), and a process whose calls were slower than the fleet's,
+//!   or that holds most of its slots while the others ask, holds at most the limit over that
+//!   count while the fleet is at its limit. Counted by their calls alone, processes refused
+//!   every slot went uncounted: one slow process holding every slot (its tasks took the first
+//!   ones) counted alone, its latency was the fleet's, and it was never bounded.
 //! - A fleet that never came near its limit (its highest occupancy under half of it) gives no
 //!   evidence the limit could be higher: the target is at most the limit (Gradient2's
 //!   application-limited check), so a quiet hour does not leave the limit at `max`.
@@ -142,6 +156,7 @@
 //! | the queued votes weigh more than half | [`Queued`](Branch::Queued) | target `L × 1.1 / ratio`; in a cut, the period back to [`CUT_EVERY_MS`] |
 //! | they do, on bases older than [`VERIFY_MS`], the limit above the last one (outside a cut) whose votes were not queued, by at most a probe's growth | [`Undone`](Branch::Undone) | target `L × 1.1 / ratio`, not below that limit; in a cut, the period back to [`CUT_EVERY_MS`] |
 //! | they do, on bases older than [`VERIFY_MS`], otherwise | [`Verify`](Branch::Verify) | the next window is a cut; the period back to [`CUT_EVERY_MS`] |
+//! | before any of those: the voters' mean base fell below ¾ ([`FALLEN_PM`]) of the one the last window that measured bases left, outside such a window and [`VERIFY_MS`] or more after it | [`Fallen`](Branch::Fallen) | target the limit; the next window is a cut; the period back to [`CUT_EVERY_MS`] |
 //! | a cut's latency fell with its occupancy | [`Deeper`](Branch::Deeper) | target at most 1.1 × the cut; the next window is a cut; the period back to [`CUT_EVERY_MS`] |
 //! | a cut's own calls' latency fell by less, but by more than a limit at 1.1 × C allows ([`ABOVE_PM`]) | [`Above`](Branch::Above) | target at most 1.1 × the occupancy before the cut × that fall (Little's law: `C`) |
 //! | the clear votes do, outside a cut | [`Probed`](Branch::Probed) | target 1.2 × the limit, tapering to 1 × as their ratio nears 1.1 |
@@ -202,6 +217,14 @@ pub(crate) const DEEPER_WHOLE_PM: u64 = (1000 + 3 * DEEPER_PM) / 4;
 /// and that did not still queue, read the limit above 1.1 × C ([`CLEAR_PM`]): at 1.1 × C an
 /// unqueued cut answers in 1 / 1.1 of the time.
 pub(crate) const ABOVE_PM: u64 = 1_000_000 / CLEAR_PM;
+/// A fleet's base that fell below this share (thousandths) of the one its last measurement
+/// left (a cut, or a window with a share at low occupancy) was measured wrong: a base is the
+/// latency of an unqueued call, and calls near the limit can be faster than it by chance only
+/// by far less (one slow request in ten at random: a sixth). A base measured in a fleet's
+/// warm-up (connections opening, one slow process's tasks taking the first slots: 60–70 ms
+/// where the downstream answers in 22) comes down to the mean of calls near the limit, queued
+/// or not, and the votes read clear on a queued downstream until the period's cut.
+pub(crate) const FALLEN_PM: u64 = LOW_PM;
 /// How long a fleet goes without calls at low occupancy before a cut window, at first and
 /// again after a cut that still queued, a verification, or a window mostly unjudged.
 pub(crate) const CUT_EVERY_MS: u64 = 10_000;
@@ -227,6 +250,7 @@ pub(crate) enum Branch {
     Queued,
     Probed,
     Verify,
+    Fallen,
     Undone,
     Deeper,
     Above,
@@ -242,13 +266,14 @@ pub(crate) enum Branch {
 impl Branch {
     /// Every branch, indexed as [`Seen`] records them.
     #[cfg(test)]
-    pub(crate) const ALL: [Branch; 16] = [
+    pub(crate) const ALL: [Branch; 17] = [
         Branch::Started,
         Branch::Gathered,
         Branch::Idle,
         Branch::Queued,
         Branch::Probed,
         Branch::Verify,
+        Branch::Fallen,
         Branch::Undone,
         Branch::Deeper,
         Branch::Above,
@@ -355,6 +380,12 @@ pub(crate) struct Observed {
 }
 
 impl Observed {
+    /// Whether the process asked for slots: it ended calls, or a lease reply, admitted or
+    /// refused, showed it the fleet's occupancy (a report of neither: its limit was ageing).
+    pub(crate) fn asked(&self) -> bool {
+        self.calls > 0 || self.peak > 0
+    }
+
     /// These figures with `other`'s added.
     fn join(&mut self, other: &Observed) {
         add(&mut self.samples, other.samples);
@@ -375,8 +406,8 @@ pub(crate) struct Report {
     pub(crate) bounds: Bounds,
     /// The least time between updates, in milliseconds (at least 1).
     pub(crate) window_ms: u64,
-    /// When the window the process's last report with calls joined started (server ms; 0:
-    /// none): a process is counted once in each window it reports calls in.
+    /// When the window the process's last report that [`asked`](Observed::asked) joined
+    /// started (server ms; 0: none): a process is counted once in each window it asks in.
     pub(crate) joined_ms: u64,
 }
 
@@ -397,9 +428,9 @@ pub(crate) struct Learnt {
     /// The voters' mean base latency in that window (0: nobody voted).
     pub(crate) base_us: u64,
     /// When the window this report joined started (server ms): the report's next
-    /// [`joined_ms`](Report::joined_ms), if it had calls.
+    /// [`joined_ms`](Report::joined_ms), if it [`asked`](Observed::asked).
     pub(crate) joined_ms: u64,
-    /// How many processes reported calls in the last window that closed.
+    /// How many processes asked for slots in the last window that closed.
     pub(crate) processes: u32,
 }
 
@@ -424,6 +455,9 @@ pub(crate) struct Estimate {
     /// The limit (thousandths) of the last window outside a cut whose votes were not queued
     /// (0: none yet).
     pub(crate) settled_pm: u64,
+    /// The voters' mean base (µs) the last window that measured bases left: a cut, or one with
+    /// a share of its calls at low occupancy (0: none yet).
+    pub(crate) measured_us: u64,
     /// Whether the open window is a cut.
     pub(crate) cut: bool,
     /// The period (ms) after [`low_ms`](Self::low_ms) at which a closing window calls a cut;
@@ -501,7 +535,7 @@ impl Kernel for Adapt {
         estimate.low_ms = estimate.low_ms.min(now.ms);
         estimate.window.join(&report.observed);
         let joined_ms = estimate.since_ms;
-        if report.observed.calls > 0 && report.joined_ms != joined_ms {
+        if report.observed.asked() && report.joined_ms != joined_ms {
             add(&mut estimate.askers, 1);
         }
         if now.ms < estimate.since_ms.saturating_add(report.window_ms) {
@@ -579,12 +613,26 @@ fn update(estimate: &mut Estimate, bounds: Bounds, now: Now, seen: &mut Seen) {
     if low_share {
         estimate.low_ms = now.ms;
     }
+    let measuring = estimate.cut || low_share;
+    // Bases that fell by a quarter since they were measured were measured wrong (a warm-up's):
+    // the votes on them read clear on a queued downstream, so they are measured again first.
+    // Not within VERIFY_MS of the last measurement, whose calls still lower them.
+    let fallen = !measuring
+        && weight > 0
+        && estimate.base_us * 1000 < estimate.measured_us * FALLEN_PM
+        && now.ms >= estimate.low_ms.saturating_add(VERIFY_MS);
+    if measuring && weight > 0 {
+        estimate.measured_us = estimate.base_us;
+    }
     // Every product stays below 2^53 (a limit below 2^32 × 1000, a ratio at most 2000, a
     // growth of 1200): exact in the script's numbers too.
     let mut target = limit;
     let (mut verify, mut lowered) = (false, false);
     if weight == 0 {
         Branch::Unjudged.reach(seen);
+    } else if fallen {
+        Branch::Fallen.reach(seen);
+        verify = true;
     } else if votes.queued * 2 > weight {
         let ratio = (votes.ratio_sum / votes.queued).max(QUEUED_PM);
         let queued = limit * CLEAR_PM / ratio;

@@ -7,16 +7,24 @@
 //! fleet's, and the more it holds the longer each waits for its threads. In the field harness
 //! a static limit of 20 left the downstream at 6 of its 20, and the adaptive limit's downstream
 //! swung between half and all of it from one second to the next. So a process slower than the
-//! fleet by more than [`SLOWER_PM`] holds at most the limit over the processes that reported
-//! calls in the last window, while the fleet is at its limit: its calls past that are refused
+//! fleet by more than [`SLOWER_PM`] holds at most the limit over the processes that asked for
+//! slots in the last window, while the fleet is at its limit: its calls past that are refused
 //! in the process (or wait for a body of its own to end, within `max_wait`), and the slots it
 //! lets go go to the others. Alone, or in a fleet with slots to spare, it holds what the fleet
 //! admits; a process slow for its own reasons (heavier requests) still has its equal share.
 //!
-//! Not work-conserving in two cases: every process that reported calls counts alike, so
+//! The processes are those that asked for slots in the last window, admitted or refused. A
+//! process that holds its share and more than half of the others' while they ask is read as
+//! slower than the fleet, whatever its latency: the others were refused and ended few calls or
+//! none, so the fleet's latency was its own (a slow process whose tasks took the first slots of
+//! a start held every one of them, and the downstream ran at a tenth of its capacity).
+//!
+//! Not work-conserving in three cases: every process that asked counts alike, so
 //! processes with a trickle of calls shrink the share of a slower busy one (two busy processes
-//! and eight trickling: a tenth of the limit); and a slower process that is itself what fills
-//! the fleet, bounded, leaves slots free until its next report (250 ms) lifts the bound.
+//! and eight trickling: a tenth of the limit); a slower process that is itself what fills
+//! the fleet, bounded, leaves slots free until its next report (250 ms) lifts the bound; and
+//! so does a process with most of the fleet's traffic that holds most of its slots while a
+//! trickling one is refused, read as slower for about two seconds of reports.
 
 use super::Learnt;
 
@@ -46,12 +54,14 @@ impl Share {
     /// Learns from a report answered with `learnt`, whose successes took `mean_us` on average
     /// (as the process counts them, whether or not it sent them: see
     /// [`Sampling::last_mean_us`](super::vote::Sampling::last_mean_us)) and which saw the
-    /// fleet's occupancy reach `peak`: the most slots of the limit in force the process may
-    /// hold until the next answer, `None` when it may hold as many as the fleet admits.
+    /// fleet's occupancy reach `peak`, the process holding `held` slots as the answer came:
+    /// the most slots of the limit in force the process may hold until the next answer,
+    /// `None` when it may hold as many as the fleet admits.
     pub(crate) fn learn(
         &mut self,
         mean_us: Option<u64>,
         peak: u64,
+        held: u32,
         learnt: &Learnt,
     ) -> Option<u32> {
         // A report without a success (only failures; a bounded process's quiet quarter of a
@@ -67,9 +77,16 @@ impl Share {
             self.slower_pm =
                 (was * (AVERAGED_OVER - 1) + slower.min(MAX_SLOWER_PM)) / AVERAGED_OVER;
         }
-        let saturated = peak >= u64::from(learnt.limit);
-        (learnt.processes >= 2 && saturated && self.slower_pm > SLOWER_PM)
-            .then(|| learnt.limit.div_ceil(learnt.processes).max(1))
+        let share = learnt.limit.div_ceil(learnt.processes.max(1)).max(1);
+        let shared = learnt.processes >= 2 && peak >= u64::from(learnt.limit);
+        // Holding its share and more than half the others' while they ask for slots: they
+        // were refused, ended few calls or none, and the fleet's latency is this process's
+        // own, so no latency can show it slower (one slow process whose tasks took the first
+        // slots held all 16 of a limit of 16, the downstream at 2 of 20, for seconds).
+        if shared && held > share + (learnt.limit - share) / 2 {
+            self.slower_pm = MAX_SLOWER_PM;
+        }
+        (shared && self.slower_pm > SLOWER_PM).then_some(share)
     }
 }
 
@@ -96,7 +113,7 @@ mod tests {
     fn steady(mean_us: u64, peak: u64, learnt: &Learnt) -> Option<u32> {
         let mut share = Share::default();
         (0..8)
-            .map(|_| share.learn(Some(mean_us), peak, learnt))
+            .map(|_| share.learn(Some(mean_us), peak, 0, learnt))
             .last()
             .flatten()
     }
@@ -119,12 +136,42 @@ mod tests {
         assert_eq!(steady(30_000, 25, &learnt(1)), None);
         assert_eq!(steady(30_000, 25, &learnt(0)), None);
         // No call succeeded, or no latency of the fleet's yet: nothing to compare.
-        assert_eq!(Share::default().learn(None, 25, &learnt(3)), None);
+        assert_eq!(Share::default().learn(None, 25, 0, &learnt(3)), None);
         let fleet_unknown = Learnt {
             latency_us: 0,
             ..learnt(3)
         };
         assert_eq!(steady(30_000, 25, &fleet_unknown), None);
+    }
+
+    /// One process holding every slot of a saturated fleet while two others ask (their calls
+    /// refused: its latency is the fleet's) is held to its share at once, and stays so while
+    /// its calls are slower than those the others end once they have slots; holding its
+    /// share, or alone, or in a fleet with slots to spare, it is not.
+    #[test]
+    fn a_process_holding_most_slots_while_others_ask_is_held_to_its_share() {
+        let hoard = Learnt {
+            limit: 16,
+            latency_us: 77_000,
+            ..learnt(3)
+        };
+        let mut hoarding = Share::default();
+        assert_eq!(hoarding.learn(Some(77_000), 16, 16, &hoard), Some(6));
+        for _ in 0..8 {
+            assert_eq!(hoarding.learn(Some(40_000), 25, 9, &learnt(3)), Some(9));
+        }
+        // More than its share and half the others' (6 + 5) only.
+        assert_eq!(Share::default().learn(Some(77_000), 16, 11, &hoard), None);
+        assert_eq!(
+            Share::default().learn(Some(77_000), 16, 12, &hoard),
+            Some(6)
+        );
+        let alone = Learnt {
+            processes: 1,
+            ..hoard
+        };
+        assert_eq!(Share::default().learn(Some(77_000), 16, 16, &alone), None);
+        assert_eq!(Share::default().learn(Some(77_000), 15, 15, &hoard), None);
     }
 
     /// The fleet's latency swings with what a bounded process lets go (queued at the
@@ -137,13 +184,13 @@ mod tests {
         let mut bounds = Vec::new();
         for report in 0..40 {
             let mean = if report % 4 < 2 { 21_000 } else { 32_000 };
-            bounds.push(slow.learn(Some(mean), 25, &learnt(3)));
+            bounds.push(slow.learn(Some(mean), 25, 0, &learnt(3)));
         }
         assert!(bounds[16..].iter().all(|&b| b == Some(9)), "{bounds:?}");
         let mut clean = Share::default();
         for report in 0..40 {
             let mean = if report % 4 == 3 { 30_000 } else { 19_000 };
-            assert_eq!(clean.learn(Some(mean), 25, &learnt(3)), None, "{report}");
+            assert_eq!(clean.learn(Some(mean), 25, 0, &learnt(3)), None, "{report}");
         }
     }
 
@@ -164,7 +211,7 @@ mod tests {
             }
             let sent = sampling.report(false);
             assert_eq!(sent.samples, 0, "its latencies are withheld");
-            bound = share.learn(sampling.last_mean_us(), 25, &learnt(3));
+            bound = share.learn(sampling.last_mean_us(), 25, 0, &learnt(3));
         }
         assert_eq!(bound, Some(9));
     }
@@ -176,12 +223,12 @@ mod tests {
     fn a_report_without_successes_keeps_the_bound_and_a_warm_up_does_not_set_one() {
         let mut slow = Share::default();
         for _ in 0..16 {
-            slow.learn(Some(30_000), 25, &learnt(3));
+            slow.learn(Some(30_000), 25, 0, &learnt(3));
         }
-        assert_eq!(slow.learn(None, 25, &learnt(3)), Some(9));
+        assert_eq!(slow.learn(None, 25, 0, &learnt(3)), Some(9));
         let mut joining = Share::default();
         for report in 0..3 {
-            let warming = joining.learn(Some(200_000), 25, &learnt(3));
+            let warming = joining.learn(Some(200_000), 25, 0, &learnt(3));
             assert_eq!(warming, None, "report {report}");
         }
     }
