@@ -123,6 +123,12 @@ impl View {
         self.share.store(share, Ordering::Relaxed);
     }
 
+    /// The calls counted against this process's share now.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> u32 {
+        self.held.load(Ordering::Relaxed)
+    }
+
     /// The limit in force for a call under `bounds`: the one learnt, if fresh; else the
     /// answer to a report sent now. Callers that queued behind a report that failed share its
     /// error rather than each waiting for one of their own (through an outage they would

@@ -406,6 +406,9 @@ async fn admit<'a>(
                 }
             }
         };
+        // A refused call holds no slot while it waits: counted, a process with calls waiting
+        // would read as holding the fleet's slots (see `Share::learn`).
+        drop(held);
         let now = Instant::now();
         let retry = match give_up.zip(released) {
             Some((give_up, released)) if now < give_up => {

@@ -51,7 +51,7 @@ static LOCAL_FIFO: BulkheadSite = BulkheadSite::new(BulkheadConfig {
     thresholds: Thresholds::NONE,
 });
 
-static ADAPTIVE: BulkheadSite = BulkheadSite::new(BulkheadConfig {
+const ADAPTIVE_CONFIG: BulkheadConfig = BulkheadConfig {
     name: "unit-adaptive",
     operation: "unit-adaptive",
     limit: 20,
@@ -62,6 +62,18 @@ static ADAPTIVE: BulkheadSite = BulkheadSite::new(BulkheadConfig {
     local: false,
     shadow: false,
     thresholds: Thresholds::NONE,
+};
+
+static ADAPTIVE: BulkheadSite = BulkheadSite::new(ADAPTIVE_CONFIG);
+
+/// An adaptive limit fixed at 2, whose refused calls wait.
+static ADAPTIVE_WAITING: BulkheadSite = BulkheadSite::new(BulkheadConfig {
+    name: "unit-adaptive-wait",
+    operation: "unit-adaptive-wait",
+    limit: 2,
+    adaptive: Some(AdaptiveLimit::new(2, 2, 2)),
+    max_wait: Some(Duration::from_secs(10)),
+    ..ADAPTIVE_CONFIG
 });
 
 async fn guarded<F, T>(site: &'static BulkheadSite, body: F) -> Result<T, Error>
@@ -1105,13 +1117,56 @@ mod kept {
 
 /// The view of [`ADAPTIVE`]'s limit in `coordinator`.
 fn adaptive_view(coordinator: &Coordinator) -> Arc<adaptive::View> {
+    view_of(coordinator, &ADAPTIVE)
+}
+
+/// The view of `site`'s adaptive limit in `coordinator`.
+fn view_of(coordinator: &Coordinator, site: &BulkheadSite) -> Arc<adaptive::View> {
+    let config = &site.config;
     let identity = coordinator.identity(
         crate::identity::PolicyKind::Bulkhead,
-        "unit-adaptive",
-        "unit-adaptive",
+        config.name,
+        config.operation,
         GLOBAL_SCOPE.as_ref().expect("the global scope"),
     );
     adaptive::Views::of(coordinator, &identity)
+}
+
+/// A call refused and waiting for a slot (within `max_wait`) holds none: counted against its
+/// process's share, a process with calls waiting would read as holding the fleet's slots, and
+/// be held to its share (see `Share::learn`).
+#[tokio::test(start_paused = true)]
+async fn a_call_waiting_for_a_slot_is_not_counted_as_holding_one() {
+    let coordinator = Coordinator::in_memory();
+    coordinator
+        .scoped(async {
+            let (end, ended) = tokio::sync::watch::channel(false);
+            let body = || {
+                let mut ended = ended.clone();
+                async move {
+                    ended
+                        .wait_for(|&ended| ended)
+                        .await
+                        .map_err(|_| Error::NotInstalled)?;
+                    Ok(())
+                }
+            };
+            let mut running = std::pin::pin!(futures_util::future::join(
+                guarded(&ADAPTIVE_WAITING, body()),
+                guarded(&ADAPTIVE_WAITING, body()),
+            ));
+            let filled = tokio::time::timeout(Duration::from_millis(10), running.as_mut()).await;
+            assert!(filled.is_err(), "both bodies run: {filled:?}");
+            let mut waiting = std::pin::pin!(guarded(&ADAPTIVE_WAITING, body()));
+            let refused = tokio::time::timeout(Duration::from_millis(10), waiting.as_mut()).await;
+            assert!(refused.is_err(), "the third waits: {refused:?}");
+            assert_eq!(view_of(&coordinator, &ADAPTIVE_WAITING).held(), 2);
+            end.send(true).expect("the bodies wait");
+            let (first, second) = running.await;
+            first.and(second).expect("the running bodies");
+            waiting.await.expect("admitted once a slot was freed");
+        })
+        .await;
 }
 
 /// A process the fleet's answer held to its share (one process of several, holding each slot

@@ -153,7 +153,7 @@ pub(crate) fn run(conn: Connection, cases: u32) {
                             now_us,
                             &mut seen,
                         )?;
-                        if report.observed.calls > 0 {
+                        if report.observed.asked() {
                             *joined_ms = learnt.joined_ms;
                         }
                         sampling.fleet_base(learnt.base_us);

@@ -9,8 +9,9 @@
 --          [10 s, 40 s], absent as 10 s; an older script leaves it untouched, which costs at
 --          most one period of 40 s after a mixed fleet or a rollback), `settled` (the limit of
 --          the last window outside a cut whose votes were not queued; 0: none), `measured` (the
---          voters' mean base, µs, the last cut or window with a low share left; 0: none; an
---          older script leaves it untouched, which costs at most one cut), and the open
+--          voters' mean base, µs, the last cut or window with a low share left, or that had
+--          fallen a quarter below it; 0: none; an older script leaves it untouched, which
+--          costs at most one cut per such fall), and the open
 --          window's `n`, `sum`, `calls`, `low`, `peak`, `queued`, `clear`, `unsure`, `ratios`,
 --          `bases`, `clears` (the clear votes' ratios), `lown` and `lowsum` (the successes at low
 --          occupancy and their latencies, which stand for a cut's latency); `askers`, the
@@ -46,6 +47,7 @@ local MAX_CUT_EVERY_MS = 4 * CUT_EVERY_MS
 local DEEPER_PM = (LOW_PM + 1000000 / QUEUED_PM) / 2
 local DEEPER_WHOLE_PM = math.floor((1000 + 3 * DEEPER_PM) / 4)
 local ABOVE_PM, MAX_LATENCY_US = math.floor(1000000 / CLEAR_PM), 600000000
+local FALLEN_PM = LOW_PM
 local a = {}
 for i = 1, 15 do
   a[i] = tonumber(ARGV[i])
@@ -158,11 +160,14 @@ if now >= since + window then
     if weight > 0 then
       base = math.floor(bases / weight)
       -- Bases that fell by a quarter since a cut or a low share measured them were measured
-      -- wrong (a warm-up's): measured again, the limit held, VERIFY_MS or more after it.
+      -- wrong (a warm-up's): measured again, the limit held, VERIFY_MS or more after the last
+      -- cut was called; the next fall is measured from them. Compared up to MAX_LATENCY_US,
+      -- exact whatever a field holds.
       local measuring = cut == 1 or low_share
-      local fallen = not measuring and base * 1000 < measured * LOW_PM
+      local fallen = not measuring
+        and math.min(base, MAX_LATENCY_US) * 1000 < math.min(measured, MAX_LATENCY_US) * FALLEN_PM
         and now >= lowat + VERIFY_MS
-      if measuring then
+      if measuring or fallen then
         measured = base
       end
       if fallen then

@@ -79,7 +79,8 @@
 //!   downstream answers in 22, the bases came down to the mean of calls near a limit that
 //!   queued, and the votes read clear while the limit climbed to 1.35–1.7 × C until the
 //!   period's cut. So the limit holds and the next window is a cut, [`VERIFY_MS`] or more
-//!   after the last measurement (whose calls, reported late, still lower the bases).
+//!   after the last cut was called (its calls, reported late, still lower the bases), and the
+//!   fallen bases are the ones the next fall is measured from.
 //! - **Cuts that confirm the limit come less often.** A cut costs a quarter of the limit for a
 //!   second, and more where one process holds slots outside the downstream (its bodies blocked
 //!   after the reply): it takes the cut's slots as fast as the others and keeps each longer, so
@@ -156,7 +157,7 @@
 //! | the queued votes weigh more than half | [`Queued`](Branch::Queued) | target `L × 1.1 / ratio`; in a cut, the period back to [`CUT_EVERY_MS`] |
 //! | they do, on bases older than [`VERIFY_MS`], the limit above the last one (outside a cut) whose votes were not queued, by at most a probe's growth | [`Undone`](Branch::Undone) | target `L × 1.1 / ratio`, not below that limit; in a cut, the period back to [`CUT_EVERY_MS`] |
 //! | they do, on bases older than [`VERIFY_MS`], otherwise | [`Verify`](Branch::Verify) | the next window is a cut; the period back to [`CUT_EVERY_MS`] |
-//! | before any of those: the voters' mean base fell below ¾ ([`FALLEN_PM`]) of the one the last window that measured bases left, outside such a window and [`VERIFY_MS`] or more after it | [`Fallen`](Branch::Fallen) | target the limit; the next window is a cut; the period back to [`CUT_EVERY_MS`] |
+//! | before any of those: the voters' mean base fell below ¾ ([`FALLEN_PM`]) of the one the last window that measured bases left (or the last fall), outside such a window and [`VERIFY_MS`] or more after the last cut was called | [`Fallen`](Branch::Fallen) | target the limit; the next window is a cut; the period back to [`CUT_EVERY_MS`] |
 //! | a cut's latency fell with its occupancy | [`Deeper`](Branch::Deeper) | target at most 1.1 × the cut; the next window is a cut; the period back to [`CUT_EVERY_MS`] |
 //! | a cut's own calls' latency fell by less, but by more than a limit at 1.1 × C allows ([`ABOVE_PM`]) | [`Above`](Branch::Above) | target at most 1.1 × the occupancy before the cut × that fall (Little's law: `C`) |
 //! | the clear votes do, outside a cut | [`Probed`](Branch::Probed) | target 1.2 × the limit, tapering to 1 × as their ratio nears 1.1 |
@@ -455,8 +456,9 @@ pub(crate) struct Estimate {
     /// The limit (thousandths) of the last window outside a cut whose votes were not queued
     /// (0: none yet).
     pub(crate) settled_pm: u64,
-    /// The voters' mean base (µs) the last window that measured bases left: a cut, or one with
-    /// a share of its calls at low occupancy (0: none yet).
+    /// The voters' mean base (µs) the last window that measured bases left (a cut, or one with
+    /// a share of its calls at low occupancy), or that had fallen by a quarter since (0: none
+    /// yet).
     pub(crate) measured_us: u64,
     /// Whether the open window is a cut.
     pub(crate) cut: bool,
@@ -616,12 +618,16 @@ fn update(estimate: &mut Estimate, bounds: Bounds, now: Now, seen: &mut Seen) {
     let measuring = estimate.cut || low_share;
     // Bases that fell by a quarter since they were measured were measured wrong (a warm-up's):
     // the votes on them read clear on a queued downstream, so they are measured again first.
-    // Not within VERIFY_MS of the last measurement, whose calls still lower them.
+    // Not within VERIFY_MS of the last cut's start, whose calls still lower them. Compared up
+    // to MAX_LATENCY_US, so that the products stay exact in the script's numbers whatever a
+    // field holds.
     let fallen = !measuring
-        && weight > 0
-        && estimate.base_us * 1000 < estimate.measured_us * FALLEN_PM
+        && estimate.base_us.min(MAX_LATENCY_US) * 1000
+            < estimate.measured_us.min(MAX_LATENCY_US) * FALLEN_PM
         && now.ms >= estimate.low_ms.saturating_add(VERIFY_MS);
-    if measuring && weight > 0 {
+    // From there, or from the bases that fell: a cut an older script closes in a mixed fleet
+    // (which leaves this untouched) is not called again until they fall by another quarter.
+    if (measuring || fallen) && weight > 0 {
         estimate.measured_us = estimate.base_us;
     }
     // Every product stays below 2^53 (a limit below 2^32 × 1000, a ratio at most 2000, a

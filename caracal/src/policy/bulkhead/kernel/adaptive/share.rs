@@ -54,7 +54,8 @@ impl Share {
     /// Learns from a report answered with `learnt`, whose successes took `mean_us` on average
     /// (as the process counts them, whether or not it sent them: see
     /// [`Sampling::last_mean_us`](super::vote::Sampling::last_mean_us)) and which saw the
-    /// fleet's occupancy reach `peak`, the process holding `held` slots as the answer came:
+    /// fleet's occupancy reach `peak`, `held` of its calls holding a slot (or asking for one)
+    /// as the answer came:
     /// the most slots of the limit in force the process may hold until the next answer,
     /// `None` when it may hold as many as the fleet admits.
     pub(crate) fn learn(
@@ -83,7 +84,7 @@ impl Share {
         // were refused, ended few calls or none, and the fleet's latency is this process's
         // own, so no latency can show it slower (one slow process whose tasks took the first
         // slots held all 16 of a limit of 16, the downstream at 2 of 20, for seconds).
-        if shared && held > share + (learnt.limit - share) / 2 {
+        if shared && held > share + learnt.limit.saturating_sub(share) / 2 {
             self.slower_pm = MAX_SLOWER_PM;
         }
         (shared && self.slower_pm > SLOWER_PM).then_some(share)

@@ -1211,6 +1211,37 @@ fn bases_measured_in_a_warm_up_are_measured_again_once_they_have_fallen() {
     assert_steady(&seconds[10..], 20, "after a warm-up");
 }
 
+/// Bases that fell by a quarter call a cut, and are what the next fall is measured from: in a
+/// mixed fleet an older script may close that cut without storing its bases, and the same
+/// fall would call a cut again every three seconds.
+#[test]
+fn fallen_bases_call_a_cut_once() {
+    let mut estimate = Estimate {
+        limit_pm: 24_000,
+        latency_us: 40_000,
+        measured_us: 60_000,
+        low_ms: 10_000,
+        every_ms: CUT_EVERY_MS,
+        level: 24,
+        expires_ms: 100_000,
+        ..Estimate::default()
+    };
+    let fell_in = |seen: &Seen| !seen.missing(&Branch::ALL).contains(&&Branch::Fallen);
+    let mut seen = Seen::default();
+    let mut fell = calls(0, 10);
+    fell.votes = Votes::default();
+    fell.votes.add(10, 1_000, 40_000);
+    report(&mut estimate, fell, 14_000, &mut seen);
+    assert!(fell_in(&seen), "{estimate:?}");
+    assert!(estimate.cut, "{estimate:?}");
+    assert_eq!((estimate.limit_pm, estimate.measured_us), (24_000, 40_000));
+    // The cut's window closed by an older script: bases as before, nothing stored.
+    estimate.cut = false;
+    let mut again = Seen::default();
+    report(&mut estimate, fell, 18_000, &mut again);
+    assert!(!fell_in(&again), "{estimate:?}");
+}
+
 #[test]
 fn a_change_that_is_not_congestion_is_measured_again_not_followed_down() {
     let slower = Process {
