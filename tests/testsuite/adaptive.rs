@@ -1,11 +1,12 @@
 //! `#[bulkhead(limit = adaptive(…))]`: the fleet's limit finds a downstream's capacity, follows
 //! it when it halves and when it comes back, stays within its bounds, backs off from a
-//! downstream that fails fast past its capacity, and a process that joins a running fleet admits within the fleet's limit from its
-//! first call, not from `initial`.
+//! downstream that fails fast past its capacity, a process that joins a running fleet admits
+//! within the fleet's limit from its first call, not from `initial`, and a process holding
+//! every slot is held to its share once others ask.
 //!
 //! The downstream serves `capacity` calls at once in 20 ms each and queues the rest. The
 //! in-process runs use tokio's paused clock, so latencies are exact and nothing depends on how
-//! loaded the machine is; the joining process runs against a real Redis.
+//! loaded the machine is; the fleets of processes (coordinators) run against a real Redis.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -16,10 +17,13 @@ use caracal::metrics::BULKHEAD_LIMIT;
 use caracal::{Coordinator, bulkhead};
 use caracal_tests::{MetricsLog, RedisServer};
 use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
 
 use crate::common::{Gate, TestError, code, unique};
 
 const SERVICE: Duration = Duration::from_millis(20);
+/// How long a task pauses after a refusal.
+const REFUSED_PAUSE: Duration = Duration::from_millis(5);
 
 /// A downstream of a known capacity, counting the calls inside it (served and queued).
 struct Downstream {
@@ -85,10 +89,11 @@ async fn bounded(scope: &str, down: &Downstream) -> Result<(), TestError> {
     down.serve().await
 }
 
-/// `tasks` tasks calling `call` back to back, each pausing 5 ms after a refusal.
+/// `tasks` tasks calling `call` back to back, each pausing `pause` after a refusal.
 fn load<F, Fut>(
     coordinator: &Coordinator,
     tasks: usize,
+    pause: Duration,
     call: F,
 ) -> Vec<tokio::task::JoinHandle<()>>
 where
@@ -101,7 +106,7 @@ where
             tokio::spawn(coordinator.clone().scoped(async move {
                 loop {
                     if let Err(TestError::Caracal(_)) = call().await {
-                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        tokio::time::sleep(pause).await;
                     }
                 }
             }))
@@ -151,7 +156,7 @@ async fn the_limit_finds_the_capacity_and_follows_it_down_and_back() {
     let scope = unique("follow");
     let tasks = {
         let (down, scope) = (Arc::clone(&down), scope.clone());
-        load(&coordinator, 40, move || {
+        load(&coordinator, 40, REFUSED_PAUSE, move || {
             let (down, scope) = (Arc::clone(&down), scope.clone());
             async move { follow(&scope, &down).await }
         })
@@ -200,7 +205,7 @@ async fn the_limit_stays_within_its_bounds_and_backs_off_from_failures() {
     let scope = unique("bounded");
     let tasks = {
         let (down, scope) = (Arc::clone(&down), scope.clone());
-        load(&coordinator, 30, move || {
+        load(&coordinator, 30, REFUSED_PAUSE, move || {
             let (down, scope) = (Arc::clone(&down), scope.clone());
             async move { bounded(&scope, &down).await }
         })
@@ -260,6 +265,34 @@ async fn the_limit_stays_within_its_bounds_and_backs_off_from_failures() {
     }
 }
 
+/// Processes of one fleet: coordinators on one Redis, in one namespace, calling in one scope.
+/// Each coordinator is a process to the fleet: it reports and counts on its own, as a separate
+/// replica would.
+struct Fleet {
+    server: RedisServer,
+    namespace: String,
+    scope: String,
+}
+
+impl Fleet {
+    fn start(name: &str) -> Self {
+        Fleet {
+            server: RedisServer::start(),
+            namespace: unique(name),
+            scope: unique(name),
+        }
+    }
+
+    /// A new process of the fleet.
+    async fn join(&self) -> Coordinator {
+        Coordinator::redis(self.server.url())
+            .namespace(self.namespace.clone())
+            .connect()
+            .await
+            .expect("connect")
+    }
+}
+
 #[bulkhead(name = "adaptive-join", limit = adaptive(min = 2, initial = 30, max = 60),
            scope = scope)]
 async fn join(scope: &str, down: &Downstream) -> Result<(), TestError> {
@@ -278,19 +311,13 @@ async fn hold(scope: &str, inside: &AtomicU32, gate: &Gate) -> Result<(), TestEr
 /// process, started then, holds its first 20 calls at once to the fleet's limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_process_that_joins_admits_within_the_fleets_limit_from_its_first_call() {
-    let server = RedisServer::start();
-    let namespace = unique("join");
-    let scope = unique("join");
-    let connect = || {
-        Coordinator::redis(server.url())
-            .namespace(namespace.clone())
-            .connect()
-    };
-    let first = connect().await.expect("connect");
+    let fleet = Fleet::start("join");
+    let scope = fleet.scope.clone();
+    let first = fleet.join().await;
     let down = Downstream::new(4);
     let tasks = {
         let (down, scope) = (Arc::clone(&down), scope.clone());
-        load(&first, 24, move || {
+        load(&first, 24, REFUSED_PAUSE, move || {
             let (down, scope) = (Arc::clone(&down), scope.clone());
             async move { join(&scope, &down).await }
         })
@@ -313,7 +340,7 @@ async fn a_process_that_joins_admits_within_the_fleets_limit_from_its_first_call
     }
     // The first process's calls drain (their releases are in flight): wait until no lease is
     // held, so the second's calls meet an empty set.
-    let mut conn = server.connection();
+    let mut conn = fleet.server.connection();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let keys: Vec<String> = redis::cmd("KEYS")
@@ -327,7 +354,7 @@ async fn a_process_that_joins_admits_within_the_fleets_limit_from_its_first_call
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    let second = connect().await.expect("connect");
+    let second = fleet.join().await;
     let gate = Gate::closed();
     let inside = Arc::new(AtomicU32::new(0));
     let calls: Vec<_> = (0..20)
@@ -364,5 +391,111 @@ async fn a_process_that_joins_admits_within_the_fleets_limit_from_its_first_call
     assert!(
         (1..=learnt + learnt / 2 + 1).contains(&admitted),
         "the joining process admitted {admitted} of 20 at once, the fleet's limit was {learnt}"
+    );
+}
+
+#[bulkhead(name = "adaptive-hoard", limit = adaptive(min = 12, initial = 12, max = 12),
+           scope = scope)]
+async fn hoard(scope: &str, bodies: &Bodies, gate: &Gate) -> Result<(), TestError> {
+    bodies.inside.fetch_add(1, Ordering::SeqCst);
+    gate.pass().await;
+    bodies.inside.fetch_sub(1, Ordering::SeqCst);
+    bodies.ended.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+/// One process's bodies of `hoard`: inside now, and ended so far.
+#[derive(Default)]
+struct Bodies {
+    inside: AtomicU32,
+    ended: AtomicU32,
+}
+
+/// One process of the hoarding test: 16 tasks calling `hoard` back to back, their bodies held
+/// at the process's gate, backing off 200 ms after a refusal as a well-behaved client would.
+struct Hoarder {
+    bodies: Arc<Bodies>,
+    gate: Gate,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Hoarder {
+    fn start(coordinator: &Coordinator, scope: &str) -> Self {
+        let (bodies, gate) = (Arc::new(Bodies::default()), Gate::closed());
+        let (counted, held, scope) = (Arc::clone(&bodies), gate.clone(), scope.to_owned());
+        let tasks = load(coordinator, 16, Duration::from_millis(200), move || {
+            let (bodies, gate, scope) = (Arc::clone(&counted), held.clone(), scope.clone());
+            async move { hoard(&scope, &bodies, &gate).await }
+        });
+        Hoarder {
+            bodies,
+            gate,
+            tasks,
+        }
+    }
+
+    fn inside(&self) -> u32 {
+        self.bodies.inside.load(Ordering::SeqCst)
+    }
+
+    fn ended(&self) -> u32 {
+        self.bodies.ended.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Hoarder {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// Waits, generously, until `done`.
+async fn until(what: &str, done: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(tokio::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// One process's calls take every slot of the fleet's limit before two others start, and each
+/// of its tasks asks again as its body ends while the others' back off after a refusal, so it
+/// takes back every slot it frees: the others end no calls, and no latency can show it slower
+/// than the fleet (the fleet's is its own). Once they ask for slots, refused or not, it is
+/// held to its share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_holding_every_slot_is_held_to_its_share_once_others_ask() {
+    let fleet = Fleet::start("hoard");
+    let first = Hoarder::start(&fleet.join().await, &fleet.scope);
+    until("the first process never filled the limit of 12", || {
+        first.inside() == 12
+    })
+    .await;
+    let others = [
+        Hoarder::start(&fleet.join().await, &fleet.scope),
+        Hoarder::start(&fleet.join().await, &fleet.scope),
+    ];
+    let others_inside = || others.iter().map(Hoarder::inside).sum::<u32>();
+    // Their refused calls are counted in the windows that follow, and the first process's
+    // bound follows the answer to its next report: a settling time, not a threshold (a bound
+    // that comes late leaves the first process more of the releases below to take back).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for _ in 0..24 {
+        let ended = first.ended();
+        first.gate.open(1);
+        until("a slot freed stayed free", || {
+            first.ended() > ended && first.inside() + others_inside() == 12
+        })
+        .await;
+    }
+    // Its share is 4 of 12: every body of its own that ended past that gave its slot to the
+    // others. Unbounded, it took back all it freed; bounded only every other report, it held 7 to 11.
+    assert!(
+        first.inside() <= 4,
+        "the first process holds {} of 12 slots, the others {}",
+        first.inside(),
+        others_inside()
     );
 }

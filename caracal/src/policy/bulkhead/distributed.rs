@@ -354,7 +354,8 @@ async fn admit<'a>(
         // A process holding its share of a saturated fleet is refused here, before asking: the
         // slots it lets go go to the other processes' calls rather than back to its own.
         let held = view.map(|view| view.hold());
-        let refused_at = if matches!(held, Some(None)) {
+        let refused_at = if let (Some(view), Some(None)) = (view, &held) {
+            view.observe(coordinator, |sampling| sampling.refused_here());
             None
         } else {
             let command = LeaseCommand {

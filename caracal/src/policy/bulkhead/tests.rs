@@ -1172,6 +1172,9 @@ async fn a_call_waiting_for_a_slot_is_not_counted_as_holding_one() {
 /// A process the fleet's answer held to its share (one process of several, holding each slot
 /// longer than the fleet's calls take, the fleet at its limit) is refused at its share without
 /// asking, though the fleet has slots free; and admitted again once a body of its own ends.
+/// The refusal is noted as asking for a slot of the fleet the last lease reply showed, so that
+/// its next report counts it and keeps the bound while that reply read full: a report without
+/// an occupancy read as a fleet below its limit, and the bound lifted every other report.
 #[tokio::test(start_paused = true)]
 async fn a_process_at_its_share_of_a_saturated_fleet_is_refused_until_a_body_of_its_own_ends() {
     let coordinator = Coordinator::in_memory();
@@ -1184,12 +1187,17 @@ async fn a_process_at_its_share_of_a_saturated_fleet_is_refused_until_a_body_of_
             // Until its body waits: admitted, and counted as running.
             let waiting = tokio::time::timeout(Duration::from_millis(10), running.as_mut()).await;
             assert!(waiting.is_err(), "{waiting:?}");
-            adaptive_view(&coordinator).hold_to(1);
+            let view = adaptive_view(&coordinator);
+            // A report carries the admission's occupancy away.
+            tokio::time::sleep(adaptive::REPORT_EVERY + Duration::from_millis(10)).await;
+            assert_eq!(view.peak(), 0, "reported");
+            view.hold_to(1);
             let refused = guarded(&ADAPTIVE, async { Ok(()) }).await;
             assert!(
                 matches!(refused, Err(Error::BulkheadFull { .. })),
                 "{refused:?}"
             );
+            assert_eq!(view.peak(), 1, "the refusal, at the last reply's occupancy");
             end.send(()).expect("the body waits");
             running.await.expect("the running body");
             guarded(&ADAPTIVE, async { Ok(()) })

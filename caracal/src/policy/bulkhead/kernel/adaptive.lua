@@ -25,7 +25,8 @@
 -- ARGV     samples, sum (µs), calls, low, peak, queued, clear, unsure, ratios, bases, min,
 --          initial, max, window (ms), joined, clears, low samples, low sum (µs): integers.
 --          `joined` is the `since` the reporting process's last report that asked for slots
---          (with calls, or a peak: a lease reply, admitted or refused) was answered with (0:
+--          (with calls, or a peak: a lease reply, admitted or refused, or a call refused at the
+--          process's share) was answered with (0:
 --          none): such a report whose `joined` is not the open window's start counts its
 --          process in the window.
 -- Reply    {limit, full, low, latency, base, since, procs}: the whole limit in force (`low`

@@ -131,7 +131,8 @@
 //!   correction, smaller, never larger.
 //! - **A process holding slots outside the downstream is held to its share** ([`share`]): the
 //!   step counts the processes that asked for slots in each window, their reports carrying
-//!   calls or a lease reply's occupancy, admitted or refused (a report carries the start of
+//!   calls or a lease reply's occupancy, admitted or refused (or refused in the process, at its
+//!   share: the last reply's) (a report carries the start of
 //!   the window its process last joined, so each counts once; an older script in a mixed
 //!   fleet neither counts nor clears the count, which counts a process again in each window
 //!   such a script closed, and an older process, counted only by its calls, is counted again
@@ -375,14 +376,16 @@ pub(crate) struct Observed {
     pub(crate) low_samples: u64,
     /// Their latencies' sum, counted as [`sum_us`](Self::sum_us) counts them.
     pub(crate) low_sum_us: u64,
-    /// The highest fleet occupancy a lease reply showed.
+    /// The highest fleet occupancy a lease reply showed (a call refused in the process, at its
+    /// share, notes the last reply's).
     pub(crate) peak: u64,
     pub(crate) votes: Votes,
 }
 
 impl Observed {
     /// Whether the process asked for slots: it ended calls, or a lease reply, admitted or
-    /// refused, showed it the fleet's occupancy (a report of neither: its limit was ageing).
+    /// refused, showed it the fleet's occupancy, or it refused a call at its share (a report
+    /// of none of those: its limit was ageing).
     pub(crate) fn asked(&self) -> bool {
         self.calls > 0 || self.peak > 0
     }

@@ -10,8 +10,11 @@
 //! fleet by more than [`SLOWER_PM`] holds at most the limit over the processes that asked for
 //! slots in the last window, while the fleet is at its limit: its calls past that are refused
 //! in the process (or wait for a body of its own to end, within `max_wait`), and the slots it
-//! lets go go to the others. Alone, or in a fleet with slots to spare, it holds what the fleet
-//! admits; a process slow for its own reasons (heavier requests) still has its equal share.
+//! lets go go to the others. A call refused there asks for a slot of the fleet the last lease
+//! reply showed, and its report says so (else a bounded process refused everything for a
+//! report went uncounted, read the fleet as below its limit, and took its slots back). Alone,
+//! or in a fleet with slots to spare, it holds what the fleet admits; a process slow for its
+//! own reasons (heavier requests) still has its equal share.
 //!
 //! The processes are those that asked for slots in the last window, admitted or refused. A
 //! process that holds its share and more than half of the others' while they ask is read as
@@ -54,7 +57,8 @@ impl Share {
     /// Learns from a report answered with `learnt`, whose successes took `mean_us` on average
     /// (as the process counts them, whether or not it sent them: see
     /// [`Sampling::last_mean_us`](super::vote::Sampling::last_mean_us)) and which saw the
-    /// fleet's occupancy reach `peak`, `held` of its calls holding a slot (or asking for one)
+    /// fleet's occupancy reach `peak` (a call refused at the share: the last lease reply's),
+    /// `held` of its calls holding a slot (or asking for one)
     /// as the answer came:
     /// the most slots of the limit in force the process may hold until the next answer,
     /// `None` when it may hold as many as the fleet admits.
@@ -232,5 +236,29 @@ mod tests {
             let warming = joining.learn(Some(200_000), 25, 0, &learnt(3));
             assert_eq!(warming, None, "report {report}");
         }
+    }
+
+    /// A report whose calls were all refused at the share, asking nothing of the fleet, keeps
+    /// the bound while the last lease reply read the fleet full (read as a fleet below its
+    /// limit, it lifted the bound every other report); once a body of its own ends and its next
+    /// call's reply shows slots free, that lifts it.
+    #[test]
+    fn a_report_refused_at_the_share_keeps_the_bound_until_a_reply_shows_slots_free() {
+        let mut sampling = Sampling::default();
+        let mut hoarding = Share::default();
+        sampling.occupancy(25);
+        let full = sampling.report(false);
+        assert_eq!(
+            hoarding.learn(Some(77_000), full.peak, 25, &learnt(3)),
+            Some(9)
+        );
+        sampling.refused_here();
+        let refused = sampling.report(false);
+        assert!(refused.asked(), "counted among the processes that ask");
+        assert_eq!(hoarding.learn(None, refused.peak, 25, &learnt(3)), Some(9));
+        sampling.occupancy(21);
+        sampling.refused_here();
+        let free = sampling.report(false);
+        assert_eq!(hoarding.learn(None, free.peak, 24, &learnt(3)), None);
     }
 }

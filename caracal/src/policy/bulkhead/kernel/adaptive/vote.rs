@@ -108,6 +108,8 @@ pub(crate) struct Sampling {
     low: Bucket,
     high: Bucket,
     peak: u64,
+    /// The occupancy the last lease reply showed, kept across reports (0: none yet).
+    last_occupancy: u64,
     /// The mean latency of its successes at low occupancy, averaged over reports (0: none yet).
     base_us: u64,
     /// The mean latency of its successes near the limit (each up to [`COMPARED_TIMES`] the
@@ -203,7 +205,24 @@ impl Sampling {
 
     /// Notes a fleet occupancy a lease reply showed.
     pub(crate) fn occupancy(&mut self, occupancy: u32) {
-        self.peak = self.peak.max(occupancy.into());
+        self.last_occupancy = occupancy.into();
+        self.peak = self.peak.max(self.last_occupancy);
+    }
+
+    /// Notes a call refused in the process, at its share of a saturated fleet, without asking:
+    /// it asked for a slot of the fleet the last lease reply showed. So its report counts it
+    /// among the processes that ask, and keeps the bound while the fleet read full, where one
+    /// without an occupancy read as a fleet below its limit (the bound lifted every other
+    /// report, and the process took back in a burst the slots it had let go); the first reply
+    /// showing slots free, once a body of its own ends and its next call asks, lifts it.
+    pub(crate) fn refused_here(&mut self) {
+        self.peak = self.peak.max(self.last_occupancy);
+    }
+
+    /// The highest fleet occupancy noted since the last report.
+    #[cfg(test)]
+    pub(crate) fn peak(&self) -> u64 {
+        self.peak
     }
 
     /// Whether nothing was observed since the last report.
