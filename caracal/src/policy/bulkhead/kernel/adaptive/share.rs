@@ -25,8 +25,8 @@
 //! Not work-conserving in three cases: every process that asked counts alike, so
 //! processes with a trickle of calls shrink the share of a slower busy one (two busy processes
 //! and eight trickling: a tenth of the limit); a slower process that is itself what fills
-//! the fleet, bounded, leaves slots free until its next report (250 ms) lifts the bound; and
-//! so does a process with most of the fleet's traffic that holds most of its slots while a
+//! the fleet, bounded, leaves slots free until a body of its own ends, its next call's reply
+//! shows them free, and its next report (250 ms) lifts the bound; and so does a process with most of the fleet's traffic that holds most of its slots while a
 //! trickling one is refused, read as slower for about two seconds of reports.
 
 use super::Learnt;
