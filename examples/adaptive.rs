@@ -22,7 +22,12 @@
 //! task calling the downstream over a connection of its own in a closed loop, without think
 //! time: 48 calls in flight would keep 2.4 C busy. A call the limiter refuses is counted, and
 //! its task backs off 1 to 5 ms. C halves after a third of the run and doubles back after two
-//! thirds. The limiters:
+//! thirds. (`--shape unsaturated` is the exception: a partner with room for 400 requests at
+//! once, each in 100 ms, on a busy host, never saturated and never changed; its convergence
+//! and band figures are `null` and 0, and it is read by the summary's `offered_reached_s`,
+//! the first second whose limit reached the calls the processes' tasks offer, and
+//! `then_refused` and `then_limit_per_offered_min`, the calls refused after it and the
+//! lowest limit over those offered.) The limiters:
 //!
 //! - `fleet`: `#[bulkhead(limit = adaptive(min = 2, initial = 20, max = 400))]` through the
 //!   Redis at `CARACAL_REDIS_URL` (default 127.0.0.1:6379). Halfway through, a fourth process
@@ -100,6 +105,10 @@ const TASKS: usize = 16;
 /// The downstream's capacity: requests served at once, and how long each takes.
 const CAPACITY: usize = 20;
 const SERVICE: Duration = Duration::from_millis(20);
+/// The `unsaturated` shape's downstream: room for more than any fleet here offers, at the
+/// latency of a partner across a network.
+const ROOMY_CAPACITY: usize = 400;
+const ROOMY_SERVICE: Duration = Duration::from_millis(100);
 const STATIC_LIMITS: [u32; 6] = [10, 15, 20, 25, 30, 40];
 /// Seconds left out of the steady state: at the start, and after each change of capacity.
 const WARMUP: u64 = 5;
@@ -114,7 +123,7 @@ const DEFAULT_SECONDS: u64 = 40;
 /// The fewest seconds with a halving, a doubling back and a joiner each a second apart or more.
 const MIN_SECONDS: u64 = 6;
 const USAGE: &str = "usage: adaptive [--seconds N] [--only fleet|local|static] \
-                     [--shape clean|busy|slow-process|bimodal|fail-fast]";
+                     [--shape clean|busy|slow-process|bimodal|fail-fast|unsaturated]";
 
 /// What a worker's calls go through.
 #[derive(Clone, Copy, PartialEq)]
@@ -378,9 +387,16 @@ async fn calls(
 // ---------------------------------------------------------------------------------------------
 // The parent: the downstream, the runs, the figures.
 
-/// When, in whole seconds from the start of a run, the capacity changes and the joiner joins.
+/// The downstream a run meets and when, in whole seconds from the start of the run, its
+/// capacity changes and the joiner joins.
 struct Schedule {
     seconds: u64,
+    /// Requests served at once, while not halved.
+    capacity: usize,
+    /// How long each takes, unqueued.
+    service: Duration,
+    /// Whether the capacity halves and doubles back.
+    changes: bool,
 }
 
 impl Schedule {
@@ -401,10 +417,10 @@ impl Schedule {
 
     /// The capacity during second `t` (from `t - 1` to `t`).
     fn capacity(&self, t: u64) -> usize {
-        if self.halved_after() < t && t <= self.restored_after() {
-            CAPACITY / 2
+        if self.changes && self.halved_after() < t && t <= self.restored_after() {
+            self.capacity / 2
         } else {
-            CAPACITY
+            self.capacity
         }
     }
 
@@ -429,11 +445,20 @@ struct Second {
     /// The slots the workers' admitted calls held on average: all of them, and the first
     /// worker's (the slow one's, in `slow-process`).
     held: [f64; 2],
+    /// The calls the workers' limiter refused.
+    rejected: f64,
+    /// The workers running.
+    processes: usize,
 }
 
 impl Second {
-    /// Its `adaptive_second` line, with the calls the workers' limiter refused in it.
-    fn emit(&self, limiter: Limiter, rejected: f64, processes: usize) {
+    /// The calls the processes' tasks offer at once.
+    fn offered(&self) -> f64 {
+        (self.processes * TASKS) as f64
+    }
+
+    /// Its `adaptive_second` line.
+    fn emit(&self, limiter: Limiter) {
         let mut fields = vec![
             ("t", self.t as f64),
             ("capacity", self.capacity),
@@ -442,8 +467,8 @@ impl Second {
             ("downstream_concurrency_mean", self.mean),
             ("goodput", self.latencies.len() as f64),
             ("p99_ms", p99_ms(self.latencies.clone())),
-            ("rejected", rejected),
-            ("processes", processes as f64),
+            ("rejected", self.rejected),
+            ("processes", self.processes as f64),
             ("slots_held", self.held[0]),
             ("slots_held_first", self.held[1]),
         ];
@@ -480,11 +505,12 @@ async fn redis_usec(conn: &mut redis::aio::MultiplexedConnection) -> Result<f64>
 
 /// Runs `limiter` for the schedule: the downstream, the workers, a line per second.
 async fn run(limiter: Limiter, shape: Shape, schedule: &Schedule, namespace: &str) -> Result<Run> {
-    let downstream = Downstream::start(CAPACITY, SERVICE, shape.behaviour()).await?;
+    let downstream =
+        Downstream::start(schedule.capacity, schedule.service, shape.behaviour()).await?;
     let port = downstream.address().port().to_string();
     let args = ["worker", &limiter.arg(), namespace, &port, "normal"];
     let slow_args = ["worker", &limiter.arg(), namespace, &port, "slow"];
-    let _hog = (shape == Shape::Busy).then(CpuHog::start);
+    let _hog = matches!(shape, Shape::Busy | Shape::Unsaturated).then(CpuHog::start);
     // The parent reads the fleet's limit as the `caracal` command would.
     let observer = match limiter {
         Limiter::Fleet => Some(
@@ -549,8 +575,10 @@ async fn run(limiter: Limiter, shape: Shape, schedule: &Schedule, namespace: &st
             served: seen.served,
             fleet_latency,
             held: [held.iter().sum(), held.first().copied().unwrap_or(0.0)],
+            rejected: rejected_now - rejected,
+            processes: workers.len(),
         };
-        second.emit(limiter, rejected_now - rejected, workers.len());
+        second.emit(limiter);
         rejected = rejected_now;
         seconds.push(second);
         if t == schedule.halved_after() || t == schedule.restored_after() {
@@ -637,7 +665,7 @@ fn in_band(value: f64, capacity: f64) -> bool {
 }
 
 /// The figures of a set of seconds, each name after `prefix`.
-fn figures(prefix: &str, seconds: &[&Second]) -> Figures {
+fn figures(prefix: &str, seconds: &[&Second], service: Duration) -> Figures {
     let count = seconds.len() as f64;
     let mean =
         |value: &dyn Fn(&Second) -> f64| seconds.iter().map(|s| value(s)).sum::<f64>() / count;
@@ -649,7 +677,7 @@ fn figures(prefix: &str, seconds: &[&Second]) -> Figures {
     let served: Duration = seconds.iter().map(|s| s.served).sum();
     let servable: f64 = seconds
         .iter()
-        .map(|s| s.capacity / SERVICE.as_secs_f64())
+        .map(|s| s.capacity / service.as_secs_f64())
         .sum();
     let overshoot_max = seconds
         .iter()
@@ -665,7 +693,7 @@ fn figures(prefix: &str, seconds: &[&Second]) -> Figures {
         ),
         (
             "p99_per_s",
-            p99_ms(latencies) / (SERVICE.as_secs_f64() * 1e3),
+            p99_ms(latencies) / (service.as_secs_f64() * 1e3),
         ),
         ("goodput_per_cs", answered / servable),
         ("service_ms", served.as_secs_f64() * 1e3 / answered),
@@ -703,8 +731,14 @@ fn summary(run: &Run, schedule: &Schedule) -> Figures {
     let (halved, restored) = (schedule.halved_after(), schedule.restored_after());
     let limit = |s: &Second| s.limit;
     let concurrency = |s: &Second| s.mean;
-    let mut fields = figures("all_", &all);
-    fields.extend(figures("steady_", &steady));
+    // From the first second whose limit reached what the processes' tasks offer.
+    let reached = run.seconds.iter().find(|s| s.limit >= s.offered());
+    let then = run
+        .seconds
+        .iter()
+        .filter(|s| reached.is_some_and(|reached| s.t > reached.t));
+    let mut fields = figures("all_", &all, schedule.service);
+    fields.extend(figures("steady_", &steady, schedule.service));
     fields.extend([
         (
             "converge_half_limit_s".to_owned(),
@@ -727,6 +761,18 @@ fn summary(run: &Run, schedule: &Schedule) -> Figures {
             run.rejected / schedule.seconds as f64,
         ),
         ("errors".to_owned(), run.errors),
+        (
+            "offered_reached_s".to_owned(),
+            reached.map_or(f64::NAN, |s| s.t as f64),
+        ),
+        (
+            "then_refused".to_owned(),
+            then.clone().map(|s| s.rejected).sum(),
+        ),
+        (
+            "then_limit_per_offered_min".to_owned(),
+            then.map(|s| s.limit / s.offered()).fold(f64::NAN, f64::min),
+        ),
         (
             "redis_usec_per_call".to_owned(),
             run.redis_usec / run.seconds.iter().map(|s| s.latencies.len()).sum::<usize>() as f64,
@@ -829,15 +875,20 @@ enum Shape {
     Bimodal,
     /// Past its capacity, the downstream fails in a millisecond instead of queueing.
     FailFast,
+    /// A downstream with room for more than the fleet offers ([`ROOMY_CAPACITY`], each request
+    /// in [`ROOMY_SERVICE`]), on a busy host: never saturated, its capacity never changes, and
+    /// the limit should stay above what the fleet offers and refuse nothing once it is there.
+    Unsaturated,
 }
 
 impl Shape {
-    const ALL: [(&'static str, Shape); 5] = [
+    const ALL: [(&'static str, Shape); 6] = [
         ("clean", Shape::Clean),
         ("busy", Shape::Busy),
         ("slow-process", Shape::SlowProcess),
         ("bimodal", Shape::Bimodal),
         ("fail-fast", Shape::FailFast),
+        ("unsaturated", Shape::Unsaturated),
     ];
 
     fn name(self) -> &'static str {
@@ -845,6 +896,21 @@ impl Shape {
             .iter()
             .find(|(_, shape)| *shape == self)
             .map_or("clean", |(name, _)| name)
+    }
+
+    /// The downstream it runs against, for a run of `seconds`.
+    fn schedule(self, seconds: u64) -> Schedule {
+        let unsaturated = self == Shape::Unsaturated;
+        Schedule {
+            seconds,
+            capacity: if unsaturated {
+                ROOMY_CAPACITY
+            } else {
+                CAPACITY
+            },
+            service: if unsaturated { ROOMY_SERVICE } else { SERVICE },
+            changes: !unsaturated,
+        }
     }
 
     fn behaviour(self) -> downstream::Behaviour {
@@ -926,16 +992,14 @@ async fn main() -> Result<()> {
             std::process::exit(2);
         }
     };
-    let schedule = Schedule {
-        seconds: options.seconds,
-    };
+    let schedule = options.shape.schedule(options.seconds);
     emit(
         "setup",
         &[
             ("processes", PROCESSES as f64),
             ("tasks_per_process", TASKS as f64),
-            ("capacity", CAPACITY as f64),
-            ("service_ms", SERVICE.as_secs_f64() * 1e3),
+            ("capacity", schedule.capacity as f64),
+            ("service_ms", schedule.service.as_secs_f64() * 1e3),
             ("seconds", schedule.seconds as f64),
             ("halved_after_s", schedule.halved_after() as f64),
             ("restored_after_s", schedule.restored_after() as f64),

@@ -135,6 +135,12 @@ impl View {
         lock(&self.known).sampling.peak()
     }
 
+    /// The calls the fleet was full for that this process noted since its last report.
+    #[cfg(test)]
+    pub(crate) fn refused(&self) -> u64 {
+        lock(&self.known).sampling.refused()
+    }
+
     /// The limit in force for a call under `bounds`: the one learnt, if fresh; else the
     /// answer to a report sent now. Callers that queued behind a report that failed share its
     /// error rather than each waiting for one of their own (through an outage they would

@@ -379,8 +379,10 @@ async fn admit<'a>(
             let reply = lease(coordinator, command).await;
             unclaimed.armed = reply.is_err();
             if let (Some(view), Ok(answer)) = (view, &reply) {
-                let occupancy = answer.reply.occupancy;
-                view.observe(coordinator, |sampling| sampling.occupancy(occupancy));
+                let (occupancy, refused) = (answer.reply.occupancy, !answer.reply.allowed);
+                view.observe(coordinator, |sampling| {
+                    sampling.occupancy(occupancy, refused)
+                });
             }
             match reply {
                 // Trusted from when its batch was sent, not from when it joined its lane: a

@@ -1120,6 +1120,23 @@ fn adaptive_view(coordinator: &Coordinator) -> Arc<adaptive::View> {
     view_of(coordinator, &ADAPTIVE)
 }
 
+/// A call through `site` whose body waits until the sender is used or dropped: admitted, and
+/// counted as running, once this returns.
+async fn running_on(
+    site: &'static BulkheadSite,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    std::pin::Pin<Box<impl Future<Output = Result<(), Error>>>>,
+) {
+    let (end, ended) = tokio::sync::oneshot::channel::<()>();
+    let mut running = Box::pin(guarded(site, async {
+        ended.await.map_err(|_| Error::NotInstalled)
+    }));
+    let waiting = tokio::time::timeout(Duration::from_millis(10), running.as_mut()).await;
+    assert!(waiting.is_err(), "{waiting:?}");
+    (end, running)
+}
+
 /// The view of `site`'s adaptive limit in `coordinator`.
 fn view_of(coordinator: &Coordinator, site: &BulkheadSite) -> Arc<adaptive::View> {
     let config = &site.config;
@@ -1180,13 +1197,7 @@ async fn a_process_at_its_share_of_a_saturated_fleet_is_refused_until_a_body_of_
     let coordinator = Coordinator::in_memory();
     coordinator
         .scoped(async {
-            let (end, ended) = tokio::sync::oneshot::channel::<()>();
-            let mut running = std::pin::pin!(guarded(&ADAPTIVE, async {
-                ended.await.map_err(|_| Error::NotInstalled)
-            }));
-            // Until its body waits: admitted, and counted as running.
-            let waiting = tokio::time::timeout(Duration::from_millis(10), running.as_mut()).await;
-            assert!(waiting.is_err(), "{waiting:?}");
+            let (end, running) = running_on(&ADAPTIVE).await;
             let view = adaptive_view(&coordinator);
             // A report carries the admission's occupancy away.
             tokio::time::sleep(adaptive::REPORT_EVERY + Duration::from_millis(10)).await;
@@ -1198,11 +1209,42 @@ async fn a_process_at_its_share_of_a_saturated_fleet_is_refused_until_a_body_of_
                 "{refused:?}"
             );
             assert_eq!(view.peak(), 1, "the refusal, at the last reply's occupancy");
+            assert_eq!(view.refused(), 1, "a call the fleet was full for");
             end.send(()).expect("the body waits");
             running.await.expect("the running body");
             guarded(&ADAPTIVE, async { Ok(()) })
                 .await
                 .expect("admitted once its body ended");
+        })
+        .await;
+}
+
+/// A call a lease reply refuses is noted as one the fleet was full for, beside the occupancy
+/// the reply showed: with `thresholds` a class is refused under the limit, and a fleet whose
+/// calls are refused is cut on its period whatever its occupancy.
+#[tokio::test(start_paused = true)]
+async fn a_call_the_fleet_refuses_is_noted_as_refused() {
+    static ONE: BulkheadSite = BulkheadSite::new(BulkheadConfig {
+        name: "unit-adaptive-one",
+        operation: "unit-adaptive-one",
+        limit: 1,
+        adaptive: Some(AdaptiveLimit::new(1, 1, 1)),
+        ..ADAPTIVE_CONFIG
+    });
+    let coordinator = Coordinator::in_memory();
+    coordinator
+        .scoped(async {
+            let (end, running) = running_on(&ONE).await;
+            let view = view_of(&coordinator, &ONE);
+            assert_eq!((view.peak(), view.refused()), (1, 0), "admitted");
+            let refused = guarded(&ONE, async { Ok(()) }).await;
+            assert!(
+                matches!(refused, Err(Error::BulkheadFull { .. })),
+                "{refused:?}"
+            );
+            assert_eq!((view.peak(), view.refused()), (1, 1), "refused");
+            end.send(()).expect("the body waits");
+            running.await.expect("the running body");
         })
         .await;
 }

@@ -23,11 +23,12 @@ use crate::policy::bulkhead::kernel::adaptive::{
 #[derive(Debug, Clone)]
 enum Command {
     /// One of three processes reports these bodies' outcomes (at low occupancy or not;
-    /// `None`: a drop) and this occupancy.
+    /// `None`: a drop) and this occupancy, which a reply refusing a call showed or not.
     Report {
         process: usize,
         bodies: Vec<(bool, Option<u64>)>,
         occupancy: u32,
+        refused: bool,
     },
     /// Moves the clock on by this many microseconds.
     Advance { us: u64 },
@@ -75,8 +76,9 @@ fn command() -> impl Strategy<Value = Command> {
             prop::collection::vec((any::<bool>(), latency()), 0..24),
             0u32..6,
             0u32..600,
+            prop::bool::weighted(0.2),
         )
-            .prop_map(|(process, mut bodies, kind, occupancy)| {
+            .prop_map(|(process, mut bodies, kind, occupancy, refused)| {
                 match kind {
                     0 | 1 => bodies.iter_mut().for_each(|(low, _)| *low = false),
                     2 => bodies.iter_mut().for_each(|(low, _)| *low = true),
@@ -86,6 +88,7 @@ fn command() -> impl Strategy<Value = Command> {
                     process,
                     bodies,
                     occupancy,
+                    refused,
                 }
             }),
         2 => prop_oneof![0u64..2_000, 0u64..3_000_000].prop_map(|us| Command::Advance { us }),
@@ -130,12 +133,13 @@ pub(crate) fn run(conn: Connection, cases: u32) {
                         process,
                         bodies,
                         occupancy,
+                        refused,
                     } => {
                         let (sampling, joined_ms, cut) = &mut processes[process];
                         for (low, body) in bodies {
                             sampling.body(low, body.unwrap_or(1_000), body.is_some());
                         }
-                        sampling.occupancy(occupancy);
+                        sampling.occupancy(occupancy, refused);
                         let report = Report {
                             observed: sampling.report(*cut),
                             bounds,
@@ -209,10 +213,10 @@ pub(crate) fn run(conn: Connection, cases: u32) {
 }
 
 /// The `adaptive` hash's fields.
-const FIELDS: [&str; 25] = [
+const FIELDS: [&str; 26] = [
     "limit", "latency", "base", "since", "lowat", "cut", "level", "every", "n", "sum", "calls",
     "low", "peak", "queued", "clear", "unsure", "ratios", "bases", "clears", "lown", "lowsum",
-    "settled", "measured", "askers", "procs",
+    "settled", "measured", "askers", "procs", "refused",
 ];
 
 /// Each field of the hash but `cut` (a flag), and the model's count it stores.
@@ -232,6 +236,7 @@ fn counts(estimate: &mut Estimate) -> impl Iterator<Item = (&'static str, &mut u
         ("calls", &mut window.calls),
         ("low", &mut window.low),
         ("peak", &mut window.peak),
+        ("refused", &mut window.refused),
         ("queued", &mut votes.queued),
         ("clear", &mut votes.clear),
         ("unsure", &mut votes.unsure),

@@ -14,16 +14,19 @@
 --          costs at most one cut per such fall), and the open
 --          window's `n`, `sum`, `calls`, `low`, `peak`, `queued`, `clear`, `unsure`, `ratios`,
 --          `bases`, `clears` (the clear votes' ratios), `lown` and `lowsum` (the successes at low
---          occupancy and their latencies, which stand for a cut's latency); `askers`, the
---          processes counted in the open window, and `procs`, in the last window that closed.
---          In a mixed fleet an older script adds its processes' figures but not to the last
---          three, nor clears them when it closes a window: its clear votes read as unqueued and
---          stale `clears` as queued, so a probe's growth stays within the older script's 1.2 ×,
---          and `lown`/`lowsum` are read only while within the window's `n`/`sum`. Nor does it
+--          occupancy and their latencies, which stand for a cut's latency), `refused` (calls
+--          the fleet was full for: its limit, or a class's share of it, refused them);
+--          `askers`, the processes counted in the open window, and `procs`, in the last window
+--          that closed. In a mixed fleet an older script adds its processes' figures but not to
+--          the last four, nor clears them when it closes a window: its clear votes read as
+--          unqueued and stale `clears` as queued, so a probe's growth stays within the older
+--          script's 1.2 ×, `lown`/`lowsum` are read only while within the window's `n`/`sum`,
+--          and a stale `refused` reads as a full fleet, cut on its period as before. Nor does it
 --          move `settled`: a growth it made is verified by a cut or, within a probe's growth of
 --          the last settled limit, undone to no lower than that limit.
 -- ARGV     samples, sum (µs), calls, low, peak, queued, clear, unsure, ratios, bases, min,
---          initial, max, window (ms), joined, clears, low samples, low sum (µs): integers.
+--          initial, max, window (ms), joined, clears, low samples, low sum (µs), refused:
+--          integers.
 --          `joined` is the `since` the reporting process's last report that asked for slots
 --          (with calls, or a peak: a lease reply, admitted or refused, or a call refused at the
 --          process's share) was answered with (0:
@@ -53,14 +56,14 @@ local a = {}
 for i = 1, 15 do
   a[i] = tonumber(ARGV[i])
 end
-for i = 16, 18 do
+for i = 16, 19 do
   a[i] = tonumber(ARGV[i]) or 0
 end
 local min, initial, max, window = a[11], a[12], a[13], a[14]
 
 local fields = {'limit', 'latency', 'base', 'since', 'lowat', 'cut', 'level', 'every', 'n', 'sum',
   'calls', 'low', 'peak', 'queued', 'clear', 'unsure', 'ratios', 'bases', 'askers', 'procs',
-  'clears', 'lown', 'lowsum', 'settled', 'measured'}
+  'clears', 'lown', 'lowsum', 'settled', 'measured', 'refused'}
 local stored = redis.call('HMGET', KEYS[1], unpack(fields))
 -- What something else wrote (negative, fractional, huge, not a number) reads as a count, as
 -- the kernel's integers would hold it, so that no foreign field turns the step's arithmetic
@@ -84,16 +87,16 @@ end
 -- never a period that cuts every window or never cuts.
 local every = math.min(math.max(e[8], CUT_EVERY_MS), MAX_CUT_EVERY_MS)
 -- The open window: samples, sum, calls, low, peak, queued, clear, unsure, ratios, bases,
--- clears, low samples, low sum.
+-- clears, low samples, low sum, refused.
 local w = {e[9], e[10], e[11], e[12], e[13], e[14], e[15], e[16], e[17], e[18], e[21], e[22],
-  e[23]}
+  e[23], e[26]}
 local askers, procs, settled, measured = e[19], e[20], e[24], e[25]
 if limit == 0 then
   askers, procs, settled, measured = 0, 0, 0, 0
   limit, latency, base, since, lowat, cut, level = initial * 1000, 0, 0, now, 0, 0, 0
   lowat = math.max(now - CUT_EVERY_MS, 0)
   every = CUT_EVERY_MS
-  w = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+  w = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 end
 -- Server time that stepped back (a failover to a replica whose clock is behind) or a foreign
 -- time: a window that started, or calls at low occupancy seen, after now would hold the limit
@@ -122,7 +125,7 @@ for i = 1, 10 do
     w[i] = math.min(w[i] + a[i], MAX_SUM)
   end
 end
-for i = 11, 13 do
+for i = 11, 14 do
   w[i] = math.min(w[i] + a[i + 5], MAX_SUM)
 end
 local joined = since
@@ -210,6 +213,9 @@ if now >= since + window then
     if target >= limit then
       target = math.floor((limit + target) / 2)
     end
+    -- Whether the window's occupancy reached the limit it ran under, or the fleet refused a
+    -- call (a class's share of it).
+    local filled = peak >= math.floor(limit / 1000) or w[14] > 0
     limit = math.min(math.max(target, min * 1000), max * 1000)
     level = peak
     if deeper then
@@ -224,14 +230,16 @@ if now >= since + window then
     elseif cut == 1 and judged then
       every = math.min(every * 2, MAX_CUT_EVERY_MS)
     end
-    if verify or deeper or now >= lowat + every then
+    -- Not on the period alone in a window that never filled its limit and whose voters weighed
+    -- half its calls: a cut would refuse calls the downstream has room for.
+    if verify or deeper or now >= lowat + every and (filled or not judged) then
       cut, lowat = 1, now
     else
       cut = 0
     end
   end
   since = now
-  w = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+  w = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
   askers, procs = 0, askers
 end
 
@@ -249,6 +257,8 @@ for i = 11, 13 do
   set[#set + 1] = fields[10 + i]
   set[#set + 1] = int(w[i])
 end
+set[#set + 1] = 'refused'
+set[#set + 1] = int(w[14])
 redis.call('HSET', KEYS[1], unpack(set))
 redis.call('PEXPIREAT', KEYS[1], now + IDLE_MS)
 local function whole(pm)

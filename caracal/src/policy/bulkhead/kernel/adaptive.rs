@@ -69,7 +69,13 @@
 //!   limit in force is three quarters of the limit, and every process measures its base. This
 //!   is Envoy's adaptive concurrency (its minimum latency measured at a reduced concurrency),
 //!   taken once per fleet rather than per process, and only while the fleet has no such calls
-//!   of its own.
+//!   of its own and fills its limit (its occupancy reached it, or a call was refused: with
+//!   `thresholds` a class is refused at its share of the limit): a fleet that never does is
+//!   refused nothing by the limit, and a cut would refuse what a healthy downstream has room
+//!   for (a quarter of its calls for a second in every forty, to the fallback), so it is cut
+//!   only on evidence (queued votes on old bases, bases that fell) or while most of its calls
+//!   go unjudged (processes without a base: most of a rolling restart; a lone process that
+//!   restarted waits for its base, its calls unjudged, while the others' votes steer).
 //! - **Bases that fell by a quarter are measured again.** A base is an unqueued call's
 //!   latency, and calls near the limit are faster than it by chance only by far less (a
 //!   sixth, with one slow request in ten). A fleet whose voters' mean base fell below ¾
@@ -168,7 +174,8 @@
 //! | the new limit is above the old | [`Grew`](Branch::Grew) | |
 //! | below | [`Shrank`](Branch::Shrank) | |
 //! | the same | [`Held`](Branch::Held) | |
-//! | no window with calls at low occupancy for the period ([`CUT_EVERY_MS`], doubled by each judged cut that did not still queue, up to [`MAX_CUT_EVERY_MS`]) | [`Cut`](Branch::Cut) | the next window is a cut |
+//! | the period passed, but the window never filled the limit (its highest occupancy under it, no call refused) and voters weighed at least half its calls | [`Unfilled`](Branch::Unfilled) | no cut |
+//! | no window with calls at low occupancy for the period ([`CUT_EVERY_MS`], doubled by each judged cut that did not still queue, up to [`MAX_CUT_EVERY_MS`]), in a window that filled the limit or went mostly unjudged | [`Cut`](Branch::Cut) | the next window is a cut |
 //!
 //! Every step answers the limit in force (¾ of the limit in a cut window; whole, within
 //! `[min, max]`), the limit itself, the mean latency of the last window and the voters' mean
@@ -262,13 +269,14 @@ pub(crate) enum Branch {
     Grew,
     Shrank,
     Held,
+    Unfilled,
     Cut,
 }
 
 impl Branch {
     /// Every branch, indexed as [`Seen`] records them.
     #[cfg(test)]
-    pub(crate) const ALL: [Branch; 17] = [
+    pub(crate) const ALL: [Branch; 18] = [
         Branch::Started,
         Branch::Gathered,
         Branch::Idle,
@@ -285,6 +293,7 @@ impl Branch {
         Branch::Grew,
         Branch::Shrank,
         Branch::Held,
+        Branch::Unfilled,
         Branch::Cut,
     ];
 
@@ -379,6 +388,9 @@ pub(crate) struct Observed {
     /// The highest fleet occupancy a lease reply showed (a call refused in the process, at its
     /// share, notes the last reply's).
     pub(crate) peak: u64,
+    /// Calls the fleet was full for: a lease reply refused them (with `thresholds`, a class is
+    /// refused at its share of the limit, under it), or the process did, at its share.
+    pub(crate) refused: u64,
     pub(crate) votes: Votes,
 }
 
@@ -399,6 +411,7 @@ impl Observed {
         add(&mut self.low_samples, other.low_samples);
         add(&mut self.low_sum_us, other.low_sum_us);
         self.peak = self.peak.max(other.peak);
+        add(&mut self.refused, other.refused);
         self.votes.join(&other.votes);
     }
 }
@@ -734,7 +747,19 @@ fn update(estimate: &mut Estimate, bounds: Bounds, now: Now, seen: &mut Seen) {
         } else {
             estimate.every_ms
         };
-    estimate.cut = verify || deeper || now.ms >= estimate.low_ms.saturating_add(estimate.every_ms);
+    // A window that never filled the limit (its highest occupancy under it, and no call
+    // refused) gave the limit nothing to do: a cut would refuse calls the downstream has room
+    // for (a quarter of a healthy downstream's, for a second in every forty), to measure bases
+    // its votes check already (queued votes on old bases call a cut: Verify; faster calls
+    // lower them). Unless most of its calls went unjudged: in a fleet whose occupancy holds
+    // steady, a cut is how processes without a base (most of a rolling restart) get one; a
+    // lone one waits, its calls unjudged, while the others' votes steer.
+    let due = now.ms >= estimate.low_ms.saturating_add(estimate.every_ms);
+    let filled = window.peak >= limit / 1000 || window.refused > 0;
+    estimate.cut = verify || deeper || due && (filled || !judged);
+    if due && !estimate.cut {
+        Branch::Unfilled.reach(seen);
+    }
     if estimate.cut {
         Branch::Cut.reach(seen);
         estimate.low_ms = now.ms;
@@ -783,6 +808,7 @@ impl Scripted for Adapt {
             votes.clear_sum,
             observed.low_samples,
             observed.low_sum_us,
+            observed.refused,
         ] {
             sink.int(n);
         }

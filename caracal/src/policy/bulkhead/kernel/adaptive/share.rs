@@ -246,7 +246,7 @@ mod tests {
     fn a_report_refused_at_the_share_keeps_the_bound_until_a_reply_shows_slots_free() {
         let mut sampling = Sampling::default();
         let mut hoarding = Share::default();
-        sampling.occupancy(25);
+        sampling.occupancy(25, true);
         let full = sampling.report(false);
         assert_eq!(
             hoarding.learn(Some(77_000), full.peak, 25, &learnt(3)),
@@ -256,7 +256,7 @@ mod tests {
         let refused = sampling.report(false);
         assert!(refused.asked(), "counted among the processes that ask");
         assert_eq!(hoarding.learn(None, refused.peak, 25, &learnt(3)), Some(9));
-        sampling.occupancy(21);
+        sampling.occupancy(21, false);
         sampling.refused_here();
         let free = sampling.report(false);
         assert_eq!(hoarding.learn(None, free.peak, 24, &learnt(3)), None);

@@ -254,7 +254,9 @@ impl Fleet {
             for drop in 0..fast_drops {
                 self.sampling[index].body(low || shape.dipped(drop), 1_000, false);
             }
-            self.sampling[index].occupancy(occupancy);
+            // Offered more than the limit: the fleet refused calls.
+            let refused = shape.offered.is_none_or(|offered| offered > limit);
+            self.sampling[index].occupancy(occupancy, refused);
         }
         self.ms += TICK_US / 1000;
         for index in 0..3 {
@@ -283,6 +285,22 @@ fn shown(seconds: &[Second]) -> String {
         .map(|s| format!("{}/{:.0}", s.full, s.inside))
         .collect();
     pairs.join(" ")
+}
+
+/// `shape` at a capacity of 10: the limit within [8, 13] after `within` seconds, for 5 s.
+fn follows_a_halving(fleet: &mut Fleet, shape: Shape, within: usize, what: &str) {
+    let halved = Shape {
+        capacity: 10,
+        ..shape
+    };
+    let following = fleet.run(halved, within as u64 + 5);
+    assert!(
+        following[within..]
+            .iter()
+            .all(|s| (8..=13).contains(&s.full)),
+        "{what}: {}",
+        shown(&following)
+    );
 }
 
 /// In steady state, the calls inside the downstream within [0.8 C, 1.3 C] in nine seconds of
@@ -366,6 +384,7 @@ fn a_cut_after_one_that_still_queued_is_judged_by_its_own_calls() {
             low_sum_us: unqueued * 7_000,
             peak,
             votes,
+            ..Observed::default()
         }
     };
     // A limit of 11 queued at twice the base; the first cut to ¾ of it is under way.
@@ -429,6 +448,7 @@ fn a_cut_still_queued_is_told_from_one_at_the_top_of_the_unsure_band() {
             low_sum_us: 30 * latency_us,
             peak: 9,
             votes,
+            ..Observed::default()
         };
         let mut estimate = cut_under_way(12, 30_000, if bases { 20_000 } else { 0 });
         let mut seen = Seen::default();
@@ -538,16 +558,7 @@ fn a_downstream_failing_fast_past_its_capacity_is_followed_when_it_halves() {
     };
     let mut fleet = Fleet::new();
     fleet.run(fail_fast, 40);
-    let halved = Shape {
-        capacity: 10,
-        ..fail_fast
-    };
-    let following = fleet.run(halved, 15);
-    assert!(
-        following[10..].iter().all(|s| (8..=13).contains(&s.full)),
-        "halved: {}",
-        shown(&following)
-    );
+    follows_a_halving(&mut fleet, fail_fast, 10, "halved");
 }
 
 /// Calls failing fast free their slots at once and their tasks back off, so the fleet's
@@ -565,16 +576,7 @@ fn drops_admitted_in_a_dip_of_the_occupancy_do_not_teach_the_drop_share() {
     };
     let mut fleet = Fleet::new();
     fleet.run(fail_fast, 40);
-    let halved = Shape {
-        capacity: 10,
-        ..fail_fast
-    };
-    let following = fleet.run(halved, 15);
-    assert!(
-        following[10..].iter().all(|s| (8..=13).contains(&s.full)),
-        "halved: {}",
-        shown(&following)
-    );
+    follows_a_halving(&mut fleet, fail_fast, 10, "halved");
 }
 
 #[test]
@@ -814,16 +816,7 @@ fn processes_without_a_base_bring_the_next_cut_closer() {
     let mut fleet = Fleet::new();
     fleet.run(CLEAN, 120);
     fleet.sampling = Default::default();
-    let halved = Shape {
-        capacity: 10,
-        ..CLEAN
-    };
-    let following = fleet.run(halved, 20);
-    assert!(
-        following[15..].iter().all(|s| (8..=13).contains(&s.full)),
-        "halved: {}",
-        shown(&following)
-    );
+    follows_a_halving(&mut fleet, CLEAN, 15, "halved");
 }
 
 /// A process without a base (one that joins a fleet at its limit, or restarts, sees no call at
@@ -956,6 +949,48 @@ fn calls(low: u64, judged: u64) -> Observed {
         low_sum_us: low * 20_000,
         peak: 20,
         votes,
+        ..Observed::default()
+    }
+}
+
+/// A window whose period has passed is a cut when the fleet filled its limit: its occupancy
+/// reached it, or a call was refused under it (with `thresholds`, the default class is refused
+/// at its share of the limit, so a saturated fleet's occupancy never reaches it); or when most
+/// of its calls went unjudged (processes without a base). A fleet that did neither is not
+/// cut.
+#[test]
+fn a_period_passed_cuts_a_fleet_that_filled_its_limit_or_lacks_bases() {
+    let due = Estimate {
+        limit_pm: 20_000,
+        latency_us: 20_000,
+        base_us: 20_000,
+        since_ms: 11_000,
+        every_ms: CUT_EVERY_MS,
+        level: 16,
+        expires_ms: IDLE_MS,
+        ..Estimate::default()
+    };
+    // What: the window's peak, its calls refused, of its ten calls those judged; a cut.
+    let cases = [
+        ("full", 20, 0, 10, true),
+        ("refused at a class's share", 16, 3, 10, true),
+        ("most without bases", 16, 0, 4, true),
+        ("room to spare", 16, 0, 10, false),
+        ("a fifth without bases", 16, 0, 8, false),
+    ];
+    for (what, peak, refused, judged, cut) in cases {
+        let window = Observed {
+            peak,
+            refused,
+            ..calls(0, judged)
+        };
+        let mut estimate = due.clone();
+        let mut seen = Seen::default();
+        report(&mut estimate, window, 11_000, &mut seen);
+        report(&mut estimate, Observed::default(), 12_000, &mut seen);
+        assert_eq!(estimate.cut, cut, "{what}");
+        let unfilled = !seen.missing(&Branch::ALL).contains(&&Branch::Unfilled);
+        assert_eq!(unfilled, !cut, "{what}");
     }
 }
 
@@ -1060,12 +1095,17 @@ fn server_time_that_stepped_back_does_not_hold_the_limit() {
         ..Estimate::default()
     };
     let mut seen = Seen::default();
+    // A fleet at its limit, whichever it is.
+    let full = Observed {
+        peak: BOUNDS.max.into(),
+        ..calls(0, 10)
+    };
     let limits: Vec<u32> = (0..3)
-        .map(|second| report(&mut estimate, calls(0, 10), 1_000 * second, &mut seen).full)
+        .map(|second| report(&mut estimate, full, 1_000 * second, &mut seen).full)
         .collect();
     assert_eq!(limits, [20, 22, 24], "probes, a window a second");
     let cut = (3..=12).find(|second| {
-        report(&mut estimate, calls(0, 10), 1_000 * second, &mut seen);
+        report(&mut estimate, full, 1_000 * second, &mut seen);
         estimate.cut
     });
     assert_eq!(
@@ -1105,16 +1145,7 @@ fn steady_failures_follow_the_capacity(dips: u64) {
         "dips {dips}: {}",
         shown(&steady)
     );
-    let halved = Shape {
-        capacity: 10,
-        ..shape
-    };
-    let following = fleet.run(halved, 15);
-    assert!(
-        following[10..].iter().all(|s| (8..=13).contains(&s.full)),
-        "halved, dips {dips}: {}",
-        shown(&following)
-    );
+    follows_a_halving(&mut fleet, shape, 10, &format!("halved, dips {dips}"));
 }
 
 /// One in four failing slowly and a quarter of the calls admitted in dips: the dips stand in
@@ -1292,6 +1323,10 @@ fn a_change_that_is_not_congestion_is_measured_again_not_followed_down() {
     }
 }
 
+/// A downstream never saturated keeps the limit above what the fleet offers, and once every
+/// process has a base no cut refuses what it has room for (a cut in every forty seconds sent a
+/// quarter of that second's calls to a healthy downstream to the fallback); when it comes to
+/// queue at what the fleet offers, the votes call the cut that finds its capacity.
 #[test]
 fn a_downstream_never_saturated_keeps_the_limit_above_what_is_offered() {
     for noise in [Noise::None, Noise::Busy(15_000), Noise::Bimodal(200_000)] {
@@ -1301,13 +1336,60 @@ fn a_downstream_never_saturated_keeps_the_limit_above_what_is_offered() {
             ..CLEAN
         };
         let mut fleet = Fleet::new();
-        let seconds = fleet.run(shape, 60);
+        let seconds = fleet.run(shape, 90);
         assert!(
             seconds.iter().all(|s| s.full >= 16),
             "offered 16: {}",
             shown(&seconds)
         );
+        // After the first cut (the processes' first bases: 10 s in, as the simulation starts).
+        let cuts: Vec<usize> = (15..seconds.len()).filter(|&t| seconds[t].cut).collect();
+        assert!(
+            cuts.is_empty(),
+            "offered 16, cut at {cuts:?}: {}",
+            shown(&seconds)
+        );
+        // A slow class whose latency does not grow with the queue hides it: at 1.6 × C the
+        // votes read unsure, with or without cuts.
+        if let Noise::Bimodal(_) = noise {
+            continue;
+        }
+        follows_a_halving(&mut fleet, shape, 10, "offered 16 at a capacity of 10");
     }
+}
+
+/// Processes that restart in a fleet whose occupancy holds steady under its limit (no call
+/// at low occupancy) have no base and no vote. One of three waits for its base, its third of
+/// the calls unjudged, while the others' votes steer: no cut refuses what the downstream has
+/// room for. Two of three (most of a rolling restart) call a cut within a period, which gives
+/// them theirs, and then none is called.
+#[test]
+fn processes_restarting_in_a_fleet_with_room_to_spare_are_cut_a_base_once_most_have_none() {
+    let shape = Shape {
+        offered: Some(16),
+        ..CLEAN
+    };
+    let cuts = |seconds: &[Second]| -> Vec<usize> {
+        (0..seconds.len()).filter(|&t| seconds[t].cut).collect()
+    };
+    let mut fleet = Fleet::new();
+    fleet.run(shape, 60);
+    fleet.sampling[0] = Sampling::default();
+    let one = fleet.run(shape, 90);
+    assert_eq!(
+        cuts(&one),
+        Vec::<usize>::new(),
+        "one restarted: {}",
+        shown(&one)
+    );
+    fleet.sampling[1] = Sampling::default();
+    let two = fleet.run(shape, 90);
+    let cut = cuts(&two);
+    // A cut's ticks may span two seconds.
+    let once = cut.first().is_some_and(|&first| {
+        first <= MAX_CUT_EVERY_MS as usize / 1000 + 1 && cut.iter().all(|&t| t <= first + 2)
+    });
+    assert!(once, "two restarted, cut at {cut:?}: {}", shown(&two));
 }
 
 #[test]
@@ -1348,9 +1430,19 @@ fn every_branch_is_reached() {
     let mut warm = Fleet::new();
     warm.ms = 100_000;
     warming_up(&mut warm, 45_000, 6, 4);
+    // A period with bases and without a cut: the fleet never filled its limit.
+    let mut roomy = Fleet::new();
+    roomy.run(
+        Shape {
+            offered: Some(16),
+            ..CLEAN
+        },
+        40,
+    );
     let mut seen = fleet.seen;
     seen.merge(far.seen);
     seen.merge(warm.seen);
+    seen.merge(roomy.seen);
     probed_then_queued(&mut seen);
     let mut estimate = fleet.estimate.clone();
     let idle = Report {
@@ -1405,7 +1497,7 @@ fn the_limit_stays_within_its_bounds() {
             let low = call % 4 == 0;
             sampling.body(low, 1_000, low || !failing);
         }
-        sampling.occupancy(100);
+        sampling.occupancy(100, false);
         let report = Report {
             observed: sampling.report(false),
             bounds,

@@ -108,6 +108,8 @@ pub(crate) struct Sampling {
     low: Bucket,
     high: Bucket,
     peak: u64,
+    /// Calls the fleet was full for since the last report.
+    refused: u64,
     /// The occupancy the last lease reply showed, kept across reports (0: none yet).
     last_occupancy: u64,
     /// The mean latency of its successes at low occupancy, averaged over reports (0: none yet).
@@ -203,10 +205,11 @@ impl Sampling {
         self.fleet_base_us = base_us;
     }
 
-    /// Notes a fleet occupancy a lease reply showed.
-    pub(crate) fn occupancy(&mut self, occupancy: u32) {
+    /// Notes a fleet occupancy a lease reply showed, and whether it refused the call.
+    pub(crate) fn occupancy(&mut self, occupancy: u32, refused: bool) {
         self.last_occupancy = occupancy.into();
         self.peak = self.peak.max(self.last_occupancy);
+        self.refused += u64::from(refused);
     }
 
     /// Notes a call refused in the process, at its share of a saturated fleet, without asking:
@@ -217,6 +220,7 @@ impl Sampling {
     /// showing slots free, once a body of its own ends and its next call asks, lifts it.
     pub(crate) fn refused_here(&mut self) {
         self.peak = self.peak.max(self.last_occupancy);
+        self.refused += 1;
     }
 
     /// The highest fleet occupancy noted since the last report.
@@ -225,9 +229,15 @@ impl Sampling {
         self.peak
     }
 
+    /// The calls the fleet was full for, noted since the last report.
+    #[cfg(test)]
+    pub(crate) fn refused(&self) -> u64 {
+        self.refused
+    }
+
     /// Whether nothing was observed since the last report.
     pub(crate) fn is_empty(&self) -> bool {
-        self.low.calls() + self.high.calls() == 0 && self.peak == 0
+        self.low.calls() + self.high.calls() == 0 && self.peak == 0 && self.refused == 0
     }
 
     /// The report of what was observed since the last, with this process's vote. First the base
@@ -245,6 +255,7 @@ impl Sampling {
             calls: low.calls() + high.calls(),
             low: low.calls(),
             peak: self.peak,
+            refused: self.refused,
             ..Observed::default()
         };
         let samples = low.samples + high.samples;
@@ -388,6 +399,7 @@ impl Sampling {
         self.low = Bucket::default();
         self.high = Bucket::default();
         self.peak = 0;
+        self.refused = 0;
         observed
     }
 
