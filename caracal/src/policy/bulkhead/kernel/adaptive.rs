@@ -388,8 +388,9 @@ pub(crate) struct Observed {
     /// The highest fleet occupancy a lease reply showed (a call refused in the process, at its
     /// share, notes the last reply's).
     pub(crate) peak: u64,
-    /// Calls the fleet was full for: a lease reply refused them (with `thresholds`, a class is
-    /// refused at its share of the limit, under it), or the process did, at its share.
+    /// Attempts the fleet was full for: a lease reply refused them (with `thresholds`, a class
+    /// is refused at its share of the limit, under it), or the process did, at its share; a
+    /// call waiting within `max_wait` counts each refused attempt.
     pub(crate) refused: u64,
     pub(crate) votes: Votes,
 }

@@ -108,7 +108,7 @@ pub(crate) struct Sampling {
     low: Bucket,
     high: Bucket,
     peak: u64,
-    /// Calls the fleet was full for since the last report.
+    /// Attempts the fleet was full for since the last report (see [`Observed::refused`]).
     refused: u64,
     /// The occupancy the last lease reply showed, kept across reports (0: none yet).
     last_occupancy: u64,
