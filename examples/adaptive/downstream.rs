@@ -18,6 +18,14 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+/// A bimodal server's classes: one request in ten is slow, the others fast.
+const BIMODAL_FAST: Duration = Duration::from_millis(5);
+const BIMODAL_SLOW: Duration = Duration::from_millis(200);
+/// Their mean service (24.5 ms): at most `capacity` over it answered a second.
+pub(crate) const BIMODAL_MEAN: Duration = Duration::from_micros(
+    (9 * BIMODAL_FAST.as_micros() as u64 + BIMODAL_SLOW.as_micros() as u64) / 10,
+);
+
 /// The server, listening on 127.0.0.1 until dropped.
 pub(crate) struct Downstream {
     address: SocketAddr,
@@ -203,8 +211,8 @@ impl Shared {
                 .count
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let service = match self.behaviour.bimodal {
-                true if n % 10 == 9 => Duration::from_millis(200),
-                true => Duration::from_millis(5),
+                true if n % 10 == 9 => BIMODAL_SLOW,
+                true => BIMODAL_FAST,
                 false => self.service,
             };
             tokio::time::sleep(service).await;

@@ -18,6 +18,6 @@ fn every_script_agrees_with_its_kernel_on_a_cluster() {
     rate_limit::differential::run(connection(), 100);
     breaker::differential::run(connection(), 150);
     retry_budget::differential::run(connection(), 100);
-    bulkhead::differential::adaptive::run(connection(), 100);
+    bulkhead::differential::adaptive::run(connection(), 300);
     hedge::latency::differential::run(connection(), 100);
 }
